@@ -1,0 +1,280 @@
+//! Plain inner codecs: no crypto, no keys. Each maps `None` to `None`.
+
+use core::fmt;
+use core::marker::PhantomData;
+
+use serde::de::DeserializeOwned;
+use serde::Serialize;
+
+use crate::context::Context;
+use crate::error::Error;
+use crate::serde::{Deserializer, Serializer};
+
+/// The most bytes a [`Bincode`] decode may claim for its containers; a
+/// hostile length prefix beyond it is an error, not an allocation.
+pub const BINCODE_DECODE_LIMIT: usize = 16 * 1024 * 1024;
+
+type BincodeConfig = bincode::config::Configuration<
+    bincode::config::LittleEndian,
+    bincode::config::Varint,
+    bincode::config::Limit<BINCODE_DECODE_LIMIT>,
+>;
+
+fn bincode_config() -> BincodeConfig {
+    bincode::config::standard().with_limit::<BINCODE_DECODE_LIMIT>()
+}
+
+/// Raw bytes, unchanged: `Serializer<[u8]>` and `Deserializer<Vec<u8>>`.
+///
+/// ```
+/// use tombstone_crypt::{Bytes, Context, Serializer as _};
+///
+/// let ctx = Context::new("t");
+/// assert_eq!(Bytes.serialize(&ctx, Some(&b"ab"[..]))?, Some(b"ab".to_vec()));
+/// assert_eq!(Bytes.serialize(&ctx, None)?, None);
+/// # Ok::<(), tombstone_crypt::Error>(())
+/// ```
+#[derive(Clone, Copy, Debug, Default)]
+pub struct Bytes;
+
+impl Serializer<[u8]> for Bytes {
+    fn serialize(&self, _: &Context<'_>, value: Option<&[u8]>) -> Result<Option<Vec<u8>>, Error> {
+        Ok(value.map(<[u8]>::to_vec))
+    }
+
+    fn serialize_into(
+        &self,
+        _: &Context<'_>,
+        value: &[u8],
+        out: &mut Vec<u8>,
+    ) -> Result<(), Error> {
+        out.extend_from_slice(value);
+        Ok(())
+    }
+
+    fn size_hint(&self, value: &[u8]) -> usize {
+        value.len()
+    }
+}
+
+impl Deserializer<Vec<u8>> for Bytes {
+    fn deserialize(&self, _: &Context<'_>, data: Option<&[u8]>) -> Result<Option<Vec<u8>>, Error> {
+        Ok(data.map(<[u8]>::to_vec))
+    }
+
+    fn deserialize_owned(&self, _: &Context<'_>, data: Vec<u8>) -> Result<Vec<u8>, Error> {
+        Ok(data)
+    }
+}
+
+/// UTF-8 text: `Serializer<str>` and `Deserializer<String>`.
+///
+/// Invalid UTF-8 is an error naming the byte offset, never the text.
+#[derive(Clone, Copy, Debug, Default)]
+pub struct Utf8;
+
+impl Serializer<str> for Utf8 {
+    fn serialize(&self, _: &Context<'_>, value: Option<&str>) -> Result<Option<Vec<u8>>, Error> {
+        Ok(value.map(|s| s.as_bytes().to_vec()))
+    }
+
+    fn serialize_into(&self, _: &Context<'_>, value: &str, out: &mut Vec<u8>) -> Result<(), Error> {
+        out.extend_from_slice(value.as_bytes());
+        Ok(())
+    }
+
+    fn size_hint(&self, value: &str) -> usize {
+        value.len()
+    }
+}
+
+fn utf8_error(e: &std::str::Utf8Error) -> Error {
+    Error::codec("utf8", format!("invalid UTF-8 at byte {}", e.valid_up_to()))
+}
+
+impl Deserializer<String> for Utf8 {
+    fn deserialize(&self, _: &Context<'_>, data: Option<&[u8]>) -> Result<Option<String>, Error> {
+        data.map(|d| {
+            std::str::from_utf8(d)
+                .map(str::to_owned)
+                .map_err(|e| utf8_error(&e))
+        })
+        .transpose()
+    }
+
+    fn deserialize_owned(&self, _: &Context<'_>, data: Vec<u8>) -> Result<String, Error> {
+        String::from_utf8(data).map_err(|e| utf8_error(&e.utf8_error()))
+    }
+}
+
+/// Any serde type through bincode 2 (standard configuration: little endian,
+/// variable-length integers), with a decode limit of
+/// [`BINCODE_DECODE_LIMIT`] bytes and no trailing bytes allowed.
+///
+/// bincode is pinned to the 2.x line: 3.0 is a deliberate compile error
+/// (the project is unmaintained). The codec sits behind the same traits as
+/// every other, so it can be swapped without touching the encryption.
+pub struct Bincode<T>(PhantomData<fn() -> T>);
+
+impl<T> Bincode<T> {
+    /// A bincode codec for `T`.
+    pub fn new() -> Self {
+        Bincode(PhantomData)
+    }
+}
+
+impl<T> Default for Bincode<T> {
+    fn default() -> Self {
+        Self::new()
+    }
+}
+
+impl<T> Clone for Bincode<T> {
+    fn clone(&self) -> Self {
+        *self
+    }
+}
+
+impl<T> Copy for Bincode<T> {}
+
+impl<T> fmt::Debug for Bincode<T> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "Bincode<{}>", core::any::type_name::<T>())
+    }
+}
+
+fn bincode_encode_error(e: &bincode::error::EncodeError) -> Error {
+    use bincode::error::EncodeError as E;
+    let kind = match e {
+        E::UnexpectedEnd => "unexpected end",
+        E::RefCellAlreadyBorrowed { .. } => "RefCell already borrowed",
+        E::Io { .. } => "I/O error",
+        E::OtherString(_) | E::Other(_) => "the value's Serialize impl failed",
+        _ => "encode error",
+    };
+    Error::codec("bincode", format!("cannot encode: {kind}"))
+}
+
+fn bincode_decode_error(e: &bincode::error::DecodeError) -> Error {
+    use bincode::error::DecodeError as D;
+    let kind = match e {
+        D::UnexpectedEnd { .. } => "unexpected end of input",
+        D::LimitExceeded => "decode limit exceeded",
+        D::InvalidIntegerType { .. } => "invalid integer type",
+        D::NonZeroTypeIsZero { .. } => "zero in a non-zero type",
+        D::UnexpectedVariant { .. } => "unexpected enum variant",
+        D::Utf8 { .. } => "invalid UTF-8 in a string",
+        D::InvalidCharEncoding(_) => "invalid char",
+        D::InvalidBooleanValue(_) => "invalid bool",
+        D::ArrayLengthMismatch { .. } => "array length mismatch",
+        D::OutsideUsizeRange(_) => "length outside usize range",
+        D::EmptyEnum { .. } => "empty enum",
+        D::InvalidDuration { .. } => "invalid duration",
+        D::InvalidSystemTime { .. } => "invalid system time",
+        D::OtherString(_) => "the type's Deserialize impl failed",
+        _ => "decode error",
+    };
+    Error::codec("bincode", format!("cannot decode: {kind}"))
+}
+
+impl<T: Serialize> Serializer<T> for Bincode<T> {
+    fn serialize(&self, _: &Context<'_>, value: Option<&T>) -> Result<Option<Vec<u8>>, Error> {
+        value
+            .map(|v| {
+                bincode::serde::encode_to_vec(v, bincode_config())
+                    .map_err(|e| bincode_encode_error(&e))
+            })
+            .transpose()
+    }
+
+    fn serialize_into(&self, _: &Context<'_>, value: &T, out: &mut Vec<u8>) -> Result<(), Error> {
+        bincode::serde::encode_into_std_write(value, out, bincode_config())
+            .map(|_| ())
+            .map_err(|e| bincode_encode_error(&e))
+    }
+}
+
+impl<T: DeserializeOwned> Deserializer<T> for Bincode<T> {
+    fn deserialize(&self, _: &Context<'_>, data: Option<&[u8]>) -> Result<Option<T>, Error> {
+        let Some(data) = data else { return Ok(None) };
+        let (value, used) = bincode::serde::decode_from_slice(data, bincode_config())
+            .map_err(|e| bincode_decode_error(&e))?;
+        if used != data.len() {
+            return Err(Error::codec(
+                "bincode",
+                format!("{} trailing bytes after the value", data.len() - used),
+            ));
+        }
+        Ok(Some(value))
+    }
+}
+
+/// Any serde type as JSON (serde_json).
+///
+/// Decode errors name the kind and position of the problem, never the
+/// offending text.
+pub struct Json<T>(PhantomData<fn() -> T>);
+
+impl<T> Json<T> {
+    /// A JSON codec for `T`.
+    pub fn new() -> Self {
+        Json(PhantomData)
+    }
+}
+
+impl<T> Default for Json<T> {
+    fn default() -> Self {
+        Self::new()
+    }
+}
+
+impl<T> Clone for Json<T> {
+    fn clone(&self) -> Self {
+        *self
+    }
+}
+
+impl<T> Copy for Json<T> {}
+
+impl<T> fmt::Debug for Json<T> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "Json<{}>", core::any::type_name::<T>())
+    }
+}
+
+fn json_error(op: &str, e: &serde_json::Error) -> Error {
+    use serde_json::error::Category;
+    let kind = match e.classify() {
+        Category::Io => "I/O error",
+        Category::Syntax => "syntax error",
+        Category::Data => "wrong type or shape",
+        Category::Eof => "unexpected end of input",
+    };
+    Error::codec(
+        "json",
+        format!(
+            "cannot {op}: {kind} at line {} column {}",
+            e.line(),
+            e.column()
+        ),
+    )
+}
+
+impl<T: Serialize> Serializer<T> for Json<T> {
+    fn serialize(&self, _: &Context<'_>, value: Option<&T>) -> Result<Option<Vec<u8>>, Error> {
+        value
+            .map(|v| serde_json::to_vec(v).map_err(|e| json_error("encode", &e)))
+            .transpose()
+    }
+
+    fn serialize_into(&self, _: &Context<'_>, value: &T, out: &mut Vec<u8>) -> Result<(), Error> {
+        serde_json::to_writer(out, value).map_err(|e| json_error("encode", &e))
+    }
+}
+
+impl<T: DeserializeOwned> Deserializer<T> for Json<T> {
+    fn deserialize(&self, _: &Context<'_>, data: Option<&[u8]>) -> Result<Option<T>, Error> {
+        data.map(|d| serde_json::from_slice(d).map_err(|e| json_error("decode", &e)))
+            .transpose()
+    }
+}

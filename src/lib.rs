@@ -1,0 +1,65 @@
+#![doc = include_str!("../README.md")]
+#![forbid(unsafe_code)]
+#![deny(missing_docs, rustdoc::broken_intra_doc_links)]
+#![cfg_attr(not(test), warn(clippy::unwrap_used))]
+
+mod cipher;
+mod codec;
+mod context;
+mod envelope;
+mod error;
+mod keyset;
+mod serde;
+
+pub use crate::codec::{Bincode, Bytes, Json, Utf8, BINCODE_DECODE_LIMIT};
+pub use crate::context::{AadPolicy, Context};
+pub use crate::envelope::OVERHEAD;
+pub use crate::error::Error;
+pub use crate::keyset::{KeyId, KeyStatus, Keyset, MAX_KEYS};
+pub use crate::serde::{DecryptingDeserializer, Deserializer, EncryptingSerializer, Serializer};
+
+#[doc = include_str!("../docs/FORMAT.md")]
+pub mod format {}
+
+/// Hooks for the fuzz targets and the known-answer tests: the crypto core
+/// with an explicit nonce. Not part of the API; never use a fixed nonce.
+#[doc(hidden)]
+pub mod __fuzz {
+    use crate::cipher::{KeyMaterial, NONCE_LEN, TAG_LEN};
+    use crate::{AadPolicy, Context, Error};
+
+    /// AES-GCM encryption with an explicit nonce: `ciphertext | tag`.
+    pub fn aes_gcm_seal(key: &[u8], nonce: &[u8], aad: &[u8], pt: &[u8]) -> Result<Vec<u8>, Error> {
+        let key = KeyMaterial::from_bytes(key)?;
+        let nonce: &[u8; NONCE_LEN] = nonce.try_into().map_err(|_| Error::Encryption)?;
+        let mut buf = pt.to_vec();
+        let tag = key.seal_in_place(nonce, aad, &mut buf)?;
+        buf.extend_from_slice(&tag);
+        Ok(buf)
+    }
+
+    /// AES-GCM decryption with an explicit nonce of `ciphertext | tag`.
+    pub fn aes_gcm_open(
+        key: &[u8],
+        nonce: &[u8],
+        aad: &[u8],
+        ct_and_tag: &[u8],
+    ) -> Result<Vec<u8>, Error> {
+        let key = KeyMaterial::from_bytes(key)?;
+        let nonce: &[u8; NONCE_LEN] = nonce.try_into().map_err(|_| Error::Decryption)?;
+        let split = ct_and_tag
+            .len()
+            .checked_sub(TAG_LEN)
+            .ok_or(Error::Decryption)?;
+        let (ct, tag) = ct_and_tag.split_at(split);
+        let tag: &[u8; TAG_LEN] = tag.try_into().map_err(|_| Error::Decryption)?;
+        let mut buf = ct.to_vec();
+        key.open_in_place(nonce, aad, &mut buf, tag)?;
+        Ok(buf)
+    }
+
+    /// The associated data the layer binds to `ctx` under `policy`.
+    pub fn aad(policy: AadPolicy, ctx: &Context<'_>) -> Result<Vec<u8>, Error> {
+        crate::envelope::aad(policy, ctx)
+    }
+}
