@@ -1,0 +1,207 @@
+//! Tink's cleartext JSON keyset format: round trips, statuses, and clear
+//! errors (never quoting key bytes) for bad input.
+
+use base64::engine::general_purpose::STANDARD as B64;
+use base64::Engine as _;
+use tombstone_crypt::{
+    Bytes, Context, DecryptingDeserializer, Deserializer, EncryptingSerializer, Error, KeyId,
+    KeyStatus, Keyset, Serializer,
+};
+
+const TYPE_URL: &str = "type.googleapis.com/google.crypto.tink.AesGcmKey";
+
+fn key_json(id: u32, status: &str, prefix: &str, proto: &[u8]) -> String {
+    format!(
+        r#"{{"keyData":{{"typeUrl":"{TYPE_URL}","value":"{}","keyMaterialType":"SYMMETRIC"}},"status":"{status}","keyId":{id},"outputPrefixType":"{prefix}"}}"#,
+        B64.encode(proto)
+    )
+}
+
+fn proto(key: &[u8]) -> Vec<u8> {
+    let mut p = vec![0x1a, key.len() as u8];
+    p.extend_from_slice(key);
+    p
+}
+
+fn keyset_json(primary: u32, keys: &[String]) -> String {
+    format!(r#"{{"primaryKeyId":{primary},"key":[{}]}}"#, keys.join(","))
+}
+
+fn roundtrip(keyset: &Keyset) -> Vec<u8> {
+    let ctx = Context::new("t");
+    let ct = EncryptingSerializer::new(Bytes, keyset.clone())
+        .serialize(&ctx, Some(&b"v"[..]))
+        .unwrap()
+        .unwrap();
+    DecryptingDeserializer::new(Bytes, keyset.clone())
+        .deserialize(&ctx, Some(&ct))
+        .unwrap()
+        .unwrap()
+}
+
+#[test]
+fn json_round_trip_keeps_ids_statuses_and_keys() {
+    let mut keyset = Keyset::generate();
+    let first = keyset.primary();
+    let ct = EncryptingSerializer::new(Bytes, keyset.clone())
+        .serialize(&Context::new("t"), Some(&b"old"[..]))
+        .unwrap()
+        .unwrap();
+    keyset.rotate();
+    let third = keyset.add_key();
+    keyset.disable(third).unwrap();
+    let back = Keyset::from_tink_json(&keyset.to_tink_json()).unwrap();
+    assert_eq!(back.primary(), keyset.primary());
+    assert_eq!(
+        back.keys().collect::<Vec<_>>(),
+        keyset.keys().collect::<Vec<_>>()
+    );
+    assert_eq!(back.keys().nth(2), Some((third, KeyStatus::Disabled)));
+    let de = DecryptingDeserializer::new(Bytes, back);
+    assert_eq!(
+        de.deserialize(&Context::new("t"), Some(&ct)).unwrap(),
+        Some(b"old".to_vec())
+    );
+    let _ = first;
+}
+
+#[test]
+fn the_json_has_tinks_shape() {
+    let keyset = Keyset::generate();
+    let v: serde_json::Value = serde_json::from_str(&keyset.to_tink_json()).unwrap();
+    assert_eq!(v["primaryKeyId"], keyset.primary().0);
+    let k = &v["key"][0];
+    assert_eq!(k["keyData"]["typeUrl"], TYPE_URL);
+    assert_eq!(k["keyData"]["keyMaterialType"], "SYMMETRIC");
+    assert_eq!(k["status"], "ENABLED");
+    assert_eq!(k["outputPrefixType"], "TINK");
+    assert_eq!(k["keyId"], keyset.primary().0);
+    let proto = B64.decode(k["keyData"]["value"].as_str().unwrap()).unwrap();
+    assert_eq!(proto.len(), 34);
+    assert_eq!(&proto[..2], &[0x1a, 0x20]);
+}
+
+#[test]
+fn aes128_and_explicit_version_are_accepted() {
+    let mut p = vec![0x08, 0x00];
+    p.extend(proto(&[9u8; 16]));
+    let json = keyset_json(5, &[key_json(5, "ENABLED", "TINK", &p)]);
+    let keyset = Keyset::from_tink_json(&json).unwrap();
+    assert_eq!(keyset.primary(), KeyId(5));
+    assert_eq!(roundtrip(&keyset), b"v");
+}
+
+#[test]
+fn large_key_ids_are_accepted() {
+    let json = keyset_json(
+        u32::MAX,
+        &[key_json(u32::MAX, "ENABLED", "TINK", &proto(&[1; 32]))],
+    );
+    assert_eq!(
+        Keyset::from_tink_json(&json).unwrap().primary(),
+        KeyId(u32::MAX)
+    );
+}
+
+#[test]
+fn destroyed_keys_are_dropped_and_disabled_kept() {
+    let json = keyset_json(
+        1,
+        &[
+            key_json(1, "ENABLED", "TINK", &proto(&[1; 32])),
+            key_json(2, "DISABLED", "TINK", &proto(&[2; 32])),
+            r#"{"status":"DESTROYED","keyId":3,"outputPrefixType":"TINK","keyData":{"typeUrl":"type.googleapis.com/google.crypto.tink.AesGcmKey","value":""}}"#.to_owned(),
+        ],
+    );
+    let keyset = Keyset::from_tink_json(&json).unwrap();
+    assert_eq!(
+        keyset.keys().collect::<Vec<_>>(),
+        [
+            (KeyId(1), KeyStatus::Enabled),
+            (KeyId(2), KeyStatus::Disabled)
+        ]
+    );
+}
+
+fn rejects(json: &str, needle: &str) {
+    match Keyset::from_tink_json(json) {
+        Ok(_) => panic!("accepted: {json}"),
+        Err(Error::Keyset(msg)) => assert!(msg.contains(needle), "{msg:?} lacks {needle:?}"),
+        Err(e) => panic!("wrong error {e:?}"),
+    }
+}
+
+#[test]
+fn bad_keysets_are_clear_errors() {
+    let good = key_json(1, "ENABLED", "TINK", &proto(&[1; 32]));
+    rejects("", "unexpected end");
+    rejects("not json", "syntax");
+    rejects("{}", "wrong shape");
+    rejects(r#"{"key":[]}"#, "no primaryKeyId");
+    rejects(&keyset_json(2, &[good.clone()]), "primary key 2");
+    rejects(
+        &keyset_json(1, &[key_json(1, "DISABLED", "TINK", &proto(&[1; 32]))]),
+        "not enabled",
+    );
+    rejects(
+        &keyset_json(1, &[key_json(1, "ENABLED", "RAW", &proto(&[1; 32]))]),
+        "RAW",
+    );
+    rejects(
+        &keyset_json(1, &[key_json(1, "ENABLED", "LEGACY", &proto(&[1; 32]))]),
+        "LEGACY",
+    );
+    rejects(
+        &keyset_json(1, &[key_json(1, "WEIRD", "TINK", &proto(&[1; 32]))]),
+        "unknown status",
+    );
+    rejects(
+        &keyset_json(1, &[key_json(1, "ENABLED", "TINK", &proto(&[1; 24]))]),
+        "16 or 32",
+    );
+    rejects(
+        &keyset_json(
+            1,
+            &[key_json(1, "ENABLED", "TINK", &[0x08, 0x01, 0x1a, 0x00])],
+        ),
+        "version",
+    );
+    rejects(
+        &keyset_json(1, &[key_json(1, "ENABLED", "TINK", &[])]),
+        "no key_value",
+    );
+    rejects(&keyset_json(1, &[good.clone(), good.clone()]), "twice");
+    rejects(
+        &keyset_json(
+            1,
+            &[good.replace(TYPE_URL, "type.googleapis.com/google.crypto.tink.AesSivKey")],
+        ),
+        "not supported",
+    );
+    rejects(
+        &keyset_json(1, &[good.replace("SYMMETRIC", "ASYMMETRIC_PRIVATE")]),
+        "SYMMETRIC",
+    );
+    rejects(&good.replace(r#""value":""#, r#""value":"!!"#), "");
+    rejects(
+        &keyset_json(1, &[good.replace(r#""value":""#, r#""value":"!!"#)]),
+        "base64",
+    );
+    rejects(r#"{"primaryKeyId":-1,"key":[]}"#, "wrong shape");
+    rejects(r#"{"primaryKeyId":4294967296,"key":[]}"#, "wrong shape");
+}
+
+#[test]
+fn errors_never_quote_key_material() {
+    // A key value of the wrong size, and a wrongly typed value field: neither
+    // message may contain the base64 text.
+    let secret = B64.encode(proto(&[0xab; 24]));
+    let json = keyset_json(1, &[key_json(1, "ENABLED", "TINK", &proto(&[0xab; 24]))]);
+    let err = Keyset::from_tink_json(&json).unwrap_err();
+    assert!(!format!("{err} {err:?}").contains(&secret[4..20]));
+    let json = format!(
+        r#"{{"primaryKeyId":1,"key":[{{"keyData":{{"typeUrl":"x","value":["{secret}"]}},"status":"ENABLED","keyId":1,"outputPrefixType":"TINK"}}]}}"#
+    );
+    let err = Keyset::from_tink_json(&json).unwrap_err();
+    assert!(!format!("{err} {err:?}").contains(&secret[4..20]), "{err}");
+}
