@@ -10,6 +10,7 @@ mod envelope;
 mod error;
 mod keyset;
 mod serde;
+mod store;
 
 pub use crate::codec::{Bincode, Bytes, Json, Utf8, BINCODE_DECODE_LIMIT};
 pub use crate::context::{AadPolicy, Context};
@@ -17,6 +18,12 @@ pub use crate::envelope::OVERHEAD;
 pub use crate::error::Error;
 pub use crate::keyset::{KeyId, KeyStatus, Keyset, MAX_KEYS};
 pub use crate::serde::{DecryptingDeserializer, Deserializer, EncryptingSerializer, Serializer};
+#[cfg(feature = "redb")]
+pub use crate::store::RedbStore;
+pub use crate::store::{
+    compact, restore, ChangeLoggingStore, Changelog, EncryptedStore, Entry, KeyValueStore,
+    MemoryChangelog, MemoryStore, Record, TypedStore,
+};
 
 #[doc = include_str!("../docs/FORMAT.md")]
 pub mod format {}
