@@ -1,6 +1,5 @@
 use core::borrow::Borrow;
 use core::fmt;
-use core::marker::PhantomData;
 
 use super::KeyValueStore;
 use crate::context::Context;
@@ -58,7 +57,6 @@ pub struct TypedStore<K, V, S> {
     key_de: Box<dyn Deserializer<K> + Send + Sync>,
     value_ser: SerFn<V>,
     value_de: Box<dyn Deserializer<V> + Send + Sync>,
-    _types: PhantomData<fn(K, V) -> (K, V)>,
 }
 
 impl<K, V, S: fmt::Debug> fmt::Debug for TypedStore<K, V, S> {
@@ -101,7 +99,6 @@ impl<K, V, S: KeyValueStore> TypedStore<K, V, S> {
             key_de: Box::new(keys.1),
             value_ser: ser_fn(value_ser),
             value_de: Box::new(value_de),
-            _types: PhantomData,
         }
     }
 
