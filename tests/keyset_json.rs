@@ -138,7 +138,10 @@ fn bad_keysets_are_clear_errors() {
     rejects("not json", "syntax");
     rejects("{}", "wrong shape");
     rejects(r#"{"key":[]}"#, "no primaryKeyId");
-    rejects(&keyset_json(2, std::slice::from_ref(&good)), "primary key 2");
+    rejects(
+        &keyset_json(2, std::slice::from_ref(&good)),
+        "primary key 2",
+    );
     rejects(
         &keyset_json(1, &[key_json(1, "DISABLED", "TINK", &proto(&[1; 32]))]),
         "not enabled",
