@@ -1,0 +1,248 @@
+//! Throughput of the encrypting layer against the raw AES-GCM primitive,
+//! measured in the same run so that the layer's overhead is a ratio.
+//!
+//! - `encrypt/layer/N`, `decrypt/layer/N`: `EncryptingSerializer<Bytes>` and
+//!   `DecryptingDeserializer<Bytes>`, default AAD policy, a context with a
+//!   topic and a record key.
+//! - `encrypt/raw_aes_gcm/N`, `decrypt/raw_aes_gcm/N`: `aes-gcm` doing the same
+//!   work by hand: a fresh nonce from the thread-local RNG, one output `Vec`
+//!   (`nonce | ciphertext | tag`), associated data of the same length.
+//! - `tombstone/serialize`, `tombstone/deserialize`: a null passing through.
+//! - `decrypt_fail/layer/1024`, `decrypt_fail/raw_aes_gcm/1024`: a tampered
+//!   value, rejected.
+//! - `typed/bincode/*` and `typed/bincode_plain/*`: a small struct through
+//!   `Bincode`, encrypted and not.
+//!
+//! `scripts/bench.sh` runs this briefly and prints the ratios.
+
+use std::hint::black_box;
+
+use aes_gcm::aead::{AeadInOut, KeyInit};
+use aes_gcm::{Aes256Gcm, Nonce, Tag};
+use criterion::{criterion_group, criterion_main, BenchmarkId, Criterion, Throughput};
+use rand::Rng as _;
+use serde::{Deserialize, Serialize};
+use tombstone_crypt::{
+    AadPolicy, Bincode, Bytes, Context, DecryptingDeserializer, Deserializer as _,
+    EncryptingSerializer, Keyset, Serializer as _,
+};
+
+const SIZES: [usize; 5] = [0, 64, 1024, 16384, 65536];
+const NONCE_LEN: usize = 12;
+const TAG_LEN: usize = 16;
+
+const TOPIC: &str = "orders";
+const RECORD_KEY: &[u8] = b"order-000017";
+
+fn ctx() -> Context<'static> {
+    Context::new(TOPIC).with_key(RECORD_KEY)
+}
+
+/// The associated data the layer computes for `ctx()`, so that the raw
+/// primitive authenticates as many bytes.
+fn aad() -> Vec<u8> {
+    tombstone_crypt::__fuzz::aad(AadPolicy::TopicAndKey, &ctx()).expect("short context")
+}
+
+fn plaintext(n: usize) -> Vec<u8> {
+    (0..n).map(|i| (i % 251) as u8).collect()
+}
+
+/// What a caller of `aes-gcm` writes by hand: `nonce | ciphertext | tag` in
+/// one exactly-sized `Vec`, with a fresh nonce from the thread-local RNG.
+fn raw_seal(cipher: &Aes256Gcm, aad: &[u8], pt: &[u8]) -> Vec<u8> {
+    let mut out = Vec::with_capacity(NONCE_LEN + pt.len() + TAG_LEN);
+    let mut nonce = [0u8; NONCE_LEN];
+    rand::rng().fill_bytes(&mut nonce);
+    out.extend_from_slice(&nonce);
+    out.extend_from_slice(pt);
+    let tag = cipher
+        .encrypt_inout_detached(&Nonce::from(nonce), aad, (&mut out[NONCE_LEN..]).into())
+        .expect("encrypt");
+    out.extend_from_slice(&tag);
+    out
+}
+
+/// The inverse of [`raw_seal`]: the body copied into a new `Vec`, decrypted
+/// in place.
+fn raw_open(cipher: &Aes256Gcm, aad: &[u8], data: &[u8]) -> Option<Vec<u8>> {
+    let (nonce, rest) = data.split_at_checked(NONCE_LEN)?;
+    let (body, tag) = rest.split_at_checked(rest.len().checked_sub(TAG_LEN)?)?;
+    let nonce: [u8; NONCE_LEN] = nonce.try_into().ok()?;
+    let tag: [u8; TAG_LEN] = tag.try_into().ok()?;
+    let mut buf = body.to_vec();
+    cipher
+        .decrypt_inout_detached(
+            &Nonce::from(nonce),
+            aad,
+            buf.as_mut_slice().into(),
+            &Tag::from(tag),
+        )
+        .ok()?;
+    Some(buf)
+}
+
+fn raw_cipher() -> Aes256Gcm {
+    let mut key = [0u8; 32];
+    rand::rng().fill_bytes(&mut key);
+    Aes256Gcm::new_from_slice(&key).expect("32-byte key")
+}
+
+fn encrypt(c: &mut Criterion) {
+    let keyset = Keyset::generate();
+    let ser = EncryptingSerializer::new(Bytes, keyset);
+    let cipher = raw_cipher();
+    let ctx = ctx();
+    let aad = aad();
+    let mut group = c.benchmark_group("encrypt");
+    for n in SIZES {
+        let pt = plaintext(n);
+        group.throughput(Throughput::Bytes(n as u64));
+        group.bench_with_input(BenchmarkId::new("layer", n), &pt, |b, pt| {
+            b.iter(|| ser.serialize(black_box(&ctx), Some(black_box(&pt[..]))))
+        });
+        group.bench_with_input(BenchmarkId::new("raw_aes_gcm", n), &pt, |b, pt| {
+            b.iter(|| raw_seal(&cipher, black_box(&aad), black_box(pt)))
+        });
+    }
+    group.finish();
+}
+
+fn decrypt(c: &mut Criterion) {
+    let keyset = Keyset::generate();
+    let ser = EncryptingSerializer::new(Bytes, keyset.clone());
+    let de = DecryptingDeserializer::new(Bytes, keyset);
+    let cipher = raw_cipher();
+    let ctx = ctx();
+    let aad = aad();
+    let mut group = c.benchmark_group("decrypt");
+    for n in SIZES {
+        let pt = plaintext(n);
+        let ct = ser
+            .serialize(&ctx, Some(&pt[..]))
+            .expect("encrypt")
+            .expect("present");
+        let raw_ct = raw_seal(&cipher, &aad, &pt);
+        assert_eq!(
+            de.deserialize(&ctx, Some(&ct)).expect("decrypt"),
+            Some(pt.clone())
+        );
+        assert_eq!(raw_open(&cipher, &aad, &raw_ct), Some(pt));
+        group.throughput(Throughput::Bytes(n as u64));
+        group.bench_with_input(BenchmarkId::new("layer", n), &ct, |b, ct| {
+            b.iter(|| de.deserialize(black_box(&ctx), Some(black_box(&ct[..]))))
+        });
+        group.bench_with_input(BenchmarkId::new("raw_aes_gcm", n), &raw_ct, |b, ct| {
+            b.iter(|| raw_open(&cipher, black_box(&aad), black_box(ct)))
+        });
+    }
+    group.finish();
+}
+
+fn decrypt_fail(c: &mut Criterion) {
+    const N: usize = 1024;
+    let keyset = Keyset::generate();
+    let ser = EncryptingSerializer::new(Bytes, keyset.clone());
+    let de = DecryptingDeserializer::new(Bytes, keyset);
+    let cipher = raw_cipher();
+    let ctx = ctx();
+    let aad = aad();
+    let pt = plaintext(N);
+    let mut ct = ser
+        .serialize(&ctx, Some(&pt[..]))
+        .expect("encrypt")
+        .expect("present");
+    let mut raw_ct = raw_seal(&cipher, &aad, &pt);
+    // One flipped bit in the middle of the body.
+    let mid = ct.len() / 2;
+    ct[mid] ^= 0x01;
+    let mid = raw_ct.len() / 2;
+    raw_ct[mid] ^= 0x01;
+    assert!(de.deserialize(&ctx, Some(&ct)).is_err());
+    assert!(raw_open(&cipher, &aad, &raw_ct).is_none());
+    let mut group = c.benchmark_group("decrypt_fail");
+    group.throughput(Throughput::Bytes(N as u64));
+    group.bench_with_input(BenchmarkId::new("layer", N), &ct, |b, ct| {
+        b.iter(|| de.deserialize(black_box(&ctx), Some(black_box(&ct[..]))))
+    });
+    group.bench_with_input(BenchmarkId::new("raw_aes_gcm", N), &raw_ct, |b, ct| {
+        b.iter(|| raw_open(&cipher, black_box(&aad), black_box(ct)))
+    });
+    group.finish();
+}
+
+fn tombstone(c: &mut Criterion) {
+    let keyset = Keyset::generate();
+    let ser = EncryptingSerializer::new(Bytes, keyset.clone());
+    let de = DecryptingDeserializer::new(Bytes, keyset);
+    let ctx = ctx();
+    let mut group = c.benchmark_group("tombstone");
+    group.bench_function("serialize", |b| {
+        b.iter(|| ser.serialize(black_box(&ctx), black_box(None::<&[u8]>)))
+    });
+    group.bench_function("deserialize", |b| {
+        b.iter(|| de.deserialize(black_box(&ctx), black_box(None)))
+    });
+    group.finish();
+}
+
+/// A small record, as a Kafka Streams application might keep per key.
+#[derive(Serialize, Deserialize, Debug, PartialEq, Clone)]
+struct Order {
+    id: u64,
+    customer: u32,
+    item: String,
+    quantity: u16,
+    price_cents: u64,
+    express: bool,
+}
+
+fn typed(c: &mut Criterion) {
+    let keyset = Keyset::generate();
+    let ser = EncryptingSerializer::new(Bincode::<Order>::new(), keyset.clone());
+    let de = DecryptingDeserializer::new(Bincode::<Order>::new(), keyset);
+    let plain = Bincode::<Order>::new();
+    let ctx = ctx();
+    let order = Order {
+        id: 17,
+        customer: 4242,
+        item: "hardcover book".into(),
+        quantity: 2,
+        price_cents: 2599,
+        express: true,
+    };
+    let ct = ser
+        .serialize(&ctx, Some(&order))
+        .expect("encrypt")
+        .expect("present");
+    let bytes = plain
+        .serialize(&ctx, Some(&order))
+        .expect("encode")
+        .expect("present");
+    assert_eq!(
+        de.deserialize(&ctx, Some(&ct)).expect("decrypt"),
+        Some(order.clone())
+    );
+    assert_eq!(
+        plain.deserialize(&ctx, Some(&bytes)).expect("decode"),
+        Some(order.clone())
+    );
+
+    let mut group = c.benchmark_group("typed");
+    group.bench_function("bincode/serialize", |b| {
+        b.iter(|| ser.serialize(black_box(&ctx), Some(black_box(&order))))
+    });
+    group.bench_function("bincode/deserialize", |b| {
+        b.iter(|| de.deserialize(black_box(&ctx), Some(black_box(&ct[..]))))
+    });
+    group.bench_function("bincode_plain/serialize", |b| {
+        b.iter(|| plain.serialize(black_box(&ctx), Some(black_box(&order))))
+    });
+    group.bench_function("bincode_plain/deserialize", |b| {
+        b.iter(|| plain.deserialize(black_box(&ctx), Some(black_box(&bytes[..]))))
+    });
+    group.finish();
+}
+
+criterion_group!(benches, encrypt, decrypt, decrypt_fail, tombstone, typed);
+criterion_main!(benches);
