@@ -229,16 +229,16 @@ fn typed(c: &mut Criterion) {
     );
 
     let mut group = c.benchmark_group("typed");
-    group.bench_function("bincode/serialize", |b| {
+    group.bench_function(BenchmarkId::new("bincode", "serialize"), |b| {
         b.iter(|| ser.serialize(black_box(&ctx), Some(black_box(&order))))
     });
-    group.bench_function("bincode/deserialize", |b| {
+    group.bench_function(BenchmarkId::new("bincode", "deserialize"), |b| {
         b.iter(|| de.deserialize(black_box(&ctx), Some(black_box(&ct[..]))))
     });
-    group.bench_function("bincode_plain/serialize", |b| {
+    group.bench_function(BenchmarkId::new("bincode_plain", "serialize"), |b| {
         b.iter(|| plain.serialize(black_box(&ctx), Some(black_box(&order))))
     });
-    group.bench_function("bincode_plain/deserialize", |b| {
+    group.bench_function(BenchmarkId::new("bincode_plain", "deserialize"), |b| {
         b.iter(|| plain.deserialize(black_box(&ctx), Some(black_box(&bytes[..]))))
     });
     group.finish();
