@@ -42,6 +42,7 @@ impl Serializer<[u8]> for Bytes {
         Ok(value.map(<[u8]>::to_vec))
     }
 
+    #[inline]
     fn serialize_into(
         &self,
         _: &Context<'_>,
@@ -52,6 +53,7 @@ impl Serializer<[u8]> for Bytes {
         Ok(())
     }
 
+    #[inline]
     fn size_hint(&self, value: &[u8]) -> usize {
         value.len()
     }
@@ -62,6 +64,7 @@ impl Deserializer<Vec<u8>> for Bytes {
         Ok(data.map(<[u8]>::to_vec))
     }
 
+    #[inline]
     fn deserialize_owned(&self, _: &Context<'_>, data: Vec<u8>) -> Result<Vec<u8>, Error> {
         Ok(data)
     }
@@ -78,11 +81,13 @@ impl Serializer<str> for Utf8 {
         Ok(value.map(|s| s.as_bytes().to_vec()))
     }
 
+    #[inline]
     fn serialize_into(&self, _: &Context<'_>, value: &str, out: &mut Vec<u8>) -> Result<(), Error> {
         out.extend_from_slice(value.as_bytes());
         Ok(())
     }
 
+    #[inline]
     fn size_hint(&self, value: &str) -> usize {
         value.len()
     }

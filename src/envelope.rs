@@ -24,27 +24,55 @@ pub(crate) const HEADER_LEN: usize = PREFIX_LEN + NONCE_LEN;
 /// Bytes a ciphertext carries beyond its plaintext.
 pub const OVERHEAD: usize = HEADER_LEN + TAG_LEN;
 
-/// Appends the associated data for `ctx` under `policy` to `out`.
-pub(crate) fn write_aad(
-    policy: AadPolicy,
-    ctx: &Context<'_>,
-    out: &mut Vec<u8>,
-) -> Result<(), Error> {
+/// The shape of a non-empty associated data.
+struct AadLayout<'a> {
+    /// Its length in bytes.
+    len: usize,
+    /// The record key it includes, if any.
+    key: Option<&'a [u8]>,
+}
+
+/// The shape of the associated data for `ctx` under `policy`; `None` for the
+/// empty associated data of [`AadPolicy::None`].
+fn aad_layout<'a>(policy: AadPolicy, ctx: &Context<'a>) -> Result<Option<AadLayout<'a>>, Error> {
     let key = match policy {
-        AadPolicy::None => return Ok(()),
+        AadPolicy::None => return Ok(None),
         AadPolicy::Topic => None,
         AadPolicy::TopicAndKey => ctx.key(),
     };
-    let topic = ctx.topic().as_bytes();
-    out.reserve(4 + topic.len() + 1 + key.map_or(0, |k| 4 + k.len()));
-    out.extend_from_slice(&len_u32(topic.len())?.to_be_bytes());
-    out.extend_from_slice(topic);
-    match key {
-        None => out.push(0),
+    len_u32(ctx.topic().len())?;
+    let key_part = match key {
+        None => 0,
         Some(k) => {
-            out.push(1);
-            out.extend_from_slice(&len_u32(k.len())?.to_be_bytes());
-            out.extend_from_slice(k);
+            len_u32(k.len())?;
+            k.len().checked_add(4).ok_or(Error::ContextTooLong)?
+        }
+    };
+    let len = ctx
+        .topic()
+        .len()
+        .checked_add(5)
+        .and_then(|n| n.checked_add(key_part))
+        .ok_or(Error::ContextTooLong)?;
+    Ok(Some(AadLayout { len, key }))
+}
+
+/// Writes the associated data for `ctx` (and `key`, if any) into `out`, which
+/// is exactly as long as [`aad_layout`] says.
+fn encode_aad(ctx: &Context<'_>, key: Option<&[u8]>, out: &mut [u8]) -> Result<(), Error> {
+    let topic = ctx.topic().as_bytes();
+    let (len, rest) = out.split_at_mut(4);
+    len.copy_from_slice(&len_u32(topic.len())?.to_be_bytes());
+    let (t, rest) = rest.split_at_mut(topic.len());
+    t.copy_from_slice(topic);
+    let (flag, rest) = rest.split_at_mut(1);
+    match key {
+        None => flag[0] = 0,
+        Some(k) => {
+            flag[0] = 1;
+            let (len, rest) = rest.split_at_mut(4);
+            len.copy_from_slice(&len_u32(k.len())?.to_be_bytes());
+            rest.copy_from_slice(k);
         }
     }
     Ok(())
@@ -54,11 +82,53 @@ fn len_u32(n: usize) -> Result<u32, Error> {
     u32::try_from(n).map_err(|_| Error::ContextTooLong)
 }
 
-/// The associated data for `ctx` under `policy`.
+/// The associated data for `ctx` under `policy`, in a new `Vec`.
 pub(crate) fn aad(policy: AadPolicy, ctx: &Context<'_>) -> Result<Vec<u8>, Error> {
-    let mut out = Vec::new();
-    write_aad(policy, ctx, &mut out)?;
+    let Some(AadLayout { len, key }) = aad_layout(policy, ctx)? else {
+        return Ok(Vec::new());
+    };
+    let mut out = vec![0; len];
+    encode_aad(ctx, key, &mut out)?;
     Ok(out)
+}
+
+/// Associated data up to this long is computed on the stack: a topic and a
+/// record key of up to 119 bytes together. Longer ones take one allocation.
+const INLINE_AAD: usize = 128;
+
+/// Room for the associated data of one value, so that the per-value path
+/// computes it without allocating:
+/// `let mut buf = AadBuf::new(); let aad = buf.encode(policy, ctx)?;`.
+pub(crate) struct AadBuf {
+    inline: [u8; INLINE_AAD],
+    heap: Vec<u8>,
+}
+
+impl AadBuf {
+    #[inline]
+    pub(crate) fn new() -> Self {
+        AadBuf {
+            inline: [0; INLINE_AAD],
+            heap: Vec::new(),
+        }
+    }
+
+    /// The associated data for `ctx` under `policy`, in this buffer.
+    #[inline]
+    pub(crate) fn encode(&mut self, policy: AadPolicy, ctx: &Context<'_>) -> Result<&[u8], Error> {
+        let Some(AadLayout { len, key }) = aad_layout(policy, ctx)? else {
+            return Ok(&[]);
+        };
+        let out = match self.inline.get_mut(..len) {
+            Some(out) => out,
+            None => {
+                self.heap.resize(len, 0);
+                &mut self.heap[..]
+            }
+        };
+        encode_aad(ctx, key, out)?;
+        Ok(out)
+    }
 }
 
 /// Encrypts a present value under the primary key of `keyset`.
@@ -73,14 +143,16 @@ pub(crate) fn seal_with(
     write_plaintext: impl FnOnce(&mut Vec<u8>) -> Result<(), Error>,
 ) -> Result<Vec<u8>, Error> {
     let entry = keyset.primary_entry();
-    let mut out = Vec::with_capacity(OVERHEAD.saturating_add(size_hint));
-    out.push(VERSION);
-    out.extend_from_slice(&entry.id.0.to_be_bytes());
     let mut nonce = [0u8; NONCE_LEN];
     // ThreadRng: a CSPRNG seeded and periodically reseeded from the OS (see
     // SECURITY.md), no syscall per value.
     rand::rng().fill_bytes(&mut nonce);
-    out.extend_from_slice(&nonce);
+    let mut header = [0u8; HEADER_LEN];
+    header[0] = VERSION;
+    header[1..PREFIX_LEN].copy_from_slice(&entry.id.0.to_be_bytes());
+    header[PREFIX_LEN..].copy_from_slice(&nonce);
+    let mut out = Vec::with_capacity(OVERHEAD.saturating_add(size_hint));
+    out.extend_from_slice(&header);
     write_plaintext(&mut out)?;
     let tag = entry
         .material

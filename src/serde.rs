@@ -2,7 +2,7 @@
 //! tombstone) and the encrypting wrappers, where the tombstone rule lives.
 
 use crate::context::{AadPolicy, Context};
-use crate::envelope;
+use crate::envelope::{self, AadBuf};
 use crate::error::Error;
 use crate::keyset::Keyset;
 
@@ -121,17 +121,32 @@ impl<S> EncryptingSerializer<S> {
     }
 }
 
-impl<T: ?Sized, S: Serializer<T>> Serializer<T> for EncryptingSerializer<S> {
-    fn serialize(&self, ctx: &Context<'_>, value: Option<&T>) -> Result<Option<Vec<u8>>, Error> {
-        let Some(value) = value else {
-            return Ok(None); // contract point 1: never touch the inner serde or the cipher
-        };
-        let aad = envelope::aad(self.aad, ctx)?;
+impl<S> EncryptingSerializer<S> {
+    /// Encrypts a present value: the associated data on the stack, the
+    /// inner codec writing straight into the one output buffer.
+    fn encrypt<T: ?Sized>(&self, ctx: &Context<'_>, value: &T) -> Result<Vec<u8>, Error>
+    where
+        S: Serializer<T>,
+    {
+        let mut aad = AadBuf::new();
+        let aad = aad.encode(self.aad, ctx)?;
         let hint = self.inner.size_hint(value);
-        envelope::seal_with(&self.keyset, &aad, hint, |out| {
+        envelope::seal_with(&self.keyset, aad, hint, |out| {
             self.inner.serialize_into(ctx, value, out)
         })
-        .map(Some)
+    }
+}
+
+impl<T: ?Sized, S: Serializer<T>> Serializer<T> for EncryptingSerializer<S> {
+    // Inlined so that a tombstone costs the caller a branch and nothing else;
+    // the work for a present value stays out of line.
+    #[inline]
+    fn serialize(&self, ctx: &Context<'_>, value: Option<&T>) -> Result<Option<Vec<u8>>, Error> {
+        match value {
+            // Contract point 1: never touch the inner serde or the cipher.
+            None => Ok(None),
+            Some(value) => self.encrypt(ctx, value).map(Some),
+        }
     }
 
     fn size_hint(&self, value: &T) -> usize {
@@ -181,13 +196,27 @@ impl<D> DecryptingDeserializer<D> {
     }
 }
 
+impl<D> DecryptingDeserializer<D> {
+    /// Decrypts present bytes into one new buffer, which the inner codec
+    /// then owns.
+    fn decrypt<T>(&self, ctx: &Context<'_>, data: &[u8]) -> Result<T, Error>
+    where
+        D: Deserializer<T>,
+    {
+        let mut aad = AadBuf::new();
+        let aad = aad.encode(self.aad, ctx)?;
+        let plaintext = envelope::open(&self.keyset, aad, data)?;
+        self.inner.deserialize_owned(ctx, plaintext)
+    }
+}
+
 impl<T, D: Deserializer<T>> Deserializer<T> for DecryptingDeserializer<D> {
+    // Inlined for the same reason as `EncryptingSerializer::serialize`.
+    #[inline]
     fn deserialize(&self, ctx: &Context<'_>, data: Option<&[u8]>) -> Result<Option<T>, Error> {
-        let Some(data) = data else {
-            return Ok(None); // contract point 1
-        };
-        let aad = envelope::aad(self.aad, ctx)?;
-        let plaintext = envelope::open(&self.keyset, &aad, data)?;
-        self.inner.deserialize_owned(ctx, plaintext).map(Some)
+        match data {
+            None => Ok(None), // contract point 1
+            Some(data) => self.decrypt(ctx, data).map(Some),
+        }
     }
 }
