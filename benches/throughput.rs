@@ -7,6 +7,12 @@
 //! - `encrypt/raw_aes_gcm/N`, `decrypt/raw_aes_gcm/N`: `aes-gcm` doing the same
 //!   work by hand: a fresh nonce from the thread-local RNG, one output `Vec`
 //!   (`nonce | ciphertext | tag`), associated data of the same length.
+//! - with the feature `aws-lc`, `encrypt/layer_aws_lc/N`,
+//!   `encrypt/raw_aws_lc/N` and `decrypt/...` likewise: the layer on its
+//!   aws-lc backend (the default under the feature) against `aws-lc-rs`'s
+//!   `LessSafeKey` doing the same work by hand. `layer` is then the same
+//!   layer forced onto RustCrypto (`with_rustcrypto_backend`), so one run
+//!   measures both.
 //! - `tombstone/serialize`, `tombstone/deserialize`: a null passing through.
 //! - `decrypt_fail/layer/1024`, `decrypt_fail/raw_aes_gcm/1024`: a tampered
 //!   value, rejected.
@@ -63,6 +69,54 @@ fn raw_seal(cipher: &Aes256Gcm, aad: &[u8], pt: &[u8]) -> Vec<u8> {
     out
 }
 
+#[cfg(feature = "aws-lc")]
+mod aws_lc {
+    use aws_lc_rs::aead::{Aad, LessSafeKey, Nonce, UnboundKey, AES_256_GCM};
+    use rand::Rng as _;
+
+    use super::{NONCE_LEN, TAG_LEN};
+
+    pub fn key() -> LessSafeKey {
+        let mut key = [0u8; 32];
+        rand::rng().fill_bytes(&mut key);
+        LessSafeKey::new(UnboundKey::new(&AES_256_GCM, &key).expect("32-byte key"))
+    }
+
+    /// [`super::raw_seal`] on aws-lc.
+    pub fn seal(key: &LessSafeKey, aad: &[u8], pt: &[u8]) -> Vec<u8> {
+        let mut out = Vec::with_capacity(NONCE_LEN + pt.len() + TAG_LEN);
+        let mut nonce = [0u8; NONCE_LEN];
+        rand::rng().fill_bytes(&mut nonce);
+        out.extend_from_slice(&nonce);
+        out.extend_from_slice(pt);
+        let tag = key
+            .seal_in_place_separate_tag(
+                Nonce::assume_unique_for_key(nonce),
+                Aad::from(aad),
+                &mut out[NONCE_LEN..],
+            )
+            .expect("encrypt");
+        out.extend_from_slice(tag.as_ref());
+        out
+    }
+
+    /// [`super::raw_open`] on aws-lc.
+    pub fn open(key: &LessSafeKey, aad: &[u8], data: &[u8]) -> Option<Vec<u8>> {
+        let (nonce, rest) = data.split_at_checked(NONCE_LEN)?;
+        let (body, tag) = rest.split_at_checked(rest.len().checked_sub(TAG_LEN)?)?;
+        let nonce: [u8; NONCE_LEN] = nonce.try_into().ok()?;
+        let mut buf = body.to_vec();
+        key.open_in_place_separate_tag(
+            Nonce::assume_unique_for_key(nonce),
+            Aad::from(aad),
+            tag,
+            &mut buf,
+        )
+        .ok()?;
+        Some(buf)
+    }
+}
+
 /// The inverse of [`raw_seal`]: the body copied into a new `Vec`, decrypted
 /// in place.
 fn raw_open(cipher: &Aes256Gcm, aad: &[u8], data: &[u8]) -> Option<Vec<u8>> {
@@ -90,8 +144,10 @@ fn raw_cipher() -> Aes256Gcm {
 
 fn encrypt(c: &mut Criterion) {
     let keyset = Keyset::generate();
-    let ser = EncryptingSerializer::new(Bytes, keyset);
+    let ser = EncryptingSerializer::new(Bytes, keyset.clone()).with_rustcrypto_backend();
     let cipher = raw_cipher();
+    #[cfg(feature = "aws-lc")]
+    let (ser_aws_lc, aws_lc_key) = (EncryptingSerializer::new(Bytes, keyset), aws_lc::key());
     let ctx = ctx();
     let aad = aad();
     let mut group = c.benchmark_group("encrypt");
@@ -104,15 +160,26 @@ fn encrypt(c: &mut Criterion) {
         group.bench_with_input(BenchmarkId::new("raw_aes_gcm", n), &pt, |b, pt| {
             b.iter(|| raw_seal(&cipher, black_box(&aad), black_box(pt)))
         });
+        #[cfg(feature = "aws-lc")]
+        {
+            group.bench_with_input(BenchmarkId::new("layer_aws_lc", n), &pt, |b, pt| {
+                b.iter(|| ser_aws_lc.serialize(black_box(&ctx), Some(black_box(&pt[..]))))
+            });
+            group.bench_with_input(BenchmarkId::new("raw_aws_lc", n), &pt, |b, pt| {
+                b.iter(|| aws_lc::seal(&aws_lc_key, black_box(&aad), black_box(pt)))
+            });
+        }
     }
     group.finish();
 }
 
 fn decrypt(c: &mut Criterion) {
     let keyset = Keyset::generate();
-    let ser = EncryptingSerializer::new(Bytes, keyset.clone());
-    let de = DecryptingDeserializer::new(Bytes, keyset);
+    let ser = EncryptingSerializer::new(Bytes, keyset.clone()).with_rustcrypto_backend();
+    let de = DecryptingDeserializer::new(Bytes, keyset.clone()).with_rustcrypto_backend();
     let cipher = raw_cipher();
+    #[cfg(feature = "aws-lc")]
+    let (de_aws_lc, aws_lc_key) = (DecryptingDeserializer::new(Bytes, keyset), aws_lc::key());
     let ctx = ctx();
     let aad = aad();
     let mut group = c.benchmark_group("decrypt");
@@ -127,7 +194,7 @@ fn decrypt(c: &mut Criterion) {
             de.deserialize(&ctx, Some(&ct)).expect("decrypt"),
             Some(pt.clone())
         );
-        assert_eq!(raw_open(&cipher, &aad, &raw_ct), Some(pt));
+        assert_eq!(raw_open(&cipher, &aad, &raw_ct), Some(pt.clone()));
         group.throughput(Throughput::Bytes(n as u64));
         group.bench_with_input(BenchmarkId::new("layer", n), &ct, |b, ct| {
             b.iter(|| de.deserialize(black_box(&ctx), Some(black_box(&ct[..]))))
@@ -135,6 +202,22 @@ fn decrypt(c: &mut Criterion) {
         group.bench_with_input(BenchmarkId::new("raw_aes_gcm", n), &raw_ct, |b, ct| {
             b.iter(|| raw_open(&cipher, black_box(&aad), black_box(ct)))
         });
+        #[cfg(feature = "aws-lc")]
+        {
+            // The layer's ciphertext was written by RustCrypto: aws-lc reads it.
+            assert_eq!(
+                de_aws_lc.deserialize(&ctx, Some(&ct)).expect("decrypt"),
+                Some(pt.clone())
+            );
+            let raw_ct = aws_lc::seal(&aws_lc_key, &aad, &pt);
+            assert_eq!(aws_lc::open(&aws_lc_key, &aad, &raw_ct), Some(pt.clone()));
+            group.bench_with_input(BenchmarkId::new("layer_aws_lc", n), &ct, |b, ct| {
+                b.iter(|| de_aws_lc.deserialize(black_box(&ctx), Some(black_box(&ct[..]))))
+            });
+            group.bench_with_input(BenchmarkId::new("raw_aws_lc", n), &raw_ct, |b, ct| {
+                b.iter(|| aws_lc::open(&aws_lc_key, black_box(&aad), black_box(ct)))
+            });
+        }
     }
     group.finish();
 }
@@ -142,8 +225,8 @@ fn decrypt(c: &mut Criterion) {
 fn decrypt_fail(c: &mut Criterion) {
     const N: usize = 1024;
     let keyset = Keyset::generate();
-    let ser = EncryptingSerializer::new(Bytes, keyset.clone());
-    let de = DecryptingDeserializer::new(Bytes, keyset);
+    let ser = EncryptingSerializer::new(Bytes, keyset.clone()).with_rustcrypto_backend();
+    let de = DecryptingDeserializer::new(Bytes, keyset.clone()).with_rustcrypto_backend();
     let cipher = raw_cipher();
     let ctx = ctx();
     let aad = aad();
@@ -168,6 +251,22 @@ fn decrypt_fail(c: &mut Criterion) {
     group.bench_with_input(BenchmarkId::new("raw_aes_gcm", N), &raw_ct, |b, ct| {
         b.iter(|| raw_open(&cipher, black_box(&aad), black_box(ct)))
     });
+    #[cfg(feature = "aws-lc")]
+    {
+        let de_aws_lc = DecryptingDeserializer::new(Bytes, keyset);
+        let key = aws_lc::key();
+        let mut raw_ct = aws_lc::seal(&key, &aad, &pt);
+        let mid = raw_ct.len() / 2;
+        raw_ct[mid] ^= 0x01;
+        assert!(de_aws_lc.deserialize(&ctx, Some(&ct)).is_err());
+        assert!(aws_lc::open(&key, &aad, &raw_ct).is_none());
+        group.bench_with_input(BenchmarkId::new("layer_aws_lc", N), &ct, |b, ct| {
+            b.iter(|| de_aws_lc.deserialize(black_box(&ctx), Some(black_box(&ct[..]))))
+        });
+        group.bench_with_input(BenchmarkId::new("raw_aws_lc", N), &raw_ct, |b, ct| {
+            b.iter(|| aws_lc::open(&key, black_box(&aad), black_box(ct)))
+        });
+    }
     group.finish();
 }
 

@@ -10,7 +10,7 @@
 
 use rand::Rng as _;
 
-use crate::cipher::{NONCE_LEN, TAG_LEN};
+use crate::cipher::{Backend, NONCE_LEN, TAG_LEN};
 use crate::context::{AadPolicy, Context};
 use crate::error::Error;
 use crate::keyset::{KeyId, Keyset};
@@ -34,6 +34,7 @@ struct AadLayout<'a> {
 
 /// The shape of the associated data for `ctx` under `policy`; `None` for the
 /// empty associated data of [`AadPolicy::None`].
+#[inline]
 fn aad_layout<'a>(policy: AadPolicy, ctx: &Context<'a>) -> Result<Option<AadLayout<'a>>, Error> {
     let key = match policy {
         AadPolicy::None => return Ok(None),
@@ -59,6 +60,7 @@ fn aad_layout<'a>(policy: AadPolicy, ctx: &Context<'a>) -> Result<Option<AadLayo
 
 /// Writes the associated data for `ctx` (and `key`, if any) into `out`, which
 /// is exactly as long as [`aad_layout`] says.
+#[inline]
 fn encode_aad(ctx: &Context<'_>, key: Option<&[u8]>, out: &mut [u8]) -> Result<(), Error> {
     let topic = ctx.topic().as_bytes();
     let (len, rest) = out.split_at_mut(4);
@@ -131,13 +133,15 @@ impl AadBuf {
     }
 }
 
-/// Encrypts a present value under the primary key of `keyset`.
+/// Encrypts a present value under the primary key of `keyset`, with
+/// `backend`.
 ///
 /// `write_plaintext` appends the plaintext to the buffer it is given; the
 /// buffer already holds the header, and `size_hint` bytes of room are
 /// reserved for it beyond the tag, so an exact hint means one allocation.
 pub(crate) fn seal_with(
     keyset: &Keyset,
+    backend: Backend,
     aad: &[u8],
     size_hint: usize,
     write_plaintext: impl FnOnce(&mut Vec<u8>) -> Result<(), Error>,
@@ -156,14 +160,14 @@ pub(crate) fn seal_with(
     write_plaintext(&mut out)?;
     let tag = entry
         .material
-        .seal_in_place(&nonce, aad, &mut out[HEADER_LEN..])?;
+        .seal_in_place_with(backend, &nonce, aad, &mut out[HEADER_LEN..])?;
     out.extend_from_slice(&tag);
     Ok(out)
 }
 
 /// Encrypts `plaintext` under the primary key of `keyset`.
 pub(crate) fn seal(keyset: &Keyset, aad: &[u8], plaintext: &[u8]) -> Result<Vec<u8>, Error> {
-    seal_with(keyset, aad, plaintext.len(), |out| {
+    seal_with(keyset, Backend::DEFAULT, aad, plaintext.len(), |out| {
         out.extend_from_slice(plaintext);
         Ok(())
     })
@@ -203,9 +207,21 @@ pub(crate) fn parse(data: &[u8]) -> Result<Parsed<'_>, Error> {
 /// Decrypts a ciphertext with whichever enabled key its key id names.
 /// On any failure no plaintext is returned.
 pub(crate) fn open(keyset: &Keyset, aad: &[u8], data: &[u8]) -> Result<Vec<u8>, Error> {
+    open_with(keyset, Backend::DEFAULT, aad, data)
+}
+
+/// [`open`] with `backend`: the body is copied once, into the buffer that
+/// is returned, and decrypted there.
+#[inline]
+pub(crate) fn open_with(
+    keyset: &Keyset,
+    backend: Backend,
+    aad: &[u8],
+    data: &[u8],
+) -> Result<Vec<u8>, Error> {
     let parsed = parse(data)?;
     let key = keyset.decrypting_key(parsed.key_id)?;
     let mut buf = parsed.body.to_vec();
-    key.open_in_place(parsed.nonce, aad, &mut buf, parsed.tag)?;
+    key.open_in_place_with(backend, parsed.nonce, aad, &mut buf, parsed.tag)?;
     Ok(buf)
 }

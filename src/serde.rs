@@ -1,6 +1,7 @@
 //! The serde traits (Kafka's contract: a value is an `Option`, `None` is the
 //! tombstone) and the encrypting wrappers, where the tombstone rule lives.
 
+use crate::cipher::Backend;
 use crate::context::{AadPolicy, Context};
 use crate::envelope::{self, AadBuf};
 use crate::error::Error;
@@ -72,6 +73,11 @@ pub trait Deserializer<T> {
 /// the keyset's primary key with a fresh random nonce, bound to the
 /// context by the [`AadPolicy`].
 ///
+/// # Backend
+/// AES-GCM is RustCrypto's `aes-gcm`; with the cargo feature `aws-lc` it is
+/// `aws-lc-rs` for every key, AES-128 and AES-256. The bytes on the wire are
+/// the same either way: each backend reads what the other writes.
+///
 /// ```
 /// use tombstone_crypt::{Bytes, Context, DecryptingDeserializer, EncryptingSerializer, Keyset};
 /// use tombstone_crypt::{Deserializer as _, Serializer as _};
@@ -91,6 +97,7 @@ pub struct EncryptingSerializer<S> {
     inner: S,
     keyset: Keyset,
     aad: AadPolicy,
+    backend: Backend,
 }
 
 impl<S> EncryptingSerializer<S> {
@@ -101,6 +108,7 @@ impl<S> EncryptingSerializer<S> {
             inner,
             keyset,
             aad: AadPolicy::default(),
+            backend: Backend::DEFAULT,
         }
     }
 
@@ -108,6 +116,26 @@ impl<S> EncryptingSerializer<S> {
     #[must_use]
     pub fn with_aad(self, aad: AadPolicy) -> Self {
         EncryptingSerializer { aad, ..self }
+    }
+
+    /// The same serializer on RustCrypto's `aes-gcm` even when the `aws-lc`
+    /// feature is on (without it, this changes nothing). Not part of the API:
+    /// the benchmarks and the compatibility tests use it to run both
+    /// backends in one process. The bytes written are the same either way.
+    #[doc(hidden)]
+    #[must_use]
+    pub fn with_rustcrypto_backend(self) -> Self {
+        EncryptingSerializer {
+            backend: Backend::RustCrypto,
+            ..self
+        }
+    }
+
+    /// The name of the backend in use (`"aws-lc"` or `"rustcrypto"`). Not
+    /// part of the API.
+    #[doc(hidden)]
+    pub fn backend_name(&self) -> &'static str {
+        self.backend.name()
     }
 
     /// The keyset this serializer encrypts with.
@@ -131,7 +159,7 @@ impl<S> EncryptingSerializer<S> {
         let mut aad = AadBuf::new();
         let aad = aad.encode(self.aad, ctx)?;
         let hint = self.inner.size_hint(value);
-        envelope::seal_with(&self.keyset, aad, hint, |out| {
+        envelope::seal_with(&self.keyset, self.backend, aad, hint, |out| {
             self.inner.serialize_into(ctx, value, out)
         })
     }
@@ -161,11 +189,16 @@ impl<T: ?Sized, S: Serializer<T>> Serializer<T> for EncryptingSerializer<S> {
 /// the inner deserializer. Present bytes either decrypt and authenticate
 /// under an enabled key of the keyset and the same context, or fail with an
 /// error; they never become `None` and never yield partial plaintext.
+///
+/// # Backend
+/// As for [`EncryptingSerializer`]: RustCrypto's `aes-gcm`, or `aws-lc-rs`
+/// with the cargo feature `aws-lc`; either reads what the other writes.
 #[derive(Clone, Debug)]
 pub struct DecryptingDeserializer<D> {
     inner: D,
     keyset: Keyset,
     aad: AadPolicy,
+    backend: Backend,
 }
 
 impl<D> DecryptingDeserializer<D> {
@@ -176,6 +209,7 @@ impl<D> DecryptingDeserializer<D> {
             inner,
             keyset,
             aad: AadPolicy::default(),
+            backend: Backend::DEFAULT,
         }
     }
 
@@ -183,6 +217,25 @@ impl<D> DecryptingDeserializer<D> {
     #[must_use]
     pub fn with_aad(self, aad: AadPolicy) -> Self {
         DecryptingDeserializer { aad, ..self }
+    }
+
+    /// The same deserializer on RustCrypto's `aes-gcm` even when the
+    /// `aws-lc` feature is on; see
+    /// [`EncryptingSerializer::with_rustcrypto_backend`]. Not part of the API.
+    #[doc(hidden)]
+    #[must_use]
+    pub fn with_rustcrypto_backend(self) -> Self {
+        DecryptingDeserializer {
+            backend: Backend::RustCrypto,
+            ..self
+        }
+    }
+
+    /// The name of the backend in use (`"aws-lc"` or `"rustcrypto"`). Not
+    /// part of the API.
+    #[doc(hidden)]
+    pub fn backend_name(&self) -> &'static str {
+        self.backend.name()
     }
 
     /// The keyset this deserializer decrypts with.
@@ -205,7 +258,7 @@ impl<D> DecryptingDeserializer<D> {
     {
         let mut aad = AadBuf::new();
         let aad = aad.encode(self.aad, ctx)?;
-        let plaintext = envelope::open(&self.keyset, aad, data)?;
+        let plaintext = envelope::open_with(&self.keyset, self.backend, aad, data)?;
         self.inner.deserialize_owned(ctx, plaintext)
     }
 }
