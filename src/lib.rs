@@ -8,6 +8,8 @@ mod codec;
 mod context;
 mod envelope;
 mod error;
+#[cfg(feature = "kafka")]
+mod kafka;
 mod keyset;
 mod serde;
 mod store;
@@ -16,6 +18,8 @@ pub use crate::codec::{Bincode, Bytes, Json, Utf8, BINCODE_DECODE_LIMIT};
 pub use crate::context::{AadPolicy, Context};
 pub use crate::envelope::OVERHEAD;
 pub use crate::error::Error;
+#[cfg(feature = "kafka")]
+pub use crate::kafka::{decode_message, encode_record, KafkaChangelog, KafkaRecord};
 pub use crate::keyset::{KeyId, KeyStatus, Keyset, MAX_KEYS};
 pub use crate::serde::{DecryptingDeserializer, Deserializer, EncryptingSerializer, Serializer};
 #[cfg(feature = "redb")]
@@ -24,6 +28,10 @@ pub use crate::store::{
     compact, restore, ChangeLoggingStore, Changelog, EncryptedStore, Entry, KeyValueStore,
     MemoryChangelog, MemoryStore, Record, TypedStore,
 };
+/// The rdkafka crate this one is built on (feature `kafka`), for its
+/// `ClientConfig`, producers and consumers.
+#[cfg(feature = "kafka")]
+pub use rdkafka;
 
 #[doc = include_str!("../docs/FORMAT.md")]
 pub mod format {}

@@ -21,11 +21,13 @@ pub struct Record {
 /// A Kafka topic implements it (the `kafka` feature); [`MemoryChangelog`]
 /// does in memory, with Kafka's compaction rule.
 pub trait Changelog {
-    /// Appends a record and returns its offset.
+    /// Appends a record (`None`: a tombstone). It may only be queued: it is
+    /// durable and visible to [`records`](Changelog::records) after
+    /// [`flush`](Changelog::flush).
     ///
     /// # Errors
     /// [`Error::Changelog`] if the record could not be appended.
-    fn append(&mut self, key: &[u8], value: Option<&[u8]>) -> Result<u64, Error>;
+    fn append(&mut self, key: &[u8], value: Option<&[u8]>) -> Result<(), Error>;
 
     /// Every record from the beginning to the current end, in offset order.
     ///
@@ -115,7 +117,7 @@ impl MemoryChangelog {
 }
 
 impl Changelog for MemoryChangelog {
-    fn append(&mut self, key: &[u8], value: Option<&[u8]>) -> Result<u64, Error> {
+    fn append(&mut self, key: &[u8], value: Option<&[u8]>) -> Result<(), Error> {
         let offset = self.next;
         self.next += 1;
         self.records.push(Record {
@@ -123,7 +125,7 @@ impl Changelog for MemoryChangelog {
             key: key.to_vec(),
             value: value.map(<[u8]>::to_vec),
         });
-        Ok(offset)
+        Ok(())
     }
 
     fn records(&self) -> Result<Vec<Record>, Error> {

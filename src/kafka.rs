@@ -1,0 +1,317 @@
+//! Kafka records and a changelog on a Kafka topic (feature `kafka`, on
+//! rdkafka with the bundled librdkafka).
+//!
+//! A tombstone reaches the broker as a record **with no payload at all**
+//! (Kafka's null value), never as an empty payload; a consumed record with no
+//! payload comes back as `None` without touching the value deserializer.
+
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use rdkafka::admin::{AdminClient, AdminOptions, NewTopic, TopicReplication};
+use rdkafka::client::{ClientContext, DefaultClientContext};
+use rdkafka::config::ClientConfig;
+use rdkafka::consumer::{BaseConsumer, Consumer as _};
+use rdkafka::error::{KafkaError, RDKafkaErrorCode};
+use rdkafka::message::{DeliveryResult, Message};
+use rdkafka::producer::{BaseRecord, Producer as _, ProducerContext, ThreadedProducer};
+use rdkafka::{Offset, TopicPartitionList};
+
+use crate::context::Context;
+use crate::error::Error;
+use crate::serde::{Deserializer, Serializer};
+use crate::store::{Changelog, Record};
+
+/// A record ready to produce: its topic, key bytes and payload, `None` being
+/// a tombstone (produced with no payload).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct KafkaRecord {
+    /// The topic.
+    pub topic: String,
+    /// The serialized record key.
+    pub key: Vec<u8>,
+    /// The serialized (encrypted) value, or `None` for a tombstone.
+    pub payload: Option<Vec<u8>>,
+}
+
+impl KafkaRecord {
+    /// The record as rdkafka's `BaseRecord`, to hand to a producer. A
+    /// tombstone gets no payload at all.
+    pub fn as_base_record(&self) -> BaseRecord<'_, [u8], [u8]> {
+        let record = BaseRecord::to(&self.topic).key(&self.key[..]);
+        match &self.payload {
+            Some(p) => record.payload(&p[..]),
+            None => record,
+        }
+    }
+}
+
+/// Encodes a typed `(key, Option<value>)` for `topic` through any serializer
+/// pair; the value serializer's context is the topic and the key bytes.
+///
+/// # Errors
+/// A serde failed; [`Error::InnerReturnedNone`] if the key serializer
+/// returned no bytes.
+pub fn encode_record<K, V, KS, VS>(
+    topic: &str,
+    key_ser: &KS,
+    value_ser: &VS,
+    key: &K,
+    value: Option<&V>,
+) -> Result<KafkaRecord, Error>
+where
+    K: ?Sized,
+    V: ?Sized,
+    KS: Serializer<K> + ?Sized,
+    VS: Serializer<V> + ?Sized,
+{
+    let key = key_ser
+        .serialize(&Context::new(topic), Some(key))?
+        .ok_or(Error::InnerReturnedNone)?;
+    let payload = value_ser.serialize(&Context::new(topic).with_key(&key), value)?;
+    Ok(KafkaRecord {
+        topic: topic.to_owned(),
+        key,
+        payload,
+    })
+}
+
+/// Decodes a consumed message into `(key, Option<value>)` through any
+/// deserializer pair, with the message's topic and key as context. A message
+/// without a payload is a tombstone: `None`.
+///
+/// # Errors
+/// A serde failed (a value that does not decrypt); [`Error::Changelog`] if
+/// the message has no key.
+pub fn decode_message<K, V, KD, VD, M>(
+    message: &M,
+    key_de: &KD,
+    value_de: &VD,
+) -> Result<(K, Option<V>), Error>
+where
+    KD: Deserializer<K> + ?Sized,
+    VD: Deserializer<V> + ?Sized,
+    M: Message,
+{
+    let topic = message.topic();
+    let key_bytes = message
+        .key()
+        .ok_or_else(|| Error::Changelog("a record without a key".into()))?;
+    let key = key_de
+        .deserialize(&Context::new(topic), Some(key_bytes))?
+        .ok_or(Error::InnerReturnedNone)?;
+    let value =
+        value_de.deserialize(&Context::new(topic).with_key(key_bytes), message.payload())?;
+    Ok((key, value))
+}
+
+fn kafka_err(what: &str, e: impl core::fmt::Display) -> Error {
+    Error::Changelog(format!("kafka: {what}: {e}"))
+}
+
+/// Collects delivery failures reported by the producer's thread.
+#[derive(Clone, Default)]
+struct Deliveries {
+    failed: Arc<Mutex<Vec<String>>>,
+}
+
+impl ClientContext for Deliveries {}
+
+impl ProducerContext for Deliveries {
+    type DeliveryOpaque = ();
+
+    fn delivery(&self, result: &DeliveryResult<'_>, _: ()) {
+        if let Err((e, _)) = result {
+            if let Ok(mut failed) = self.failed.lock() {
+                failed.push(e.to_string());
+            }
+        }
+    }
+}
+
+/// A [`Changelog`] on partition 0 of a Kafka topic, created with
+/// `cleanup.policy=compact` when missing.
+///
+/// `append` queues a record; `flush` waits until every queued record is
+/// acknowledged by the broker and fails if any was not. `records` reads the
+/// partition from the beginning to its end (the high watermark).
+///
+/// A broker compacts on its own schedule (and some never do, such as a
+/// memory-only test broker): apply [`compact`](crate::compact) to what
+/// `records` returns to see what compaction will leave.
+pub struct KafkaChangelog {
+    producer: ThreadedProducer<Deliveries>,
+    deliveries: Deliveries,
+    config: ClientConfig,
+    topic: String,
+    timeout: Duration,
+}
+
+impl core::fmt::Debug for KafkaChangelog {
+    fn fmt(&self, f: &mut core::fmt::Formatter<'_>) -> core::fmt::Result {
+        f.debug_struct("KafkaChangelog")
+            .field("topic", &self.topic)
+            .finish_non_exhaustive()
+    }
+}
+
+impl KafkaChangelog {
+    /// Opens the changelog on `topic` at `bootstrap_servers`, creating the
+    /// topic (one partition, compacted) if it does not exist.
+    ///
+    /// # Errors
+    /// [`Error::Changelog`] if the broker cannot be reached or refuses.
+    pub fn open(bootstrap_servers: &str, topic: &str) -> Result<Self, Error> {
+        let mut config = ClientConfig::new();
+        config.set("bootstrap.servers", bootstrap_servers);
+        Self::with_config(config, topic)
+    }
+
+    /// As [`open`](KafkaChangelog::open), with a client configuration of
+    /// your own (security settings and the like); it must set
+    /// `bootstrap.servers`.
+    ///
+    /// # Errors
+    /// [`Error::Changelog`] if the broker cannot be reached or refuses.
+    pub fn with_config(config: ClientConfig, topic: &str) -> Result<Self, Error> {
+        let timeout = Duration::from_secs(30);
+        create_compacted_topic(&config, topic, timeout)?;
+        let deliveries = Deliveries::default();
+        let producer: ThreadedProducer<Deliveries> = config
+            .clone()
+            .set("enable.idempotence", "false")
+            .set("acks", "all")
+            .set("linger.ms", "5")
+            .create_with_context(deliveries.clone())
+            .map_err(|e| kafka_err("producer", e))?;
+        Ok(KafkaChangelog {
+            producer,
+            deliveries,
+            config,
+            topic: topic.to_owned(),
+            timeout,
+        })
+    }
+
+    /// The topic.
+    pub fn topic(&self) -> &str {
+        &self.topic
+    }
+
+    fn check_deliveries(&self) -> Result<(), Error> {
+        let failed = self
+            .deliveries
+            .failed
+            .lock()
+            .map_err(|_| Error::Changelog("kafka: delivery report lock poisoned".into()))?;
+        match failed.first() {
+            Some(e) => Err(Error::Changelog(format!(
+                "kafka: {} record(s) not delivered, first: {e}",
+                failed.len()
+            ))),
+            None => Ok(()),
+        }
+    }
+}
+
+fn create_compacted_topic(
+    config: &ClientConfig,
+    topic: &str,
+    timeout: Duration,
+) -> Result<(), Error> {
+    let admin: AdminClient<DefaultClientContext> =
+        config.create().map_err(|e| kafka_err("admin client", e))?;
+    let new = NewTopic::new(topic, 1, TopicReplication::Fixed(1)).set("cleanup.policy", "compact");
+    let opts = AdminOptions::new().operation_timeout(Some(timeout));
+    let results = futures_executor::block_on(admin.create_topics([&new], &opts))
+        .map_err(|e| kafka_err("create topic", e))?;
+    for r in results {
+        match r {
+            Ok(_) | Err((_, RDKafkaErrorCode::TopicAlreadyExists)) => {}
+            Err((t, code)) => return Err(kafka_err(&format!("create topic {t}"), code)),
+        }
+    }
+    Ok(())
+}
+
+impl Changelog for KafkaChangelog {
+    fn append(&mut self, key: &[u8], value: Option<&[u8]>) -> Result<(), Error> {
+        let mut record = BaseRecord::to(&self.topic).key(key).partition(0);
+        if let Some(v) = value {
+            record = record.payload(v);
+        }
+        let deadline = Instant::now() + self.timeout;
+        loop {
+            match self.producer.send(record) {
+                Ok(()) => return Ok(()),
+                Err((e, back)) if Instant::now() < deadline && is_queue_full(&e) => {
+                    record = back;
+                    std::thread::sleep(Duration::from_millis(10));
+                }
+                Err((e, _)) => return Err(kafka_err("produce", e)),
+            }
+        }
+    }
+
+    fn records(&self) -> Result<Vec<Record>, Error> {
+        // Read from the beginning until librdkafka reports the end of the
+        // partition (the high watermark it learned while fetching). A
+        // separately fetched watermark is not used: some Kafka-compatible
+        // brokers report it per batch, not per record.
+        let consumer: BaseConsumer = self
+            .config
+            .clone()
+            .set(
+                "group.id",
+                format!("tombstone-crypt-restore-{}", self.topic),
+            )
+            .set("enable.auto.commit", "false")
+            .set("enable.partition.eof", "true")
+            .create()
+            .map_err(|e| kafka_err("consumer", e))?;
+        let mut tpl = TopicPartitionList::new();
+        tpl.add_partition_offset(&self.topic, 0, Offset::Beginning)
+            .map_err(|e| kafka_err("assign", e))?;
+        consumer.assign(&tpl).map_err(|e| kafka_err("assign", e))?;
+        let deadline = Instant::now() + self.timeout;
+        let mut out = Vec::new();
+        loop {
+            if Instant::now() > deadline {
+                return Err(Error::Changelog(format!(
+                    "kafka: read {} records, timed out before the end of the partition",
+                    out.len()
+                )));
+            }
+            match consumer.poll(Duration::from_millis(200)) {
+                None => {}
+                Some(Err(KafkaError::PartitionEOF(_))) => return Ok(out),
+                Some(Err(e)) => return Err(kafka_err("consume", e)),
+                Some(Ok(m)) => {
+                    let key = m.key().ok_or_else(|| {
+                        Error::Changelog("kafka: a changelog record without a key".into())
+                    })?;
+                    out.push(Record {
+                        offset: u64::try_from(m.offset())
+                            .map_err(|_| Error::Changelog("kafka: negative offset".into()))?,
+                        key: key.to_vec(),
+                        value: m.payload().map(<[u8]>::to_vec),
+                    });
+                }
+            }
+        }
+    }
+
+    fn flush(&mut self) -> Result<(), Error> {
+        self.producer
+            .flush(self.timeout)
+            .map_err(|e| kafka_err("flush", e))?;
+        self.check_deliveries()
+    }
+}
+
+fn is_queue_full(e: &KafkaError) -> bool {
+    matches!(
+        e,
+        KafkaError::MessageProduction(RDKafkaErrorCode::QueueFull)
+    )
+}

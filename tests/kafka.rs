@@ -1,0 +1,394 @@
+//! Kafka for real: encrypted records and changelogs against a running
+//! Kafka-compatible broker (feature `kafka`).
+//!
+//! The broker's address comes from `TOMBSTONE_KAFKA_BOOTSTRAP` (the test
+//! command starts a loopback broker with `scripts/broker.sh` and sets it);
+//! without it these tests fail, unless `TOMBSTONE_SKIP_KAFKA=1` skips them
+//! knowingly. The broker used in CI keeps topics in memory and never
+//! compacts, so compaction is checked by applying Kafka's rule
+//! ([`compact`]) to what is consumed.
+#![cfg(feature = "kafka")]
+
+mod common;
+
+use std::collections::BTreeMap;
+use std::path::PathBuf;
+use std::process::Command;
+use std::time::{Duration, SystemTime, UNIX_EPOCH};
+
+use common::naive::NaiveSerde;
+use tombstone_crypt::rdkafka::config::ClientConfig;
+use tombstone_crypt::rdkafka::consumer::{BaseConsumer, Consumer as _};
+use tombstone_crypt::rdkafka::error::KafkaError;
+use tombstone_crypt::rdkafka::producer::{BaseProducer, Producer as _};
+use tombstone_crypt::rdkafka::{Offset, TopicPartitionList};
+use tombstone_crypt::{
+    compact, decode_message, encode_record, restore, Bytes, ChangeLoggingStore, Changelog,
+    DecryptingDeserializer, EncryptedStore, EncryptingSerializer, KafkaChangelog, KeyId,
+    KeyValueStore, Keyset, MemoryStore, Record, TypedStore, Utf8, OVERHEAD,
+};
+
+fn bootstrap() -> Option<String> {
+    if std::env::var_os("TOMBSTONE_SKIP_KAFKA").is_some() {
+        eprintln!("TOMBSTONE_SKIP_KAFKA is set: Kafka tests skipped");
+        return None;
+    }
+    Some(std::env::var("TOMBSTONE_KAFKA_BOOTSTRAP").expect(
+        "TOMBSTONE_KAFKA_BOOTSTRAP is not set: run ./scripts/test.sh (it starts a broker), or set TOMBSTONE_SKIP_KAFKA=1",
+    ))
+}
+
+fn topic(name: &str) -> String {
+    let nanos = SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .unwrap()
+        .as_nanos();
+    format!("tc-{name}-{}-{nanos}", std::process::id())
+}
+
+fn config(bootstrap: &str) -> ClientConfig {
+    let mut c = ClientConfig::new();
+    c.set("bootstrap.servers", bootstrap);
+    c
+}
+
+/// Every record of partition 0 with a plain rdkafka consumer: (key, payload).
+fn consume_plain(bootstrap: &str, topic: &str) -> Vec<(Vec<u8>, Option<Vec<u8>>)> {
+    let consumer: BaseConsumer = config(bootstrap)
+        .set("group.id", format!("plain-{topic}"))
+        .set("enable.partition.eof", "true")
+        .set("enable.auto.commit", "false")
+        .create()
+        .unwrap();
+    let mut tpl = TopicPartitionList::new();
+    tpl.add_partition_offset(topic, 0, Offset::Beginning)
+        .unwrap();
+    consumer.assign(&tpl).unwrap();
+    let mut out = Vec::new();
+    let deadline = std::time::Instant::now() + Duration::from_secs(30);
+    loop {
+        assert!(
+            std::time::Instant::now() < deadline,
+            "timed out reading {topic}"
+        );
+        match consumer.poll(Duration::from_millis(200)) {
+            None => {}
+            Some(Err(KafkaError::PartitionEOF(_))) => return out,
+            Some(Err(e)) => panic!("consume: {e}"),
+            Some(Ok(m)) => {
+                use tombstone_crypt::rdkafka::Message as _;
+                out.push((m.key().unwrap().to_vec(), m.payload().map(<[u8]>::to_vec)));
+            }
+        }
+    }
+}
+
+fn python() -> PathBuf {
+    std::env::var_os("TOMBSTONE_TINK_PYTHON")
+        .map(PathBuf::from)
+        .unwrap_or_else(|| PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("target/venv/bin/python"))
+}
+
+fn contains(haystack: &[u8], needle: &[u8]) -> bool {
+    haystack.windows(needle.len()).any(|w| w == needle)
+}
+
+#[test]
+fn encrypted_records_reach_the_broker_with_real_tombstones() {
+    let Some(bootstrap) = bootstrap() else { return };
+    let topic = topic("records");
+    // Create it compacted with one partition, through the changelog type.
+    drop(KafkaChangelog::open(&bootstrap, &topic).unwrap());
+
+    let mut keyset = Keyset::generate();
+    let first = keyset.primary();
+    let producer: BaseProducer = config(&bootstrap).create().unwrap();
+    let mut sent: Vec<(String, Option<String>)> = Vec::new();
+    let mut produce = |keyset: &Keyset, key: &str, value: Option<&str>| {
+        let ser = EncryptingSerializer::new(Utf8, keyset.clone());
+        let record = encode_record(&topic, &Utf8, &ser, key, value).unwrap();
+        producer
+            .send(record.as_base_record().partition(0))
+            .map_err(|(e, _)| e)
+            .unwrap();
+        sent.push((key.to_owned(), value.map(str::to_owned)));
+    };
+    produce(&keyset, "a", Some("SECRET-alpha"));
+    produce(&keyset, "b", Some(""));
+    produce(&keyset, "a", None);
+    let second = keyset.rotate();
+    produce(&keyset, "c", Some("SECRET-gamma"));
+    produce(&keyset, "b", None);
+    produce(&keyset, "d", Some(""));
+    producer.flush(Duration::from_secs(30)).unwrap();
+
+    // A plain consumer: deletes are null payloads, empties present ciphertexts.
+    let got = consume_plain(&bootstrap, &topic);
+    assert_eq!(got.len(), sent.len());
+    let ids = [first, second];
+    for ((key, payload), (want_key, want_value)) in got.iter().zip(&sent) {
+        assert_eq!(key, want_key.as_bytes());
+        match (payload, want_value) {
+            (None, None) => {}
+            (Some(ct), Some(v)) => {
+                assert_eq!(ct.len(), OVERHEAD + v.len(), "a ciphertext of the value");
+                assert_eq!(ct[0], 0x01, "Tink's version byte");
+                let id = KeyId(u32::from_be_bytes([ct[1], ct[2], ct[3], ct[4]]));
+                assert!(ids.contains(&id), "key id {id} is the keyset's");
+                assert!(!contains(ct, b"SECRET"), "plaintext visible on the broker");
+            }
+            (p, v) => panic!("{want_key}: sent {v:?}, the broker holds {p:?}"),
+        }
+    }
+
+    // The same messages decoded through the layer.
+    let consumer: BaseConsumer = config(&bootstrap)
+        .set("group.id", format!("decode-{topic}"))
+        .set("enable.partition.eof", "true")
+        .create()
+        .unwrap();
+    let mut tpl = TopicPartitionList::new();
+    tpl.add_partition_offset(&topic, 0, Offset::Beginning)
+        .unwrap();
+    consumer.assign(&tpl).unwrap();
+    let de = DecryptingDeserializer::new(Utf8, keyset.clone());
+    let mut decoded = Vec::new();
+    while decoded.len() < sent.len() {
+        match consumer.poll(Duration::from_secs(10)) {
+            Some(Ok(m)) => {
+                decoded.push(decode_message::<String, String, _, _, _>(&m, &Utf8, &de).unwrap())
+            }
+            Some(Err(KafkaError::PartitionEOF(_))) => break,
+            other => panic!("{other:?}"),
+        }
+    }
+    assert_eq!(decoded, sent);
+
+    // Another client nobody here wrote: Python's confluent-kafka.
+    let out = Command::new(python())
+        .arg(PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("tests/interop/kafka_peer.py"))
+        .args([&bootstrap, &topic])
+        .output()
+        .expect("run the Python Kafka peer");
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let v: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    let nones: Vec<bool> = v["records"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|r| r["value_is_none"].as_bool().unwrap())
+        .collect();
+    let want: Vec<bool> = sent.iter().map(|(_, v)| v.is_none()).collect();
+    assert_eq!(
+        nones, want,
+        "confluent-kafka sees None exactly for the tombstones"
+    );
+    eprintln!(
+        "confluent-kafka saw value None for {} of {} records",
+        nones.iter().filter(|n| **n).count(),
+        nones.len()
+    );
+}
+
+type Logged = ChangeLoggingStore<MemoryStore, KafkaChangelog>;
+
+/// Random-ish but reproducible operations through an encrypted store whose
+/// changelog is a Kafka topic, with a rotation in the middle.
+fn drive(
+    store: &mut EncryptedStore<Logged>,
+    keyset: &mut Keyset,
+    model: &mut BTreeMap<Vec<u8>, Vec<u8>>,
+) {
+    for i in 0..60u32 {
+        let key = format!("key-{:02}", (i * 7) % 13).into_bytes();
+        if i == 30 {
+            keyset.rotate();
+            store.set_keyset(keyset.clone());
+        }
+        if i % 3 == 2 {
+            store.delete(&key).unwrap();
+            model.remove(&key);
+        } else {
+            let value = if i % 5 == 0 {
+                Vec::new()
+            } else {
+                format!("value-{i}").into_bytes()
+            };
+            store.put(&key, Some(&value)).unwrap();
+            model.insert(key, value);
+        }
+    }
+    store.flush().unwrap();
+}
+
+fn restored_view(records: &[Record], keyset: &Keyset, name: &str) -> BTreeMap<Vec<u8>, Vec<u8>> {
+    let mut fresh = MemoryStore::new();
+    restore(&mut fresh, records).unwrap();
+    EncryptedStore::new(fresh, name, keyset.clone())
+        .all()
+        .unwrap()
+        .into_iter()
+        .collect()
+}
+
+#[test]
+fn restore_from_a_changelog_topic_gives_exactly_the_live_keys() {
+    let Some(bootstrap) = bootstrap() else { return };
+    let topic = topic("changelog");
+    let mut keyset = Keyset::generate();
+    let log = KafkaChangelog::open(&bootstrap, &topic).unwrap();
+    let mut store = EncryptedStore::new(
+        ChangeLoggingStore::new(MemoryStore::new(), log),
+        "store",
+        keyset.clone(),
+    );
+    let mut model = BTreeMap::new();
+    drive(&mut store, &mut keyset, &mut model);
+    assert!(!model.is_empty());
+    assert_eq!(
+        store.all().unwrap().into_iter().collect::<BTreeMap<_, _>>(),
+        model
+    );
+
+    // Local state gone: rebuild from the topic (raw and with Kafka's rule).
+    let (_, log) = store.into_inner().into_parts();
+    let records = log.records().unwrap();
+    assert_eq!(records.len(), 60);
+    let tombstones = records.iter().filter(|r| r.value.is_none()).count();
+    assert_eq!(tombstones, 20);
+    assert_eq!(restored_view(&records, &keyset, "store"), model);
+    assert_eq!(restored_view(&compact(&records), &keyset, "store"), model);
+    // Every deleted key's newest record is a tombstone.
+    let mut newest = BTreeMap::new();
+    for r in &records {
+        newest.insert(r.key.clone(), r.value.is_some());
+    }
+    for (k, live) in newest {
+        assert_eq!(live, model.contains_key(&k));
+    }
+
+    // And in a fresh process with no local state at all: this test binary
+    // again, running only the child test below.
+    let out = Command::new(std::env::current_exe().unwrap())
+        .args([
+            "--ignored",
+            "--exact",
+            "restore_child_process",
+            "--nocapture",
+        ])
+        .env("TC_CHILD_TOPIC", &topic)
+        .env("TC_CHILD_KEYSET", keyset.to_tink_json())
+        .env(
+            "TC_CHILD_EXPECT",
+            serde_json::to_string(
+                &model
+                    .iter()
+                    .map(|(k, v)| (hex::encode(k), hex::encode(v)))
+                    .collect::<Vec<_>>(),
+            )
+            .unwrap(),
+        )
+        .output()
+        .unwrap();
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        out.status.success(),
+        "child failed: {stdout}\n{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert!(
+        stdout.contains("child restored"),
+        "the child test did not run: {stdout}"
+    );
+}
+
+/// Runs only as the child process of the test above.
+#[test]
+#[ignore = "run by restore_from_a_changelog_topic_gives_exactly_the_live_keys"]
+fn restore_child_process() {
+    let Some(bootstrap) = bootstrap() else { return };
+    let topic = std::env::var("TC_CHILD_TOPIC").expect("only run as a child");
+    let keyset = Keyset::from_tink_json(&std::env::var("TC_CHILD_KEYSET").unwrap()).unwrap();
+    let expect: Vec<(String, String)> =
+        serde_json::from_str(&std::env::var("TC_CHILD_EXPECT").unwrap()).unwrap();
+    let expect: BTreeMap<Vec<u8>, Vec<u8>> = expect
+        .into_iter()
+        .map(|(k, v)| (hex::decode(k).unwrap(), hex::decode(v).unwrap()))
+        .collect();
+    let log = KafkaChangelog::open(&bootstrap, &topic).unwrap();
+    let records = log.records().unwrap();
+    assert_eq!(restored_view(&records, &keyset, "store"), expect);
+    assert_eq!(restored_view(&compact(&records), &keyset, "store"), expect);
+    println!(
+        "child restored {} keys from {} records",
+        expect.len(),
+        records.len()
+    );
+}
+
+#[test]
+fn negative_control_the_naive_layer_resurrects_deleted_keys_from_kafka() {
+    let Some(bootstrap) = bootstrap() else { return };
+    let topic = topic("naive");
+    let keyset = Keyset::generate();
+    let naive = NaiveSerde::new(Bytes, keyset.clone());
+    let log = KafkaChangelog::open(&bootstrap, &topic).unwrap();
+    let mut store = TypedStore::new(
+        ChangeLoggingStore::new(MemoryStore::new(), log),
+        "store",
+        (Utf8, Utf8),
+        naive.clone(),
+        naive.clone(),
+    );
+    for i in 0..5 {
+        store.put(&format!("k{i}"), Some(&b"v".to_vec())).unwrap();
+    }
+    for i in 0..5 {
+        store.delete(&format!("k{i}")).unwrap();
+    }
+    store.flush().unwrap();
+    let (_, log) = store.into_inner().into_parts();
+    let records = log.records().unwrap();
+    assert_eq!(records.len(), 10);
+    assert!(
+        records.iter().all(|r| r.value.is_some()),
+        "the naive layer wrote no tombstone"
+    );
+    // After Kafka's compaction every key is still there, and a restore brings
+    // all five back.
+    let compacted = compact(&records);
+    assert_eq!(compacted.len(), 5);
+    let mut fresh = MemoryStore::new();
+    restore(&mut fresh, &compacted).unwrap();
+    let back = TypedStore::new(fresh, "store", (Utf8, Utf8), naive.clone(), naive);
+    assert_eq!(back.all().unwrap().len(), 5);
+
+    // The correct layer, same steps, same broker: nothing comes back.
+    let topic = topic + "-ok";
+    let log = KafkaChangelog::open(&bootstrap, &topic).unwrap();
+    let mut store = TypedStore::new(
+        ChangeLoggingStore::new(MemoryStore::new(), log),
+        "store",
+        (Utf8, Utf8),
+        EncryptingSerializer::new(Bytes, keyset.clone()),
+        DecryptingDeserializer::new(Bytes, keyset),
+    );
+    for i in 0..5 {
+        store.put(&format!("k{i}"), Some(&b"v".to_vec())).unwrap();
+    }
+    for i in 0..5 {
+        store.delete(&format!("k{i}")).unwrap();
+    }
+    store.flush().unwrap();
+    let (_, log) = store.into_inner().into_parts();
+    let records = log.records().unwrap();
+    assert_eq!(records.iter().filter(|r| r.value.is_none()).count(), 5);
+    assert!(compact(&records).is_empty());
+    let mut fresh = MemoryStore::new();
+    restore(&mut fresh, &records).unwrap();
+    assert!(fresh.is_empty());
+}
