@@ -148,6 +148,7 @@ impl KeyMaterial {
         }
     }
 
+    #[inline]
     fn seal_rustcrypto(
         &self,
         nonce: &[u8; NONCE_LEN],
@@ -164,6 +165,7 @@ impl KeyMaterial {
     }
 
     #[cfg(feature = "aws-lc")]
+    #[inline]
     fn seal_aws_lc(
         &self,
         nonce: &[u8; NONCE_LEN],
@@ -211,6 +213,7 @@ impl KeyMaterial {
         }
     }
 
+    #[inline]
     fn open_rustcrypto(
         &self,
         nonce: &[u8; NONCE_LEN],
@@ -230,6 +233,7 @@ impl KeyMaterial {
     }
 
     #[cfg(feature = "aws-lc")]
+    #[inline]
     fn open_aws_lc(
         &self,
         nonce: &[u8; NONCE_LEN],
