@@ -330,20 +330,9 @@ fn restore_child_process() {
     );
 }
 
-#[test]
-fn negative_control_the_naive_layer_resurrects_deleted_keys_from_kafka() {
-    let Some(bootstrap) = bootstrap() else { return };
-    let topic = topic("naive");
-    let keyset = Keyset::generate();
-    let naive = NaiveSerde::new(Bytes, keyset.clone());
-    let log = KafkaChangelog::open(&bootstrap, &topic).unwrap();
-    let mut store = TypedStore::new(
-        ChangeLoggingStore::new(MemoryStore::new(), log),
-        "store",
-        (Utf8, Utf8),
-        naive.clone(),
-        naive.clone(),
-    );
+/// The punctuator's steps: five events stored, then each deleted; returns
+/// what the changelog topic holds.
+fn send_then_delete(mut store: TypedStore<String, Vec<u8>, Logged>) -> Vec<Record> {
     for i in 0..5 {
         store.put(&format!("k{i}"), Some(&b"v".to_vec())).unwrap();
     }
@@ -352,7 +341,24 @@ fn negative_control_the_naive_layer_resurrects_deleted_keys_from_kafka() {
     }
     store.flush().unwrap();
     let (_, log) = store.into_inner().into_parts();
-    let records = log.records().unwrap();
+    log.records().unwrap()
+}
+
+#[test]
+fn negative_control_the_naive_layer_resurrects_deleted_keys_from_kafka() {
+    let Some(bootstrap) = bootstrap() else { return };
+    let topic = topic("naive");
+    let keyset = Keyset::generate();
+    let naive = NaiveSerde::new(Bytes, keyset.clone());
+    let log = KafkaChangelog::open(&bootstrap, &topic).unwrap();
+    let store = TypedStore::new(
+        ChangeLoggingStore::new(MemoryStore::new(), log),
+        "store",
+        (Utf8, Utf8),
+        naive.clone(),
+        naive.clone(),
+    );
+    let records = send_then_delete(store);
     assert_eq!(records.len(), 10);
     assert!(
         records.iter().all(|r| r.value.is_some()),
@@ -370,22 +376,14 @@ fn negative_control_the_naive_layer_resurrects_deleted_keys_from_kafka() {
     // The correct layer, same steps, same broker: nothing comes back.
     let topic = topic + "-ok";
     let log = KafkaChangelog::open(&bootstrap, &topic).unwrap();
-    let mut store = TypedStore::new(
+    let store = TypedStore::new(
         ChangeLoggingStore::new(MemoryStore::new(), log),
         "store",
         (Utf8, Utf8),
         EncryptingSerializer::new(Bytes, keyset.clone()),
         DecryptingDeserializer::new(Bytes, keyset),
     );
-    for i in 0..5 {
-        store.put(&format!("k{i}"), Some(&b"v".to_vec())).unwrap();
-    }
-    for i in 0..5 {
-        store.delete(&format!("k{i}")).unwrap();
-    }
-    store.flush().unwrap();
-    let (_, log) = store.into_inner().into_parts();
-    let records = log.records().unwrap();
+    let records = send_then_delete(store);
     assert_eq!(records.iter().filter(|r| r.value.is_none()).count(), 5);
     assert!(compact(&records).is_empty());
     let mut fresh = MemoryStore::new();
