@@ -9,7 +9,10 @@
 #
 # Ratios are what matter: absolute times move with whatever else the machine
 # runs, but both sides of a ratio are measured back to back, and the median
-# of the per-run ratios shrugs off a run disturbed by a neighbour.
+# of the per-run ratios shrugs off a run disturbed by a neighbour. "ratio"
+# uses criterion's median (new/estimates.json); "fastest" is the same ratio
+# from the fastest sample of each (new/sample.json), which a neighbour's load
+# disturbs less.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
@@ -36,7 +39,8 @@ for round in $(seq 1 "$ROUNDS"); do
     }
     mkdir -p "$OUT/$round"
     (cd "$CRITERION" && find encrypt decrypt decrypt_fail tombstone typed \
-        -path '*/new/estimates.json' 2>/dev/null | while read -r f; do
+        \( -path '*/new/estimates.json' -o -path '*/new/sample.json' \) 2>/dev/null |
+        while read -r f; do
             mkdir -p "$OUT/$round/$(dirname "$f")"
             cp "$f" "$OUT/$round/$f"
         done)
@@ -57,13 +61,24 @@ def median_ns(rnd, bench_id):
     except FileNotFoundError:
         return None
 
-def per_round(bench_id):
-    vals = [median_ns(r, bench_id) for r in range(1, rounds + 1)]
+def fastest_ns(rnd, bench_id):
+    """The fastest per-iteration time among criterion's samples, in ns: a
+    neighbour on the machine only ever adds time, so this moves less."""
+    path = os.path.join(out, str(rnd), bench_id, "new", "sample.json")
+    try:
+        with open(path) as f:
+            s = json.load(f)
+    except FileNotFoundError:
+        return None
+    return min(t / n for t, n in zip(s["times"], s["iters"]))
+
+def per_round(bench_id, est=median_ns):
+    vals = [est(r, bench_id) for r in range(1, rounds + 1)]
     return None if None in vals else vals
 
-def ratio(a, b):
+def ratio(a, b, est=median_ns):
     """Median over rounds of the per-round ratio a / b."""
-    va, vb = per_round(a), per_round(b)
+    va, vb = per_round(a, est), per_round(b, est)
     if va is None or vb is None:
         return None
     return statistics.median(x / y for x, y in zip(va, vb))
@@ -93,7 +108,8 @@ for backend, layer, raw in pairs:
     if per_round(f"encrypt/{layer}/0") is None:
         continue
     print(f"\n{backend}: {layer} / {raw} (median of {rounds} run(s))")
-    print(f"{'op':8} {'size':>6} {'layer':>10} {'raw':>10} {'ratio':>6} {'target':>7} {'layer thrpt':>12}")
+    print(f"{'op':8} {'size':>6} {'layer':>10} {'raw':>10} {'ratio':>6} {'target':>10} "
+          f"{'layer thrpt':>12} {'fastest':>8}")
     for op in ("encrypt", "decrypt"):
         for n in SIZES:
             a, b = f"{op}/{layer}/{n}", f"{op}/{raw}/{n}"
@@ -103,8 +119,10 @@ for backend, layer, raw in pairs:
                 mark = f"<={t:.2f}" + (" ok" if r <= t else " MISS")
                 if r > t:
                     missed.append(f"{a}: {r:.3f} > {t:.2f}")
+            rf = ratio(a, b, fastest_ns)
             print(f"{op:8} {n:>6} {fmt_time(ns(a)):>10} {fmt_time(ns(b)):>10} "
-                  f"{'-' if r is None else f'{r:.3f}':>6} {mark:>7} {fmt_thrpt(n, ns(a)):>12}")
+                  f"{'-' if r is None else f'{r:.3f}':>6} {mark:>10} {fmt_thrpt(n, ns(a)):>12} "
+                  f"{'-' if rf is None else f'{rf:.3f}':>8}")
 
 print("\nother")
 for bench_id in ("tombstone/serialize", "tombstone/deserialize",
