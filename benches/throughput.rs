@@ -19,6 +19,9 @@
 //! - `typed/bincode/*` and `typed/bincode_plain/*`: a small struct through
 //!   `Bincode`, encrypted and not.
 //!
+//! `tombstone/*` and `typed/*` use the default backend: aws-lc when the
+//! feature is on, RustCrypto otherwise.
+//!
 //! `scripts/bench.sh` runs this briefly and prints the ratios.
 
 use std::hint::black_box;
