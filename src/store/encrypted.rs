@@ -1,6 +1,6 @@
 use super::{Entry, KeyValueStore};
 use crate::context::{AadPolicy, Context};
-use crate::envelope;
+use crate::envelope::{self, AadBuf};
 use crate::error::Error;
 use crate::keyset::Keyset;
 
@@ -79,12 +79,14 @@ impl<S: KeyValueStore> EncryptedStore<S> {
         self.inner
     }
 
-    fn aad(&self, key: &[u8]) -> Result<Vec<u8>, Error> {
-        envelope::aad(self.aad, &Context::new(&self.name).with_key(key))
+    /// The associated data for `key`, built in `buf` (on the stack for
+    /// short names and keys).
+    fn aad<'b>(&self, buf: &'b mut AadBuf, key: &[u8]) -> Result<&'b [u8], Error> {
+        buf.encode(self.aad, &Context::new(&self.name).with_key(key))
     }
 
     fn open(&self, key: &[u8], ct: &[u8]) -> Result<Vec<u8>, Error> {
-        envelope::open(&self.keyset, &self.aad(key)?, ct)
+        envelope::open(&self.keyset, self.aad(&mut AadBuf::new(), key)?, ct)
     }
 
     fn open_all(&self, entries: Vec<Entry>) -> Result<Vec<Entry>, Error> {
@@ -111,7 +113,7 @@ impl<S: KeyValueStore> KeyValueStore for EncryptedStore<S> {
             // A null is a delete: it goes down as a delete, never encrypted.
             None => self.inner.put(key, None),
             Some(v) => {
-                let ct = envelope::seal(&self.keyset, &self.aad(key)?, v)?;
+                let ct = envelope::seal(&self.keyset, self.aad(&mut AadBuf::new(), key)?, v)?;
                 self.inner.put(key, Some(&ct))
             }
         }
