@@ -11,7 +11,7 @@
 //!   `encrypt/raw_aws_lc/N` and `decrypt/...` likewise: the layer on its
 //!   aws-lc backend (the default under the feature) against `aws-lc-rs`'s
 //!   `LessSafeKey` doing the same work by hand. `layer` is then the same
-//!   layer forced onto RustCrypto (`with_rustcrypto_backend`), so one run
+//!   layer on a keyset expanded for RustCrypto (`Keyset::with_backend`), so one run
 //!   measures both.
 //! - `tombstone/serialize`, `tombstone/deserialize`: a null passing through.
 //! - `decrypt_fail/layer/1024`, `decrypt_fail/raw_aes_gcm/1024`: a tampered
@@ -32,7 +32,7 @@ use criterion::{criterion_group, criterion_main, BenchmarkId, Criterion, Through
 use rand::Rng as _;
 use serde::{Deserialize, Serialize};
 use tombstone_crypt::{
-    AadPolicy, Bincode, Bytes, Context, DecryptingDeserializer, Deserializer as _,
+    AadPolicy, Backend, Bincode, Bytes, Context, DecryptingDeserializer, Deserializer as _,
     EncryptingSerializer, Keyset, Serializer as _,
 };
 
@@ -50,7 +50,9 @@ fn ctx() -> Context<'static> {
 /// The associated data the layer computes for `ctx()`, so that the raw
 /// primitive authenticates as many bytes.
 fn aad() -> Vec<u8> {
-    tombstone_crypt::__fuzz::aad(AadPolicy::TopicAndKey, &ctx()).expect("short context")
+    ctx()
+        .associated_data(AadPolicy::TopicAndKey)
+        .expect("short context")
 }
 
 fn plaintext(n: usize) -> Vec<u8> {
@@ -145,12 +147,21 @@ fn raw_cipher() -> Aes256Gcm {
     Aes256Gcm::new_from_slice(&key).expect("32-byte key")
 }
 
+/// A keyset expanded for RustCrypto (the `layer` rows); under the feature
+/// the same keys are expanded for aws-lc for the `layer_aws_lc` rows.
+fn rust_crypto(keyset: &Keyset) -> Keyset {
+    keyset.clone().with_backend(Backend::RustCrypto)
+}
+
 fn encrypt(c: &mut Criterion) {
     let keyset = Keyset::generate();
-    let ser = EncryptingSerializer::new(Bytes, keyset.clone()).with_rustcrypto_backend();
+    let ser = EncryptingSerializer::new(Bytes, rust_crypto(&keyset));
     let cipher = raw_cipher();
     #[cfg(feature = "aws-lc")]
-    let (ser_aws_lc, aws_lc_key) = (EncryptingSerializer::new(Bytes, keyset), aws_lc::key());
+    let (ser_aws_lc, aws_lc_key) = (
+        EncryptingSerializer::new(Bytes, keyset.with_backend(Backend::AwsLc)),
+        aws_lc::key(),
+    );
     let ctx = ctx();
     let aad = aad();
     let mut group = c.benchmark_group("encrypt");
@@ -178,11 +189,14 @@ fn encrypt(c: &mut Criterion) {
 
 fn decrypt(c: &mut Criterion) {
     let keyset = Keyset::generate();
-    let ser = EncryptingSerializer::new(Bytes, keyset.clone()).with_rustcrypto_backend();
-    let de = DecryptingDeserializer::new(Bytes, keyset.clone()).with_rustcrypto_backend();
+    let ser = EncryptingSerializer::new(Bytes, rust_crypto(&keyset));
+    let de = DecryptingDeserializer::new(Bytes, rust_crypto(&keyset));
     let cipher = raw_cipher();
     #[cfg(feature = "aws-lc")]
-    let (de_aws_lc, aws_lc_key) = (DecryptingDeserializer::new(Bytes, keyset), aws_lc::key());
+    let (de_aws_lc, aws_lc_key) = (
+        DecryptingDeserializer::new(Bytes, keyset.with_backend(Backend::AwsLc)),
+        aws_lc::key(),
+    );
     let ctx = ctx();
     let aad = aad();
     let mut group = c.benchmark_group("decrypt");
@@ -228,8 +242,8 @@ fn decrypt(c: &mut Criterion) {
 fn decrypt_fail(c: &mut Criterion) {
     const N: usize = 1024;
     let keyset = Keyset::generate();
-    let ser = EncryptingSerializer::new(Bytes, keyset.clone()).with_rustcrypto_backend();
-    let de = DecryptingDeserializer::new(Bytes, keyset.clone()).with_rustcrypto_backend();
+    let ser = EncryptingSerializer::new(Bytes, rust_crypto(&keyset));
+    let de = DecryptingDeserializer::new(Bytes, rust_crypto(&keyset));
     let cipher = raw_cipher();
     let ctx = ctx();
     let aad = aad();
@@ -256,7 +270,7 @@ fn decrypt_fail(c: &mut Criterion) {
     });
     #[cfg(feature = "aws-lc")]
     {
-        let de_aws_lc = DecryptingDeserializer::new(Bytes, keyset);
+        let de_aws_lc = DecryptingDeserializer::new(Bytes, keyset.with_backend(Backend::AwsLc));
         let key = aws_lc::key();
         let mut raw_ct = aws_lc::seal(&key, &aad, &pt);
         let mid = raw_ct.len() / 2;

@@ -84,7 +84,7 @@ fn run(dir: &Path, label: &str, build: &dyn Fn(RedbStore) -> Store) -> Result<Re
 
 fn main() -> Result<(), Error> {
     let dir = std::env::temp_dir().join(format!("tombstone-crypt-demo-{}", std::process::id()));
-    std::fs::create_dir_all(&dir).map_err(|e| Error::Store(e.to_string()))?;
+    std::fs::create_dir_all(&dir).map_err(|e| Error::store("create the demo directory", e))?;
     let keyset = Keyset::generate();
 
     let ks = keyset.clone();

@@ -1,4 +1,5 @@
-//! Plain inner codecs: no crypto, no keys. Each maps `None` to `None`.
+//! Plain inner codecs: no crypto, no keys. Each implements only the
+//! present-value methods; the traits' provided methods map `None` to `None`.
 
 use core::fmt;
 use core::marker::PhantomData;
@@ -38,10 +39,6 @@ fn bincode_config() -> BincodeConfig {
 pub struct Bytes;
 
 impl Serializer<[u8]> for Bytes {
-    fn serialize(&self, _: &Context<'_>, value: Option<&[u8]>) -> Result<Option<Vec<u8>>, Error> {
-        Ok(value.map(<[u8]>::to_vec))
-    }
-
     #[inline]
     fn serialize_into(
         &self,
@@ -54,16 +51,12 @@ impl Serializer<[u8]> for Bytes {
     }
 
     #[inline]
-    fn size_hint(&self, value: &[u8]) -> usize {
-        value.len()
+    fn size_hint(&self, value: &[u8]) -> Option<usize> {
+        Some(value.len())
     }
 }
 
 impl Deserializer<Vec<u8>> for Bytes {
-    fn deserialize(&self, _: &Context<'_>, data: Option<&[u8]>) -> Result<Option<Vec<u8>>, Error> {
-        Ok(data.map(<[u8]>::to_vec))
-    }
-
     #[inline]
     fn deserialize_owned(&self, _: &Context<'_>, data: Vec<u8>) -> Result<Vec<u8>, Error> {
         Ok(data)
@@ -77,10 +70,6 @@ impl Deserializer<Vec<u8>> for Bytes {
 pub struct Utf8;
 
 impl Serializer<str> for Utf8 {
-    fn serialize(&self, _: &Context<'_>, value: Option<&str>) -> Result<Option<Vec<u8>>, Error> {
-        Ok(value.map(|s| s.as_bytes().to_vec()))
-    }
-
     #[inline]
     fn serialize_into(&self, _: &Context<'_>, value: &str, out: &mut Vec<u8>) -> Result<(), Error> {
         out.extend_from_slice(value.as_bytes());
@@ -88,8 +77,8 @@ impl Serializer<str> for Utf8 {
     }
 
     #[inline]
-    fn size_hint(&self, value: &str) -> usize {
-        value.len()
+    fn size_hint(&self, value: &str) -> Option<usize> {
+        Some(value.len())
     }
 }
 
@@ -98,17 +87,14 @@ fn utf8_error(e: &std::str::Utf8Error) -> Error {
 }
 
 impl Deserializer<String> for Utf8 {
-    fn deserialize(&self, _: &Context<'_>, data: Option<&[u8]>) -> Result<Option<String>, Error> {
-        data.map(|d| {
-            std::str::from_utf8(d)
-                .map(str::to_owned)
-                .map_err(|e| utf8_error(&e))
-        })
-        .transpose()
-    }
-
     fn deserialize_owned(&self, _: &Context<'_>, data: Vec<u8>) -> Result<String, Error> {
         String::from_utf8(data).map_err(|e| utf8_error(&e.utf8_error()))
+    }
+
+    fn deserialize_slice(&self, _: &Context<'_>, data: &[u8]) -> Result<String, Error> {
+        std::str::from_utf8(data)
+            .map(str::to_owned)
+            .map_err(|e| utf8_error(&e))
     }
 }
 
@@ -183,15 +169,6 @@ fn bincode_decode_error(e: &bincode::error::DecodeError) -> Error {
 }
 
 impl<T: Serialize> Serializer<T> for Bincode<T> {
-    fn serialize(&self, _: &Context<'_>, value: Option<&T>) -> Result<Option<Vec<u8>>, Error> {
-        value
-            .map(|v| {
-                bincode::serde::encode_to_vec(v, bincode_config())
-                    .map_err(|e| bincode_encode_error(&e))
-            })
-            .transpose()
-    }
-
     fn serialize_into(&self, _: &Context<'_>, value: &T, out: &mut Vec<u8>) -> Result<(), Error> {
         bincode::serde::encode_into_std_write(value, out, bincode_config())
             .map(|_| ())
@@ -200,8 +177,11 @@ impl<T: Serialize> Serializer<T> for Bincode<T> {
 }
 
 impl<T: DeserializeOwned> Deserializer<T> for Bincode<T> {
-    fn deserialize(&self, _: &Context<'_>, data: Option<&[u8]>) -> Result<Option<T>, Error> {
-        let Some(data) = data else { return Ok(None) };
+    fn deserialize_owned(&self, ctx: &Context<'_>, data: Vec<u8>) -> Result<T, Error> {
+        self.deserialize_slice(ctx, &data)
+    }
+
+    fn deserialize_slice(&self, _: &Context<'_>, data: &[u8]) -> Result<T, Error> {
         let (value, used) = bincode::serde::decode_from_slice(data, bincode_config())
             .map_err(|e| bincode_decode_error(&e))?;
         if used != data.len() {
@@ -210,7 +190,7 @@ impl<T: DeserializeOwned> Deserializer<T> for Bincode<T> {
                 format!("{} trailing bytes after the value", data.len() - used),
             ));
         }
-        Ok(Some(value))
+        Ok(value)
     }
 }
 
@@ -266,20 +246,17 @@ fn json_error(op: &str, e: &serde_json::Error) -> Error {
 }
 
 impl<T: Serialize> Serializer<T> for Json<T> {
-    fn serialize(&self, _: &Context<'_>, value: Option<&T>) -> Result<Option<Vec<u8>>, Error> {
-        value
-            .map(|v| serde_json::to_vec(v).map_err(|e| json_error("encode", &e)))
-            .transpose()
-    }
-
     fn serialize_into(&self, _: &Context<'_>, value: &T, out: &mut Vec<u8>) -> Result<(), Error> {
         serde_json::to_writer(out, value).map_err(|e| json_error("encode", &e))
     }
 }
 
 impl<T: DeserializeOwned> Deserializer<T> for Json<T> {
-    fn deserialize(&self, _: &Context<'_>, data: Option<&[u8]>) -> Result<Option<T>, Error> {
-        data.map(|d| serde_json::from_slice(d).map_err(|e| json_error("decode", &e)))
-            .transpose()
+    fn deserialize_owned(&self, ctx: &Context<'_>, data: Vec<u8>) -> Result<T, Error> {
+        self.deserialize_slice(ctx, &data)
+    }
+
+    fn deserialize_slice(&self, _: &Context<'_>, data: &[u8]) -> Result<T, Error> {
+        serde_json::from_slice(data).map_err(|e| json_error("decode", &e))
     }
 }

@@ -44,6 +44,28 @@ impl<'a> Context<'a> {
     pub fn key(&self) -> Option<&'a [u8]> {
         self.key
     }
+
+    /// The associated data that binds a ciphertext to this context under
+    /// `policy`, as `docs/FORMAT.md` spells it: what the serde wrappers pass
+    /// to [`Keyset::encrypt`](crate::Keyset::encrypt) and
+    /// [`Keyset::decrypt`](crate::Keyset::decrypt).
+    ///
+    /// # Errors
+    /// [`Error::ContextTooLong`](crate::Error::ContextTooLong) if the topic
+    /// or the key is longer than 2^32 - 1 bytes.
+    ///
+    /// ```
+    /// use tombstone_crypt::{AadPolicy, Context};
+    ///
+    /// let ctx = Context::new("t").with_key(b"k");
+    /// assert_eq!(ctx.associated_data(AadPolicy::TopicAndKey)?, b"\0\0\0\x01t\x01\0\0\0\x01k");
+    /// assert_eq!(ctx.associated_data(AadPolicy::Topic)?, b"\0\0\0\x01t\0");
+    /// assert_eq!(ctx.associated_data(AadPolicy::None)?, b"");
+    /// # Ok::<(), tombstone_crypt::Error>(())
+    /// ```
+    pub fn associated_data(&self, policy: AadPolicy) -> Result<Vec<u8>, crate::Error> {
+        crate::envelope::aad(policy, self)
+    }
 }
 
 /// What the associated data (AAD) of a ciphertext binds it to.

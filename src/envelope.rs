@@ -1,27 +1,31 @@
-//! The wire format (Tink's AEAD output with output prefix TINK) and the
-//! encoding of the associated data, over the cipher backend.
+//! The wire format (Tink's AEAD output with output prefix TINK) of each key
+//! type, and the encoding of the associated data, over the cipher backend.
 //!
 //! ```text
-//! 0x01 | key_id (u32 BE) | nonce (12) | ciphertext | tag (16)
+//! AES-GCM:  0x01 | key_id (u32 BE) | nonce (12) | ciphertext | tag (16)
 //! ```
 //!
 //! Nothing here knows about stores, codecs or Kafka, and nothing here ever
 //! sees a tombstone: callers pass present values only.
 
 use rand::Rng as _;
+use zeroize::Zeroize as _;
 
-use crate::cipher::{Backend, NONCE_LEN, TAG_LEN};
+use crate::cipher::{AesGcmKey, NONCE_LEN, TAG_LEN};
 use crate::context::{AadPolicy, Context};
 use crate::error::Error;
 use crate::keyset::{KeyId, Keyset};
+use crate::primitive::{Primitive, PREFIX_LEN};
 
 /// The version byte of Tink's output prefix TINK.
 pub(crate) const VERSION: u8 = 0x01;
-/// Length of the prefix: version byte and key id.
-pub(crate) const PREFIX_LEN: usize = 5;
-/// Offset of the ciphertext body.
-pub(crate) const HEADER_LEN: usize = PREFIX_LEN + NONCE_LEN;
-/// Bytes a ciphertext carries beyond its plaintext.
+/// Offset of an AES-GCM ciphertext's body.
+const HEADER_LEN: usize = PREFIX_LEN + NONCE_LEN;
+/// Bytes an AES-GCM ciphertext carries beyond its plaintext: version byte,
+/// key id, nonce and tag (33). Other key types carry more or less (see
+/// `docs/FORMAT.md`); [`EncryptingSerializer::size_hint`] asks the key.
+///
+/// [`EncryptingSerializer::size_hint`]: crate::Serializer::size_hint
 pub const OVERHEAD: usize = HEADER_LEN + TAG_LEN;
 
 /// The shape of a non-empty associated data.
@@ -155,100 +159,110 @@ impl AadBuf {
     }
 }
 
-/// Encrypts a present value under the primary key of `keyset`, with
-/// `backend`.
+/// Plaintext bytes reserved up front at most, whatever a size hint says: a
+/// huge or wrong hint costs a regrowth, never a huge allocation.
+pub(crate) const MAX_PREALLOC: usize = 1 << 20;
+
+/// Appends the ciphertext of a present value under the primary key of
+/// `keyset` to `out`.
 ///
 /// `write_plaintext` appends the plaintext to the buffer it is given; the
-/// buffer already holds the header, and `size_hint` bytes of room are
-/// reserved for it beyond the tag, so an exact hint means one allocation.
-pub(crate) fn seal_with(
+/// buffer already holds the header, and room for `size_hint` bytes (at most
+/// [`MAX_PREALLOC`]) is reserved beyond the tag, so an exact hint means one
+/// allocation. The plaintext is encrypted where it was written. On any error
+/// `out` is zeroized and cut back to its length on entry: no partial
+/// plaintext is left behind.
+#[inline]
+pub(crate) fn seal_into(
     keyset: &Keyset,
-    backend: Backend,
     aad: &[u8],
+    out: &mut Vec<u8>,
     size_hint: usize,
     write_plaintext: impl FnOnce(&mut Vec<u8>) -> Result<(), Error>,
-) -> Result<Vec<u8>, Error> {
+) -> Result<(), Error> {
+    let start = out.len();
     let entry = keyset.primary_entry();
+    let sealed = match &entry.primitive {
+        Primitive::AesGcm(key) => seal_gcm(entry.id, key, aad, out, size_hint, write_plaintext),
+    };
+    if sealed.is_err() {
+        if let Some(tail) = out.get_mut(start..) {
+            tail.zeroize();
+        }
+        out.truncate(start);
+    }
+    sealed
+}
+
+/// `0x01 | key id | nonce | ciphertext | tag` for an AES-GCM key.
+#[inline]
+fn seal_gcm(
+    id: KeyId,
+    key: &AesGcmKey,
+    aad: &[u8],
+    out: &mut Vec<u8>,
+    size_hint: usize,
+    write_plaintext: impl FnOnce(&mut Vec<u8>) -> Result<(), Error>,
+) -> Result<(), Error> {
     let mut nonce = [0u8; NONCE_LEN];
     // ThreadRng: a CSPRNG seeded and periodically reseeded from the OS (see
     // SECURITY.md), no syscall per value.
     rand::rng().fill_bytes(&mut nonce);
     let mut header = [0u8; HEADER_LEN];
     header[0] = VERSION;
-    header[1..PREFIX_LEN].copy_from_slice(&entry.id.0.to_be_bytes());
+    header[1..PREFIX_LEN].copy_from_slice(&id.0.to_be_bytes());
     header[PREFIX_LEN..].copy_from_slice(&nonce);
-    let mut out = Vec::with_capacity(OVERHEAD.saturating_add(size_hint));
+    out.reserve(OVERHEAD.saturating_add(size_hint.min(MAX_PREALLOC)));
     out.extend_from_slice(&header);
-    write_plaintext(&mut out)?;
-    let tag = entry
-        .material
-        .seal_in_place_with(backend, &nonce, aad, &mut out[HEADER_LEN..])?;
+    let body = out.len();
+    write_plaintext(out)?;
+    let tag = key.seal_in_place(&nonce, aad, &mut out[body..])?;
     out.extend_from_slice(&tag);
-    Ok(out)
+    Ok(())
 }
 
-/// Encrypts `plaintext` under the primary key of `keyset`.
-pub(crate) fn seal(keyset: &Keyset, aad: &[u8], plaintext: &[u8]) -> Result<Vec<u8>, Error> {
-    seal_with(keyset, Backend::DEFAULT, aad, plaintext.len(), |out| {
-        out.extend_from_slice(plaintext);
-        Ok(())
-    })
-}
-
-/// The parts of a ciphertext, checked for length and version only.
-pub(crate) struct Parsed<'a> {
-    pub(crate) key_id: KeyId,
-    pub(crate) nonce: &'a [u8; NONCE_LEN],
-    pub(crate) body: &'a [u8],
-    pub(crate) tag: &'a [u8; TAG_LEN],
-}
-
-/// Splits a ciphertext into its parts.
+/// Decrypts a ciphertext with whichever enabled key its key id names; the
+/// body is copied once, into the buffer that is returned, and decrypted
+/// there. On any failure no plaintext is returned.
+///
+/// The checks run in this order: the length against the keyset's shortest
+/// ciphertext, the version byte, the key id, then the key's own format and
+/// authentication.
 #[inline]
-pub(crate) fn parse(data: &[u8]) -> Result<Parsed<'_>, Error> {
+pub(crate) fn open(keyset: &Keyset, aad: &[u8], data: &[u8]) -> Result<Vec<u8>, Error> {
+    let min = keyset.min_ciphertext_len();
     let truncated = || Error::Truncated {
         len: data.len(),
-        min: OVERHEAD,
+        min,
     };
-    let (header, rest) = data
-        .split_first_chunk::<HEADER_LEN>()
-        .ok_or_else(truncated)?;
-    let (body, tag) = rest.split_last_chunk::<TAG_LEN>().ok_or_else(truncated)?;
-    let (prefix, nonce) = header
+    if data.len() < min {
+        return Err(truncated());
+    }
+    let (prefix, rest) = data
         .split_first_chunk::<PREFIX_LEN>()
-        .ok_or(Error::Decryption)?;
+        .ok_or_else(truncated)?;
     if prefix[0] != VERSION {
         return Err(Error::UnsupportedVersion(prefix[0]));
     }
-    Ok(Parsed {
-        key_id: KeyId(u32::from_be_bytes([
-            prefix[1], prefix[2], prefix[3], prefix[4],
-        ])),
-        nonce: nonce.try_into().map_err(|_| Error::Decryption)?,
-        body,
-        tag,
-    })
+    let id = KeyId(u32::from_be_bytes([
+        prefix[1], prefix[2], prefix[3], prefix[4],
+    ]));
+    let entry = keyset.decrypting_entry(id)?;
+    match &entry.primitive {
+        Primitive::AesGcm(key) => open_gcm(key, aad, data.len(), rest),
+    }
 }
 
-/// Decrypts a ciphertext with whichever enabled key its key id names.
-/// On any failure no plaintext is returned.
-pub(crate) fn open(keyset: &Keyset, aad: &[u8], data: &[u8]) -> Result<Vec<u8>, Error> {
-    open_with(keyset, Backend::DEFAULT, aad, data)
-}
-
-/// [`open`] with `backend`: the body is copied once, into the buffer that
-/// is returned, and decrypted there.
+/// `nonce | ciphertext | tag` under an AES-GCM key.
 #[inline]
-pub(crate) fn open_with(
-    keyset: &Keyset,
-    backend: Backend,
-    aad: &[u8],
-    data: &[u8],
-) -> Result<Vec<u8>, Error> {
-    let parsed = parse(data)?;
-    let key = keyset.decrypting_key(parsed.key_id)?;
-    let mut buf = parsed.body.to_vec();
-    key.open_in_place_with(backend, parsed.nonce, aad, &mut buf, parsed.tag)?;
+fn open_gcm(key: &AesGcmKey, aad: &[u8], len: usize, rest: &[u8]) -> Result<Vec<u8>, Error> {
+    let truncated = || Error::Truncated { len, min: OVERHEAD };
+    let (nonce, rest) = rest
+        .split_first_chunk::<NONCE_LEN>()
+        .ok_or_else(truncated)?;
+    let (body, tag) = rest.split_last_chunk::<TAG_LEN>().ok_or_else(truncated)?;
+    let mut buf = body.to_vec();
+    key.open_in_place(nonce, aad, &mut buf, tag)?;
     Ok(buf)
 }
 

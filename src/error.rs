@@ -1,8 +1,15 @@
 //! The crate's one error type.
 
 use core::fmt;
+use std::error::Error as StdError;
+use std::sync::Arc;
 
 use crate::keyset::KeyId;
+
+/// A failure from below the layer (a store, a changelog, a KMS), kept so that
+/// [`Error::source`](std::error::Error::source) can return it. Shared, so
+/// that [`Error`] stays `Clone`.
+pub type Cause = Arc<dyn StdError + Send + Sync + 'static>;
 
 /// Everything that can go wrong in tombstone-crypt.
 ///
@@ -11,14 +18,21 @@ use crate::keyset::KeyId;
 /// which check failed. The version byte and key id of a ciphertext are public,
 /// so [`Error::UnsupportedVersion`] and [`Error::UnknownKeyId`] are distinct.
 ///
+/// Variants that wrap a failure from below ([`Error::Store`],
+/// [`Error::Changelog`]) return it from
+/// [`source()`](std::error::Error::source); their `Display` says what this
+/// crate was doing, and the cause is one `source()` away (print the chain to
+/// see both). Two such errors compare equal when their details and their
+/// causes' messages are equal.
+///
 /// Codec failures keep only a redacted description (the kind of failure and
 /// where it happened), never the inner codec's own message: serde's messages
 /// quote the offending values, which would put plaintext into logs.
-#[derive(Debug, Clone, PartialEq, Eq)]
+#[derive(Debug, Clone)]
 #[non_exhaustive]
 pub enum Error {
-    /// The ciphertext is shorter than the 33 bytes every value carries
-    /// (prefix, key id, nonce and tag).
+    /// The ciphertext is shorter than the shortest ciphertext the keyset's
+    /// keys write (33 bytes for AES-GCM: prefix, key id, nonce and tag).
     Truncated {
         /// How many bytes were given.
         len: usize,
@@ -50,15 +64,74 @@ pub enum Error {
     /// A context field is too long to be encoded in the associated data.
     ContextTooLong,
     /// A keyset (or its Tink JSON) is malformed or unsupported.
-    Keyset(String),
+    Keyset {
+        /// What kind of problem it is.
+        kind: KeysetErrorKind,
+        /// What exactly is wrong, naming the key id where there is one
+        /// (never key bytes).
+        detail: String,
+    },
     /// A key management call named a key id that is not in the keyset.
     KeyNotFound(KeyId),
     /// A key management call would disable or remove the primary key.
     PrimaryKey(KeyId),
+    /// A key management call would make a disabled key primary.
+    KeyNotEnabled(KeyId),
+    /// The keyset's primary key cannot do what was asked (for example a
+    /// deterministic key asked for randomized encryption).
+    WrongKeyType {
+        /// The primary key's id.
+        key_id: KeyId,
+        /// What was asked of it.
+        operation: &'static str,
+    },
+    /// A Kafka record that must have a key has none.
+    MissingRecordKey,
     /// The backing store failed (I/O, corruption, a closed database).
-    Store(String),
+    Store {
+        /// What the store was doing.
+        detail: String,
+        /// The store's own error, returned by `source()`.
+        cause: Option<Cause>,
+    },
     /// A changelog failed (I/O or a broker error).
-    Changelog(String),
+    Changelog {
+        /// What the changelog was doing.
+        detail: String,
+        /// The underlying error, returned by `source()`.
+        cause: Option<Cause>,
+    },
+}
+
+/// The kind of an [`Error::Keyset`]: what is wrong with a keyset.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+#[non_exhaustive]
+pub enum KeysetErrorKind {
+    /// The text is not JSON, or not of the shape of a Tink keyset.
+    Json,
+    /// The keyset names no primary key.
+    NoPrimary,
+    /// The primary key is missing, disabled or destroyed.
+    BadPrimary,
+    /// More keys than [`MAX_KEYS`](crate::MAX_KEYS).
+    TooManyKeys,
+    /// Two keys share an id.
+    DuplicateKeyId,
+    /// A key status other than `ENABLED`, `DISABLED` or `DESTROYED`.
+    UnknownStatus,
+    /// An output prefix other than `TINK` (`RAW`, `LEGACY`, `CRUNCHY`).
+    UnsupportedOutputPrefix,
+    /// A key type (type URL) this crate does not implement.
+    UnsupportedKeyType,
+    /// A key material type that does not fit the key type.
+    KeyMaterialType,
+    /// A key's value is not base64.
+    Base64,
+    /// A key's serialized proto is malformed, of an unsupported version, or
+    /// holds a key of the wrong size.
+    KeyFormat,
+    /// A key template asks for something that cannot be built.
+    Template,
 }
 
 impl Error {
@@ -70,6 +143,64 @@ impl Error {
         Error::Codec {
             codec,
             detail: detail.into(),
+        }
+    }
+
+    /// A store error for a [`KeyValueStore`](crate::KeyValueStore) written
+    /// outside this crate: what it was doing, and the error that stopped it
+    /// (returned by `source()`).
+    ///
+    /// ```
+    /// use std::error::Error as _;
+    /// let io = std::io::Error::new(std::io::ErrorKind::Other, "disk full");
+    /// let err = tombstone_crypt::Error::store("write", io);
+    /// assert_eq!(err.to_string(), "store failed: write");
+    /// assert_eq!(err.source().map(|s| s.to_string()), Some("disk full".to_owned()));
+    /// ```
+    pub fn store(
+        detail: impl Into<String>,
+        cause: impl Into<Box<dyn StdError + Send + Sync + 'static>>,
+    ) -> Self {
+        Error::Store {
+            detail: detail.into(),
+            cause: Some(Arc::from(cause.into())),
+        }
+    }
+
+    /// A changelog error for a [`Changelog`](crate::Changelog) written
+    /// outside this crate, with the error that caused it.
+    pub fn changelog(
+        detail: impl Into<String>,
+        cause: impl Into<Box<dyn StdError + Send + Sync + 'static>>,
+    ) -> Self {
+        Error::Changelog {
+            detail: detail.into(),
+            cause: Some(Arc::from(cause.into())),
+        }
+    }
+
+    /// A changelog error with no underlying error (a timeout, a record that
+    /// breaks the changelog's rules).
+    pub fn changelog_msg(detail: impl Into<String>) -> Self {
+        Error::Changelog {
+            detail: detail.into(),
+            cause: None,
+        }
+    }
+
+    /// A keyset error of `kind`.
+    pub(crate) fn keyset(kind: KeysetErrorKind, detail: impl Into<String>) -> Self {
+        Error::Keyset {
+            kind,
+            detail: detail.into(),
+        }
+    }
+
+    /// The kind of a keyset error, `None` for every other error.
+    pub fn keyset_kind(&self) -> Option<KeysetErrorKind> {
+        match self {
+            Error::Keyset { kind, .. } => Some(*kind),
+            _ => None,
         }
     }
 }
@@ -94,15 +225,105 @@ impl fmt::Display for Error {
                 "inner serde returned no value for a present value (a present value never becomes a tombstone)",
             ),
             Error::ContextTooLong => f.write_str("context too long for the associated data"),
-            Error::Keyset(msg) => write!(f, "invalid keyset: {msg}"),
+            Error::Keyset { detail, .. } => write!(f, "invalid keyset: {detail}"),
             Error::KeyNotFound(id) => write!(f, "no key with id {id} in the keyset"),
             Error::PrimaryKey(id) => {
                 write!(f, "key id {id} is the primary key and cannot be disabled or removed")
             }
-            Error::Store(msg) => write!(f, "store failed: {msg}"),
-            Error::Changelog(msg) => write!(f, "changelog failed: {msg}"),
+            Error::KeyNotEnabled(id) => {
+                write!(f, "key id {id} is disabled and cannot become primary")
+            }
+            Error::WrongKeyType { key_id, operation } => {
+                write!(f, "the primary key {key_id} cannot {operation}")
+            }
+            Error::MissingRecordKey => f.write_str("the record has no key"),
+            Error::Store { detail, .. } => write!(f, "store failed: {detail}"),
+            Error::Changelog { detail, .. } => write!(f, "changelog failed: {detail}"),
         }
     }
 }
 
-impl std::error::Error for Error {}
+impl StdError for Error {
+    fn source(&self) -> Option<&(dyn StdError + 'static)> {
+        match self {
+            Error::Store { cause, .. } | Error::Changelog { cause, .. } => {
+                cause.as_deref().map(|c| c as &(dyn StdError + 'static))
+            }
+            _ => None,
+        }
+    }
+}
+
+fn same_cause(a: &Option<Cause>, b: &Option<Cause>) -> bool {
+    match (a, b) {
+        (None, None) => true,
+        (Some(a), Some(b)) => Arc::ptr_eq(a, b) || a.to_string() == b.to_string(),
+        _ => false,
+    }
+}
+
+impl PartialEq for Error {
+    fn eq(&self, other: &Self) -> bool {
+        use Error as E;
+        match (self, other) {
+            (E::Truncated { len: a, min: b }, E::Truncated { len: c, min: d }) => a == c && b == d,
+            (E::UnsupportedVersion(a), E::UnsupportedVersion(b)) => a == b,
+            (E::UnknownKeyId(a), E::UnknownKeyId(b))
+            | (E::KeyDisabled(a), E::KeyDisabled(b))
+            | (E::KeyNotFound(a), E::KeyNotFound(b))
+            | (E::PrimaryKey(a), E::PrimaryKey(b))
+            | (E::KeyNotEnabled(a), E::KeyNotEnabled(b)) => a == b,
+            (E::Decryption, E::Decryption)
+            | (E::Encryption, E::Encryption)
+            | (E::InnerReturnedNone, E::InnerReturnedNone)
+            | (E::ContextTooLong, E::ContextTooLong)
+            | (E::MissingRecordKey, E::MissingRecordKey) => true,
+            (
+                E::Codec {
+                    codec: a,
+                    detail: b,
+                },
+                E::Codec {
+                    codec: c,
+                    detail: d,
+                },
+            ) => a == c && b == d,
+            (E::Keyset { kind: a, detail: b }, E::Keyset { kind: c, detail: d }) => {
+                a == c && b == d
+            }
+            (
+                E::WrongKeyType {
+                    key_id: a,
+                    operation: b,
+                },
+                E::WrongKeyType {
+                    key_id: c,
+                    operation: d,
+                },
+            ) => a == c && b == d,
+            (
+                E::Store {
+                    detail: a,
+                    cause: b,
+                },
+                E::Store {
+                    detail: c,
+                    cause: d,
+                },
+            )
+            | (
+                E::Changelog {
+                    detail: a,
+                    cause: b,
+                },
+                E::Changelog {
+                    detail: c,
+                    cause: d,
+                },
+            ) => a == c && same_cause(b, d),
+            _ => false,
+        }
+    }
+}
+
+impl Eq for Error {}

@@ -69,6 +69,9 @@ where
         .serialize(&Context::new(topic), Some(key))?
         .ok_or(Error::InnerReturnedNone)?;
     let payload = value_ser.serialize(&Context::new(topic).with_key(&key), value)?;
+    if value.is_some() && payload.is_none() {
+        return Err(Error::InnerReturnedNone);
+    }
     Ok(KafkaRecord {
         topic: topic.to_owned(),
         key,
@@ -81,8 +84,8 @@ where
 /// without a payload is a tombstone: `None`.
 ///
 /// # Errors
-/// A serde failed (a value that does not decrypt); [`Error::Changelog`] if
-/// the message has no key.
+/// A serde failed (a value that does not decrypt);
+/// [`Error::MissingRecordKey`] if the message has no key.
 pub fn decode_message<K, V, KD, VD, M>(
     message: &M,
     key_de: &KD,
@@ -94,19 +97,17 @@ where
     M: Message,
 {
     let topic = message.topic();
-    let key_bytes = message
-        .key()
-        .ok_or_else(|| Error::Changelog("a record without a key".into()))?;
-    let key = key_de
-        .deserialize(&Context::new(topic), Some(key_bytes))?
-        .ok_or(Error::InnerReturnedNone)?;
+    let key_bytes = message.key().ok_or(Error::MissingRecordKey)?;
+    let key = key_de.deserialize_slice(&Context::new(topic), key_bytes)?;
     let value =
         value_de.deserialize(&Context::new(topic).with_key(key_bytes), message.payload())?;
     Ok((key, value))
 }
 
-fn kafka_err(what: &str, e: impl core::fmt::Display) -> Error {
-    Error::Changelog(format!("kafka: {what}: {e}"))
+/// A Kafka error, kept as the cause; `what` says what the changelog was
+/// doing.
+fn kafka_err<E: std::error::Error + Send + Sync + 'static>(what: &str, e: E) -> Error {
+    Error::changelog(format!("kafka: {what}"), e)
 }
 
 /// Collects delivery failures reported by the producer's thread.
@@ -203,9 +204,9 @@ impl KafkaChangelog {
             .deliveries
             .failed
             .lock()
-            .map_err(|_| Error::Changelog("kafka: delivery report lock poisoned".into()))?;
+            .map_err(|_| Error::changelog_msg("kafka: delivery report lock poisoned"))?;
         match failed.first() {
-            Some(e) => Err(Error::Changelog(format!(
+            Some(e) => Err(Error::changelog_msg(format!(
                 "kafka: {} record(s) not delivered, first: {e}",
                 failed.len()
             ))),
@@ -277,7 +278,7 @@ impl Changelog for KafkaChangelog {
         let mut out = Vec::new();
         loop {
             if Instant::now() > deadline {
-                return Err(Error::Changelog(format!(
+                return Err(Error::changelog_msg(format!(
                     "kafka: read {} records, timed out before the end of the partition",
                     out.len()
                 )));
@@ -288,11 +289,11 @@ impl Changelog for KafkaChangelog {
                 Some(Err(e)) => return Err(kafka_err("consume", e)),
                 Some(Ok(m)) => {
                     let key = m.key().ok_or_else(|| {
-                        Error::Changelog("kafka: a changelog record without a key".into())
+                        Error::changelog_msg("kafka: a changelog record without a key")
                     })?;
                     out.push(Record {
                         offset: u64::try_from(m.offset())
-                            .map_err(|_| Error::Changelog("kafka: negative offset".into()))?,
+                            .map_err(|_| Error::changelog_msg("kafka: negative offset"))?,
                         key: key.to_vec(),
                         value: m.payload().map(<[u8]>::to_vec),
                     });

@@ -10,11 +10,9 @@ use rand::{Rng as _, TryRng as _};
 use serde::{Deserialize, Serialize};
 use zeroize::Zeroizing;
 
-use crate::cipher::KeyMaterial;
-use crate::error::Error;
-
-/// The type URL of Tink's AES-GCM key.
-pub(crate) const AES_GCM_TYPE_URL: &str = "type.googleapis.com/google.crypto.tink.AesGcmKey";
+use crate::cipher::Backend;
+use crate::error::{Error, KeysetErrorKind};
+use crate::primitive::{printable, KeyTemplate, Primitive};
 
 /// The most keys a keyset may hold (a bound on hostile keyset JSON).
 pub const MAX_KEYS: usize = 4096;
@@ -49,21 +47,53 @@ impl KeyStatus {
     }
 }
 
+/// One key of a keyset: its id, its status and its primitive (the key's
+/// type is data: the primitive was chosen by its Tink type URL).
 #[derive(Clone)]
 pub(crate) struct Entry {
     pub(crate) id: KeyId,
     pub(crate) status: KeyStatus,
-    pub(crate) material: KeyMaterial,
+    pub(crate) primitive: Primitive,
 }
 
 #[derive(Clone)]
 struct Inner {
     primary: usize,
     keys: Vec<Entry>,
+    backend: Backend,
+    /// The shortest ciphertext any key writes (kept up to date by `new`).
+    min_len: usize,
 }
 
-/// A set of AES-GCM keys with one primary: values are encrypted under the
-/// primary key and decrypted under whichever enabled key their key id names.
+impl Inner {
+    fn new(primary: usize, keys: Vec<Entry>, backend: Backend) -> Self {
+        let mut inner = Inner {
+            primary,
+            keys,
+            backend,
+            min_len: 0,
+        };
+        inner.update();
+        inner
+    }
+
+    /// Recomputes what is derived from the keys.
+    fn update(&mut self) {
+        self.min_len = self
+            .keys
+            .iter()
+            .map(|e| e.primitive.min_ciphertext_len())
+            .min()
+            .unwrap_or(crate::envelope::OVERHEAD);
+    }
+}
+
+/// A set of keys with one primary: values are encrypted under the primary
+/// key and decrypted under whichever enabled key their key id names.
+///
+/// Each key's type is data, as in Tink: an AES-GCM key (128 or 256 bits) is
+/// an AEAD for values. Keys are made from a [`KeyTemplate`] or read from
+/// Tink's JSON.
 ///
 /// Cheap to clone: clones share the same immutable key material. Calls that
 /// change a keyset ([`rotate`](Keyset::rotate), [`disable`](Keyset::disable),
@@ -73,7 +103,7 @@ struct Inner {
 /// # Security
 /// Key bytes are zeroized when the last clone is dropped (best effort: copies
 /// the allocator or the OS made earlier are out of reach). `Debug` shows key
-/// ids and statuses only.
+/// ids, statuses and types only.
 ///
 /// ```
 /// use tombstone_crypt::Keyset;
@@ -99,27 +129,30 @@ impl fmt::Debug for Keyset {
                     .entries(
                         self.0
                             .iter()
-                            .map(|e| (e.id, e.status, e.material.bytes().len() * 8)),
+                            .map(|e| (e.id, e.status, e.primitive.describe())),
                     )
                     .finish()
             }
         }
         f.debug_struct("Keyset")
             .field("primary", &self.primary())
-            .field("keys (id, status, bits)", &Keys(&self.inner.keys))
+            .field("keys (id, status, type)", &Keys(&self.inner.keys))
+            .field("backend", &self.inner.backend)
             .finish_non_exhaustive()
     }
 }
 
-fn fresh_key_bytes() -> Zeroizing<[u8; 32]> {
-    let mut bytes = Zeroizing::new([0u8; 32]);
+/// Fills `out` with key bytes from the OS.
+///
+/// # Panics
+/// If the operating system cannot provide randomness at all.
+pub(crate) fn fill_from_os(out: &mut [u8]) {
     // Keys come straight from the OS; values' nonces use a thread-local CSPRNG.
-    if rand::rngs::SysRng.try_fill_bytes(&mut bytes[..]).is_err() {
+    if rand::rngs::SysRng.try_fill_bytes(out).is_err() {
         // Fall back to the OS-seeded thread RNG, which panics only if the OS
         // cannot provide randomness at all.
-        rand::rng().fill_bytes(&mut bytes[..]);
+        rand::rng().fill_bytes(out);
     }
-    bytes
 }
 
 impl Keyset {
@@ -128,63 +161,148 @@ impl Keyset {
     /// # Panics
     /// If the operating system cannot provide randomness.
     pub fn generate() -> Self {
-        let bytes = fresh_key_bytes();
-        let material = KeyMaterial::from_bytes(&bytes[..]).expect("32 bytes is an AES-256 key");
-        let id = KeyId(rand::rng().next_u32());
+        let primitive = Primitive::generate(&KeyTemplate::aes256_gcm(), Backend::DEFAULT)
+            .expect("an AES-256-GCM key from 32 fresh bytes");
+        Keyset::with_primary(primitive, Backend::DEFAULT)
+    }
+
+    /// A new keyset with one fresh key made from `template`, which is
+    /// primary.
+    ///
+    /// # Errors
+    /// [`Error::Keyset`] if the template cannot make a key.
+    ///
+    /// # Panics
+    /// If the operating system cannot provide randomness.
+    pub fn generate_with(template: KeyTemplate) -> Result<Self, Error> {
+        let primitive = Primitive::generate(&template, Backend::DEFAULT)?;
+        Ok(Keyset::with_primary(primitive, Backend::DEFAULT))
+    }
+
+    fn with_primary(primitive: Primitive, backend: Backend) -> Self {
         Keyset {
-            inner: Arc::new(Inner {
-                primary: 0,
-                keys: vec![Entry {
-                    id,
+            inner: Arc::new(Inner::new(
+                0,
+                vec![Entry {
+                    id: KeyId(rand::rng().next_u32()),
                     status: KeyStatus::Enabled,
-                    material,
+                    primitive,
                 }],
-            }),
+                backend,
+            )),
         }
     }
 
-    /// Adds a fresh AES-256-GCM key, enabled but not primary, and returns its
-    /// id. Use this to stage a key everywhere before making it primary with
-    /// [`set_primary`](Keyset::set_primary).
+    /// The same keys, expanded for `backend` (AES-GCM only: it decides
+    /// which implementation does the work). Keys added later use it too.
+    /// The bytes written and read are the same on every backend.
+    #[must_use]
+    pub fn with_backend(self, backend: Backend) -> Self {
+        if self.inner.backend == backend {
+            return self;
+        }
+        let keys = self
+            .inner
+            .keys
+            .iter()
+            .map(|e| Entry {
+                primitive: e
+                    .primitive
+                    .with_backend(backend)
+                    .unwrap_or_else(|_| e.primitive.clone()),
+                ..e.clone()
+            })
+            .collect();
+        Keyset {
+            inner: Arc::new(Inner::new(self.inner.primary, keys, backend)),
+        }
+    }
+
+    /// The backend the keys are expanded for.
+    pub fn backend(&self) -> Backend {
+        self.inner.backend
+    }
+
+    /// Adds a fresh key of the primary's type, enabled but not primary, and
+    /// returns its id. Use this to stage a key everywhere before making it
+    /// primary with [`set_primary`](Keyset::set_primary).
     ///
     /// # Panics
     /// If the operating system cannot provide randomness.
     pub fn add_key(&mut self) -> KeyId {
-        let bytes = fresh_key_bytes();
-        let material = KeyMaterial::from_bytes(&bytes[..]).expect("32 bytes is an AES-256 key");
+        let template = self.primary_entry().primitive.template();
+        let primitive = Primitive::generate(&template, self.inner.backend)
+            .expect("the primary's own template makes a key");
+        self.push(primitive)
+    }
+
+    /// Adds a fresh key made from `template`, enabled but not primary, and
+    /// returns its id.
+    ///
+    /// # Errors
+    /// [`Error::Keyset`] if the template cannot make a key.
+    ///
+    /// # Panics
+    /// If the operating system cannot provide randomness.
+    pub fn add_key_with(&mut self, template: KeyTemplate) -> Result<KeyId, Error> {
+        let primitive = Primitive::generate(&template, self.inner.backend)?;
+        Ok(self.push(primitive))
+    }
+
+    fn push(&mut self, primitive: Primitive) -> KeyId {
         let mut id = KeyId(rand::rng().next_u32());
         while self.find(id).is_some() {
             id = KeyId(rand::rng().next_u32());
         }
-        Arc::make_mut(&mut self.inner).keys.push(Entry {
+        let inner = Arc::make_mut(&mut self.inner);
+        inner.keys.push(Entry {
             id,
             status: KeyStatus::Enabled,
-            material,
+            primitive,
         });
+        inner.update();
         id
     }
 
-    /// Adds a fresh AES-256-GCM key and makes it primary; the old keys stay
-    /// and keep decrypting. Returns the new primary's id.
+    /// Adds a fresh key of the primary's type and makes it primary; the old
+    /// keys stay and keep decrypting. Returns the new primary's id.
     ///
     /// # Panics
     /// If the operating system cannot provide randomness.
     pub fn rotate(&mut self) -> KeyId {
         let id = self.add_key();
+        self.make_last_primary();
+        id
+    }
+
+    /// Adds a fresh key made from `template` and makes it primary; the old
+    /// keys stay and keep decrypting. Returns the new primary's id.
+    ///
+    /// # Errors
+    /// [`Error::Keyset`] if the template cannot make a key.
+    ///
+    /// # Panics
+    /// If the operating system cannot provide randomness.
+    pub fn rotate_with(&mut self, template: KeyTemplate) -> Result<KeyId, Error> {
+        let id = self.add_key_with(template)?;
+        self.make_last_primary();
+        Ok(id)
+    }
+
+    fn make_last_primary(&mut self) {
         let inner = Arc::make_mut(&mut self.inner);
         inner.primary = inner.keys.len() - 1;
-        id
     }
 
     /// Makes the enabled key `id` primary.
     ///
     /// # Errors
-    /// [`Error::KeyNotFound`] if no such key, [`Error::KeyDisabled`] if it is
-    /// disabled.
+    /// [`Error::KeyNotFound`] if no such key, [`Error::KeyNotEnabled`] if it
+    /// is disabled.
     pub fn set_primary(&mut self, id: KeyId) -> Result<(), Error> {
         let i = self.find(id).ok_or(Error::KeyNotFound(id))?;
         if self.inner.keys[i].status != KeyStatus::Enabled {
-            return Err(Error::KeyDisabled(id));
+            return Err(Error::KeyNotEnabled(id));
         }
         Arc::make_mut(&mut self.inner).primary = i;
         Ok(())
@@ -223,6 +341,7 @@ impl Keyset {
         if inner.primary > i {
             inner.primary -= 1;
         }
+        inner.update();
         Ok(())
     }
 
@@ -241,12 +360,18 @@ impl Keyset {
 
     /// The primary key's id: every new value is encrypted under it.
     pub fn primary(&self) -> KeyId {
-        self.inner.keys[self.inner.primary].id
+        self.primary_entry().id
     }
 
     /// The ids and statuses of all keys, in keyset order.
     pub fn keys(&self) -> impl ExactSizeIterator<Item = (KeyId, KeyStatus)> + '_ {
         self.inner.keys.iter().map(|e| (e.id, e.status))
+    }
+
+    /// Tink's type URL of key `id`, if the keyset holds it.
+    pub fn key_type_url(&self, id: KeyId) -> Option<&'static str> {
+        self.find(id)
+            .map(|i| self.inner.keys[i].primitive.type_url())
     }
 
     /// How many keys the keyset holds (enabled and disabled).
@@ -259,19 +384,73 @@ impl Keyset {
         self.inner.keys.is_empty()
     }
 
+    /// Encrypts `plaintext` under the primary key, bound to
+    /// `associated_data`: Tink's `Aead::encrypt`, with the output prefix
+    /// TINK. The serde wrappers write exactly this for the associated data
+    /// of their [`AadPolicy`](crate::AadPolicy) (see
+    /// [`Context::associated_data`](crate::Context::associated_data)).
+    ///
+    /// # Errors
+    /// [`Error::Encryption`] if the value is too long for the cipher.
+    ///
+    /// ```
+    /// use tombstone_crypt::Keyset;
+    ///
+    /// let keyset = Keyset::generate();
+    /// let ct = keyset.encrypt(b"hello", b"ad")?;
+    /// assert_eq!(keyset.decrypt(&ct, b"ad")?, b"hello");
+    /// assert!(keyset.decrypt(&ct, b"other ad").is_err());
+    /// # Ok::<(), tombstone_crypt::Error>(())
+    /// ```
+    pub fn encrypt(&self, plaintext: &[u8], associated_data: &[u8]) -> Result<Vec<u8>, Error> {
+        let mut out = Vec::new();
+        crate::envelope::seal_into(self, associated_data, &mut out, plaintext.len(), |out| {
+            out.extend_from_slice(plaintext);
+            Ok(())
+        })?;
+        Ok(out)
+    }
+
+    /// Decrypts a ciphertext written by [`encrypt`](Keyset::encrypt) (here
+    /// or by Tink) under the enabled key its key id names: Tink's
+    /// `Aead::decrypt`.
+    ///
+    /// # Errors
+    /// [`Error::Truncated`], [`Error::UnsupportedVersion`],
+    /// [`Error::UnknownKeyId`], [`Error::KeyDisabled`], or
+    /// [`Error::Decryption`] for every authentication failure. No plaintext
+    /// is returned on failure.
+    pub fn decrypt(&self, ciphertext: &[u8], associated_data: &[u8]) -> Result<Vec<u8>, Error> {
+        crate::envelope::open(self, associated_data, ciphertext)
+    }
+
     pub(crate) fn primary_entry(&self) -> &Entry {
         &self.inner.keys[self.inner.primary]
     }
 
+    /// The bytes the primary key adds to a plaintext (a hint for
+    /// allocation).
+    #[inline]
+    pub(crate) fn primary_overhead(&self) -> usize {
+        self.primary_entry().primitive.min_ciphertext_len()
+    }
+
+    /// The shortest ciphertext any key of the keyset writes.
+    #[inline]
+    pub(crate) fn min_ciphertext_len(&self) -> usize {
+        self.inner.min_len
+    }
+
     /// The key that may decrypt a value under `id`.
-    pub(crate) fn decrypting_key(&self, id: KeyId) -> Result<&KeyMaterial, Error> {
+    #[inline]
+    pub(crate) fn decrypting_entry(&self, id: KeyId) -> Result<&Entry, Error> {
         // The primary first: nearly every value is under it.
         let primary = self.primary_entry();
         if primary.id == id {
-            return Ok(&primary.material);
+            return Ok(primary);
         }
         match self.inner.keys.iter().find(|e| e.id == id) {
-            Some(e) if e.status == KeyStatus::Enabled => Ok(&e.material),
+            Some(e) if e.status == KeyStatus::Enabled => Ok(e),
             Some(_) => Err(Error::KeyDisabled(id)),
             None => Err(Error::UnknownKeyId(id)),
         }
@@ -280,16 +459,22 @@ impl Keyset {
     /// Reads a keyset in Tink's cleartext JSON keyset format.
     ///
     /// Keys with output prefix `TINK` are used; `DISABLED` keys are kept but
-    /// never decrypt; `DESTROYED` keys are dropped. `RAW`, `LEGACY` or
-    /// `CRUNCHY` keys, key types other than AES-GCM and key sizes other than
-    /// 128 and 256 bits are rejected.
+    /// never decrypt; `DESTROYED` keys are dropped (with or without their
+    /// `keyData`). `RAW`, `LEGACY` or `CRUNCHY` keys and key types this crate
+    /// does not implement are rejected with an error that names them. As
+    /// protobuf's JSON readers do, key ids may be written as unsigned or as
+    /// signed 32-bit integers (older Tink writers print ids above 2^31 as
+    /// negative numbers), and key values as standard or URL-safe base64,
+    /// padded or not.
     ///
     /// # Security
     /// The JSON holds the keys in the clear: treat it as a secret. The text is
-    /// not zeroized by this function (it is the caller's).
+    /// not zeroized by this function (it is the caller's); the copies made
+    /// while parsing are.
     ///
     /// # Errors
-    /// [`Error::Keyset`], naming what is wrong (never quoting key bytes).
+    /// [`Error::Keyset`], with a [`KeysetErrorKind`] and a detail naming what
+    /// is wrong (never quoting key bytes).
     ///
     /// ```
     /// use tombstone_crypt::Keyset;
@@ -302,94 +487,101 @@ impl Keyset {
     /// # Ok::<(), tombstone_crypt::Error>(())
     /// ```
     pub fn from_tink_json(json: &str) -> Result<Self, Error> {
-        let parsed: TinkKeyset = serde_json::from_str(json).map_err(|e| {
+        let parsed: TinkKeysetIn = serde_json::from_str(json).map_err(|e| {
             // serde_json's message may quote the input (key bytes): keep only
             // the kind and the place.
-            Error::Keyset(format!(
-                "bad JSON ({}) at line {} column {}",
-                json_kind(&e),
-                e.line(),
-                e.column()
-            ))
+            Error::keyset(
+                KeysetErrorKind::Json,
+                format!(
+                    "bad JSON ({}) at line {} column {}",
+                    json_kind(&e),
+                    e.line(),
+                    e.column()
+                ),
+            )
         })?;
         if parsed.key.len() > MAX_KEYS {
-            return Err(Error::Keyset(format!("more than {MAX_KEYS} keys")));
+            return Err(Error::keyset(
+                KeysetErrorKind::TooManyKeys,
+                format!("more than {MAX_KEYS} keys"),
+            ));
         }
+        let backend = Backend::DEFAULT;
         let mut keys: Vec<Entry> = Vec::with_capacity(parsed.key.len());
         for (i, k) in parsed.key.iter().enumerate() {
-            let id = KeyId(k.key_id);
+            let id = key_id(k.key_id)?;
             let status = match k.status.as_str() {
                 "ENABLED" => KeyStatus::Enabled,
                 "DISABLED" => KeyStatus::Disabled,
                 "DESTROYED" => continue,
                 other => {
-                    return Err(Error::Keyset(format!(
-                        "key {id}: unknown status {:?}",
-                        printable(other)
-                    )))
+                    return Err(Error::keyset(
+                        KeysetErrorKind::UnknownStatus,
+                        format!("key {id}: unknown status {:?}", printable(other)),
+                    ))
                 }
             };
             if k.output_prefix_type != "TINK" {
-                return Err(Error::Keyset(format!(
-                    "key {id}: output prefix {:?} is not supported (only TINK)",
-                    printable(&k.output_prefix_type)
-                )));
-            }
-            if k.key_data.type_url != AES_GCM_TYPE_URL {
-                return Err(Error::Keyset(format!(
-                    "key {id}: key type {:?} is not supported (only {AES_GCM_TYPE_URL})",
-                    printable(&k.key_data.type_url)
-                )));
-            }
-            if let Some(t) = &k.key_data.key_material_type {
-                if t != "SYMMETRIC" {
-                    return Err(Error::Keyset(format!(
-                        "key {id}: key material type {:?} is not SYMMETRIC",
-                        printable(t)
-                    )));
-                }
+                return Err(Error::keyset(
+                    KeysetErrorKind::UnsupportedOutputPrefix,
+                    format!(
+                        "key {id}: output prefix {:?} is not supported (only TINK)",
+                        printable(&k.output_prefix_type)
+                    ),
+                ));
             }
             if keys.iter().any(|e| e.id == id) {
-                return Err(Error::Keyset(format!("key id {id} appears twice")));
+                return Err(Error::keyset(
+                    KeysetErrorKind::DuplicateKeyId,
+                    format!("key id {id} appears twice"),
+                ));
             }
-            let proto =
-                Zeroizing::new(BASE64.decode(k.key_data.value.as_bytes()).map_err(|_| {
-                    Error::Keyset(format!("key {id} (entry {i}): value is not base64"))
-                })?);
-            let key_bytes = parse_aes_gcm_key_proto(&proto)
-                .map_err(|why| Error::Keyset(format!("key {id}: {why}")))?;
-            let material = KeyMaterial::from_bytes(key_bytes).map_err(|_| {
-                Error::Keyset(format!(
-                    "key {id}: AES key must be 16 or 32 bytes, got {}",
-                    key_bytes.len()
-                ))
+            let data = k.key_data.as_ref().ok_or_else(|| {
+                Error::keyset(KeysetErrorKind::Json, format!("key {id}: no keyData"))
             })?;
+            let proto = decode_base64(&data.value).ok_or_else(|| {
+                Error::keyset(
+                    KeysetErrorKind::Base64,
+                    format!("key {id} (entry {i}): value is not base64"),
+                )
+            })?;
+            let primitive = Primitive::from_key_data(
+                &data.type_url,
+                &proto,
+                data.key_material_type.as_deref(),
+                backend,
+            )
+            .map_err(|(kind, why)| Error::keyset(kind, format!("key {id}: {why}")))?;
             keys.push(Entry {
                 id,
                 status,
-                material,
+                primitive,
             });
         }
-        let primary_id = KeyId(
+        let primary_id = key_id(
             parsed
                 .primary_key_id
-                .ok_or_else(|| Error::Keyset("no primaryKeyId".into()))?,
-        );
+                .ok_or_else(|| Error::keyset(KeysetErrorKind::NoPrimary, "no primaryKeyId"))?,
+        )?;
         let primary = keys
             .iter()
             .position(|e| e.id == primary_id)
             .ok_or_else(|| {
-                Error::Keyset(format!(
-                    "primary key {primary_id} is not an enabled or disabled key of the keyset"
-                ))
+                Error::keyset(
+                    KeysetErrorKind::BadPrimary,
+                    format!(
+                        "primary key {primary_id} is not an enabled or disabled key of the keyset"
+                    ),
+                )
             })?;
         if keys[primary].status != KeyStatus::Enabled {
-            return Err(Error::Keyset(format!(
-                "primary key {primary_id} is not enabled"
-            )));
+            return Err(Error::keyset(
+                KeysetErrorKind::BadPrimary,
+                format!("primary key {primary_id} is not enabled"),
+            ));
         }
         Ok(Keyset {
-            inner: Arc::new(Inner { primary, keys }),
+            inner: Arc::new(Inner::new(primary, keys, backend)),
         })
     }
 
@@ -398,38 +590,75 @@ impl Keyset {
     ///
     /// # Security
     /// The output holds every key in the clear: store it like a password,
-    /// or better, encrypt it with a key management service.
+    /// or better, encrypt it with a key management service. The copies made
+    /// while writing it are zeroized; the returned text is the caller's.
     pub fn to_tink_json(&self) -> String {
-        let key = self
+        let keys: Vec<TinkKeyOut> = self
             .inner
             .keys
             .iter()
             .map(|e| {
-                let proto = Zeroizing::new(aes_gcm_key_proto(e.material.bytes()));
-                TinkKey {
-                    key_data: TinkKeyData {
-                        type_url: AES_GCM_TYPE_URL.to_owned(),
-                        value: BASE64.encode(&proto[..]),
-                        key_material_type: Some("SYMMETRIC".to_owned()),
+                let (type_url, proto, material) = e.primitive.key_data();
+                TinkKeyOut {
+                    key_data: TinkKeyDataOut {
+                        type_url,
+                        value: Zeroizing::new(BASE64.encode(&proto[..])),
+                        key_material_type: material,
                     },
-                    status: e.status.as_tink().to_owned(),
+                    status: e.status.as_tink(),
                     key_id: e.id.0,
-                    output_prefix_type: "TINK".to_owned(),
+                    output_prefix_type: "TINK",
                 }
             })
             .collect();
-        let ks = TinkKeyset {
-            primary_key_id: Some(self.primary().0),
-            key,
+        // Sized up front so the buffer never reallocates (a reallocation
+        // would leave a copy of the key text in freed memory).
+        let room = 64
+            + keys
+                .iter()
+                .map(|k| 160 + k.key_data.type_url.len() + k.key_data.value.len())
+                .sum::<usize>();
+        let mut out = Vec::with_capacity(room);
+        let ks = TinkKeysetOut {
+            primary_key_id: self.primary().0,
+            key: &keys,
         };
-        serde_json::to_string(&ks).expect("a keyset always serializes")
+        serde_json::to_writer(&mut out, &ks).expect("a keyset always serializes");
+        String::from_utf8(out).expect("serde_json writes UTF-8")
     }
 }
 
-/// A value from the input, cut short and stripped of control characters, for
-/// an error message (only used for fields that hold no secrets).
-fn printable(s: &str) -> String {
-    s.chars().filter(|c| !c.is_control()).take(64).collect()
+/// A key id as Tink's JSON writes it: unsigned, or (older writers) signed
+/// 32-bit.
+fn key_id(n: i64) -> Result<KeyId, Error> {
+    if let Ok(id) = u32::try_from(n) {
+        return Ok(KeyId(id));
+    }
+    i32::try_from(n).map(|id| KeyId(id as u32)).map_err(|_| {
+        Error::keyset(
+            KeysetErrorKind::Json,
+            format!("key id {n} is not a 32-bit integer"),
+        )
+    })
+}
+
+/// Standard or URL-safe base64, padded or not, into a zeroized buffer sized
+/// once (no reallocation leaves a copy behind).
+fn decode_base64(text: &str) -> Option<Zeroizing<Vec<u8>>> {
+    use base64::alphabet;
+    use base64::engine::{DecodePaddingMode, GeneralPurpose, GeneralPurposeConfig};
+    const CONFIG: GeneralPurposeConfig =
+        GeneralPurposeConfig::new().with_decode_padding_mode(DecodePaddingMode::Indifferent);
+    const STANDARD: GeneralPurpose = GeneralPurpose::new(&alphabet::STANDARD, CONFIG);
+    const URL_SAFE: GeneralPurpose = GeneralPurpose::new(&alphabet::URL_SAFE, CONFIG);
+    let mut buf = Zeroizing::new(vec![0u8; text.len() / 4 * 3 + 3]);
+    for engine in [STANDARD, URL_SAFE] {
+        if let Ok(n) = engine.decode_slice(text.as_bytes(), &mut buf[..]) {
+            buf.truncate(n);
+            return Some(buf);
+        }
+    }
+    None
 }
 
 fn json_kind(e: &serde_json::Error) -> &'static str {
@@ -441,112 +670,67 @@ fn json_kind(e: &serde_json::Error) -> &'static str {
     }
 }
 
-/// Encodes Tink's `AesGcmKey { version = 0, key_value }` proto. Version 0 is
-/// the proto3 default and is omitted, as Tink itself writes it.
-fn aes_gcm_key_proto(key: &[u8]) -> Vec<u8> {
-    let mut out = Vec::with_capacity(2 + key.len());
-    out.push(0x1a); // field 3, length-delimited
-    out.push(u8::try_from(key.len()).expect("AES keys are 16 or 32 bytes"));
-    out.extend_from_slice(key);
-    out
+fn zeroizing_string<'de, D: serde::Deserializer<'de>>(d: D) -> Result<Zeroizing<String>, D::Error> {
+    String::deserialize(d).map(Zeroizing::new)
 }
 
-/// Decodes Tink's `AesGcmKey` proto: `version` (field 1, varint, must be 0)
-/// and `key_value` (field 3, bytes). Any other field is rejected.
-fn parse_aes_gcm_key_proto(proto: &[u8]) -> Result<&[u8], String> {
-    let mut rest = proto;
-    let mut key = None;
-    while let Some((&tag, tail)) = rest.split_first() {
-        rest = tail;
-        match tag {
-            0x08 => {
-                let (version, tail) = read_varint(rest)?;
-                rest = tail;
-                if version != 0 {
-                    return Err(format!(
-                        "AesGcmKey version {version} is not supported (only 0)"
-                    ));
-                }
-            }
-            0x1a => {
-                let (len, tail) = read_varint(rest)?;
-                let len = usize::try_from(len)
-                    .ok()
-                    .filter(|&l| l <= tail.len())
-                    .ok_or("AesGcmKey key_value runs past the end")?;
-                if key.is_some() {
-                    return Err("AesGcmKey key_value appears twice".into());
-                }
-                key = Some(&tail[..len]);
-                rest = &tail[len..];
-            }
-            other => {
-                return Err(format!(
-                    "AesGcmKey has an unexpected field tag 0x{other:02x}"
-                ));
-            }
-        }
-    }
-    key.ok_or_else(|| "AesGcmKey has no key_value".to_owned())
+fn serialize_zeroizing<S: serde::Serializer>(
+    v: &Zeroizing<String>,
+    s: S,
+) -> Result<S::Ok, S::Error> {
+    s.serialize_str(v)
 }
 
-fn read_varint(input: &[u8]) -> Result<(u64, &[u8]), String> {
-    let mut value = 0u64;
-    for (i, &b) in input.iter().enumerate().take(10) {
-        value |= u64::from(b & 0x7f) << (7 * i);
-        if b & 0x80 == 0 {
-            return Ok((value, &input[i + 1..]));
-        }
-    }
-    Err("AesGcmKey has a malformed varint".into())
-}
-
-#[derive(Serialize, Deserialize)]
+#[derive(Deserialize)]
 #[serde(rename_all = "camelCase")]
-struct TinkKeyset {
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    primary_key_id: Option<u32>,
-    key: Vec<TinkKey>,
+struct TinkKeysetIn {
+    #[serde(default)]
+    primary_key_id: Option<i64>,
+    key: Vec<TinkKeyIn>,
 }
 
-#[derive(Serialize, Deserialize)]
+#[derive(Deserialize)]
 #[serde(rename_all = "camelCase")]
-struct TinkKey {
-    key_data: TinkKeyData,
+struct TinkKeyIn {
+    #[serde(default)]
+    key_data: Option<TinkKeyDataIn>,
     status: String,
-    key_id: u32,
+    key_id: i64,
+    #[serde(default)]
     output_prefix_type: String,
 }
 
-#[derive(Serialize, Deserialize)]
+#[derive(Deserialize)]
 #[serde(rename_all = "camelCase")]
-struct TinkKeyData {
+struct TinkKeyDataIn {
     type_url: String,
-    value: String,
-    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[serde(deserialize_with = "zeroizing_string")]
+    value: Zeroizing<String>,
+    #[serde(default)]
     key_material_type: Option<String>,
 }
 
-#[cfg(test)]
-mod tests {
-    use super::*;
+#[derive(Serialize)]
+#[serde(rename_all = "camelCase")]
+struct TinkKeysetOut<'a> {
+    primary_key_id: u32,
+    key: &'a [TinkKeyOut],
+}
 
-    #[test]
-    fn proto_accepts_explicit_version_zero() {
-        let mut p = vec![0x08, 0x00];
-        p.extend(aes_gcm_key_proto(&[7u8; 32]));
-        assert_eq!(parse_aes_gcm_key_proto(&p).unwrap(), &[7u8; 32][..]);
-    }
+#[derive(Serialize)]
+#[serde(rename_all = "camelCase")]
+struct TinkKeyOut {
+    key_data: TinkKeyDataOut,
+    status: &'static str,
+    key_id: u32,
+    output_prefix_type: &'static str,
+}
 
-    #[test]
-    fn proto_rejects_bad_shapes() {
-        assert!(parse_aes_gcm_key_proto(&[]).is_err());
-        assert!(parse_aes_gcm_key_proto(&[0x08, 0x01, 0x1a, 0x00]).is_err());
-        assert!(parse_aes_gcm_key_proto(&[0x1a, 0x21, 0x00]).is_err());
-        assert!(parse_aes_gcm_key_proto(&[
-            0x1a, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0x01
-        ])
-        .is_err());
-        assert!(parse_aes_gcm_key_proto(&[0x12, 0x00]).is_err());
-    }
+#[derive(Serialize)]
+#[serde(rename_all = "camelCase")]
+struct TinkKeyDataOut {
+    type_url: &'static str,
+    #[serde(serialize_with = "serialize_zeroizing")]
+    value: Zeroizing<String>,
+    key_material_type: &'static str,
 }

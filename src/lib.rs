@@ -1,6 +1,6 @@
 #![doc = include_str!("../README.md")]
-#![forbid(unsafe_code)]
-#![deny(missing_docs, rustdoc::broken_intra_doc_links)]
+#![cfg_attr(docsrs, feature(doc_cfg))]
+// The lints live in Cargo.toml's [lints]; this one is allowed in tests.
 #![cfg_attr(not(test), warn(clippy::unwrap_used))]
 
 mod cipher;
@@ -11,18 +11,23 @@ mod error;
 #[cfg(feature = "kafka")]
 mod kafka;
 mod keyset;
+mod primitive;
 mod serde;
 mod store;
 
+pub use crate::cipher::Backend;
 pub use crate::codec::{Bincode, Bytes, Json, Utf8, BINCODE_DECODE_LIMIT};
 pub use crate::context::{AadPolicy, Context};
 pub use crate::envelope::OVERHEAD;
-pub use crate::error::Error;
+pub use crate::error::{Cause, Error, KeysetErrorKind};
 #[cfg(feature = "kafka")]
+#[cfg_attr(docsrs, doc(cfg(feature = "kafka")))]
 pub use crate::kafka::{decode_message, encode_record, KafkaChangelog, KafkaRecord};
 pub use crate::keyset::{KeyId, KeyStatus, Keyset, MAX_KEYS};
+pub use crate::primitive::KeyTemplate;
 pub use crate::serde::{DecryptingDeserializer, Deserializer, EncryptingSerializer, Serializer};
 #[cfg(feature = "redb")]
+#[cfg_attr(docsrs, doc(cfg(feature = "redb")))]
 pub use crate::store::RedbStore;
 pub use crate::store::{
     compact, restore, ChangeLoggingStore, Changelog, EncryptedStore, Entry, KeyValueStore,
@@ -31,21 +36,32 @@ pub use crate::store::{
 /// The rdkafka crate this one is built on (feature `kafka`), for its
 /// `ClientConfig`, producers and consumers.
 #[cfg(feature = "kafka")]
+#[cfg_attr(docsrs, doc(cfg(feature = "kafka")))]
 pub use rdkafka;
 
 #[doc = include_str!("../docs/FORMAT.md")]
 pub mod format {}
 
-/// Hooks for the fuzz targets and the known-answer tests: the crypto core
-/// with an explicit nonce. Not part of the API; never use a fixed nonce.
+/// Test hooks (cargo feature `test-hooks`, never for production): the
+/// AES-GCM core with an explicit nonce, for the fuzz targets, the
+/// known-answer vectors and Wycheproof. A fixed nonce destroys AES-GCM's
+/// security; nothing outside tests may call these.
+#[cfg(feature = "test-hooks")]
 #[doc(hidden)]
 pub mod __fuzz {
-    use crate::cipher::{KeyMaterial, NONCE_LEN, TAG_LEN};
-    use crate::{AadPolicy, Context, Error};
+    use crate::cipher::{AesGcmKey, Backend, NONCE_LEN, TAG_LEN};
+    use crate::Error;
 
-    /// AES-GCM encryption with an explicit nonce: `ciphertext | tag`.
-    pub fn aes_gcm_seal(key: &[u8], nonce: &[u8], aad: &[u8], pt: &[u8]) -> Result<Vec<u8>, Error> {
-        let key = KeyMaterial::from_bytes(key)?;
+    /// AES-GCM encryption with an explicit nonce on `backend`:
+    /// `ciphertext | tag`.
+    pub fn aes_gcm_seal_with(
+        backend: Backend,
+        key: &[u8],
+        nonce: &[u8],
+        aad: &[u8],
+        pt: &[u8],
+    ) -> Result<Vec<u8>, Error> {
+        let key = AesGcmKey::new(key, backend)?;
         let nonce: &[u8; NONCE_LEN] = nonce.try_into().map_err(|_| Error::Encryption)?;
         let mut buf = pt.to_vec();
         let tag = key.seal_in_place(nonce, aad, &mut buf)?;
@@ -53,14 +69,21 @@ pub mod __fuzz {
         Ok(buf)
     }
 
-    /// AES-GCM decryption with an explicit nonce of `ciphertext | tag`.
-    pub fn aes_gcm_open(
+    /// AES-GCM encryption with an explicit nonce on the default backend.
+    pub fn aes_gcm_seal(key: &[u8], nonce: &[u8], aad: &[u8], pt: &[u8]) -> Result<Vec<u8>, Error> {
+        aes_gcm_seal_with(Backend::DEFAULT, key, nonce, aad, pt)
+    }
+
+    /// AES-GCM decryption with an explicit nonce of `ciphertext | tag` on
+    /// `backend`.
+    pub fn aes_gcm_open_with(
+        backend: Backend,
         key: &[u8],
         nonce: &[u8],
         aad: &[u8],
         ct_and_tag: &[u8],
     ) -> Result<Vec<u8>, Error> {
-        let key = KeyMaterial::from_bytes(key)?;
+        let key = AesGcmKey::new(key, backend)?;
         let nonce: &[u8; NONCE_LEN] = nonce.try_into().map_err(|_| Error::Decryption)?;
         let split = ct_and_tag
             .len()
@@ -73,8 +96,13 @@ pub mod __fuzz {
         Ok(buf)
     }
 
-    /// The associated data the layer binds to `ctx` under `policy`.
-    pub fn aad(policy: AadPolicy, ctx: &Context<'_>) -> Result<Vec<u8>, Error> {
-        crate::envelope::aad(policy, ctx)
+    /// AES-GCM decryption with an explicit nonce on the default backend.
+    pub fn aes_gcm_open(
+        key: &[u8],
+        nonce: &[u8],
+        aad: &[u8],
+        ct_and_tag: &[u8],
+    ) -> Result<Vec<u8>, Error> {
+        aes_gcm_open_with(Backend::DEFAULT, key, nonce, aad, ct_and_tag)
     }
 }

@@ -1,82 +1,132 @@
 //! The serde traits (Kafka's contract: a value is an `Option`, `None` is the
-//! tombstone) and the encrypting wrappers, where the tombstone rule lives.
+//! tombstone) and the encrypting wrappers.
+//!
+//! The tombstone rule lives in exactly one place: the provided methods
+//! [`Serializer::serialize`] and [`Deserializer::deserialize`]. Codecs and
+//! wrappers implement only the present-value methods, so none of them can
+//! turn a `None` into bytes, or bytes into a `None`.
 
-use crate::cipher::Backend;
 use crate::context::{AadPolicy, Context};
-use crate::envelope::{self, AadBuf};
+use crate::envelope::{self, AadBuf, MAX_PREALLOC};
 use crate::error::Error;
 use crate::keyset::Keyset;
 
 /// Turns a value of type `T` into bytes; `None` is a tombstone.
 ///
-/// Implementations must map `None` to `Ok(None)` and a present value to
-/// `Ok(Some(_))`. The two provided methods let a codec write straight into
-/// the encrypting layer's output buffer; their defaults call
-/// [`serialize`](Serializer::serialize).
+/// Implement [`serialize_into`](Serializer::serialize_into), which only ever
+/// sees a present value. [`serialize`](Serializer::serialize) is provided: it
+/// returns `Ok(None)` for `None` without calling anything, and a present
+/// value's bytes otherwise. Do not override it: it is where the tombstone
+/// rule lives.
+///
+/// ```
+/// use tombstone_crypt::{Context, Error, Serializer};
+///
+/// /// Little-endian `u32`s.
+/// struct U32Le;
+///
+/// impl Serializer<u32> for U32Le {
+///     fn serialize_into(&self, _: &Context<'_>, v: &u32, out: &mut Vec<u8>) -> Result<(), Error> {
+///         out.extend_from_slice(&v.to_le_bytes());
+///         Ok(())
+///     }
+///     fn size_hint(&self, _: &u32) -> Option<usize> {
+///         Some(4)
+///     }
+/// }
+///
+/// let ctx = Context::new("t");
+/// assert_eq!(U32Le.serialize(&ctx, Some(&7))?, Some(vec![7, 0, 0, 0]));
+/// assert_eq!(U32Le.serialize(&ctx, None)?, None); // never called for a tombstone
+/// # Ok::<(), Error>(())
+/// ```
 pub trait Serializer<T: ?Sized> {
-    /// Serializes `value` for `ctx`. `None` (a tombstone) stays `None`.
+    /// Appends the bytes of a present value to `out` (which may already hold
+    /// bytes: leave them alone). An encrypting wrapper hands its own output
+    /// buffer here, so the codec writes straight into it.
     ///
     /// # Errors
     /// Whatever the codec or the cipher reports; see [`Error`].
-    fn serialize(&self, ctx: &Context<'_>, value: Option<&T>) -> Result<Option<Vec<u8>>, Error>;
+    fn serialize_into(&self, ctx: &Context<'_>, value: &T, out: &mut Vec<u8>) -> Result<(), Error>;
 
-    /// Appends the bytes of a present value to `out`.
+    /// Serializes `value` for `ctx`. A tombstone (`None`) is `Ok(None)`,
+    /// without calling [`serialize_into`](Serializer::serialize_into) or
+    /// anything else; a present value, empty included, is `Ok(Some(_))`.
     ///
     /// # Errors
-    /// As [`serialize`](Serializer::serialize); [`Error::InnerReturnedNone`]
-    /// if it returned `None` for the present value.
-    fn serialize_into(&self, ctx: &Context<'_>, value: &T, out: &mut Vec<u8>) -> Result<(), Error> {
-        let bytes = self
-            .serialize(ctx, Some(value))?
-            .ok_or(Error::InnerReturnedNone)?;
-        out.extend_from_slice(&bytes);
-        Ok(())
+    /// Whatever [`serialize_into`](Serializer::serialize_into) reports.
+    #[inline]
+    fn serialize(&self, ctx: &Context<'_>, value: Option<&T>) -> Result<Option<Vec<u8>>, Error> {
+        let Some(value) = value else {
+            return Ok(None);
+        };
+        let hint = self.size_hint(value).unwrap_or(0).min(MAX_PREALLOC);
+        let mut out = Vec::with_capacity(hint);
+        self.serialize_into(ctx, value, &mut out)?;
+        Ok(Some(out))
     }
 
-    /// How many bytes `value` will take, if cheaply known (0 if not). Only a
-    /// hint for allocation.
-    fn size_hint(&self, value: &T) -> usize {
+    /// How many bytes `value` will take, if cheaply known. Only a hint for
+    /// allocation: a wrong or huge hint never panics, and never reserves
+    /// more than a bounded amount.
+    fn size_hint(&self, value: &T) -> Option<usize> {
         let _ = value;
-        0
+        None
     }
 }
 
 /// Turns bytes back into a value of type `T`; `None` is a tombstone.
 ///
-/// Implementations must map `None` to `Ok(None)` and present bytes to
-/// `Ok(Some(_))` or an error, never to `Ok(None)`.
+/// Implement [`deserialize_owned`](Deserializer::deserialize_owned), which
+/// only ever sees present bytes, and, if the codec can read borrowed bytes
+/// without a copy, [`deserialize_slice`](Deserializer::deserialize_slice).
+/// [`deserialize`](Deserializer::deserialize) is provided: `None` is
+/// `Ok(None)` without calling anything, present bytes are a value or an
+/// error, never `None`. Do not override it.
 pub trait Deserializer<T> {
-    /// Deserializes `data` for `ctx`. `None` (a tombstone) stays `None`.
-    ///
-    /// # Errors
-    /// Whatever the codec or the cipher reports; see [`Error`].
-    fn deserialize(&self, ctx: &Context<'_>, data: Option<&[u8]>) -> Result<Option<T>, Error>;
-
-    /// Deserializes present bytes the caller owns (the decrypting layer's
+    /// Deserializes present bytes the caller owns (a decrypting wrapper's
     /// plaintext buffer), so a codec can take them without a copy.
     ///
     /// # Errors
-    /// As [`deserialize`](Deserializer::deserialize);
-    /// [`Error::InnerReturnedNone`] if it returned `None` for present bytes.
-    fn deserialize_owned(&self, ctx: &Context<'_>, data: Vec<u8>) -> Result<T, Error> {
-        self.deserialize(ctx, Some(&data))?
-            .ok_or(Error::InnerReturnedNone)
+    /// Whatever the codec or the cipher reports; see [`Error`].
+    fn deserialize_owned(&self, ctx: &Context<'_>, data: Vec<u8>) -> Result<T, Error>;
+
+    /// Deserializes present borrowed bytes. The default copies them and
+    /// calls [`deserialize_owned`](Deserializer::deserialize_owned).
+    ///
+    /// # Errors
+    /// As [`deserialize_owned`](Deserializer::deserialize_owned).
+    fn deserialize_slice(&self, ctx: &Context<'_>, data: &[u8]) -> Result<T, Error> {
+        self.deserialize_owned(ctx, data.to_vec())
+    }
+
+    /// Deserializes `data` for `ctx`. A tombstone (`None`) is `Ok(None)`,
+    /// without calling anything; present bytes, empty included, are
+    /// `Ok(Some(_))` or an error.
+    ///
+    /// # Errors
+    /// Whatever [`deserialize_slice`](Deserializer::deserialize_slice)
+    /// reports.
+    #[inline]
+    fn deserialize(&self, ctx: &Context<'_>, data: Option<&[u8]>) -> Result<Option<T>, Error> {
+        match data {
+            None => Ok(None),
+            Some(data) => self.deserialize_slice(ctx, data).map(Some),
+        }
     }
 }
 
-/// Wraps any [`Serializer`] and encrypts what it produces with AES-GCM.
+/// Wraps any [`Serializer`] and encrypts what it produces under the keyset's
+/// primary key.
 ///
 /// # Security
 /// A tombstone (`None`) is returned as `None` without calling the inner
 /// serializer or the cipher: a delete stays a delete. A present value, empty
-/// included, always becomes a present ciphertext (33 bytes at least), under
-/// the keyset's primary key with a fresh random nonce, bound to the
-/// context by the [`AadPolicy`].
-///
-/// # Backend
-/// AES-GCM is RustCrypto's `aes-gcm`; with the cargo feature `aws-lc` it is
-/// `aws-lc-rs` for every key, AES-128 and AES-256. The bytes on the wire are
-/// the same either way: each backend reads what the other writes.
+/// included, always becomes a present ciphertext (33 bytes at least for
+/// AES-GCM), under the keyset's primary key with a fresh random nonce, bound
+/// to the context by the [`AadPolicy`]. The bytes are exactly
+/// [`Keyset::encrypt`]'s for the context's
+/// [`associated_data`](Context::associated_data).
 ///
 /// ```
 /// use tombstone_crypt::{Bytes, Context, DecryptingDeserializer, EncryptingSerializer, Keyset};
@@ -97,7 +147,6 @@ pub struct EncryptingSerializer<S> {
     inner: S,
     keyset: Keyset,
     aad: AadPolicy,
-    backend: Backend,
 }
 
 impl<S> EncryptingSerializer<S> {
@@ -108,7 +157,6 @@ impl<S> EncryptingSerializer<S> {
             inner,
             keyset,
             aad: AadPolicy::default(),
-            backend: Backend::DEFAULT,
         }
     }
 
@@ -116,26 +164,6 @@ impl<S> EncryptingSerializer<S> {
     #[must_use]
     pub fn with_aad(self, aad: AadPolicy) -> Self {
         EncryptingSerializer { aad, ..self }
-    }
-
-    /// The same serializer on RustCrypto's `aes-gcm` even when the `aws-lc`
-    /// feature is on (without it, this changes nothing). Not part of the API:
-    /// the benchmarks and the compatibility tests use it to run both
-    /// backends in one process. The bytes written are the same either way.
-    #[doc(hidden)]
-    #[must_use]
-    pub fn with_rustcrypto_backend(self) -> Self {
-        EncryptingSerializer {
-            backend: Backend::RustCrypto,
-            ..self
-        }
-    }
-
-    /// The name of the backend in use (`"aws-lc"` or `"rustcrypto"`). Not
-    /// part of the API.
-    #[doc(hidden)]
-    pub fn backend_name(&self) -> &'static str {
-        self.backend.name()
     }
 
     /// The keyset this serializer encrypts with.
@@ -149,36 +177,27 @@ impl<S> EncryptingSerializer<S> {
     }
 }
 
-impl<S> EncryptingSerializer<S> {
-    /// Encrypts a present value: the associated data on the stack, the
-    /// inner codec writing straight into the one output buffer.
-    fn encrypt<T: ?Sized>(&self, ctx: &Context<'_>, value: &T) -> Result<Vec<u8>, Error>
-    where
-        S: Serializer<T>,
-    {
+impl<T: ?Sized, S: Serializer<T>> Serializer<T> for EncryptingSerializer<S> {
+    /// Appends the ciphertext to `out`: the associated data built on the
+    /// stack, the inner codec writing its plaintext straight into `out`,
+    /// encrypted there. On error nothing is left appended.
+    #[inline]
+    fn serialize_into(&self, ctx: &Context<'_>, value: &T, out: &mut Vec<u8>) -> Result<(), Error> {
         let mut aad = AadBuf::new();
         let aad = aad.encode(self.aad, ctx)?;
-        let hint = self.inner.size_hint(value);
-        envelope::seal_with(&self.keyset, self.backend, aad, hint, |out| {
+        let hint = self.inner.size_hint(value).unwrap_or(0);
+        envelope::seal_into(&self.keyset, aad, out, hint, |out| {
             self.inner.serialize_into(ctx, value, out)
         })
     }
-}
 
-impl<T: ?Sized, S: Serializer<T>> Serializer<T> for EncryptingSerializer<S> {
-    // Inlined so that a tombstone costs the caller a branch and nothing else;
-    // the work for a present value stays out of line.
     #[inline]
-    fn serialize(&self, ctx: &Context<'_>, value: Option<&T>) -> Result<Option<Vec<u8>>, Error> {
-        match value {
-            // Contract point 1: never touch the inner serde or the cipher.
-            None => Ok(None),
-            Some(value) => self.encrypt(ctx, value).map(Some),
-        }
-    }
-
-    fn size_hint(&self, value: &T) -> usize {
-        envelope::OVERHEAD + self.inner.size_hint(value)
+    fn size_hint(&self, value: &T) -> Option<usize> {
+        Some(
+            self.keyset
+                .primary_overhead()
+                .saturating_add(self.inner.size_hint(value).unwrap_or(0)),
+        )
     }
 }
 
@@ -189,16 +208,11 @@ impl<T: ?Sized, S: Serializer<T>> Serializer<T> for EncryptingSerializer<S> {
 /// the inner deserializer. Present bytes either decrypt and authenticate
 /// under an enabled key of the keyset and the same context, or fail with an
 /// error; they never become `None` and never yield partial plaintext.
-///
-/// # Backend
-/// As for [`EncryptingSerializer`]: RustCrypto's `aes-gcm`, or `aws-lc-rs`
-/// with the cargo feature `aws-lc`; either reads what the other writes.
 #[derive(Clone, Debug)]
 pub struct DecryptingDeserializer<D> {
     inner: D,
     keyset: Keyset,
     aad: AadPolicy,
-    backend: Backend,
 }
 
 impl<D> DecryptingDeserializer<D> {
@@ -209,7 +223,6 @@ impl<D> DecryptingDeserializer<D> {
             inner,
             keyset,
             aad: AadPolicy::default(),
-            backend: Backend::DEFAULT,
         }
     }
 
@@ -217,25 +230,6 @@ impl<D> DecryptingDeserializer<D> {
     #[must_use]
     pub fn with_aad(self, aad: AadPolicy) -> Self {
         DecryptingDeserializer { aad, ..self }
-    }
-
-    /// The same deserializer on RustCrypto's `aes-gcm` even when the
-    /// `aws-lc` feature is on; see
-    /// [`EncryptingSerializer::with_rustcrypto_backend`]. Not part of the API.
-    #[doc(hidden)]
-    #[must_use]
-    pub fn with_rustcrypto_backend(self) -> Self {
-        DecryptingDeserializer {
-            backend: Backend::RustCrypto,
-            ..self
-        }
-    }
-
-    /// The name of the backend in use (`"aws-lc"` or `"rustcrypto"`). Not
-    /// part of the API.
-    #[doc(hidden)]
-    pub fn backend_name(&self) -> &'static str {
-        self.backend.name()
     }
 
     /// The keyset this deserializer decrypts with.
@@ -249,27 +243,17 @@ impl<D> DecryptingDeserializer<D> {
     }
 }
 
-impl<D> DecryptingDeserializer<D> {
-    /// Decrypts present bytes into one new buffer, which the inner codec
-    /// then owns.
-    fn decrypt<T>(&self, ctx: &Context<'_>, data: &[u8]) -> Result<T, Error>
-    where
-        D: Deserializer<T>,
-    {
+impl<T, D: Deserializer<T>> Deserializer<T> for DecryptingDeserializer<D> {
+    fn deserialize_owned(&self, ctx: &Context<'_>, data: Vec<u8>) -> Result<T, Error> {
+        self.deserialize_slice(ctx, &data)
+    }
+
+    /// Decrypts into one new buffer, which the inner codec then owns.
+    #[inline]
+    fn deserialize_slice(&self, ctx: &Context<'_>, data: &[u8]) -> Result<T, Error> {
         let mut aad = AadBuf::new();
         let aad = aad.encode(self.aad, ctx)?;
-        let plaintext = envelope::open_with(&self.keyset, self.backend, aad, data)?;
+        let plaintext = envelope::open(&self.keyset, aad, data)?;
         self.inner.deserialize_owned(ctx, plaintext)
-    }
-}
-
-impl<T, D: Deserializer<T>> Deserializer<T> for DecryptingDeserializer<D> {
-    // Inlined for the same reason as `EncryptingSerializer::serialize`.
-    #[inline]
-    fn deserialize(&self, ctx: &Context<'_>, data: Option<&[u8]>) -> Result<Option<T>, Error> {
-        match data {
-            None => Ok(None), // contract point 1
-            Some(data) => self.decrypt(ctx, data).map(Some),
-        }
     }
 }

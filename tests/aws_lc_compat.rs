@@ -10,8 +10,8 @@ use aes_gcm::{Aes128Gcm, Aes256Gcm, Nonce};
 use base64::engine::general_purpose::STANDARD as B64;
 use base64::Engine as _;
 use tombstone_crypt::{
-    AadPolicy, Bytes, Context, DecryptingDeserializer, Deserializer, EncryptingSerializer, Keyset,
-    Serializer, OVERHEAD,
+    AadPolicy, Backend, Bytes, Context, DecryptingDeserializer, Deserializer, EncryptingSerializer,
+    Keyset, Serializer, OVERHEAD,
 };
 
 const POLICIES: [AadPolicy; 3] = [AadPolicy::TopicAndKey, AadPolicy::Topic, AadPolicy::None];
@@ -51,27 +51,19 @@ struct Pair {
     de: DecryptingDeserializer<Bytes>,
 }
 
-/// The layer on aws-lc (the default with the feature) and on RustCrypto.
+/// The layer on the same keys expanded for aws-lc and for RustCrypto.
 fn backends(keyset: &Keyset, policy: AadPolicy) -> [(&'static str, Pair); 2] {
+    let pair = |backend| {
+        let keyset = keyset.clone().with_backend(backend);
+        assert_eq!(keyset.backend(), backend);
+        Pair {
+            ser: EncryptingSerializer::new(Bytes, keyset.clone()).with_aad(policy),
+            de: DecryptingDeserializer::new(Bytes, keyset).with_aad(policy),
+        }
+    };
     [
-        (
-            "aws-lc",
-            Pair {
-                ser: EncryptingSerializer::new(Bytes, keyset.clone()).with_aad(policy),
-                de: DecryptingDeserializer::new(Bytes, keyset.clone()).with_aad(policy),
-            },
-        ),
-        (
-            "RustCrypto",
-            Pair {
-                ser: EncryptingSerializer::new(Bytes, keyset.clone())
-                    .with_aad(policy)
-                    .with_rustcrypto_backend(),
-                de: DecryptingDeserializer::new(Bytes, keyset.clone())
-                    .with_aad(policy)
-                    .with_rustcrypto_backend(),
-            },
-        ),
+        ("aws-lc", pair(Backend::AwsLc)),
+        ("RustCrypto", pair(Backend::RustCrypto)),
     ]
 }
 
@@ -88,12 +80,17 @@ fn tamper_positions(len: usize) -> Vec<usize> {
 
 #[test]
 fn the_feature_selects_aws_lc_and_rustcrypto_stays_reachable() {
-    let keyset = Keyset::generate();
-    let [(_, aws_lc), (_, rust_crypto)] = backends(&keyset, AadPolicy::default());
-    assert_eq!(aws_lc.ser.backend_name(), "aws-lc");
-    assert_eq!(aws_lc.de.backend_name(), "aws-lc");
-    assert_eq!(rust_crypto.ser.backend_name(), "rustcrypto");
-    assert_eq!(rust_crypto.de.backend_name(), "rustcrypto");
+    assert_eq!(Backend::DEFAULT, Backend::AwsLc);
+    assert_eq!(Keyset::generate().backend(), Backend::AwsLc);
+    let [(_, aws_lc), (_, rust_crypto)] = backends(&Keyset::generate(), AadPolicy::default());
+    assert_eq!(aws_lc.ser.keyset().backend().name(), "aws-lc");
+    assert_eq!(aws_lc.de.keyset().backend().name(), "aws-lc");
+    assert_eq!(rust_crypto.ser.keyset().backend().name(), "rustcrypto");
+    assert_eq!(rust_crypto.de.keyset().backend().name(), "rustcrypto");
+    // Keys added later use the keyset's backend too.
+    let mut keyset = Keyset::generate().with_backend(Backend::RustCrypto);
+    keyset.rotate();
+    assert_eq!(keyset.backend(), Backend::RustCrypto);
 }
 
 #[test]
@@ -193,11 +190,17 @@ fn same_bytes_for_a_fixed_nonce() {
     for key_len in [16usize, 32] {
         let key: Vec<u8> = (0..key_len).map(|i| (i * 11 + 5) as u8).collect();
         for policy in POLICIES {
-            let aad = tombstone_crypt::__fuzz::aad(policy, &ctx).unwrap();
+            let aad = ctx.associated_data(policy).unwrap();
             for n in SIZES {
                 let pt = plaintext(n);
-                let aws_lc =
-                    tombstone_crypt::__fuzz::aes_gcm_seal(&key, &nonce, &aad, &pt).unwrap();
+                let aws_lc = tombstone_crypt::__fuzz::aes_gcm_seal_with(
+                    Backend::AwsLc,
+                    &key,
+                    &nonce,
+                    &aad,
+                    &pt,
+                )
+                .unwrap();
                 let mut rust_crypto = pt.clone();
                 let gcm_nonce = Nonce::from(nonce);
                 let tag = if key_len == 16 {
@@ -217,8 +220,14 @@ fn same_bytes_for_a_fixed_nonce() {
                     "AES-{} {policy:?} size {n}",
                     key_len * 8
                 );
-                let back = tombstone_crypt::__fuzz::aes_gcm_open(&key, &nonce, &aad, &rust_crypto)
-                    .unwrap();
+                let back = tombstone_crypt::__fuzz::aes_gcm_open_with(
+                    Backend::AwsLc,
+                    &key,
+                    &nonce,
+                    &aad,
+                    &rust_crypto,
+                )
+                .unwrap();
                 assert_eq!(back, pt);
             }
         }

@@ -11,7 +11,6 @@ use std::path::PathBuf;
 use std::process::{Command, Stdio};
 
 use serde_json::{json, Value};
-use tombstone_crypt::__fuzz::aad;
 use tombstone_crypt::{
     AadPolicy, Bytes, Context, DecryptingDeserializer, Deserializer, EncryptingSerializer, Error,
     KeyId, Keyset, Serializer,
@@ -144,7 +143,7 @@ fn tink_encrypts_and_the_crate_decrypts_under_every_policy() {
             let mut expect = Vec::new();
             for ctx in contexts() {
                 for pt in plaintexts() {
-                    items.push((aad(policy, &ctx).unwrap(), pt.clone()));
+                    items.push((ctx.associated_data(policy).unwrap(), pt.clone()));
                     expect.push((ctx, pt));
                 }
             }
@@ -182,7 +181,7 @@ fn the_crate_encrypts_and_tink_decrypts_under_every_policy() {
         for ctx in contexts() {
             for pt in plaintexts() {
                 let ct = ser.serialize(&ctx, Some(&pt[..])).unwrap().unwrap();
-                items.push((aad(policy, &ctx).unwrap(), ct));
+                items.push((ctx.associated_data(policy).unwrap(), ct));
                 expect.push(pt);
             }
         }
@@ -210,7 +209,7 @@ fn the_crate_encrypts_and_tink_decrypts_under_every_policy() {
 fn rotated_keysets_pass_both_ways() {
     let Some(py) = python() else { return };
     let ctx = Context::new("orders").with_key(b"k");
-    let a = aad(AadPolicy::TopicAndKey, &ctx).unwrap();
+    let a = ctx.associated_data(AadPolicy::TopicAndKey).unwrap();
 
     // Ours, rotated: Tink sees two keys, the right primary, and decrypts both.
     let mut keyset = Keyset::generate();
@@ -275,7 +274,7 @@ fn disabled_keys_and_raw_keysets() {
     let mut keyset = Keyset::generate();
     let first = keyset.primary();
     let ctx = Context::new("t");
-    let a = aad(AadPolicy::TopicAndKey, &ctx).unwrap();
+    let a = ctx.associated_data(AadPolicy::TopicAndKey).unwrap();
     let ct = EncryptingSerializer::new(Bytes, keyset.clone())
         .serialize(&ctx, Some(&b"v"[..]))
         .unwrap()
@@ -296,7 +295,7 @@ fn disabled_keys_and_raw_keysets() {
     // A RAW keyset from Tink is refused with a clear error.
     let raw = peer(&py, &["gen-keyset", "--template", "AES256_GCM_RAW"], "");
     match Keyset::from_tink_json(&raw) {
-        Err(Error::Keyset(msg)) => assert!(msg.contains("RAW"), "{msg}"),
+        Err(Error::Keyset { detail, .. }) => assert!(detail.contains("RAW"), "{detail}"),
         other => panic!("RAW keyset accepted: {other:?}"),
     }
 }

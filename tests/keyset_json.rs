@@ -5,7 +5,7 @@ use base64::engine::general_purpose::STANDARD as B64;
 use base64::Engine as _;
 use tombstone_crypt::{
     Bytes, Context, DecryptingDeserializer, Deserializer, EncryptingSerializer, Error, KeyId,
-    KeyStatus, Keyset, Serializer,
+    KeyStatus, Keyset, KeysetErrorKind, Serializer,
 };
 
 const TYPE_URL: &str = "type.googleapis.com/google.crypto.tink.AesGcmKey";
@@ -123,75 +123,153 @@ fn destroyed_keys_are_dropped_and_disabled_kept() {
     );
 }
 
-fn rejects(json: &str, needle: &str) {
+fn rejects(json: &str, want: KeysetErrorKind, needle: &str) {
     match Keyset::from_tink_json(json) {
         Ok(_) => panic!("accepted: {json}"),
-        Err(Error::Keyset(msg)) => assert!(msg.contains(needle), "{msg:?} lacks {needle:?}"),
+        Err(Error::Keyset { kind, detail }) => {
+            assert_eq!(kind, want, "{detail}");
+            assert!(detail.contains(needle), "{detail:?} lacks {needle:?}");
+        }
         Err(e) => panic!("wrong error {e:?}"),
     }
 }
 
 #[test]
 fn bad_keysets_are_clear_errors() {
+    use KeysetErrorKind as K;
     let good = key_json(1, "ENABLED", "TINK", &proto(&[1; 32]));
-    rejects("", "unexpected end");
-    rejects("not json", "syntax");
-    rejects("{}", "wrong shape");
-    rejects(r#"{"key":[]}"#, "no primaryKeyId");
+    let one = |status, prefix, proto: &[u8]| keyset_json(1, &[key_json(1, status, prefix, proto)]);
+    rejects("", K::Json, "unexpected end");
+    rejects("not json", K::Json, "syntax");
+    rejects("{}", K::Json, "wrong shape");
+    rejects(r#"{"key":[]}"#, K::NoPrimary, "no primaryKeyId");
     rejects(
         &keyset_json(2, std::slice::from_ref(&good)),
+        K::BadPrimary,
         "primary key 2",
     );
     rejects(
-        &keyset_json(1, &[key_json(1, "DISABLED", "TINK", &proto(&[1; 32]))]),
+        &one("DISABLED", "TINK", &proto(&[1; 32])),
+        K::BadPrimary,
         "not enabled",
     );
     rejects(
-        &keyset_json(1, &[key_json(1, "ENABLED", "RAW", &proto(&[1; 32]))]),
+        &one("ENABLED", "RAW", &proto(&[1; 32])),
+        K::UnsupportedOutputPrefix,
         "RAW",
     );
     rejects(
-        &keyset_json(1, &[key_json(1, "ENABLED", "LEGACY", &proto(&[1; 32]))]),
+        &one("ENABLED", "LEGACY", &proto(&[1; 32])),
+        K::UnsupportedOutputPrefix,
         "LEGACY",
     );
     rejects(
-        &keyset_json(1, &[key_json(1, "WEIRD", "TINK", &proto(&[1; 32]))]),
+        &one("WEIRD", "TINK", &proto(&[1; 32])),
+        K::UnknownStatus,
         "unknown status",
     );
     rejects(
-        &keyset_json(1, &[key_json(1, "ENABLED", "TINK", &proto(&[1; 24]))]),
+        &one("ENABLED", "TINK", &proto(&[1; 24])),
+        K::KeyFormat,
         "16 or 32",
     );
     rejects(
-        &keyset_json(
-            1,
-            &[key_json(1, "ENABLED", "TINK", &[0x08, 0x01, 0x1a, 0x00])],
-        ),
+        &one("ENABLED", "TINK", &[0x08, 0x01, 0x1a, 0x00]),
+        K::KeyFormat,
         "version",
     );
+    rejects(&one("ENABLED", "TINK", &[]), K::KeyFormat, "no key_value");
     rejects(
-        &keyset_json(1, &[key_json(1, "ENABLED", "TINK", &[])]),
-        "no key_value",
+        &keyset_json(1, &[good.clone(), good.clone()]),
+        K::DuplicateKeyId,
+        "twice",
     );
-    rejects(&keyset_json(1, &[good.clone(), good.clone()]), "twice");
+    let unknown = "type.googleapis.com/google.crypto.tink.ChaCha20Poly1305Key";
     rejects(
-        &keyset_json(
-            1,
-            &[good.replace(TYPE_URL, "type.googleapis.com/google.crypto.tink.AesSivKey")],
-        ),
-        "not supported",
+        &keyset_json(1, &[good.replace(TYPE_URL, unknown)]),
+        K::UnsupportedKeyType,
+        unknown,
     );
     rejects(
         &keyset_json(1, &[good.replace("SYMMETRIC", "ASYMMETRIC_PRIVATE")]),
+        K::KeyMaterialType,
         "SYMMETRIC",
     );
-    rejects(&good.replace(r#""value":""#, r#""value":"!!"#), "");
+    rejects(&good.replace(r#""value":""#, r#""value":"!!"#), K::Json, "");
     rejects(
         &keyset_json(1, &[good.replace(r#""value":""#, r#""value":"!!"#)]),
+        K::Base64,
         "base64",
     );
-    rejects(r#"{"primaryKeyId":-1,"key":[]}"#, "wrong shape");
-    rejects(r#"{"primaryKeyId":4294967296,"key":[]}"#, "wrong shape");
+    // Key ids are 32-bit, signed or unsigned; anything else is refused.
+    rejects(
+        r#"{"primaryKeyId":-1,"key":[]}"#,
+        K::BadPrimary,
+        "primary key 4294967295",
+    );
+    rejects(
+        r#"{"primaryKeyId":4294967296,"key":[]}"#,
+        K::Json,
+        "not a 32-bit",
+    );
+    rejects(
+        r#"{"primaryKeyId":-2147483649,"key":[]}"#,
+        K::Json,
+        "not a 32-bit",
+    );
+    // A key that is not destroyed needs its key data.
+    rejects(
+        r#"{"primaryKeyId":1,"key":[{"status":"ENABLED","keyId":1,"outputPrefixType":"TINK"}]}"#,
+        K::Json,
+        "no keyData",
+    );
+}
+
+/// What Tink's own writers and protobuf's JSON readers accept, read here too.
+#[test]
+fn tink_json_as_tink_writes_it() {
+    let key = proto(&[5; 32]);
+    // Older Tink Java writers print ids of 2^31 and above as negative
+    // signed 32-bit integers: -1 is 0xffffffff.
+    let signed = keyset_json(1, &[key_json(1, "ENABLED", "TINK", &key)])
+        .replace(r#""primaryKeyId":1"#, r#""primaryKeyId":-1"#)
+        .replace(r#""keyId":1"#, r#""keyId":-1"#);
+    let keyset = Keyset::from_tink_json(&signed).unwrap();
+    assert_eq!(keyset.primary(), KeyId(u32::MAX));
+    assert_eq!(
+        keyset.to_tink_json(),
+        keyset_json(u32::MAX, &[key_json(u32::MAX, "ENABLED", "TINK", &key)])
+    );
+    // URL-safe and unpadded base64 (protobuf's JSON readers take both).
+    let odd = proto(&[0xfb; 32]); // base64 of it holds '+' / '/' and padding
+    let std_b64 = B64.encode(&odd);
+    assert!(std_b64.contains('/') || std_b64.contains('+'));
+    assert!(std_b64.ends_with('='));
+    let url = std_b64.replace('+', "-").replace('/', "_");
+    for text in [
+        url.clone(),
+        url.trim_end_matches('=').to_owned(),
+        std_b64.trim_end_matches('=').to_owned(),
+    ] {
+        let json = keyset_json(1, &[key_json(1, "ENABLED", "TINK", &odd)]).replace(&std_b64, &text);
+        assert!(json.contains(&text));
+        let read = Keyset::from_tink_json(&json).unwrap();
+        // The same key: it decrypts what the standard form encrypts.
+        let std_keyset =
+            Keyset::from_tink_json(&keyset_json(1, &[key_json(1, "ENABLED", "TINK", &odd)]))
+                .unwrap();
+        let ct = std_keyset.encrypt(b"pt", b"").unwrap();
+        assert_eq!(read.decrypt(&ct, b"").unwrap(), b"pt");
+    }
+    // A DESTROYED key as Tink writes it, without its key data, is dropped.
+    let json = keyset_json(
+        1,
+        &[
+            key_json(1, "ENABLED", "TINK", &key),
+            r#"{"status":"DESTROYED","keyId":3,"outputPrefixType":"TINK"}"#.to_owned(),
+        ],
+    );
+    assert_eq!(Keyset::from_tink_json(&json).unwrap().len(), 1);
 }
 
 #[test]

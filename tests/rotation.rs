@@ -74,7 +74,7 @@ fn disabled_and_removed_keys_do_not_decrypt() {
         [(first, KeyStatus::Disabled), (second, KeyStatus::Enabled)]
     );
     assert_eq!(dec(&keyset, &ct), Err(Error::KeyDisabled(first)));
-    assert_eq!(keyset.set_primary(first), Err(Error::KeyDisabled(first)));
+    assert_eq!(keyset.set_primary(first), Err(Error::KeyNotEnabled(first)));
 
     keyset.enable(first).unwrap();
     assert_eq!(dec(&keyset, &ct).unwrap().as_deref(), Some(&b"v"[..]));

@@ -1,10 +1,13 @@
 //! Contract points 1 and 2: tombstone in, tombstone out, for every codec;
 //! empty is not null; a present value never silently becomes a tombstone.
 
+use std::cell::Cell;
+use std::rc::Rc;
+
 use serde::{Deserialize, Serialize};
 use tombstone_crypt::{
     Bincode, Bytes, Context, DecryptingDeserializer, Deserializer, EncryptingSerializer, Error,
-    Json, Keyset, Serializer, Utf8, OVERHEAD,
+    Json, Keyset, MemoryStore, Serializer, TypedStore, Utf8, OVERHEAD,
 };
 
 #[derive(Serialize, Deserialize, Debug, PartialEq, Clone, Default)]
@@ -102,13 +105,13 @@ fn plain_codecs_keep_tombstones() {
 struct Untouchable;
 
 impl Serializer<[u8]> for Untouchable {
-    fn serialize(&self, _: &Context<'_>, _: Option<&[u8]>) -> Result<Option<Vec<u8>>, Error> {
+    fn serialize_into(&self, _: &Context<'_>, _: &[u8], _: &mut Vec<u8>) -> Result<(), Error> {
         panic!("the inner serializer was called for a tombstone")
     }
 }
 
 impl Deserializer<Vec<u8>> for Untouchable {
-    fn deserialize(&self, _: &Context<'_>, _: Option<&[u8]>) -> Result<Option<Vec<u8>>, Error> {
+    fn deserialize_owned(&self, _: &Context<'_>, _: Vec<u8>) -> Result<Vec<u8>, Error> {
         panic!("the inner deserializer was called for a tombstone")
     }
 }
@@ -122,17 +125,94 @@ fn tombstones_never_reach_the_inner_serde() {
     assert_eq!(de.deserialize(&ctx(), None).unwrap(), None);
 }
 
-/// An inner serde that turns every present value into `None`: the wrappers
-/// must refuse to let a present value become a tombstone.
+/// A codec written outside the crate, the way the traits ask: only the two
+/// present-value methods, counting its calls. It has no `None` branch, and
+/// needs none.
+#[derive(Clone, Default)]
+struct Counting {
+    ser_calls: Rc<Cell<usize>>,
+    de_calls: Rc<Cell<usize>>,
+}
+
+impl Counting {
+    fn calls(&self) -> (usize, usize) {
+        (self.ser_calls.get(), self.de_calls.get())
+    }
+}
+
+impl Serializer<[u8]> for Counting {
+    fn serialize_into(&self, _: &Context<'_>, v: &[u8], out: &mut Vec<u8>) -> Result<(), Error> {
+        self.ser_calls.set(self.ser_calls.get() + 1);
+        out.extend_from_slice(v);
+        Ok(())
+    }
+}
+
+impl Deserializer<Vec<u8>> for Counting {
+    fn deserialize_owned(&self, _: &Context<'_>, data: Vec<u8>) -> Result<Vec<u8>, Error> {
+        self.de_calls.set(self.de_calls.get() + 1);
+        Ok(data)
+    }
+}
+
+#[test]
+fn an_outside_codec_with_only_present_value_methods_keeps_the_rule() {
+    let keyset = Keyset::generate();
+    // Alone: the provided methods keep tombstones away from it.
+    let plain = Counting::default();
+    assert_eq!(plain.serialize(&ctx(), None).unwrap(), None);
+    assert_eq!(plain.deserialize(&ctx(), None).unwrap(), None);
+    assert_eq!(plain.calls(), (0, 0));
+    assert_eq!(
+        plain.serialize(&ctx(), Some(&b""[..])).unwrap(),
+        Some(vec![])
+    );
+    assert_eq!(plain.deserialize(&ctx(), Some(b"")).unwrap(), Some(vec![]));
+    assert_eq!(plain.calls(), (1, 1));
+
+    // Wrapped: tombstones never reach it; present values, empty included,
+    // reach it once each and round-trip.
+    let codec = Counting::default();
+    let ser = EncryptingSerializer::new(codec.clone(), keyset.clone());
+    let de = DecryptingDeserializer::new(codec.clone(), keyset);
+    for _ in 0..3 {
+        assert_eq!(ser.serialize(&ctx(), None).unwrap(), None);
+        assert_eq!(de.deserialize(&ctx(), None).unwrap(), None);
+    }
+    assert_eq!(codec.calls(), (0, 0));
+    for (i, v) in [&b""[..], b"x", &[7u8; 300]].into_iter().enumerate() {
+        let ct = ser.serialize(&ctx(), Some(v)).unwrap().expect("present");
+        assert_eq!(ct.len(), v.len() + OVERHEAD);
+        assert_eq!(
+            de.deserialize(&ctx(), Some(&ct)).unwrap().as_deref(),
+            Some(v)
+        );
+        assert_eq!(codec.calls(), (i + 1, i + 1));
+    }
+}
+
+/// An inner serde that overrides the provided `serialize` and
+/// `deserialize` to turn every present value into `None`. Overriding the
+/// provided methods is the only way to break the tombstone rule; the
+/// wrappers never call them (they call the present-value methods), and
+/// the stores and Kafka helpers that do call `serialize` refuse a `None`
+/// for a present value.
 struct Vanishing;
 
 impl Serializer<[u8]> for Vanishing {
+    fn serialize_into(&self, _: &Context<'_>, v: &[u8], out: &mut Vec<u8>) -> Result<(), Error> {
+        out.extend_from_slice(v);
+        Ok(())
+    }
     fn serialize(&self, _: &Context<'_>, _: Option<&[u8]>) -> Result<Option<Vec<u8>>, Error> {
         Ok(None)
     }
 }
 
 impl Deserializer<Vec<u8>> for Vanishing {
+    fn deserialize_owned(&self, _: &Context<'_>, data: Vec<u8>) -> Result<Vec<u8>, Error> {
+        Ok(data)
+    }
     fn deserialize(&self, _: &Context<'_>, _: Option<&[u8]>) -> Result<Option<Vec<u8>>, Error> {
         Ok(None)
     }
@@ -141,19 +221,32 @@ impl Deserializer<Vec<u8>> for Vanishing {
 #[test]
 fn a_present_value_never_becomes_a_tombstone() {
     let keyset = Keyset::generate();
+    // The wrappers build on the present-value methods: the override is
+    // never reached, and a present value stays present.
     let ser = EncryptingSerializer::new(Vanishing, keyset.clone());
+    let ct = ser.serialize(&ctx(), Some(&b"x"[..])).unwrap();
+    assert!(ct.is_some());
+    let de = DecryptingDeserializer::new(Vanishing, keyset.clone());
     assert_eq!(
-        ser.serialize(&ctx(), Some(&b"x"[..])),
+        de.deserialize(&ctx(), ct.as_deref()).unwrap(),
+        Some(b"x".to_vec())
+    );
+
+    // A typed store given the broken serde directly refuses the write
+    // instead of turning it into a delete.
+    let mut store = TypedStore::new(
+        MemoryStore::new(),
+        "events",
+        (Bytes, Bytes),
+        Vanishing,
+        Bytes,
+    );
+    assert_eq!(
+        store.put(&b"k".to_vec(), Some(&b"v".to_vec())),
         Err(Error::InnerReturnedNone)
     );
-    let ct = EncryptingSerializer::new(Bytes, keyset.clone())
-        .serialize(&ctx(), Some(&b"x"[..]))
-        .unwrap();
-    let de = DecryptingDeserializer::new(Vanishing, keyset);
-    assert_eq!(
-        de.deserialize(&ctx(), ct.as_deref()),
-        Err(Error::InnerReturnedNone)
-    );
+    // A delete through it is still a delete.
+    store.put(&b"k".to_vec(), None).unwrap();
 }
 
 #[test]

@@ -24,7 +24,7 @@ fuzz_target!(|data: &[u8]| {
     let ks = match Keyset::from_tink_json(text) {
         Ok(ks) => ks,
         Err(e) => {
-            assert!(matches!(e, Error::Keyset(_)), "unexpected error {e:?}");
+            assert!(matches!(e, Error::Keyset { .. }), "unexpected error {e:?}");
             return;
         }
     };
@@ -61,7 +61,7 @@ fuzz_target!(|data: &[u8]| {
                 assert_eq!(de.deserialize(&ctx, Some(&ct)), Ok(Some(value.to_vec())));
             }
             _ => {
-                assert_eq!(staged.set_primary(id), Err(Error::KeyDisabled(id)));
+                assert_eq!(staged.set_primary(id), Err(Error::KeyNotEnabled(id)));
                 staged.enable(id).expect("a disabled key can be enabled");
                 staged
                     .set_primary(id)

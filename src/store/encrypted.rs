@@ -1,12 +1,19 @@
 use super::{Entry, KeyValueStore};
+use crate::codec::Bytes;
 use crate::context::{AadPolicy, Context};
-use crate::envelope::{self, AadBuf};
 use crate::error::Error;
 use crate::keyset::Keyset;
+use crate::serde::{
+    DecryptingDeserializer, Deserializer as _, EncryptingSerializer, Serializer as _,
+};
 
 /// The bytes-level encrypting wrapper (contract point 3): values are
 /// encrypted with the store name and the record key as context; a `None`
 /// value is a delete, never encrypted; a delete never writes a value.
+///
+/// It encrypts through [`EncryptingSerializer`] and decrypts through
+/// [`DecryptingDeserializer`] over [`Bytes`]: the same path, the same bytes
+/// and the same tombstone rule as the serde wrappers.
 ///
 /// Keys are stored in the clear: the inner store orders, ranges and compacts
 /// by them.
@@ -26,8 +33,8 @@ use crate::keyset::Keyset;
 pub struct EncryptedStore<S> {
     inner: S,
     name: String,
-    keyset: Keyset,
-    aad: AadPolicy,
+    ser: EncryptingSerializer<Bytes>,
+    de: DecryptingDeserializer<Bytes>,
 }
 
 impl<S: KeyValueStore> EncryptedStore<S> {
@@ -37,26 +44,32 @@ impl<S: KeyValueStore> EncryptedStore<S> {
         EncryptedStore {
             inner,
             name: name.into(),
-            keyset,
-            aad: AadPolicy::TopicAndKey,
+            ser: EncryptingSerializer::new(Bytes, keyset.clone()),
+            de: DecryptingDeserializer::new(Bytes, keyset),
         }
     }
 
     /// The same store with another associated-data policy.
     #[must_use]
     pub fn with_aad(self, aad: AadPolicy) -> Self {
-        EncryptedStore { aad, ..self }
+        EncryptedStore {
+            ser: self.ser.with_aad(aad),
+            de: self.de.with_aad(aad),
+            ..self
+        }
     }
 
     /// Replaces the keyset (after a rotation); values under the old keys
     /// stay readable as long as the new keyset holds them.
     pub fn set_keyset(&mut self, keyset: Keyset) {
-        self.keyset = keyset;
+        let aad = self.ser.aad_policy();
+        self.ser = EncryptingSerializer::new(Bytes, keyset.clone()).with_aad(aad);
+        self.de = DecryptingDeserializer::new(Bytes, keyset).with_aad(aad);
     }
 
     /// The keyset in use.
     pub fn keyset(&self) -> &Keyset {
-        &self.keyset
+        self.ser.keyset()
     }
 
     /// The store name bound into the associated data.
@@ -79,21 +92,17 @@ impl<S: KeyValueStore> EncryptedStore<S> {
         self.inner
     }
 
-    /// The associated data for `key`, built in `buf` (on the stack for
-    /// short names and keys).
-    fn aad<'b>(&self, buf: &'b mut AadBuf, key: &[u8]) -> Result<&'b [u8], Error> {
-        buf.encode(self.aad, &Context::new(&self.name).with_key(key))
-    }
-
-    fn open(&self, key: &[u8], ct: &[u8]) -> Result<Vec<u8>, Error> {
-        envelope::open(&self.keyset, self.aad(&mut AadBuf::new(), key)?, ct)
+    fn open(&self, key: &[u8], ct: Option<&[u8]>) -> Result<Option<Vec<u8>>, Error> {
+        self.de
+            .deserialize(&Context::new(&self.name).with_key(key), ct)
     }
 
     fn open_all(&self, entries: Vec<Entry>) -> Result<Vec<Entry>, Error> {
+        let ctx = Context::new(&self.name);
         entries
             .into_iter()
             .map(|(k, ct)| {
-                let v = self.open(&k, &ct)?;
+                let v = self.de.deserialize_owned(&ctx.with_key(&k), ct)?;
                 Ok((k, v))
             })
             .collect()
@@ -102,28 +111,21 @@ impl<S: KeyValueStore> EncryptedStore<S> {
 
 impl<S: KeyValueStore> KeyValueStore for EncryptedStore<S> {
     fn get(&self, key: &[u8]) -> Result<Option<Vec<u8>>, Error> {
-        match self.inner.get(key)? {
-            Some(ct) => self.open(key, &ct).map(Some),
-            None => Ok(None),
-        }
+        self.open(key, self.inner.get(key)?.as_deref())
     }
 
     fn put(&mut self, key: &[u8], value: Option<&[u8]>) -> Result<(), Error> {
-        match value {
-            // A null is a delete: it goes down as a delete, never encrypted.
-            None => self.inner.put(key, None),
-            Some(v) => {
-                let ct = envelope::seal(&self.keyset, self.aad(&mut AadBuf::new(), key)?, v)?;
-                self.inner.put(key, Some(&ct))
-            }
-        }
+        // The serde wrapper's rule: a null stays a null, so a delete goes
+        // down as a delete, never encrypted.
+        let ct = self
+            .ser
+            .serialize(&Context::new(&self.name).with_key(key), value)?;
+        self.inner.put(key, ct.as_deref())
     }
 
     fn delete(&mut self, key: &[u8]) -> Result<Option<Vec<u8>>, Error> {
-        match self.inner.delete(key)? {
-            Some(ct) => self.open(key, &ct).map(Some),
-            None => Ok(None),
-        }
+        let old = self.inner.delete(key)?;
+        self.open(key, old.as_deref())
     }
 
     fn all(&self) -> Result<Vec<Entry>, Error> {

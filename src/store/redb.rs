@@ -18,7 +18,7 @@ const TABLE: TableDefinition<'_, &[u8], &[u8]> = TableDefinition::new("kv");
 /// use tombstone_crypt::{KeyValueStore, RedbStore};
 ///
 /// let dir = std::env::temp_dir().join(format!("tc-doc-{}", std::process::id()));
-/// std::fs::create_dir_all(&dir).map_err(|e| tombstone_crypt::Error::Store(e.to_string()))?;
+/// std::fs::create_dir_all(&dir).map_err(|e| tombstone_crypt::Error::store("create dir", e))?;
 /// let path = dir.join("store.redb");
 /// {
 ///     let mut store = RedbStore::open(&path)?;
@@ -39,8 +39,9 @@ impl core::fmt::Debug for RedbStore {
     }
 }
 
-fn store_err(e: impl core::fmt::Display) -> Error {
-    Error::Store(format!("redb: {e}"))
+/// A redb error, kept as the cause; `what` says what the store was doing.
+fn store_err<E: Into<redb::Error>>(what: &'static str) -> impl FnOnce(E) -> Error {
+    move |e| Error::store(format!("redb: {what}"), e.into())
 }
 
 impl RedbStore {
@@ -49,10 +50,10 @@ impl RedbStore {
     /// # Errors
     /// [`Error::Store`] if the file cannot be opened or is not a redb store.
     pub fn open(path: impl AsRef<Path>) -> Result<Self, Error> {
-        let db = Database::create(path).map_err(store_err)?;
-        let txn = db.begin_write().map_err(store_err)?;
-        txn.open_table(TABLE).map_err(store_err)?;
-        txn.commit().map_err(store_err)?;
+        let db = Database::create(path).map_err(store_err("open the database"))?;
+        let txn = db.begin_write().map_err(store_err("begin a write"))?;
+        txn.open_table(TABLE).map_err(store_err("open the table"))?;
+        txn.commit().map_err(store_err("commit"))?;
         Ok(RedbStore { db })
     }
 
@@ -60,26 +61,29 @@ impl RedbStore {
         &self,
         f: impl FnOnce(&mut redb::Table<'_, &[u8], &[u8]>) -> Result<R, redb::StorageError>,
     ) -> Result<R, Error> {
-        let mut txn = self.db.begin_write().map_err(store_err)?;
-        txn.set_durability(Durability::None).map_err(store_err)?;
+        let mut txn = self.db.begin_write().map_err(store_err("begin a write"))?;
+        txn.set_durability(Durability::None)
+            .map_err(store_err("set durability"))?;
         let r = {
-            let mut table = txn.open_table(TABLE).map_err(store_err)?;
-            f(&mut table).map_err(store_err)?
+            let mut table = txn.open_table(TABLE).map_err(store_err("open the table"))?;
+            f(&mut table).map_err(store_err("write"))?
         };
-        txn.commit().map_err(store_err)?;
+        txn.commit().map_err(store_err("commit"))?;
         Ok(r)
     }
 
     fn collect(&self, range: Option<(&[u8], &[u8])>) -> Result<Vec<Entry>, Error> {
-        let txn = self.db.begin_read().map_err(store_err)?;
-        let table = txn.open_table(TABLE).map_err(store_err)?;
+        let txn = self.db.begin_read().map_err(store_err("begin a read"))?;
+        let table = txn.open_table(TABLE).map_err(store_err("open the table"))?;
         let iter = match range {
-            None => table.iter().map_err(store_err)?,
-            Some((from, to)) => table.range::<&[u8]>(from..=to).map_err(store_err)?,
+            None => table.iter().map_err(store_err("iterate"))?,
+            Some((from, to)) => table
+                .range::<&[u8]>(from..=to)
+                .map_err(store_err("iterate"))?,
         };
         iter.map(|r| {
             r.map(|(k, v)| (k.value().to_vec(), v.value().to_vec()))
-                .map_err(store_err)
+                .map_err(store_err("read an entry"))
         })
         .collect()
     }
@@ -87,11 +91,11 @@ impl RedbStore {
 
 impl KeyValueStore for RedbStore {
     fn get(&self, key: &[u8]) -> Result<Option<Vec<u8>>, Error> {
-        let txn = self.db.begin_read().map_err(store_err)?;
-        let table = txn.open_table(TABLE).map_err(store_err)?;
+        let txn = self.db.begin_read().map_err(store_err("begin a read"))?;
+        let table = txn.open_table(TABLE).map_err(store_err("open the table"))?;
         Ok(table
             .get(key)
-            .map_err(store_err)?
+            .map_err(store_err("read"))?
             .map(|v| v.value().to_vec()))
     }
 
@@ -125,8 +129,8 @@ impl KeyValueStore for RedbStore {
     }
 
     fn flush(&mut self) -> Result<(), Error> {
-        let txn = self.db.begin_write().map_err(store_err)?;
-        txn.commit().map_err(store_err)
+        let txn = self.db.begin_write().map_err(store_err("begin a write"))?;
+        txn.commit().map_err(store_err("commit"))
     }
 }
 

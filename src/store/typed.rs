@@ -128,8 +128,7 @@ impl<K, V, S: KeyValueStore> TypedStore<K, V, S> {
 
     fn decode_key(&self, bytes: &[u8]) -> Result<K, Error> {
         self.key_de
-            .deserialize(&Context::new(&self.name), Some(bytes))?
-            .ok_or(Error::InnerReturnedNone)
+            .deserialize_slice(&Context::new(&self.name), bytes)
     }
 
     fn decode_value(&self, key: &[u8], bytes: &[u8]) -> Result<Option<V>, Error> {
@@ -154,10 +153,15 @@ impl<K, V, S: KeyValueStore> TypedStore<K, V, S> {
     /// `None` for every serde of this crate) go to the bytes store.
     ///
     /// # Errors
-    /// The store failed, or a serde failed.
+    /// The store failed, or a serde failed; [`Error::InnerReturnedNone`] if
+    /// the value serializer returned no bytes for a present value (a present
+    /// value never silently becomes a delete).
     pub fn put(&mut self, key: &K, value: Option<&V>) -> Result<(), Error> {
         let k = self.key_bytes(key)?;
         let bytes = (self.value_ser)(&Context::new(&self.name).with_key(&k), value)?;
+        if value.is_some() && bytes.is_none() {
+            return Err(Error::InnerReturnedNone);
+        }
         self.store.put(&k, bytes.as_deref())
     }
 
