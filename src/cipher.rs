@@ -232,3 +232,71 @@ fn bad_len(n: usize) -> Error {
         format!("AES-GCM key must be 16 or 32 bytes, got {n}"),
     )
 }
+
+/// Length of an AES-SIV key (two AES-256 keys: CMAC, then CTR), as Tink's
+/// `AesSivKey` holds it.
+pub(crate) const SIV_KEY_LEN: usize = 64;
+/// Length of the synthetic IV that starts an AES-SIV ciphertext.
+pub(crate) const SIV_LEN: usize = 16;
+
+/// One AES-SIV key (RFC 5297, CMAC-AES-256 and CTR-AES-256): deterministic
+/// authenticated encryption, for record keys. Its bytes are zeroized on
+/// drop; the cipher is built for each call (RustCrypto's `Siv` needs
+/// `&mut` and is not `Clone`) and zeroizes its own key copy when dropped.
+#[derive(Clone)]
+pub(crate) struct AesSivKey {
+    bytes: Zeroizing<Vec<u8>>,
+}
+
+impl AesSivKey {
+    /// A key from 64 bytes.
+    pub(crate) fn new(bytes: &[u8]) -> Result<Self, Error> {
+        if bytes.len() != SIV_KEY_LEN {
+            return Err(Error::keyset(
+                KeysetErrorKind::KeyFormat,
+                format!(
+                    "AES-SIV key must be {SIV_KEY_LEN} bytes, got {}",
+                    bytes.len()
+                ),
+            ));
+        }
+        Ok(AesSivKey {
+            bytes: Zeroizing::new(bytes.to_vec()),
+        })
+    }
+
+    /// The raw key bytes (for cleartext export only).
+    pub(crate) fn bytes(&self) -> &[u8] {
+        &self.bytes
+    }
+
+    fn cipher(&self) -> Result<aes_siv::siv::Aes256Siv, Error> {
+        use aes_siv::KeyInit as _;
+        aes_siv::siv::Aes256Siv::new_from_slice(&self.bytes).map_err(|_| Error::Encryption)
+    }
+
+    /// Encrypts `buf` in place with exactly one associated-data component
+    /// (`ad`, even when empty, as Tink does) and returns the synthetic IV.
+    pub(crate) fn seal_in_place(&self, ad: &[u8], buf: &mut [u8]) -> Result<[u8; SIV_LEN], Error> {
+        let tag = self
+            .cipher()?
+            .encrypt_inout_detached([ad], buf.into())
+            .map_err(|_| Error::Encryption)?;
+        Ok(tag.into())
+    }
+
+    /// Verifies the synthetic IV (in constant time, inside `aes-siv`) and
+    /// decrypts `buf` in place. On failure `buf` holds no plaintext
+    /// (`aes-siv` encrypts it again).
+    pub(crate) fn open_in_place(
+        &self,
+        ad: &[u8],
+        buf: &mut [u8],
+        siv: &[u8; SIV_LEN],
+    ) -> Result<(), Error> {
+        let tag = aes_siv::Tag::from(*siv);
+        self.cipher()?
+            .decrypt_inout_detached([ad], buf.into(), &tag)
+            .map_err(|_| Error::Decryption)
+    }
+}

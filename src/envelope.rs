@@ -3,6 +3,7 @@
 //!
 //! ```text
 //! AES-GCM:  0x01 | key_id (u32 BE) | nonce (12) | ciphertext | tag (16)
+//! AES-SIV:  0x01 | key_id (u32 BE) | SIV (16) | ciphertext
 //! ```
 //!
 //! Nothing here knows about stores, codecs or Kafka, and nothing here ever
@@ -11,10 +12,10 @@
 use rand::Rng as _;
 use zeroize::Zeroize as _;
 
-use crate::cipher::{AesGcmKey, NONCE_LEN, TAG_LEN};
+use crate::cipher::{AesGcmKey, NONCE_LEN, SIV_LEN, TAG_LEN};
 use crate::context::{AadPolicy, Context};
 use crate::error::Error;
-use crate::keyset::{KeyId, Keyset};
+use crate::keyset::{Entry, KeyId, Keyset};
 use crate::primitive::{Primitive, PREFIX_LEN};
 
 /// The version byte of Tink's output prefix TINK.
@@ -184,6 +185,11 @@ pub(crate) fn seal_into(
     let entry = keyset.primary_entry();
     let sealed = match &entry.primitive {
         Primitive::AesGcm(key) => seal_gcm(entry.id, key, aad, out, size_hint, write_plaintext),
+        Primitive::AesSiv(_) => Err(Error::WrongKeyType {
+            key_id: entry.id,
+            operation:
+                "encrypt with a randomized AEAD (it is deterministic: use it for record keys)",
+        }),
     };
     if sealed.is_err() {
         if let Some(tail) = out.get_mut(start..) {
@@ -250,7 +256,106 @@ pub(crate) fn open(keyset: &Keyset, aad: &[u8], data: &[u8]) -> Result<Vec<u8>, 
     let entry = keyset.decrypting_entry(id)?;
     match &entry.primitive {
         Primitive::AesGcm(key) => open_gcm(key, aad, data.len(), rest),
+        // A keyset holds one family of keys; a deterministic ciphertext is
+        // not a value's.
+        Primitive::AesSiv(_) => Err(Error::WrongKeyType {
+            key_id: id,
+            operation: "decrypt with a randomized AEAD (it is deterministic)",
+        }),
     }
+}
+
+/// Appends the deterministic ciphertext of a present plaintext under the
+/// primary key of `keyset` (which must be deterministic) to `out`:
+/// `0x01 | key id | SIV (16) | ciphertext`, AES-SIV with exactly one
+/// associated-data component, `ad` (even when empty, as Tink does).
+/// On error `out` is zeroized and cut back to its length on entry.
+pub(crate) fn seal_deterministic_into(
+    keyset: &Keyset,
+    ad: &[u8],
+    out: &mut Vec<u8>,
+    size_hint: usize,
+    write_plaintext: impl FnOnce(&mut Vec<u8>) -> Result<(), Error>,
+) -> Result<(), Error> {
+    let entry = keyset.primary_entry();
+    seal_deterministic_with(entry, ad, out, size_hint, write_plaintext)
+}
+
+/// [`seal_deterministic_into`] under the key `entry`.
+pub(crate) fn seal_deterministic_with(
+    entry: &Entry,
+    ad: &[u8],
+    out: &mut Vec<u8>,
+    size_hint: usize,
+    write_plaintext: impl FnOnce(&mut Vec<u8>) -> Result<(), Error>,
+) -> Result<(), Error> {
+    let Primitive::AesSiv(key) = &entry.primitive else {
+        return Err(Error::WrongKeyType {
+            key_id: entry.id,
+            operation: "encrypt deterministically (it is a randomized AEAD: use it for values)",
+        });
+    };
+    let start = out.len();
+    let sealed = (|| {
+        out.reserve((PREFIX_LEN + SIV_LEN).saturating_add(size_hint.min(MAX_PREALLOC)));
+        out.push(VERSION);
+        out.extend_from_slice(&entry.id.0.to_be_bytes());
+        out.extend_from_slice(&[0; SIV_LEN]);
+        let body = out.len();
+        write_plaintext(out)?;
+        let siv = key.seal_in_place(ad, &mut out[body..])?;
+        out[body - SIV_LEN..body].copy_from_slice(&siv);
+        Ok(())
+    })();
+    if sealed.is_err() {
+        if let Some(tail) = out.get_mut(start..) {
+            tail.zeroize();
+        }
+        out.truncate(start);
+    }
+    sealed
+}
+
+/// Decrypts a deterministic ciphertext under the enabled key its key id
+/// names. The checks run in the order of [`open`].
+pub(crate) fn open_deterministic(
+    keyset: &Keyset,
+    ad: &[u8],
+    data: &[u8],
+) -> Result<Vec<u8>, Error> {
+    let min = keyset.min_ciphertext_len();
+    let truncated = || Error::Truncated {
+        len: data.len(),
+        min,
+    };
+    if data.len() < min {
+        return Err(truncated());
+    }
+    let (prefix, rest) = data
+        .split_first_chunk::<PREFIX_LEN>()
+        .ok_or_else(truncated)?;
+    if prefix[0] != VERSION {
+        return Err(Error::UnsupportedVersion(prefix[0]));
+    }
+    let id = KeyId(u32::from_be_bytes([
+        prefix[1], prefix[2], prefix[3], prefix[4],
+    ]));
+    let entry = keyset.decrypting_entry(id)?;
+    let Primitive::AesSiv(key) = &entry.primitive else {
+        return Err(Error::WrongKeyType {
+            key_id: id,
+            operation: "decrypt deterministically (it is a randomized AEAD)",
+        });
+    };
+    let (siv, body) = rest
+        .split_first_chunk::<SIV_LEN>()
+        .ok_or(Error::Truncated {
+            len: data.len(),
+            min: PREFIX_LEN + SIV_LEN,
+        })?;
+    let mut buf = body.to_vec();
+    key.open_in_place(ad, &mut buf, siv)?;
+    Ok(buf)
 }
 
 /// `nonce | ciphertext | tag` under an AES-GCM key.

@@ -12,7 +12,7 @@ use zeroize::Zeroizing;
 
 use crate::cipher::Backend;
 use crate::error::{Error, KeysetErrorKind};
-use crate::primitive::{printable, KeyTemplate, Primitive};
+use crate::primitive::{printable, Family, KeyTemplate, Primitive};
 
 /// The most keys a keyset may hold (a bound on hostile keyset JSON).
 pub const MAX_KEYS: usize = 4096;
@@ -240,11 +240,24 @@ impl Keyset {
     /// returns its id.
     ///
     /// # Errors
-    /// [`Error::Keyset`] if the template cannot make a key.
+    /// [`Error::Keyset`] if the template cannot make a key, or makes a key
+    /// for another purpose than the keyset's (a deterministic key in a
+    /// keyset for values, or the reverse).
     ///
     /// # Panics
     /// If the operating system cannot provide randomness.
     pub fn add_key_with(&mut self, template: KeyTemplate) -> Result<KeyId, Error> {
+        let family = self.primary_entry().primitive.family();
+        if template.family() != family {
+            return Err(Error::keyset(
+                KeysetErrorKind::Template,
+                format!(
+                    "a {} key cannot join a keyset of {} keys",
+                    template.type_name(),
+                    family.name()
+                ),
+            ));
+        }
         let primitive = Primitive::generate(&template, self.inner.backend)?;
         Ok(self.push(primitive))
     }
@@ -279,7 +292,7 @@ impl Keyset {
     /// keys stay and keep decrypting. Returns the new primary's id.
     ///
     /// # Errors
-    /// [`Error::Keyset`] if the template cannot make a key.
+    /// As [`add_key_with`](Keyset::add_key_with).
     ///
     /// # Panics
     /// If the operating system cannot provide randomness.
@@ -422,6 +435,119 @@ impl Keyset {
     /// is returned on failure.
     pub fn decrypt(&self, ciphertext: &[u8], associated_data: &[u8]) -> Result<Vec<u8>, Error> {
         crate::envelope::open(self, associated_data, ciphertext)
+    }
+
+    /// Whether the keyset's keys are deterministic (AES-SIV, for record
+    /// keys) rather than randomized AEAD keys (for values).
+    pub fn is_deterministic(&self) -> bool {
+        self.primary_entry().primitive.family() == Family::Deterministic
+    }
+
+    /// Encrypts `plaintext` deterministically under the primary key, which
+    /// must be an AES-SIV key: Tink's `DeterministicAead`, byte for byte
+    /// (`0x01 | key id | SIV | ciphertext`, one associated-data component).
+    /// The same plaintext and associated data under the same key always
+    /// give the same bytes.
+    ///
+    /// # Security
+    /// Deterministic encryption reveals which plaintexts are equal: it is
+    /// for record keys, so that compaction still sees one key, never for
+    /// values.
+    ///
+    /// # Errors
+    /// [`Error::WrongKeyType`] if the primary key is not deterministic.
+    ///
+    /// ```
+    /// use tombstone_crypt::{KeyTemplate, Keyset};
+    ///
+    /// let keys = Keyset::generate_with(KeyTemplate::aes256_siv())?;
+    /// let a = keys.encrypt_deterministically(b"customer-17", b"orders")?;
+    /// assert_eq!(a, keys.encrypt_deterministically(b"customer-17", b"orders")?);
+    /// assert_eq!(keys.decrypt_deterministically(&a, b"orders")?, b"customer-17");
+    /// # Ok::<(), tombstone_crypt::Error>(())
+    /// ```
+    pub fn encrypt_deterministically(
+        &self,
+        plaintext: &[u8],
+        associated_data: &[u8],
+    ) -> Result<Vec<u8>, Error> {
+        let mut out = Vec::new();
+        crate::envelope::seal_deterministic_into(
+            self,
+            associated_data,
+            &mut out,
+            plaintext.len(),
+            |out| {
+                out.extend_from_slice(plaintext);
+                Ok(())
+            },
+        )?;
+        Ok(out)
+    }
+
+    /// Decrypts a deterministic ciphertext under the enabled key its key id
+    /// names: Tink's `DeterministicAead::decrypt_deterministically`.
+    ///
+    /// # Errors
+    /// As [`decrypt`](Keyset::decrypt); [`Error::WrongKeyType`] if the key
+    /// is not deterministic.
+    pub fn decrypt_deterministically(
+        &self,
+        ciphertext: &[u8],
+        associated_data: &[u8],
+    ) -> Result<Vec<u8>, Error> {
+        crate::envelope::open_deterministic(self, associated_data, ciphertext)
+    }
+
+    /// The encrypted forms of `plaintext` under every enabled deterministic
+    /// key, the primary's first: what one logical record key may be stored
+    /// as while old keys are enabled.
+    pub(crate) fn deterministic_forms(
+        &self,
+        plaintext: &[u8],
+        associated_data: &[u8],
+    ) -> Result<Vec<Vec<u8>>, Error> {
+        self.enabled_entries()
+            .map(|entry| {
+                let mut out = Vec::new();
+                crate::envelope::seal_deterministic_with(
+                    entry,
+                    associated_data,
+                    &mut out,
+                    plaintext.len(),
+                    |out| {
+                        out.extend_from_slice(plaintext);
+                        Ok(())
+                    },
+                )?;
+                Ok(out)
+            })
+            .collect()
+    }
+
+    /// How recent key `id` is among the enabled keys: 0 for the primary,
+    /// then newer keys (later in the keyset) before older ones.
+    pub(crate) fn recency(&self, id: KeyId) -> usize {
+        if self.primary() == id {
+            return 0;
+        }
+        match self.find(id) {
+            Some(i) => self.inner.keys.len() - i,
+            None => usize::MAX,
+        }
+    }
+
+    /// The enabled keys, the primary first, then in keyset order.
+    pub(crate) fn enabled_entries(&self) -> impl Iterator<Item = &Entry> + '_ {
+        let primary = self.inner.primary;
+        std::iter::once(self.primary_entry()).chain(
+            self.inner
+                .keys
+                .iter()
+                .enumerate()
+                .filter(move |(i, e)| *i != primary && e.status == KeyStatus::Enabled)
+                .map(|(_, e)| e),
+        )
     }
 
     pub(crate) fn primary_entry(&self) -> &Entry {

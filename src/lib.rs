@@ -25,7 +25,10 @@ pub use crate::error::{Cause, Error, KeysetErrorKind};
 pub use crate::kafka::{decode_message, encode_record, KafkaChangelog, KafkaRecord};
 pub use crate::keyset::{KeyId, KeyStatus, Keyset, MAX_KEYS};
 pub use crate::primitive::KeyTemplate;
-pub use crate::serde::{DecryptingDeserializer, Deserializer, EncryptingSerializer, Serializer};
+pub use crate::serde::{
+    DecryptingDeserializer, Deserializer, DeterministicDeserializer, DeterministicSerializer,
+    EncryptingSerializer, Serializer,
+};
 #[cfg(feature = "redb")]
 #[cfg_attr(docsrs, doc(cfg(feature = "redb")))]
 pub use crate::store::RedbStore;

@@ -8,13 +8,40 @@
 
 use zeroize::Zeroizing;
 
-use crate::cipher::{AesGcmKey, Backend, NONCE_LEN, TAG_LEN};
+use crate::cipher::{AesGcmKey, AesSivKey, Backend, NONCE_LEN, SIV_KEY_LEN, SIV_LEN, TAG_LEN};
 use crate::error::{Error, KeysetErrorKind};
 
 /// Tink's type URL prefix.
 const TYPE_URL_PREFIX: &str = "type.googleapis.com/google.crypto.tink.";
 /// The type URL of Tink's AES-GCM key.
 pub(crate) const AES_GCM_TYPE_URL: &str = "type.googleapis.com/google.crypto.tink.AesGcmKey";
+/// The type URL of Tink's AES-SIV key.
+pub(crate) const AES_SIV_TYPE_URL: &str = "type.googleapis.com/google.crypto.tink.AesSivKey";
+
+/// The key types this crate reads and writes, for error messages.
+const SUPPORTED: &str = "AesGcmKey, AesSivKey";
+
+/// What a key's primitive is for. A keyset holds keys of one family: Tink
+/// builds one primitive from a keyset, and a value encrypted under one
+/// family never decrypts under the other.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum Family {
+    /// Randomized authenticated encryption (Tink's `Aead`), for values.
+    Aead,
+    /// Deterministic authenticated encryption (Tink's `DeterministicAead`),
+    /// for record keys.
+    Deterministic,
+}
+
+impl Family {
+    /// What keys of this family do, for error messages.
+    pub(crate) fn name(self) -> &'static str {
+        match self {
+            Family::Aead => "AEAD (values)",
+            Family::Deterministic => "deterministic AEAD (record keys)",
+        }
+    }
+}
 
 /// Bytes of the output prefix TINK: the version byte and the key id.
 pub(crate) const PREFIX_LEN: usize = 5;
@@ -24,6 +51,8 @@ pub(crate) const PREFIX_LEN: usize = 5;
 pub(crate) enum Primitive {
     /// AES-GCM (Tink's `AesGcmKey`): randomized AEAD for values.
     AesGcm(AesGcmKey),
+    /// AES-SIV (Tink's `AesSivKey`): deterministic AEAD for record keys.
+    AesSiv(AesSivKey),
 }
 
 impl Primitive {
@@ -38,6 +67,19 @@ impl Primitive {
                     backend,
                 )?))
             }
+            TemplateKind::AesSiv => {
+                let mut bytes = Zeroizing::new([0u8; SIV_KEY_LEN]);
+                crate::keyset::fill_from_os(&mut bytes[..]);
+                Ok(Primitive::AesSiv(AesSivKey::new(&bytes[..])?))
+            }
+        }
+    }
+
+    /// What the key is for.
+    pub(crate) fn family(&self) -> Family {
+        match self {
+            Primitive::AesGcm(_) => Family::Aead,
+            Primitive::AesSiv(_) => Family::Deterministic,
         }
     }
 
@@ -49,6 +91,9 @@ impl Primitive {
                     key_len: if k.bytes().len() == 16 { 16 } else { 32 },
                 },
             },
+            Primitive::AesSiv(_) => KeyTemplate {
+                kind: TemplateKind::AesSiv,
+            },
         }
     }
 
@@ -56,6 +101,7 @@ impl Primitive {
     pub(crate) fn type_url(&self) -> &'static str {
         match self {
             Primitive::AesGcm(_) => AES_GCM_TYPE_URL,
+            Primitive::AesSiv(_) => AES_SIV_TYPE_URL,
         }
     }
 
@@ -64,6 +110,7 @@ impl Primitive {
         match self {
             Primitive::AesGcm(k) if k.bytes().len() == 16 => "AES-128-GCM",
             Primitive::AesGcm(_) => "AES-256-GCM",
+            Primitive::AesSiv(_) => "AES-256-SIV",
         }
     }
 
@@ -71,6 +118,7 @@ impl Primitive {
     pub(crate) fn min_ciphertext_len(&self) -> usize {
         match self {
             Primitive::AesGcm(_) => PREFIX_LEN + NONCE_LEN + TAG_LEN,
+            Primitive::AesSiv(_) => PREFIX_LEN + SIV_LEN,
         }
     }
 
@@ -78,6 +126,8 @@ impl Primitive {
     pub(crate) fn with_backend(&self, backend: Backend) -> Result<Self, Error> {
         match self {
             Primitive::AesGcm(k) => k.with_backend(backend).map(Primitive::AesGcm),
+            // One implementation: RustCrypto's `aes-siv`.
+            Primitive::AesSiv(_) => Ok(self.clone()),
         }
     }
 
@@ -92,7 +142,7 @@ impl Primitive {
         match type_url {
             AES_GCM_TYPE_URL => {
                 check_material(material_type, "SYMMETRIC")?;
-                let key = parse_aes_gcm_key_proto(value)
+                let key = parse_key_proto(value, "AesGcmKey", 0x1a)
                     .map_err(|why| (KeysetErrorKind::KeyFormat, why))?;
                 AesGcmKey::new(key, backend)
                     .map(Primitive::AesGcm)
@@ -103,10 +153,21 @@ impl Primitive {
                         )
                     })
             }
+            AES_SIV_TYPE_URL => {
+                check_material(material_type, "SYMMETRIC")?;
+                let key = parse_key_proto(value, "AesSivKey", 0x12)
+                    .map_err(|why| (KeysetErrorKind::KeyFormat, why))?;
+                AesSivKey::new(key).map(Primitive::AesSiv).map_err(|_| {
+                    (
+                        KeysetErrorKind::KeyFormat,
+                        format!("AES-SIV key must be {SIV_KEY_LEN} bytes, got {}", key.len()),
+                    )
+                })
+            }
             other => Err((
                 KeysetErrorKind::UnsupportedKeyType,
                 format!(
-                    "key type {:?} is not supported (supported: {AES_GCM_TYPE_URL})",
+                    "key type {:?} is not supported (supported: {SUPPORTED})",
                     printable(other)
                 ),
             )),
@@ -119,7 +180,12 @@ impl Primitive {
         match self {
             Primitive::AesGcm(k) => (
                 AES_GCM_TYPE_URL,
-                Zeroizing::new(aes_gcm_key_proto(k.bytes())),
+                Zeroizing::new(key_proto(0x1a, k.bytes())),
+                "SYMMETRIC",
+            ),
+            Primitive::AesSiv(k) => (
+                AES_SIV_TYPE_URL,
+                Zeroizing::new(key_proto(0x12, k.bytes())),
                 "SYMMETRIC",
             ),
         }
@@ -164,6 +230,7 @@ pub struct KeyTemplate {
 #[derive(Clone, Debug, PartialEq, Eq)]
 enum TemplateKind {
     AesGcm { key_len: u8 },
+    AesSiv,
 }
 
 impl KeyTemplate {
@@ -181,10 +248,32 @@ impl KeyTemplate {
         }
     }
 
+    /// AES-SIV with a 64-byte key, output prefix TINK (Tink's
+    /// `AES256_SIV`): deterministic encryption, for record keys only.
+    ///
+    /// # Security
+    /// Deterministic encryption reveals which plaintexts are equal. That is
+    /// what lets compaction see two records of one key; never use it for
+    /// values.
+    pub fn aes256_siv() -> Self {
+        KeyTemplate {
+            kind: TemplateKind::AesSiv,
+        }
+    }
+
     /// Tink's type URL of the keys this template makes.
     pub fn type_url(&self) -> &'static str {
         match self.kind {
             TemplateKind::AesGcm { .. } => AES_GCM_TYPE_URL,
+            TemplateKind::AesSiv => AES_SIV_TYPE_URL,
+        }
+    }
+
+    /// What keys of this template are for.
+    pub(crate) fn family(&self) -> Family {
+        match self.kind {
+            TemplateKind::AesGcm { .. } => Family::Aead,
+            TemplateKind::AesSiv => Family::Deterministic,
         }
     }
 
@@ -203,20 +292,22 @@ impl Default for KeyTemplate {
     }
 }
 
-/// Encodes Tink's `AesGcmKey { version = 0, key_value }` proto. Version 0 is
-/// the proto3 default and is omitted, as Tink itself writes it.
-fn aes_gcm_key_proto(key: &[u8]) -> Vec<u8> {
+/// Encodes Tink's `AesGcmKey` or `AesSivKey` proto `{ version = 0,
+/// key_value }`, the key value under `tag` (`0x1a`: field 3 of `AesGcmKey`;
+/// `0x12`: field 2 of `AesSivKey`). Version 0 is the proto3 default and is
+/// omitted, as Tink itself writes it.
+fn key_proto(tag: u8, key: &[u8]) -> Vec<u8> {
     let mut out = Vec::with_capacity(2 + key.len());
-    out.push(0x1a); // field 3, length-delimited
-                    // AES keys are 16 or 32 bytes: one varint byte.
+    out.push(tag);
+    // AES keys are 16, 32 or 64 bytes: one varint byte.
     out.push(key.len() as u8);
     out.extend_from_slice(key);
     out
 }
 
-/// Decodes Tink's `AesGcmKey` proto: `version` (field 1, varint, must be 0)
-/// and `key_value` (field 3, bytes). Any other field is rejected.
-fn parse_aes_gcm_key_proto(proto: &[u8]) -> Result<&[u8], String> {
+/// Decodes such a proto: `version` (field 1, varint, must be 0) and the key
+/// value (length-delimited, under `key_tag`). Any other field is rejected.
+fn parse_key_proto<'a>(proto: &'a [u8], name: &str, key_tag: u8) -> Result<&'a [u8], String> {
     let mut rest = proto;
     let mut key = None;
     while let Some((&tag, tail)) = rest.split_first() {
@@ -227,30 +318,28 @@ fn parse_aes_gcm_key_proto(proto: &[u8]) -> Result<&[u8], String> {
                 rest = tail;
                 if version != 0 {
                     return Err(format!(
-                        "AesGcmKey version {version} is not supported (only 0)"
+                        "{name} version {version} is not supported (only 0)"
                     ));
                 }
             }
-            0x1a => {
+            t if t == key_tag => {
                 let (len, tail) = read_varint(rest)?;
                 let len = usize::try_from(len)
                     .ok()
                     .filter(|&l| l <= tail.len())
-                    .ok_or("AesGcmKey key_value runs past the end")?;
+                    .ok_or_else(|| format!("{name} key_value runs past the end"))?;
                 if key.is_some() {
-                    return Err("AesGcmKey key_value appears twice".into());
+                    return Err(format!("{name} key_value appears twice"));
                 }
                 key = Some(&tail[..len]);
                 rest = &tail[len..];
             }
             other => {
-                return Err(format!(
-                    "AesGcmKey has an unexpected field tag 0x{other:02x}"
-                ));
+                return Err(format!("{name} has an unexpected field tag 0x{other:02x}"));
             }
         }
     }
-    key.ok_or_else(|| "AesGcmKey has no key_value".to_owned())
+    key.ok_or_else(|| format!("{name} has no key_value"))
 }
 
 /// A protobuf varint of at most 64 bits; one that overflows is an error.
@@ -276,20 +365,35 @@ mod tests {
     #[test]
     fn proto_accepts_explicit_version_zero() {
         let mut p = vec![0x08, 0x00];
-        p.extend(aes_gcm_key_proto(&[7u8; 32]));
-        assert_eq!(parse_aes_gcm_key_proto(&p).unwrap(), &[7u8; 32][..]);
+        p.extend(key_proto(0x1a, &[7u8; 32]));
+        assert_eq!(
+            parse_key_proto(&p, "AesGcmKey", 0x1a).unwrap(),
+            &[7u8; 32][..]
+        );
+        let mut p = vec![0x08, 0x00];
+        p.extend(key_proto(0x12, &[7u8; 64]));
+        assert_eq!(
+            parse_key_proto(&p, "AesSivKey", 0x12).unwrap(),
+            &[7u8; 64][..]
+        );
+        // The other type's field number is refused.
+        assert!(parse_key_proto(&p, "AesGcmKey", 0x1a).is_err());
+    }
+
+    fn parse_key_gcm(p: &[u8]) -> Result<&[u8], String> {
+        parse_key_proto(p, "AesGcmKey", 0x1a)
     }
 
     #[test]
     fn proto_rejects_bad_shapes() {
-        assert!(parse_aes_gcm_key_proto(&[]).is_err());
-        assert!(parse_aes_gcm_key_proto(&[0x08, 0x01, 0x1a, 0x00]).is_err());
-        assert!(parse_aes_gcm_key_proto(&[0x1a, 0x21, 0x00]).is_err());
-        assert!(parse_aes_gcm_key_proto(&[
+        assert!(parse_key_gcm(&[]).is_err());
+        assert!(parse_key_gcm(&[0x08, 0x01, 0x1a, 0x00]).is_err());
+        assert!(parse_key_gcm(&[0x1a, 0x21, 0x00]).is_err());
+        assert!(parse_key_gcm(&[
             0x1a, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0x01
         ])
         .is_err());
-        assert!(parse_aes_gcm_key_proto(&[0x12, 0x00]).is_err());
+        assert!(parse_key_gcm(&[0x12, 0x00]).is_err());
     }
 
     #[test]
@@ -299,8 +403,8 @@ mod tests {
         assert!(read_varint(&overflow).is_err());
         let mut version = vec![0x08];
         version.extend_from_slice(&overflow);
-        version.extend(aes_gcm_key_proto(&[7u8; 32]));
-        assert!(parse_aes_gcm_key_proto(&version).is_err());
+        version.extend(key_proto(0x1a, &[7u8; 32]));
+        assert!(parse_key_gcm(&version).is_err());
         // u64::MAX is the largest varint and still reads.
         let max = [0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0x01];
         assert_eq!(read_varint(&max).unwrap().0, u64::MAX);

@@ -257,3 +257,151 @@ impl<T, D: Deserializer<T>> Deserializer<T> for DecryptingDeserializer<D> {
         self.inner.deserialize_owned(ctx, plaintext)
     }
 }
+
+/// Wraps any [`Serializer`] and encrypts what it produces
+/// **deterministically** (AES-SIV), for record keys: equal keys give equal
+/// ciphertexts, so Kafka's compaction and a store's lookups still see one
+/// key. The keyset's primary key must be an AES-SIV key
+/// ([`KeyTemplate::aes256_siv`](crate::KeyTemplate::aes256_siv)).
+///
+/// The associated data is the [`AadPolicy::Topic`] encoding of the context
+/// by default (a key encrypted for one topic does not decrypt for another);
+/// [`AadPolicy::None`] gives equal ciphertexts for equal keys across topics,
+/// for joins. The context's record key is never part of it: this *is* the
+/// key.
+///
+/// # Security
+/// Deterministic encryption reveals which keys are equal (and how often a
+/// key is written); it hides the keys themselves. Never use it for values.
+///
+/// ```
+/// use tombstone_crypt::{
+///     Context, DeterministicDeserializer, DeterministicSerializer, Deserializer, KeyTemplate,
+///     Keyset, Serializer, Utf8,
+/// };
+///
+/// let keys = Keyset::generate_with(KeyTemplate::aes256_siv())?;
+/// let ser = DeterministicSerializer::new(Utf8, keys.clone());
+/// let de = DeterministicDeserializer::new(Utf8, keys);
+/// let ctx = Context::new("orders");
+/// let a = ser.serialize(&ctx, Some("customer-17"))?;
+/// assert_eq!(a, ser.serialize(&ctx, Some("customer-17"))?); // same key, same bytes
+/// assert_eq!(de.deserialize(&ctx, a.as_deref())?.as_deref(), Some("customer-17"));
+/// # Ok::<(), tombstone_crypt::Error>(())
+/// ```
+#[derive(Clone, Debug)]
+pub struct DeterministicSerializer<S> {
+    inner: S,
+    keyset: Keyset,
+    aad: AadPolicy,
+}
+
+impl<S> DeterministicSerializer<S> {
+    /// Encrypts what `inner` produces under `keyset`'s primary key (AES-SIV),
+    /// with the associated data of [`AadPolicy::Topic`].
+    pub fn new(inner: S, keyset: Keyset) -> Self {
+        DeterministicSerializer {
+            inner,
+            keyset,
+            aad: AadPolicy::Topic,
+        }
+    }
+
+    /// The same serializer with another associated-data policy
+    /// ([`AadPolicy::TopicAndKey`] is the same as `Topic` here).
+    #[must_use]
+    pub fn with_aad(self, aad: AadPolicy) -> Self {
+        DeterministicSerializer { aad, ..self }
+    }
+
+    /// The keyset this serializer encrypts with.
+    pub fn keyset(&self) -> &Keyset {
+        &self.keyset
+    }
+
+    /// The inner codec (which gives the plaintext key bytes, for example to
+    /// choose a partition from them).
+    pub fn inner(&self) -> &S {
+        &self.inner
+    }
+
+    /// The associated-data policy.
+    pub fn aad_policy(&self) -> AadPolicy {
+        self.aad
+    }
+}
+
+/// The associated data of a record key: the policy applied to the topic
+/// alone (a key is never bound to itself).
+fn key_aad<'b>(
+    buf: &'b mut AadBuf,
+    policy: AadPolicy,
+    ctx: &Context<'_>,
+) -> Result<&'b [u8], Error> {
+    buf.encode(policy, &Context::new(ctx.topic()))
+}
+
+impl<T: ?Sized, S: Serializer<T>> Serializer<T> for DeterministicSerializer<S> {
+    fn serialize_into(&self, ctx: &Context<'_>, value: &T, out: &mut Vec<u8>) -> Result<(), Error> {
+        let mut aad = AadBuf::new();
+        let aad = key_aad(&mut aad, self.aad, ctx)?;
+        let hint = self.inner.size_hint(value).unwrap_or(0);
+        envelope::seal_deterministic_into(&self.keyset, aad, out, hint, |out| {
+            self.inner.serialize_into(ctx, value, out)
+        })
+    }
+
+    fn size_hint(&self, value: &T) -> Option<usize> {
+        Some(
+            self.keyset
+                .primary_overhead()
+                .saturating_add(self.inner.size_hint(value).unwrap_or(0)),
+        )
+    }
+}
+
+/// Wraps any [`Deserializer`] and decrypts a deterministic ciphertext
+/// (written by [`DeterministicSerializer`] or Tink's `DeterministicAead`)
+/// under any enabled key of the keyset first.
+#[derive(Clone, Debug)]
+pub struct DeterministicDeserializer<D> {
+    inner: D,
+    keyset: Keyset,
+    aad: AadPolicy,
+}
+
+impl<D> DeterministicDeserializer<D> {
+    /// Decrypts with any enabled key of `keyset`, with the associated data
+    /// of [`AadPolicy::Topic`], then hands the plaintext to `inner`.
+    pub fn new(inner: D, keyset: Keyset) -> Self {
+        DeterministicDeserializer {
+            inner,
+            keyset,
+            aad: AadPolicy::Topic,
+        }
+    }
+
+    /// The same deserializer with another associated-data policy.
+    #[must_use]
+    pub fn with_aad(self, aad: AadPolicy) -> Self {
+        DeterministicDeserializer { aad, ..self }
+    }
+
+    /// The keyset this deserializer decrypts with.
+    pub fn keyset(&self) -> &Keyset {
+        &self.keyset
+    }
+}
+
+impl<T, D: Deserializer<T>> Deserializer<T> for DeterministicDeserializer<D> {
+    fn deserialize_owned(&self, ctx: &Context<'_>, data: Vec<u8>) -> Result<T, Error> {
+        self.deserialize_slice(ctx, &data)
+    }
+
+    fn deserialize_slice(&self, ctx: &Context<'_>, data: &[u8]) -> Result<T, Error> {
+        let mut aad = AadBuf::new();
+        let aad = key_aad(&mut aad, self.aad, ctx)?;
+        let plaintext = envelope::open_deterministic(&self.keyset, aad, data)?;
+        self.inner.deserialize_owned(ctx, plaintext)
+    }
+}

@@ -2,7 +2,7 @@ use super::{Entry, KeyValueStore};
 use crate::codec::Bytes;
 use crate::context::{AadPolicy, Context};
 use crate::error::Error;
-use crate::keyset::Keyset;
+use crate::keyset::{KeyId, Keyset};
 use crate::serde::{
     DecryptingDeserializer, Deserializer as _, EncryptingSerializer, Serializer as _,
 };
@@ -35,6 +35,18 @@ pub struct EncryptedStore<S> {
     name: String,
     ser: EncryptingSerializer<Bytes>,
     de: DecryptingDeserializer<Bytes>,
+    keys: Option<KeyEncryption>,
+}
+
+/// How record keys are encrypted, when they are.
+#[derive(Debug)]
+struct KeyEncryption {
+    keyset: Keyset,
+    /// The associated data of every key: the store name, `Topic` encoding.
+    ad: Vec<u8>,
+    /// Whether writes reach every form of a key (always, but for the
+    /// negative control of the tests).
+    fanout: bool,
 }
 
 impl<S: KeyValueStore> EncryptedStore<S> {
@@ -46,7 +58,102 @@ impl<S: KeyValueStore> EncryptedStore<S> {
             name: name.into(),
             ser: EncryptingSerializer::new(Bytes, keyset.clone()),
             de: DecryptingDeserializer::new(Bytes, keyset),
+            keys: None,
         }
+    }
+
+    /// The same store with its record keys encrypted deterministically under
+    /// `keys` (an AES-SIV keyset, [`KeyTemplate::aes256_siv`]), bound to the
+    /// store name. Values stay bound to their *plaintext* key, so a key can
+    /// be re-encrypted under a new key without touching its value.
+    ///
+    /// While the key keyset has more than one enabled key, every logical key
+    /// has one stored form per enabled key: `get` looks under the primary
+    /// form, then the older ones; a `put` writes the primary form and a
+    /// delete (tombstone) for every older form; a delete deletes every
+    /// form. So after compaction at most one record per logical key is
+    /// left, and no old value survives under an old form. The cost is one
+    /// extra tombstone per older enabled key per write; disable an old key
+    /// once every key has been rewritten under the new one, and it ends.
+    ///
+    /// `all` and `range` decrypt every stored key and return the entries in
+    /// *plaintext* key order; `range` filters by plaintext key, so it reads
+    /// the whole store (ciphertext order means nothing).
+    ///
+    /// # Errors
+    /// [`Error::WrongKeyType`] if `keys` is not a deterministic keyset.
+    ///
+    /// [`KeyTemplate::aes256_siv`]: crate::KeyTemplate::aes256_siv
+    ///
+    /// ```
+    /// use tombstone_crypt::{EncryptedStore, KeyTemplate, KeyValueStore, Keyset, MemoryStore};
+    ///
+    /// let mut keys = Keyset::generate_with(KeyTemplate::aes256_siv())?;
+    /// let mut store = EncryptedStore::new(MemoryStore::new(), "users", Keyset::generate())
+    ///     .with_encrypted_keys(keys.clone())?;
+    /// store.put(b"alice@example.com", Some(b"v1"))?;
+    /// assert!(store.inner().get(b"alice@example.com")?.is_none()); // no plaintext key below
+    ///
+    /// keys.rotate();
+    /// store.set_key_keyset(keys)?;
+    /// assert_eq!(store.get(b"alice@example.com")?, Some(b"v1".to_vec())); // old form found
+    /// store.put(b"alice@example.com", Some(b"v2"))?; // new form written, old one deleted
+    /// assert_eq!(store.inner().len(), 1);
+    /// # Ok::<(), tombstone_crypt::Error>(())
+    /// ```
+    pub fn with_encrypted_keys(mut self, keys: Keyset) -> Result<Self, Error> {
+        self.set_key_keyset(keys)?;
+        Ok(self)
+    }
+
+    /// Replaces the keyset that encrypts record keys (after a rotation).
+    ///
+    /// # Errors
+    /// [`Error::WrongKeyType`] if `keys` is not a deterministic keyset.
+    pub fn set_key_keyset(&mut self, keys: Keyset) -> Result<(), Error> {
+        if !keys.is_deterministic() {
+            return Err(Error::WrongKeyType {
+                key_id: keys.primary(),
+                operation: "encrypt record keys (an AES-SIV keyset is needed)",
+            });
+        }
+        let ad = Context::new(&self.name).associated_data(AadPolicy::Topic)?;
+        let fanout = self.keys.as_ref().is_none_or(|k| k.fanout);
+        self.keys = Some(KeyEncryption {
+            keyset: keys,
+            ad,
+            fanout,
+        });
+        Ok(())
+    }
+
+    /// The same store writing only the primary form of a key: the broken
+    /// layer the tests use as their negative control (a delete after a
+    /// rotation leaves the old form, and its value, alive). Test hook
+    /// (feature `test-hooks`); never use it.
+    #[cfg(feature = "test-hooks")]
+    #[doc(hidden)]
+    #[must_use]
+    pub fn without_key_fanout(mut self) -> Self {
+        if let Some(k) = &mut self.keys {
+            k.fanout = false;
+        }
+        self
+    }
+
+    /// The forms a write must reach: every form, or (negative control) the
+    /// primary's only.
+    fn written_forms(&self, key: &[u8]) -> Result<Vec<Vec<u8>>, Error> {
+        let mut forms = self.forms(key)?;
+        if self.keys.as_ref().is_some_and(|k| !k.fanout) {
+            forms.truncate(1);
+        }
+        Ok(forms)
+    }
+
+    /// The keyset that encrypts record keys, if they are encrypted.
+    pub fn key_keyset(&self) -> Option<&Keyset> {
+        self.keys.as_ref().map(|k| &k.keyset)
     }
 
     /// The same store with another associated-data policy.
@@ -65,6 +172,40 @@ impl<S: KeyValueStore> EncryptedStore<S> {
         let aad = self.ser.aad_policy();
         self.ser = EncryptingSerializer::new(Bytes, keyset.clone()).with_aad(aad);
         self.de = DecryptingDeserializer::new(Bytes, keyset).with_aad(aad);
+    }
+
+    /// The stored forms of `key`: itself, or its encryption under every
+    /// enabled key keyset key (the primary's first).
+    fn forms(&self, key: &[u8]) -> Result<Vec<Vec<u8>>, Error> {
+        match &self.keys {
+            None => Ok(vec![key.to_vec()]),
+            Some(k) => k.keyset.deterministic_forms(key, &k.ad),
+        }
+    }
+
+    /// Decrypts stored entries: keys (if encrypted) and values, in plaintext
+    /// key order. Where one logical key is stored under several forms (a
+    /// `put` interrupted between its writes), the newest key's form wins.
+    fn open_entries(&self, entries: Vec<Entry>) -> Result<Vec<Entry>, Error> {
+        let Some(k) = &self.keys else {
+            return self.open_all(entries);
+        };
+        let mut by_key: std::collections::BTreeMap<Vec<u8>, (usize, Vec<u8>)> =
+            std::collections::BTreeMap::new();
+        for (stored, ct) in entries {
+            let plain = k.keyset.decrypt_deterministically(&stored, &k.ad)?;
+            let id = KeyId(u32::from_be_bytes([
+                stored[1], stored[2], stored[3], stored[4],
+            ]));
+            let rank = k.keyset.recency(id);
+            match by_key.get(&plain) {
+                Some((r, _)) if *r <= rank => {}
+                _ => {
+                    by_key.insert(plain, (rank, ct));
+                }
+            }
+        }
+        self.open_all(by_key.into_iter().map(|(k, (_, ct))| (k, ct)).collect())
     }
 
     /// The keyset in use.
@@ -111,7 +252,12 @@ impl<S: KeyValueStore> EncryptedStore<S> {
 
 impl<S: KeyValueStore> KeyValueStore for EncryptedStore<S> {
     fn get(&self, key: &[u8]) -> Result<Option<Vec<u8>>, Error> {
-        self.open(key, self.inner.get(key)?.as_deref())
+        for form in self.forms(key)? {
+            if let Some(ct) = self.inner.get(&form)? {
+                return self.open(key, Some(&ct));
+            }
+        }
+        Ok(None)
     }
 
     fn put(&mut self, key: &[u8], value: Option<&[u8]>) -> Result<(), Error> {
@@ -120,20 +266,42 @@ impl<S: KeyValueStore> KeyValueStore for EncryptedStore<S> {
         let ct = self
             .ser
             .serialize(&Context::new(&self.name).with_key(key), value)?;
-        self.inner.put(key, ct.as_deref())
+        let forms = self.written_forms(key)?;
+        let (primary, older) = forms.split_first().ok_or(Error::Encryption)?;
+        self.inner.put(primary, ct.as_deref())?;
+        // Older forms of the key: deleted, so that no old value survives
+        // under them and compaction leaves one record per logical key.
+        for form in older {
+            self.inner.put(form, None)?;
+        }
+        Ok(())
     }
 
     fn delete(&mut self, key: &[u8]) -> Result<Option<Vec<u8>>, Error> {
-        let old = self.inner.delete(key)?;
+        let mut old = None;
+        for form in self.written_forms(key)? {
+            let was = self.inner.delete(&form)?;
+            if old.is_none() {
+                old = was;
+            }
+        }
         self.open(key, old.as_deref())
     }
 
     fn all(&self) -> Result<Vec<Entry>, Error> {
-        self.open_all(self.inner.all()?)
+        self.open_entries(self.inner.all()?)
     }
 
     fn range(&self, from: &[u8], to: &[u8]) -> Result<Vec<Entry>, Error> {
-        self.open_all(self.inner.range(from, to)?)
+        if self.keys.is_none() {
+            return self.open_all(self.inner.range(from, to)?);
+        }
+        if from > to {
+            return Ok(Vec::new());
+        }
+        let mut all = self.open_entries(self.inner.all()?)?;
+        all.retain(|(k, _)| from <= &k[..] && &k[..] <= to);
+        Ok(all)
     }
 
     fn flush(&mut self) -> Result<(), Error> {

@@ -32,6 +32,11 @@ Commands (input on stdin, output on stdout, both UTF-8):
                           "error": null | "<ExceptionClass>: <message>"}, ...]}
       A failed decryption is reported in its item; the command still exits 0.
 
+  daead-encrypt, daead-decrypt
+      As encrypt and decrypt, with the keyset's
+      tink.daead.DeterministicAead (AES-SIV keysets, template AES256_SIV):
+      encrypt_deterministically / decrypt_deterministically.
+
   info
       Input:  a Tink cleartext JSON keyset (raw JSON text).
       Output: {"primary_key_id": N,
@@ -41,7 +46,8 @@ Commands (input on stdin, output on stdout, both UTF-8):
       key_len is the length of the raw AES key, read from the AesGcmKey proto
       (null for key types other than AesGcmKey). Key bytes are never printed.
 
-Templates T: AES256_GCM (default), AES128_GCM, AES256_GCM_RAW, AES128_GCM_RAW.
+Templates T: AES256_GCM (default), AES128_GCM, AES256_GCM_RAW, AES128_GCM_RAW,
+AES256_SIV.
 Hex input is case-insensitive; hex output is lower case. JSON outputs other
 than keysets are written on one line.
 
@@ -56,6 +62,7 @@ import sys
 
 import tink
 from tink import aead
+from tink import daead
 from tink import secret_key_access
 from tink.proto import aes_gcm_pb2
 from tink.proto import tink_pb2
@@ -65,6 +72,7 @@ TEMPLATES = {
     "AES128_GCM": aead.aead_key_templates.AES128_GCM,
     "AES256_GCM_RAW": aead.aead_key_templates.AES256_GCM_RAW,
     "AES128_GCM_RAW": aead.aead_key_templates.AES128_GCM_RAW,
+    "AES256_SIV": daead.deterministic_aead_key_templates.AES256_SIV,
 }
 
 AES_GCM_TYPE_URL = "type.googleapis.com/google.crypto.tink.AesGcmKey"
@@ -195,6 +203,34 @@ def cmd_decrypt(_args):
     write_json({"items": out})
 
 
+def cmd_daead_encrypt(_args):
+    req = read_request()
+    items = []
+    for i, item in enumerate(req["items"]):
+        items.append((hex_field(item, i, "aad_hex"), hex_field(item, i, "pt_hex")))
+    primitive = parse_keyset(req["keyset"]).primitive(daead.DeterministicAead)
+    out = [
+        {"ct_hex": primitive.encrypt_deterministically(pt, aad).hex()} for aad, pt in items
+    ]
+    write_json({"items": out})
+
+
+def cmd_daead_decrypt(_args):
+    req = read_request()
+    items = []
+    for i, item in enumerate(req["items"]):
+        items.append((hex_field(item, i, "aad_hex"), hex_field(item, i, "ct_hex")))
+    primitive = parse_keyset(req["keyset"]).primitive(daead.DeterministicAead)
+    out = []
+    for aad, ct in items:
+        try:
+            pt = primitive.decrypt_deterministically(ct, aad)
+            out.append({"pt_hex": pt.hex(), "error": None})
+        except Exception as e:  # pylint: disable=broad-except
+            out.append({"pt_hex": None, "error": "%s: %s" % (type(e).__name__, e)})
+    write_json({"items": out})
+
+
 def cmd_info(_args):
     keyset = keyset_proto(parse_keyset(read_stdin_text()))
     keys = []
@@ -237,6 +273,8 @@ def build_parser():
         ("rotate-keyset", cmd_rotate_keyset, True),
         ("encrypt", cmd_encrypt, False),
         ("decrypt", cmd_decrypt, False),
+        ("daead-encrypt", cmd_daead_encrypt, False),
+        ("daead-decrypt", cmd_daead_decrypt, False),
         ("info", cmd_info, False),
     ):
         p = sub.add_parser(name)
@@ -250,6 +288,7 @@ def main(argv):
     try:
         args = build_parser().parse_args(argv)
         aead.register()
+        daead.register()
         args.func(args)
     except UsageError as e:
         sys.stderr.write("tink_peer: usage error: %s\n" % e)

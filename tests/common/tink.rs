@@ -1,0 +1,66 @@
+//! Driving the Google Tink (Python) peer, `tests/interop/tink_peer.py`, in
+//! the venv that `scripts/tink-venv.sh` builds.
+#![allow(dead_code)]
+
+use std::io::Write as _;
+use std::path::PathBuf;
+use std::process::{Command, Stdio};
+
+/// The venv's python: `TOMBSTONE_TINK_PYTHON`, else `target/venv/bin/python`;
+/// `None` (the test returns early) only when `TOMBSTONE_SKIP_INTEROP` is set.
+pub fn python() -> Option<PathBuf> {
+    if std::env::var_os("TOMBSTONE_SKIP_INTEROP").is_some() {
+        eprintln!("TOMBSTONE_SKIP_INTEROP is set: Tink interop skipped");
+        return None;
+    }
+    let path = std::env::var_os("TOMBSTONE_TINK_PYTHON")
+        .map(PathBuf::from)
+        .unwrap_or_else(|| {
+            PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("target/venv/bin/python")
+        });
+    assert!(
+        path.exists(),
+        "no Tink venv at {}: run ./scripts/test.sh (or scripts/tink-venv.sh), or set TOMBSTONE_SKIP_INTEROP=1",
+        path.display()
+    );
+    Some(path)
+}
+
+/// Runs the peer with `args`, `input` on its stdin; its stdout.
+pub fn peer(py: &PathBuf, args: &[&str], input: &str) -> String {
+    let script = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("tests/interop/tink_peer.py");
+    let mut child = Command::new(py)
+        .arg(script)
+        .args(args)
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("start the Tink peer");
+    child
+        .stdin
+        .take()
+        .unwrap()
+        .write_all(input.as_bytes())
+        .unwrap();
+    let out = child.wait_with_output().unwrap();
+    assert!(
+        out.status.success(),
+        "tink_peer {args:?} failed: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    String::from_utf8(out.stdout).unwrap()
+}
+
+/// Lower-case hex.
+pub fn hex(b: &[u8]) -> String {
+    b.iter().map(|x| format!("{x:02x}")).collect()
+}
+
+/// Bytes from hex.
+pub fn unhex(s: &str) -> Vec<u8> {
+    (0..s.len())
+        .step_by(2)
+        .map(|i| u8::from_str_radix(&s[i..i + 2], 16).unwrap())
+        .collect()
+}
