@@ -129,8 +129,13 @@ for bench_id in ("tombstone/serialize", "tombstone/deserialize",
                  "decrypt_fail/layer/1024", "decrypt_fail/raw_aes_gcm/1024",
                  "decrypt_fail/layer_aws_lc/1024", "decrypt_fail/raw_aws_lc/1024",
                  "typed/bincode/serialize", "typed/bincode_plain/serialize",
-                 "typed/bincode/deserialize", "typed/bincode_plain/deserialize"):
+                 "typed/bincode/deserialize", "typed/bincode_plain/deserialize",
+                 "encrypt/siv/64", "decrypt/siv/64"):
     print(f"{bench_id:34} {fmt_time(ns(bench_id)):>10}")
+for op in ("encrypt", "decrypt"):
+    r = ratio(f"{op}/siv/64", f"{op}/layer/64")
+    if r is not None:
+        print(f"{op}/siv/64 / {op}/layer/64 (AES-SIV key / AES-GCM value): {r:.2f}")
 for bench_id in ("tombstone/serialize", "tombstone/deserialize"):
     t = ns(bench_id)
     if t is not None and t >= 5.0:
