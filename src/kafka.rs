@@ -19,7 +19,7 @@ use rdkafka::{Offset, TopicPartitionList};
 
 use crate::context::Context;
 use crate::error::Error;
-use crate::serde::{Deserializer, Serializer};
+use crate::serde::{Deserializer, DeterministicSerializer, Serializer};
 use crate::store::{Changelog, Record};
 
 /// A record ready to produce: its topic, key bytes and payload, `None` being
@@ -32,18 +32,106 @@ pub struct KafkaRecord {
     pub key: Vec<u8>,
     /// The serialized (encrypted) value, or `None` for a tombstone.
     pub payload: Option<Vec<u8>>,
+    /// The partition, when the record chose one
+    /// ([`encode_record_partitioned`]); `None` leaves it to the producer's
+    /// partitioner, which hashes the key bytes as they are on the wire.
+    pub partition: Option<i32>,
 }
 
 impl KafkaRecord {
     /// The record as rdkafka's `BaseRecord`, to hand to a producer. A
     /// tombstone gets no payload at all.
     pub fn as_base_record(&self) -> BaseRecord<'_, [u8], [u8]> {
-        let record = BaseRecord::to(&self.topic).key(&self.key[..]);
+        let mut record = BaseRecord::to(&self.topic).key(&self.key[..]);
+        if let Some(p) = self.partition {
+            record = record.partition(p);
+        }
         match &self.payload {
             Some(p) => record.payload(&p[..]),
             None => record,
         }
     }
+}
+
+/// Kafka's murmur2 hash, exactly as the Java client's `Utils.murmur2`
+/// computes it (and librdkafka's `murmur2` partitioners).
+pub fn murmur2(data: &[u8]) -> i32 {
+    const M: u32 = 0x5bd1_e995;
+    const SEED: u32 = 0x9747_b28c;
+    // Java hashes the length as an int; a key over 2 GiB is not a Kafka key.
+    let mut h: u32 = SEED ^ (data.len() as u32);
+    let mut chunks = data.chunks_exact(4);
+    for c in &mut chunks {
+        let mut k = u32::from_le_bytes([c[0], c[1], c[2], c[3]]);
+        k = k.wrapping_mul(M);
+        k ^= k >> 24;
+        k = k.wrapping_mul(M);
+        h = h.wrapping_mul(M);
+        h ^= k;
+    }
+    let rest = chunks.remainder();
+    if rest.len() == 3 {
+        h ^= u32::from(rest[2]) << 16;
+    }
+    if rest.len() >= 2 {
+        h ^= u32::from(rest[1]) << 8;
+    }
+    if !rest.is_empty() {
+        h ^= u32::from(rest[0]);
+        h = h.wrapping_mul(M);
+    }
+    h ^= h >> 13;
+    h = h.wrapping_mul(M);
+    h ^= h >> 15;
+    h as i32
+}
+
+/// The partition the Java client's default partitioner gives `key` on a
+/// topic of `partitions` partitions: `(murmur2(key) & 0x7fffffff) %
+/// partitions`. 0 when `partitions` is 0.
+pub fn murmur2_partition(key: &[u8], partitions: u32) -> i32 {
+    if partitions == 0 {
+        return 0;
+    }
+    let positive = (murmur2(key) & 0x7fff_ffff) as u32;
+    (positive % partitions) as i32
+}
+
+/// [`encode_record`] for a record whose key is encrypted deterministically,
+/// partitioned by its **plaintext** key bytes (what `key_ser`'s inner codec
+/// writes) with Kafka's default murmur2 partitioner over `partitions`.
+///
+/// Kafka's partitioner hashes the key bytes it is given; with encrypted
+/// keys those change when the key keyset rotates, which would move a key to
+/// another partition and break ordering per key. Partitioning by the
+/// plaintext key keeps every record of a key in one partition across
+/// rotations, the very partition a plaintext producer with the Java
+/// client's default partitioner (or librdkafka's `murmur2_random`) picks.
+/// This is the default this crate offers for encrypted keys.
+///
+/// # Errors
+/// As [`encode_record`].
+pub fn encode_record_partitioned<K, V, KS, VS>(
+    topic: &str,
+    partitions: u32,
+    key_ser: &DeterministicSerializer<KS>,
+    value_ser: &VS,
+    key: &K,
+    value: Option<&V>,
+) -> Result<KafkaRecord, Error>
+where
+    K: ?Sized,
+    V: ?Sized,
+    KS: Serializer<K>,
+    VS: Serializer<V> + ?Sized,
+{
+    let plain = key_ser
+        .inner()
+        .serialize(&Context::new(topic), Some(key))?
+        .ok_or(Error::InnerReturnedNone)?;
+    let mut record = encode_record(topic, key_ser, value_ser, key, value)?;
+    record.partition = Some(murmur2_partition(&plain, partitions));
+    Ok(record)
 }
 
 /// Encodes a typed `(key, Option<value>)` for `topic` through any serializer
@@ -76,6 +164,7 @@ where
         topic: topic.to_owned(),
         key,
         payload,
+        partition: None,
     })
 }
 
@@ -315,4 +404,33 @@ fn is_queue_full(e: &KafkaError) -> bool {
         e,
         KafkaError::MessageProduction(RDKafkaErrorCode::QueueFull)
     )
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// The Java client's own test vectors (`UtilsTest.testMurmur2`).
+    #[test]
+    fn murmur2_matches_the_java_client() {
+        let cases: [(&[u8], i32); 6] = [
+            (b"21", -973_932_308),
+            (b"foobar", -790_332_482),
+            (b"a-little-bit-long-string", -985_981_536),
+            (b"a-little-bit-longer-string", -1_486_304_829),
+            (
+                b"lkjh234lh9fiuh90y23oiuhsafujhadof229phr9h19h89h8",
+                -58_897_971,
+            ),
+            (b"abc", 479_470_107),
+        ];
+        for (data, want) in cases {
+            assert_eq!(murmur2(data), want, "{}", String::from_utf8_lossy(data));
+        }
+        assert_eq!(murmur2_partition(b"abc", 0), 0);
+        assert_eq!(
+            murmur2_partition(b"foobar", 3),
+            ((-790_332_482i32 & 0x7fff_ffff) % 3)
+        );
+    }
 }

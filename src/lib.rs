@@ -22,7 +22,10 @@ pub use crate::envelope::OVERHEAD;
 pub use crate::error::{Cause, Error, KeysetErrorKind};
 #[cfg(feature = "kafka")]
 #[cfg_attr(docsrs, doc(cfg(feature = "kafka")))]
-pub use crate::kafka::{decode_message, encode_record, KafkaChangelog, KafkaRecord};
+pub use crate::kafka::{
+    decode_message, encode_record, encode_record_partitioned, murmur2, murmur2_partition,
+    KafkaChangelog, KafkaRecord,
+};
 pub use crate::keyset::{KeyId, KeyStatus, Keyset, MAX_KEYS};
 pub use crate::primitive::KeyTemplate;
 pub use crate::serde::{

@@ -390,3 +390,184 @@ fn negative_control_the_naive_layer_resurrects_deleted_keys_from_kafka() {
     restore(&mut fresh, &records).unwrap();
     assert!(fresh.is_empty());
 }
+
+/// Creates `topic` with `partitions` partitions.
+fn create_topic(bootstrap: &str, topic: &str, partitions: i32) {
+    use tombstone_crypt::rdkafka::admin::{AdminClient, AdminOptions, NewTopic, TopicReplication};
+    use tombstone_crypt::rdkafka::client::DefaultClientContext;
+    let admin: AdminClient<DefaultClientContext> = config(bootstrap).create().unwrap();
+    let new = NewTopic::new(topic, partitions, TopicReplication::Fixed(1));
+    let results =
+        futures_executor::block_on(admin.create_topics([&new], &AdminOptions::new())).unwrap();
+    for r in results {
+        r.unwrap();
+    }
+}
+
+/// Every record of every partition: (partition, key, payload).
+#[allow(clippy::type_complexity)]
+fn consume_partitions(
+    bootstrap: &str,
+    topic: &str,
+    partitions: i32,
+) -> Vec<(i32, Vec<u8>, Option<Vec<u8>>)> {
+    use tombstone_crypt::rdkafka::Message as _;
+    let consumer: BaseConsumer = config(bootstrap)
+        .set("group.id", format!("all-{topic}"))
+        .set("enable.partition.eof", "true")
+        .set("enable.auto.commit", "false")
+        .create()
+        .unwrap();
+    let mut tpl = TopicPartitionList::new();
+    for p in 0..partitions {
+        tpl.add_partition_offset(topic, p, Offset::Beginning)
+            .unwrap();
+    }
+    consumer.assign(&tpl).unwrap();
+    let mut at_end = std::collections::BTreeSet::new();
+    let mut out = Vec::new();
+    let deadline = std::time::Instant::now() + Duration::from_secs(30);
+    while at_end.len() < partitions as usize {
+        assert!(
+            std::time::Instant::now() < deadline,
+            "timed out reading {topic}"
+        );
+        match consumer.poll(Duration::from_millis(200)) {
+            None => {}
+            Some(Err(KafkaError::PartitionEOF(p))) => {
+                at_end.insert(p);
+            }
+            Some(Err(e)) => panic!("consume: {e}"),
+            Some(Ok(m)) => {
+                at_end.remove(&m.partition());
+                out.push((
+                    m.partition(),
+                    m.key().unwrap().to_vec(),
+                    m.payload().map(<[u8]>::to_vec),
+                ));
+            }
+        }
+    }
+    out
+}
+
+/// Encrypted record keys on a topic of 3 partitions: partitioned by the
+/// plaintext key, a key keeps its partition across a rotation of the key
+/// keyset, and it is the partition librdkafka's Java-compatible murmur2
+/// partitioner picks for the plaintext key. Partitioned by the encrypted
+/// bytes (the producer's default), the rotation moves keys.
+#[test]
+fn an_encrypted_key_keeps_its_partition_across_a_rotation() {
+    use tombstone_crypt::{
+        encode_record_partitioned, murmur2_partition, Deserializer as _, DeterministicDeserializer,
+        DeterministicSerializer, KeyTemplate,
+    };
+    let Some(bootstrap) = bootstrap() else { return };
+    const PARTITIONS: i32 = 3;
+    let (ours, naive, plain) = (topic("siv-keys"), topic("siv-naive"), topic("plain-keys"));
+    for t in [&ours, &naive, &plain] {
+        create_topic(&bootstrap, t, PARTITIONS);
+    }
+    let values = Keyset::generate();
+    let mut keys = Keyset::generate_with(KeyTemplate::aes256_siv()).unwrap();
+    let value_ser = EncryptingSerializer::new(Utf8, values.clone());
+    let producer: BaseProducer = config(&bootstrap).create().unwrap();
+    let names: Vec<String> = (0..20).map(|i| format!("customer-{i}")).collect();
+    for round in 0..2 {
+        let key_ser = DeterministicSerializer::new(Utf8, keys.clone());
+        for (i, name) in names.iter().enumerate() {
+            let value = format!("round {round}");
+            let value = (round == 0 || i % 4 != 0).then_some(&value[..]); // some deletes
+            let r = encode_record_partitioned(
+                &ours,
+                PARTITIONS as u32,
+                &key_ser,
+                &value_ser,
+                &name[..],
+                value,
+            )
+            .unwrap();
+            assert_eq!(
+                r.partition,
+                Some(murmur2_partition(name.as_bytes(), PARTITIONS as u32))
+            );
+            producer
+                .send(r.as_base_record())
+                .map_err(|(e, _)| e)
+                .unwrap();
+            // The control: the same record left to the producer's partitioner.
+            let r = encode_record(&naive, &key_ser, &value_ser, &name[..], value).unwrap();
+            assert_eq!(r.partition, None);
+            producer
+                .send(r.as_base_record())
+                .map_err(|(e, _)| e)
+                .unwrap();
+        }
+        keys.rotate();
+    }
+    producer.flush(Duration::from_secs(30)).unwrap();
+    // A plaintext producer with librdkafka's Java-compatible partitioner.
+    let java_like: BaseProducer = config(&bootstrap)
+        .set("partitioner", "murmur2_random")
+        .create()
+        .unwrap();
+    for name in &names {
+        java_like
+            .send(
+                tombstone_crypt::rdkafka::producer::BaseRecord::to(&plain)
+                    .key(name.as_bytes())
+                    .payload("x"),
+            )
+            .map_err(|(e, _)| e)
+            .unwrap();
+    }
+    java_like.flush(Duration::from_secs(30)).unwrap();
+    let plain_partition: BTreeMap<Vec<u8>, i32> =
+        consume_partitions(&bootstrap, &plain, PARTITIONS)
+            .into_iter()
+            .map(|(p, k, _)| (k, p))
+            .collect();
+    assert_eq!(plain_partition.len(), names.len());
+
+    let key_de = DeterministicDeserializer::new(Utf8, keys.clone());
+    let value_de = DecryptingDeserializer::new(Utf8, values.clone());
+    let partitions_of = |topic: &str| {
+        let mut seen: BTreeMap<String, std::collections::BTreeSet<i32>> = BTreeMap::new();
+        let mut tombstones = 0;
+        for (p, k, payload) in consume_partitions(&bootstrap, topic, PARTITIONS) {
+            assert!(!contains(&k, b"customer-"), "a plaintext key on the wire");
+            let name = key_de
+                .deserialize(&tombstone_crypt::Context::new(topic), Some(&k))
+                .unwrap()
+                .unwrap();
+            // The value decrypts under the topic and the key as on the wire.
+            let ctx = tombstone_crypt::Context::new(topic).with_key(&k);
+            let v = value_de.deserialize(&ctx, payload.as_deref()).unwrap();
+            tombstones += usize::from(v.is_none());
+            seen.entry(name).or_default().insert(p);
+        }
+        (seen, tombstones)
+    };
+    let (seen, tombstones) = partitions_of(&ours);
+    assert_eq!(seen.len(), names.len());
+    assert_eq!(tombstones, 5);
+    for (name, parts) in &seen {
+        assert_eq!(parts.len(), 1, "{name} is in partitions {parts:?}");
+        let p = *parts.iter().next().unwrap();
+        assert_eq!(
+            p,
+            plain_partition[name.as_bytes()],
+            "{name}: not where a plaintext producer puts it"
+        );
+    }
+    let (seen, _) = partitions_of(&naive);
+    let moved = seen.values().filter(|parts| parts.len() > 1).count();
+    assert!(
+        moved > 0,
+        "partitioning by ciphertext moved no key across the rotation"
+    );
+    eprintln!(
+        "by ciphertext, {moved} of {} keys changed partition at the rotation",
+        names.len()
+    );
+}
