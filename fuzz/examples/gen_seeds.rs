@@ -13,11 +13,12 @@ use std::path::{Path, PathBuf};
 use arbitrary::{Arbitrary, Unstructured};
 use tombstone_crypt::__fuzz::aes_gcm_seal;
 use tombstone_crypt::{
-    Bincode, Bytes, DecryptingDeserializer, Deserializer as _, KeyId, Serializer as _,
+    Bincode, Bytes, DecryptingDeserializer, Deserializer as _, DeterministicDeserializer,
+    DeterministicSerializer, KeyId, Serializer as _,
 };
 use tombstone_crypt_fuzz::{
-    context, key_bytes, keyset, policy, selector, Kind, Op, RoundtripInput, Small, StoreInput,
-    DISABLED, KEYSET_JSON, PRIMARY, SECONDARY,
+    context, key_bytes, keyset, policy, selector, siv_keyset, Kind, Op, RoundtripInput, Small,
+    StoreInput, DISABLED, KEYSET_JSON, PRIMARY, SECONDARY,
 };
 
 fn main() {
@@ -97,6 +98,22 @@ fn deserialize_seeds() -> Vec<(String, Vec<u8>)> {
             }
         }
     }
+    // Deterministic (AES-SIV) record keys under the fixed SIV keyset.
+    for ctx in 0..4 {
+        for pol in 0..3 {
+            let sel = selector(ctx, pol);
+            let ser =
+                DeterministicSerializer::new(Bytes, siv_keyset().clone()).with_aad(policy(sel));
+            let key = ser
+                .serialize(&context(sel), Some(&b"customer-17"[..]))
+                .expect("encrypt a key")
+                .expect("present");
+            seeds.push((
+                format!("siv-ctx{ctx}-policy{pol}"),
+                [&[sel][..], &key].concat(),
+            ));
+        }
+    }
     seeds.push((
         "ok-aes128-secondary".into(),
         tink_ciphertext(
@@ -133,9 +150,20 @@ fn deserialize_seeds() -> Vec<(String, Vec<u8>)> {
     seeds.push(("fail-truncated".into(), truncated));
     for (name, bytes) in &seeds {
         let (sel, ct) = (bytes[0], &bytes[1..]);
-        let de = DecryptingDeserializer::new(Bytes, keyset().clone()).with_aad(policy(sel));
-        let accepted = de.deserialize(&context(sel), Some(ct)).is_ok();
-        assert_eq!(accepted, name.starts_with("ok-"), "ciphertext seed {name}");
+        let accepted = if name.starts_with("siv-") {
+            DeterministicDeserializer::new(Bytes, siv_keyset().clone())
+                .with_aad(policy(sel))
+                .deserialize(&context(sel), Some(ct))
+                .is_ok()
+        } else {
+            let de = DecryptingDeserializer::new(Bytes, keyset().clone()).with_aad(policy(sel));
+            de.deserialize(&context(sel), Some(ct)).is_ok()
+        };
+        assert_eq!(
+            accepted,
+            name.starts_with("ok-") || name.starts_with("siv-"),
+            "ciphertext seed {name}"
+        );
     }
     seeds.push(("bincode-plaintext".into(), [&[sel0][..], &small].concat()));
     seeds

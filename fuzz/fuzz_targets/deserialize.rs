@@ -11,15 +11,21 @@
 //! The same bytes are then taken as a plaintext, encrypted and decrypted
 //! through `Bincode` and `Utf8`, so the inner codecs see arbitrary input
 //! after authentication as well.
+//!
+//! And as a deterministic (AES-SIV) record key through
+//! `DeterministicDeserializer` under a fixed SIV keyset: nothing panics,
+//! a rejection is the error its bytes call for, and whatever is accepted
+//! is genuine: encrypting its plaintext again gives the very same bytes.
 #![no_main]
 
 use libfuzzer_sys::fuzz_target;
 use tombstone_crypt::__fuzz::aes_gcm_open;
 use tombstone_crypt::{
     AadPolicy, Bincode, Bytes, Context, DecryptingDeserializer, Deserializer as _,
-    EncryptingSerializer, Error, KeyId, KeyStatus, Serializer as _, Utf8, OVERHEAD,
+    DeterministicDeserializer, DeterministicSerializer, EncryptingSerializer, Error, KeyId,
+    KeyStatus, Serializer as _, Utf8, OVERHEAD,
 };
-use tombstone_crypt_fuzz::{context, key_bytes, keyset, policy, Small};
+use tombstone_crypt_fuzz::{context, key_bytes, keyset, policy, siv_keyset, Small, SIV_PRIMARY};
 
 fuzz_target!(|data: &[u8]| {
     let Some((&selector, ct)) = data.split_first() else {
@@ -30,7 +36,58 @@ fuzz_target!(|data: &[u8]| {
     let plaintext = bytes_leg(&ctx, policy, ct);
     bincode_leg(&ctx, policy, ct, plaintext.as_deref());
     plaintext_leg(&ctx, policy, ct);
+    siv_leg(&ctx, policy, ct);
 });
+
+/// The bytes as a deterministic ciphertext of a record key.
+fn siv_leg(ctx: &Context<'_>, policy: AadPolicy, ct: &[u8]) {
+    const MIN: usize = 5 + 16;
+    let ks = siv_keyset();
+    let de = DeterministicDeserializer::new(Bytes, ks.clone()).with_aad(policy);
+    match de.deserialize(ctx, Some(ct)) {
+        Ok(None) => panic!("present bytes became a tombstone"),
+        Ok(Some(pt)) => {
+            assert_eq!(ct.len(), pt.len() + MIN);
+            assert_eq!(
+                prefix_id(ct),
+                SIV_PRIMARY,
+                "accepted under a key that is not enabled"
+            );
+            let ser = DeterministicSerializer::new(Bytes, ks.clone()).with_aad(policy);
+            let again = ser.serialize(ctx, Some(&pt[..])).expect("re-encryption");
+            assert_eq!(
+                again.as_deref(),
+                Some(ct),
+                "deterministic: the same bytes again"
+            );
+        }
+        Err(e) => {
+            let want = if ct.len() < MIN {
+                Error::Truncated {
+                    len: ct.len(),
+                    min: MIN,
+                }
+            } else if ct[0] != 0x01 {
+                Error::UnsupportedVersion(ct[0])
+            } else {
+                let id = prefix_id(ct);
+                match ks.keys().find(|(k, _)| *k == id) {
+                    None => Error::UnknownKeyId(id),
+                    Some((_, KeyStatus::Disabled)) => Error::KeyDisabled(id),
+                    Some(_) => Error::Decryption,
+                }
+            };
+            assert_eq!(e, want, "wrong error for {} bytes", ct.len());
+        }
+    }
+    // The same bytes as a plaintext key: encrypted, then decrypted back.
+    let ser = DeterministicSerializer::new(Bytes, ks.clone()).with_aad(policy);
+    let key = ser
+        .serialize(ctx, Some(ct))
+        .expect("encryption")
+        .expect("a present key stays present");
+    assert_eq!(de.deserialize(ctx, Some(&key)), Ok(Some(ct.to_vec())));
+}
 
 /// The ciphertext through `DecryptingDeserializer<Bytes>`; the plaintext if
 /// it was accepted.

@@ -21,6 +21,24 @@ pub const KEYSET_JSON: &str = r#"{"primaryKeyId":1234567,"key":[
 {"keyData":{"typeUrl":"type.googleapis.com/google.crypto.tink.AesGcmKey","value":"GiAzMzMzMzMzMzMzMzMzMzMzMzMzMzMzMzMzMzMzMzMzMw==","keyMaterialType":"SYMMETRIC"},"status":"DISABLED","keyId":3456789,"outputPrefixType":"TINK"}
 ]}"#;
 
+/// The fixed AES-SIV (deterministic) keyset: an enabled primary (key bytes
+/// `0x44` x 64) and a disabled key (`0x55` x 64). Test keys, never secret.
+pub const SIV_KEYSET_JSON: &str = r#"{"primaryKeyId":4567890,"key":[
+{"keyData":{"typeUrl":"type.googleapis.com/google.crypto.tink.AesSivKey","value":"EkBERERERERERERERERERERERERERERERERERERERERERERERERERERERERERERERERERERERERERERERERERERE","keyMaterialType":"SYMMETRIC"},"status":"ENABLED","keyId":4567890,"outputPrefixType":"TINK"},
+{"keyData":{"typeUrl":"type.googleapis.com/google.crypto.tink.AesSivKey","value":"EkBVVVVVVVVVVVVVVVVVVVVVVVVVVVVVVVVVVVVVVVVVVVVVVVVVVVVVVVVVVVVVVVVVVVVVVVVVVVVVVVVVVVVV","keyMaterialType":"SYMMETRIC"},"status":"DISABLED","keyId":5678901,"outputPrefixType":"TINK"}
+]}"#;
+
+/// The primary of [`SIV_KEYSET_JSON`].
+pub const SIV_PRIMARY: KeyId = KeyId(4_567_890);
+
+/// The fixed AES-SIV keyset, read once.
+pub fn siv_keyset() -> &'static Keyset {
+    static KEYSET: OnceLock<Keyset> = OnceLock::new();
+    KEYSET.get_or_init(|| {
+        Keyset::from_tink_json(SIV_KEYSET_JSON).expect("the fixed SIV keyset is valid")
+    })
+}
+
 /// The fixed keyset, read once.
 pub fn keyset() -> &'static Keyset {
     static KEYSET: OnceLock<Keyset> = OnceLock::new();
