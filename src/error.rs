@@ -101,6 +101,11 @@ pub enum Error {
         /// The underlying error, returned by `source()`.
         cause: Option<Cause>,
     },
+    /// A change-logging store refuses to serve: an append or a flush failed
+    /// earlier, so the store and its changelog may disagree. Rebuild it from
+    /// the changelog with
+    /// [`ChangeLoggingStore::recover`](crate::ChangeLoggingStore::recover).
+    NeedsRestore,
 }
 
 /// The kind of an [`Error::Keyset`]: what is wrong with a keyset.
@@ -239,6 +244,9 @@ impl fmt::Display for Error {
             Error::MissingRecordKey => f.write_str("the record has no key"),
             Error::Store { detail, .. } => write!(f, "store failed: {detail}"),
             Error::Changelog { detail, .. } => write!(f, "changelog failed: {detail}"),
+            Error::NeedsRestore => f.write_str(
+                "the store may disagree with its changelog after a failed append or flush: recover it from the changelog",
+            ),
         }
     }
 }
@@ -277,7 +285,8 @@ impl PartialEq for Error {
             | (E::Encryption, E::Encryption)
             | (E::InnerReturnedNone, E::InnerReturnedNone)
             | (E::ContextTooLong, E::ContextTooLong)
-            | (E::MissingRecordKey, E::MissingRecordKey) => true,
+            | (E::MissingRecordKey, E::MissingRecordKey)
+            | (E::NeedsRestore, E::NeedsRestore) => true,
             (
                 E::Codec {
                     codec: a,

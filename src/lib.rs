@@ -36,8 +36,8 @@ pub use crate::serde::{
 #[cfg_attr(docsrs, doc(cfg(feature = "redb")))]
 pub use crate::store::RedbStore;
 pub use crate::store::{
-    compact, restore, ChangeLoggingStore, Changelog, EncryptedStore, Entry, KeyValueStore,
-    MemoryChangelog, MemoryStore, Record, TypedStore,
+    compact, restore, restore_from, ChangeLoggingStore, Changelog, EncryptedStore, Entry,
+    KeyValueStore, MemoryChangelog, MemoryStore, Record, TypedStore,
 };
 /// The rdkafka crate this one is built on (feature `kafka`), for its
 /// `ClientConfig`, producers and consumers.

@@ -38,9 +38,27 @@ pub trait Changelog {
     /// Makes every appended record durable and visible to readers.
     ///
     /// # Errors
-    /// [`Error::Changelog`] if that failed.
+    /// [`Error::Changelog`] if that failed. Then any record appended since
+    /// the last successful flush may or may not be in the log.
     fn flush(&mut self) -> Result<(), Error> {
         Ok(())
+    }
+
+    /// Hands every record, from the beginning to the current end and in
+    /// offset order, to `apply`, one at a time, and returns how many there
+    /// were. The default reads [`records`](Changelog::records) whole; a
+    /// changelog on a topic streams, so memory does not grow with the log.
+    ///
+    /// # Errors
+    /// The log could not be read, or `apply` failed (its error is
+    /// returned as is).
+    fn replay(&self, apply: &mut dyn FnMut(Record) -> Result<(), Error>) -> Result<u64, Error> {
+        let mut n = 0;
+        for r in self.records()? {
+            apply(r)?;
+            n += 1;
+        }
+        Ok(n)
     }
 }
 
@@ -80,16 +98,55 @@ pub fn compact(records: &[Record]) -> Vec<Record> {
 /// holds the stored bytes (ciphertext), which go back unchanged.
 ///
 /// # Errors
-/// The store failed.
+/// The store failed; [`Error::Store`] if `store` is not empty (a restore
+/// over old state would keep keys the log deleted) or is a layer that must
+/// not be restored into ([`KeyValueStore::accepts_restore`]: an
+/// [`EncryptedStore`](crate::EncryptedStore) would encrypt the ciphertext
+/// again, a [`ChangeLoggingStore`] would log every record twice).
 pub fn restore<S: KeyValueStore + ?Sized>(
     store: &mut S,
     records: &[Record],
 ) -> Result<usize, Error> {
+    check_restore_target(store)?;
     for r in records {
         store.put(&r.key, r.value.as_deref())?;
     }
     store.flush()?;
     Ok(records.len())
+}
+
+/// [`restore`] straight from a changelog, streamed through
+/// [`Changelog::replay`]: memory does not grow with the log. Returns how
+/// many records were replayed.
+///
+/// # Errors
+/// As [`restore`]; the changelog could not be read.
+pub fn restore_from<S: KeyValueStore + ?Sized, C: Changelog + ?Sized>(
+    store: &mut S,
+    changelog: &C,
+) -> Result<u64, Error> {
+    check_restore_target(store)?;
+    let n = changelog.replay(&mut |r| store.put(&r.key, r.value.as_deref()))?;
+    store.flush()?;
+    Ok(n)
+}
+
+fn check_restore_target<S: KeyValueStore + ?Sized>(store: &S) -> Result<(), Error> {
+    if !store.accepts_restore() {
+        return Err(Error::Store {
+            detail: "restore writes the logged bytes into the bytes store beneath the encrypting and change-logging layers, not through them".into(),
+            cause: None,
+        });
+    }
+    if !store.is_empty()? {
+        return Err(Error::Store {
+            detail:
+                "restore needs an empty store: clear it first (ChangeLoggingStore::recover does)"
+                    .into(),
+            cause: None,
+        });
+    }
+    Ok(())
 }
 
 /// An in-memory changelog.
@@ -136,16 +193,87 @@ impl Changelog for MemoryChangelog {
 /// A bytes store that appends every put and delete to a changelog, after
 /// applying it to the store underneath (Kafka Streams'
 /// `ChangeLoggingKeyValueBytesStore`). A `None` is logged as a tombstone.
+///
+/// # The changelog contract under faults
+/// The changelog is the truth the store is restored from. If an append or a
+/// flush fails (of the changelog or of the store beneath), the store and
+/// the log may disagree: the store then **refuses to serve** (every call
+/// returns [`Error::NeedsRestore`]) until [`recover`](Self::recover)
+/// rebuilds it from the log. So what the live store serves always equals
+/// what a restore from the changelog gives once the pending records are
+/// flushed. Every operation whose `flush` returned `Ok` is in the log and
+/// survives a crash; operations after the last good flush may or may not
+/// be, each in order; no delete is lost once flushed, and no deleted key
+/// comes back.
+///
+/// After a crash (or any unclean start), build the store over its old local
+/// state and call [`recover`](Self::recover): it clears the local store and
+/// replays the changelog into it, streaming. This is Kafka Streams'
+/// answer for an unclean start without a checkpoint (wipe and restore); a
+/// checkpoint that skips the replay of what a durable local store already
+/// holds is not implemented.
 #[derive(Debug)]
 pub struct ChangeLoggingStore<S, C> {
     inner: S,
     log: C,
+    needs_restore: bool,
 }
 
 impl<S: KeyValueStore, C: Changelog> ChangeLoggingStore<S, C> {
-    /// Logs every change made to `inner` into `log`.
+    /// Logs every change made to `inner` into `log`. `inner` is trusted to
+    /// match `log` (an empty store over an empty log, say); after a restart
+    /// call [`recover`](Self::recover) instead of trusting it.
     pub fn new(inner: S, log: C) -> Self {
-        ChangeLoggingStore { inner, log }
+        ChangeLoggingStore {
+            inner,
+            log,
+            needs_restore: false,
+        }
+    }
+
+    /// Whether the store refuses to serve until [`recover`](Self::recover).
+    pub fn needs_restore(&self) -> bool {
+        self.needs_restore
+    }
+
+    /// Rebuilds the store beneath from the changelog: flushes the changelog
+    /// (so that what was queued is settled: in the log or failed for
+    /// good), removes every key the store holds, replays the log into it
+    /// (streamed) and flushes it; then the store serves again. Returns how
+    /// many records were replayed.
+    ///
+    /// # Errors
+    /// The store or the changelog failed (a broker still down, say); the
+    /// store keeps refusing to serve, and `recover` can be called again.
+    pub fn recover(&mut self) -> Result<u64, Error> {
+        self.needs_restore = true;
+        self.log.flush()?;
+        let keys: Vec<Vec<u8>> = self.inner.all()?.into_iter().map(|(k, _)| k).collect();
+        for k in keys {
+            self.inner.delete(&k)?;
+        }
+        let n = restore_from(&mut self.inner, &self.log)?;
+        self.needs_restore = false;
+        Ok(n)
+    }
+
+    fn serving(&self) -> Result<(), Error> {
+        if self.needs_restore {
+            Err(Error::NeedsRestore)
+        } else {
+            Ok(())
+        }
+    }
+
+    /// Runs a step that may leave the store and the log apart: on failure
+    /// the store refuses to serve until recovered.
+    fn guarded<R>(&mut self, step: impl FnOnce(&mut Self) -> Result<R, Error>) -> Result<R, Error> {
+        self.serving()?;
+        let r = step(self);
+        if r.is_err() {
+            self.needs_restore = true;
+        }
+        r
     }
 
     /// The changelog.
@@ -171,31 +299,52 @@ impl<S: KeyValueStore, C: Changelog> ChangeLoggingStore<S, C> {
 
 impl<S: KeyValueStore, C: Changelog> KeyValueStore for ChangeLoggingStore<S, C> {
     fn get(&self, key: &[u8]) -> Result<Option<Vec<u8>>, Error> {
+        self.serving()?;
         self.inner.get(key)
     }
 
     fn put(&mut self, key: &[u8], value: Option<&[u8]>) -> Result<(), Error> {
-        self.inner.put(key, value)?;
-        self.log.append(key, value)?;
-        Ok(())
+        self.guarded(|s| {
+            s.inner.put(key, value)?;
+            s.log.append(key, value)
+        })
     }
 
     fn delete(&mut self, key: &[u8]) -> Result<Option<Vec<u8>>, Error> {
-        let old = self.inner.delete(key)?;
-        self.log.append(key, None)?;
-        Ok(old)
+        self.guarded(|s| {
+            let old = s.inner.delete(key)?;
+            s.log.append(key, None)?;
+            Ok(old)
+        })
     }
 
     fn all(&self) -> Result<Vec<Entry>, Error> {
+        self.serving()?;
         self.inner.all()
     }
 
     fn range(&self, from: &[u8], to: &[u8]) -> Result<Vec<Entry>, Error> {
+        self.serving()?;
         self.inner.range(from, to)
     }
 
     fn flush(&mut self) -> Result<(), Error> {
-        self.inner.flush()?;
-        self.log.flush()
+        self.guarded(|s| {
+            // The log first: once it is durable, the store can always be
+            // rebuilt from it.
+            s.log.flush()?;
+            s.inner.flush()
+        })
+    }
+
+    fn is_empty(&self) -> Result<bool, Error> {
+        self.serving()?;
+        self.inner.is_empty()
+    }
+
+    /// `false`: restore into the store beneath; through this one every
+    /// record would be logged again.
+    fn accepts_restore(&self) -> bool {
+        false
     }
 }

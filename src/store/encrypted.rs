@@ -307,4 +307,13 @@ impl<S: KeyValueStore> KeyValueStore for EncryptedStore<S> {
     fn flush(&mut self) -> Result<(), Error> {
         self.inner.flush()
     }
+
+    fn is_empty(&self) -> Result<bool, Error> {
+        self.inner.is_empty()
+    }
+
+    /// `false`: restore into the store beneath, which holds ciphertext.
+    fn accepts_restore(&self) -> bool {
+        false
+    }
 }

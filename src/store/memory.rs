@@ -34,6 +34,11 @@ impl MemoryStore {
     pub fn is_empty(&self) -> bool {
         self.map.is_empty()
     }
+
+    /// Removes every key.
+    pub fn clear(&mut self) {
+        self.map.clear();
+    }
 }
 
 impl KeyValueStore for MemoryStore {
@@ -81,5 +86,9 @@ impl KeyValueStore for MemoryStore {
 
     fn flush(&mut self) -> Result<(), Error> {
         Ok(())
+    }
+
+    fn is_empty(&self) -> Result<bool, Error> {
+        Ok(self.map.is_empty())
     }
 }

@@ -21,7 +21,9 @@ mod typed;
 
 #[cfg(feature = "redb")]
 pub use self::redb::RedbStore;
-pub use changelog::{compact, restore, ChangeLoggingStore, Changelog, MemoryChangelog, Record};
+pub use changelog::{
+    compact, restore, restore_from, ChangeLoggingStore, Changelog, MemoryChangelog, Record,
+};
 pub use encrypted::EncryptedStore;
 pub use memory::MemoryStore;
 pub use typed::TypedStore;
@@ -76,6 +78,24 @@ pub trait KeyValueStore {
     /// # Errors
     /// The store failed.
     fn flush(&mut self) -> Result<(), Error>;
+
+    /// Whether the store holds no key. The default reads every entry;
+    /// stores override it with something cheaper.
+    ///
+    /// # Errors
+    /// The store failed.
+    fn is_empty(&self) -> Result<bool, Error> {
+        Ok(self.all()?.is_empty())
+    }
+
+    /// Whether [`restore`] may write into this store: `true` for a bytes
+    /// store. Layers that transform or log what they are given
+    /// ([`EncryptedStore`], [`ChangeLoggingStore`]) say `false`: a changelog
+    /// holds the bytes as stored beneath them, and replaying it through them
+    /// would encrypt the ciphertext again or log every record twice.
+    fn accepts_restore(&self) -> bool {
+        true
+    }
 }
 
 impl<S: KeyValueStore + ?Sized> KeyValueStore for Box<S> {
@@ -96,5 +116,38 @@ impl<S: KeyValueStore + ?Sized> KeyValueStore for Box<S> {
     }
     fn flush(&mut self) -> Result<(), Error> {
         (**self).flush()
+    }
+    fn is_empty(&self) -> Result<bool, Error> {
+        (**self).is_empty()
+    }
+    fn accepts_restore(&self) -> bool {
+        (**self).accepts_restore()
+    }
+}
+
+impl<S: KeyValueStore + ?Sized> KeyValueStore for &mut S {
+    fn get(&self, key: &[u8]) -> Result<Option<Vec<u8>>, Error> {
+        (**self).get(key)
+    }
+    fn put(&mut self, key: &[u8], value: Option<&[u8]>) -> Result<(), Error> {
+        (**self).put(key, value)
+    }
+    fn delete(&mut self, key: &[u8]) -> Result<Option<Vec<u8>>, Error> {
+        (**self).delete(key)
+    }
+    fn all(&self) -> Result<Vec<Entry>, Error> {
+        (**self).all()
+    }
+    fn range(&self, from: &[u8], to: &[u8]) -> Result<Vec<Entry>, Error> {
+        (**self).range(from, to)
+    }
+    fn flush(&mut self) -> Result<(), Error> {
+        (**self).flush()
+    }
+    fn is_empty(&self) -> Result<bool, Error> {
+        (**self).is_empty()
+    }
+    fn accepts_restore(&self) -> bool {
+        (**self).accepts_restore()
     }
 }

@@ -1,6 +1,9 @@
 use std::path::Path;
 
-use redb::{Database, Durability, ReadableDatabase as _, ReadableTable as _, TableDefinition};
+use redb::{
+    Database, Durability, ReadableDatabase as _, ReadableTable as _, ReadableTableMetadata as _,
+    TableDefinition,
+};
 
 use super::{Entry, KeyValueStore};
 use crate::error::Error;
@@ -131,6 +134,12 @@ impl KeyValueStore for RedbStore {
     fn flush(&mut self) -> Result<(), Error> {
         let txn = self.db.begin_write().map_err(store_err("begin a write"))?;
         txn.commit().map_err(store_err("commit"))
+    }
+
+    fn is_empty(&self) -> Result<bool, Error> {
+        let txn = self.db.begin_read().map_err(store_err("begin a read"))?;
+        let table = txn.open_table(TABLE).map_err(store_err("open the table"))?;
+        table.is_empty().map_err(store_err("read"))
     }
 }
 
