@@ -199,32 +199,69 @@ fn kafka_err<E: std::error::Error + Send + Sync + 'static>(what: &str, e: E) -> 
     Error::changelog(format!("kafka: {what}"), e)
 }
 
-/// Collects delivery failures reported by the producer's thread.
+/// One failed delivery: which append it was (counted from 1 since the
+/// changelog was opened) and why. Never the key or the value.
+#[derive(Clone, Debug)]
+struct Failure {
+    seq: u64,
+    error: KafkaError,
+}
+
+/// Collects delivery failures reported by the producer's thread, until the
+/// next flush takes them.
 #[derive(Clone, Default)]
 struct Deliveries {
-    failed: Arc<Mutex<Vec<String>>>,
+    failed: Arc<Mutex<Vec<Failure>>>,
 }
 
 impl ClientContext for Deliveries {}
 
 impl ProducerContext for Deliveries {
-    type DeliveryOpaque = ();
+    type DeliveryOpaque = Box<u64>;
 
-    fn delivery(&self, result: &DeliveryResult<'_>, _: ()) {
-        if let Err((e, _)) = result {
+    fn delivery(&self, result: &DeliveryResult<'_>, seq: Box<u64>) {
+        if let Err((error, _)) = result {
             if let Ok(mut failed) = self.failed.lock() {
-                failed.push(e.to_string());
+                failed.push(Failure {
+                    seq: *seq,
+                    error: error.clone(),
+                });
             }
         }
     }
 }
 
+/// How [`KafkaChangelog`] creates its topic when it is missing.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct TopicSettings {
+    /// The replication factor; `-1` asks for the broker's
+    /// `default.replication.factor` (Kafka 2.4 and later).
+    pub replication_factor: i32,
+}
+
+impl Default for TopicSettings {
+    /// The broker's default replication factor.
+    fn default() -> Self {
+        TopicSettings {
+            replication_factor: -1,
+        }
+    }
+}
+
 /// A [`Changelog`] on partition 0 of a Kafka topic, created with
-/// `cleanup.policy=compact` when missing.
+/// `cleanup.policy=compact` when missing; an existing topic must be
+/// compacted too (a `delete`-policy topic drops old records, and a restore
+/// from it would be incomplete).
 ///
 /// `append` queues a record; `flush` waits until every queued record is
-/// acknowledged by the broker and fails if any was not. `records` reads the
-/// partition from the beginning to its end (the high watermark).
+/// acknowledged by the broker and fails if any was not, naming which appends
+/// (counted from 1 since the changelog was opened) failed and why; the
+/// failures are then cleared, so a later flush reports only its own. The
+/// producer is idempotent with `acks=all`, whatever the configuration
+/// given: retries never reorder a tombstone and an older value of its key.
+/// `records` and `replay` read the partition from the beginning to its end;
+/// `replay` streams, and gives up only when no record has arrived for the
+/// timeout (30 s), however long the whole read takes.
 ///
 /// A broker compacts on its own schedule (and some never do, such as a
 /// memory-only test broker): apply [`compact`](crate::compact) to what
@@ -235,6 +272,9 @@ pub struct KafkaChangelog {
     config: ClientConfig,
     topic: String,
     timeout: Duration,
+    appended: u64,
+    /// Every append up to this one was acknowledged by a successful flush.
+    flushed: u64,
 }
 
 impl core::fmt::Debug for KafkaChangelog {
@@ -247,10 +287,12 @@ impl core::fmt::Debug for KafkaChangelog {
 
 impl KafkaChangelog {
     /// Opens the changelog on `topic` at `bootstrap_servers`, creating the
-    /// topic (one partition, compacted) if it does not exist.
+    /// topic (one partition, compacted, the broker's default replication
+    /// factor) if it does not exist.
     ///
     /// # Errors
-    /// [`Error::Changelog`] if the broker cannot be reached or refuses.
+    /// [`Error::Changelog`] if the broker cannot be reached or refuses, or
+    /// the topic exists without `cleanup.policy=compact`.
     pub fn open(bootstrap_servers: &str, topic: &str) -> Result<Self, Error> {
         let mut config = ClientConfig::new();
         config.set("bootstrap.servers", bootstrap_servers);
@@ -259,17 +301,31 @@ impl KafkaChangelog {
 
     /// As [`open`](KafkaChangelog::open), with a client configuration of
     /// your own (security settings and the like); it must set
-    /// `bootstrap.servers`.
+    /// `bootstrap.servers`. `enable.idempotence` and `acks` are set to
+    /// `true` and `all` over it: the changelog's ordering depends on them.
     ///
     /// # Errors
-    /// [`Error::Changelog`] if the broker cannot be reached or refuses.
+    /// As [`open`](KafkaChangelog::open).
     pub fn with_config(config: ClientConfig, topic: &str) -> Result<Self, Error> {
+        Self::with_settings(config, topic, TopicSettings::default())
+    }
+
+    /// As [`with_config`](KafkaChangelog::with_config), creating a missing
+    /// topic with `settings`.
+    ///
+    /// # Errors
+    /// As [`open`](KafkaChangelog::open).
+    pub fn with_settings(
+        config: ClientConfig,
+        topic: &str,
+        settings: TopicSettings,
+    ) -> Result<Self, Error> {
         let timeout = Duration::from_secs(30);
-        create_compacted_topic(&config, topic, timeout)?;
+        ensure_compacted_topic(&config, topic, settings, timeout)?;
         let deliveries = Deliveries::default();
         let producer: ThreadedProducer<Deliveries> = config
             .clone()
-            .set("enable.idempotence", "false")
+            .set("enable.idempotence", "true")
             .set("acks", "all")
             .set("linger.ms", "5")
             .create_with_context(deliveries.clone())
@@ -280,7 +336,16 @@ impl KafkaChangelog {
             config,
             topic: topic.to_owned(),
             timeout,
+            appended: 0,
+            flushed: 0,
         })
+    }
+
+    /// The same changelog with another timeout (30 s by default) for a
+    /// flush, and for a read to make progress.
+    #[must_use]
+    pub fn with_timeout(self, timeout: Duration) -> Self {
+        KafkaChangelog { timeout, ..self }
     }
 
     /// The topic.
@@ -288,66 +353,34 @@ impl KafkaChangelog {
         &self.topic
     }
 
-    fn check_deliveries(&self) -> Result<(), Error> {
-        let failed = self
-            .deliveries
-            .failed
-            .lock()
-            .map_err(|_| Error::changelog_msg("kafka: delivery report lock poisoned"))?;
-        match failed.first() {
-            Some(e) => Err(Error::changelog_msg(format!(
-                "kafka: {} record(s) not delivered, first: {e}",
-                failed.len()
-            ))),
-            None => Ok(()),
-        }
-    }
-}
-
-fn create_compacted_topic(
-    config: &ClientConfig,
-    topic: &str,
-    timeout: Duration,
-) -> Result<(), Error> {
-    let admin: AdminClient<DefaultClientContext> =
-        config.create().map_err(|e| kafka_err("admin client", e))?;
-    let new = NewTopic::new(topic, 1, TopicReplication::Fixed(1)).set("cleanup.policy", "compact");
-    let opts = AdminOptions::new().operation_timeout(Some(timeout));
-    let results = futures_executor::block_on(admin.create_topics([&new], &opts))
-        .map_err(|e| kafka_err("create topic", e))?;
-    for r in results {
-        match r {
-            Ok(_) | Err((_, RDKafkaErrorCode::TopicAlreadyExists)) => {}
-            Err((t, code)) => return Err(kafka_err(&format!("create topic {t}"), code)),
-        }
-    }
-    Ok(())
-}
-
-impl Changelog for KafkaChangelog {
-    fn append(&mut self, key: &[u8], value: Option<&[u8]>) -> Result<(), Error> {
-        let mut record = BaseRecord::to(&self.topic).key(key).partition(0);
-        if let Some(v) = value {
-            record = record.payload(v);
-        }
-        let deadline = Instant::now() + self.timeout;
-        loop {
-            match self.producer.send(record) {
-                Ok(()) => return Ok(()),
-                Err((e, back)) if Instant::now() < deadline && is_queue_full(&e) => {
-                    record = back;
-                    std::thread::sleep(Duration::from_millis(10));
-                }
-                Err((e, _)) => return Err(kafka_err("produce", e)),
-            }
-        }
+    /// Takes the delivery failures reported since the last call.
+    fn take_failures(&self) -> Result<(), Error> {
+        let failed = {
+            let mut failed = self
+                .deliveries
+                .failed
+                .lock()
+                .map_err(|_| Error::changelog_msg("kafka: delivery report lock poisoned"))?;
+            std::mem::take(&mut *failed)
+        };
+        let Some(first) = failed.iter().min_by_key(|f| f.seq) else {
+            return Ok(());
+        };
+        let seqs: Vec<String> = failed.iter().take(8).map(|f| f.seq.to_string()).collect();
+        Err(Error::changelog(
+            format!(
+                "kafka: {} record(s) not delivered to {} (appends #{}{}), first #{}",
+                failed.len(),
+                self.topic,
+                seqs.join(", #"),
+                if failed.len() > 8 { ", ..." } else { "" },
+                first.seq
+            ),
+            first.error.clone(),
+        ))
     }
 
-    fn records(&self) -> Result<Vec<Record>, Error> {
-        // Read from the beginning until librdkafka reports the end of the
-        // partition (the high watermark it learned while fetching). A
-        // separately fetched watermark is not used: some Kafka-compatible
-        // brokers report it per batch, not per record.
+    fn consumer(&self) -> Result<BaseConsumer, Error> {
         let consumer: BaseConsumer = self
             .config
             .clone()
@@ -363,39 +396,149 @@ impl Changelog for KafkaChangelog {
         tpl.add_partition_offset(&self.topic, 0, Offset::Beginning)
             .map_err(|e| kafka_err("assign", e))?;
         consumer.assign(&tpl).map_err(|e| kafka_err("assign", e))?;
+        Ok(consumer)
+    }
+}
+
+/// Creates `topic` compacted, or checks that the existing one is.
+fn ensure_compacted_topic(
+    config: &ClientConfig,
+    topic: &str,
+    settings: TopicSettings,
+    timeout: Duration,
+) -> Result<(), Error> {
+    use rdkafka::admin::{ConfigSource, ResourceSpecifier};
+    let admin: AdminClient<DefaultClientContext> =
+        config.create().map_err(|e| kafka_err("admin client", e))?;
+    let new = NewTopic::new(
+        topic,
+        1,
+        TopicReplication::Fixed(settings.replication_factor),
+    )
+    .set("cleanup.policy", "compact");
+    let opts = AdminOptions::new().operation_timeout(Some(timeout));
+    let results = futures_executor::block_on(admin.create_topics([&new], &opts))
+        .map_err(|e| kafka_err("create topic", e))?;
+    for r in results {
+        match r {
+            Ok(_) => return Ok(()),
+            Err((_, RDKafkaErrorCode::TopicAlreadyExists)) => {}
+            Err((t, code)) => return Err(kafka_err(&format!("create topic {t}"), code)),
+        }
+    }
+    // It exists: it must be compacted.
+    let described = futures_executor::block_on(
+        admin.describe_configs([&ResourceSpecifier::Topic(topic)], &opts),
+    )
+    .map_err(|e| kafka_err("describe topic", e))?;
+    for r in described {
+        let resource = r.map_err(|code| kafka_err(&format!("describe topic {topic}"), code))?;
+        let policy = resource
+            .get("cleanup.policy")
+            .filter(|e| !matches!(e.source, ConfigSource::Unknown))
+            .and_then(|e| e.value.clone())
+            .unwrap_or_else(|| "delete".to_owned());
+        if !policy.split(',').any(|p| p.trim() == "compact") {
+            return Err(Error::changelog_msg(format!(
+                "kafka: topic {topic} has cleanup.policy={policy}, not compact: old records would be deleted and a restore from it would be incomplete"
+            )));
+        }
+    }
+    Ok(())
+}
+
+impl Changelog for KafkaChangelog {
+    fn append(&mut self, key: &[u8], value: Option<&[u8]>) -> Result<(), Error> {
+        self.appended += 1;
+        let mut record = BaseRecord::with_opaque_to(&self.topic, Box::new(self.appended))
+            .key(key)
+            .partition(0);
+        if let Some(v) = value {
+            record = record.payload(v);
+        }
         let deadline = Instant::now() + self.timeout;
-        let mut out = Vec::new();
         loop {
-            if Instant::now() > deadline {
+            match self.producer.send(record) {
+                Ok(()) => return Ok(()),
+                Err((e, back)) if Instant::now() < deadline && is_queue_full(&e) => {
+                    record = back;
+                    std::thread::sleep(Duration::from_millis(10));
+                }
+                Err((e, _)) => {
+                    return Err(kafka_err(&format!("produce append #{}", self.appended), e))
+                }
+            }
+        }
+    }
+
+    fn records(&self) -> Result<Vec<Record>, Error> {
+        let mut out = Vec::new();
+        self.replay(&mut |r| {
+            out.push(r);
+            Ok(())
+        })?;
+        Ok(out)
+    }
+
+    /// Streams the partition from the beginning until librdkafka reports
+    /// its end (the high watermark it learned while fetching). A separately
+    /// fetched watermark is not used: some Kafka-compatible brokers report it
+    /// per batch, not per record. Fails when no record arrives for the
+    /// timeout (30 s), however long the whole read takes.
+    fn replay(&self, apply: &mut dyn FnMut(Record) -> Result<(), Error>) -> Result<u64, Error> {
+        let consumer = self.consumer()?;
+        let mut last_progress = Instant::now();
+        let mut n = 0u64;
+        loop {
+            if last_progress.elapsed() > self.timeout {
                 return Err(Error::changelog_msg(format!(
-                    "kafka: read {} records, timed out before the end of the partition",
-                    out.len()
+                    "kafka: read {n} records of {}, then none for {} s before the end of the partition",
+                    self.topic,
+                    self.timeout.as_secs()
                 )));
             }
             match consumer.poll(Duration::from_millis(200)) {
                 None => {}
-                Some(Err(KafkaError::PartitionEOF(_))) => return Ok(out),
+                Some(Err(KafkaError::PartitionEOF(_))) => return Ok(n),
                 Some(Err(e)) => return Err(kafka_err("consume", e)),
                 Some(Ok(m)) => {
+                    last_progress = Instant::now();
                     let key = m.key().ok_or_else(|| {
-                        Error::changelog_msg("kafka: a changelog record without a key")
+                        Error::changelog_msg(format!(
+                            "kafka: the changelog record at offset {} has no key",
+                            m.offset()
+                        ))
                     })?;
-                    out.push(Record {
+                    apply(Record {
                         offset: u64::try_from(m.offset())
                             .map_err(|_| Error::changelog_msg("kafka: negative offset"))?,
                         key: key.to_vec(),
                         value: m.payload().map(<[u8]>::to_vec),
-                    });
+                    })?;
+                    n += 1;
                 }
             }
         }
     }
 
     fn flush(&mut self) -> Result<(), Error> {
-        self.producer
-            .flush(self.timeout)
-            .map_err(|e| kafka_err("flush", e))?;
-        self.check_deliveries()
+        let flushed = self.producer.flush(self.timeout).map_err(|e| {
+            kafka_err(
+                &format!(
+                    "flush: {} record(s) of appends #{}..#{} still unacknowledged after {} s",
+                    self.producer.in_flight_count(),
+                    self.flushed + 1,
+                    self.appended,
+                    self.timeout.as_secs()
+                ),
+                e,
+            )
+        });
+        // Failures first: they name the records.
+        self.take_failures()?;
+        flushed?;
+        self.flushed = self.appended;
+        Ok(())
     }
 }
 

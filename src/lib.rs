@@ -24,7 +24,7 @@ pub use crate::error::{Cause, Error, KeysetErrorKind};
 #[cfg_attr(docsrs, doc(cfg(feature = "kafka")))]
 pub use crate::kafka::{
     decode_message, encode_record, encode_record_partitioned, murmur2, murmur2_partition,
-    KafkaChangelog, KafkaRecord,
+    KafkaChangelog, KafkaRecord, TopicSettings,
 };
 pub use crate::keyset::{KeyId, KeyStatus, Keyset, MAX_KEYS};
 pub use crate::primitive::KeyTemplate;

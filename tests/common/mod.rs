@@ -1,2 +1,3 @@
+pub mod broker;
 pub mod naive;
 pub mod tink;
