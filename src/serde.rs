@@ -57,13 +57,11 @@ pub trait Serializer<T: ?Sized> {
     /// Whatever [`serialize_into`](Serializer::serialize_into) reports.
     #[inline]
     fn serialize(&self, ctx: &Context<'_>, value: Option<&T>) -> Result<Option<Vec<u8>>, Error> {
-        let Some(value) = value else {
-            return Ok(None);
-        };
-        let hint = self.size_hint(value).unwrap_or(0).min(MAX_PREALLOC);
-        let mut out = Vec::with_capacity(hint);
-        self.serialize_into(ctx, value, &mut out)?;
-        Ok(Some(out))
+        match value {
+            // A tombstone costs the caller a branch and nothing else.
+            None => Ok(None),
+            Some(value) => serialize_present(self, ctx, value).map(Some),
+        }
     }
 
     /// How many bytes `value` will take, if cheaply known. Only a hint for
@@ -111,9 +109,33 @@ pub trait Deserializer<T> {
     fn deserialize(&self, ctx: &Context<'_>, data: Option<&[u8]>) -> Result<Option<T>, Error> {
         match data {
             None => Ok(None),
-            Some(data) => self.deserialize_slice(ctx, data).map(Some),
+            Some(data) => deserialize_present(self, ctx, data).map(Some),
         }
     }
+}
+
+/// The present-value half of [`Serializer::serialize`], out of line so that
+/// the tombstone half inlines to a branch.
+#[inline(never)]
+fn serialize_present<T: ?Sized, S: Serializer<T> + ?Sized>(
+    ser: &S,
+    ctx: &Context<'_>,
+    value: &T,
+) -> Result<Vec<u8>, Error> {
+    let hint = ser.size_hint(value).unwrap_or(0).min(MAX_PREALLOC);
+    let mut out = Vec::with_capacity(hint);
+    ser.serialize_into(ctx, value, &mut out)?;
+    Ok(out)
+}
+
+/// The present-bytes half of [`Deserializer::deserialize`], out of line.
+#[inline(never)]
+fn deserialize_present<T, D: Deserializer<T> + ?Sized>(
+    de: &D,
+    ctx: &Context<'_>,
+    data: &[u8],
+) -> Result<T, Error> {
+    de.deserialize_slice(ctx, data)
 }
 
 /// Wraps any [`Serializer`] and encrypts what it produces under the keyset's
