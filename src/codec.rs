@@ -169,10 +169,23 @@ fn bincode_decode_error(e: &bincode::error::DecodeError) -> Error {
 }
 
 impl<T: Serialize> Serializer<T> for Bincode<T> {
+    /// Encodes `value`; a value whose encoding is longer than
+    /// [`BINCODE_DECODE_LIMIT`] is refused, because it could be stored but
+    /// never read back.
     fn serialize_into(&self, _: &Context<'_>, value: &T, out: &mut Vec<u8>) -> Result<(), Error> {
-        bincode::serde::encode_into_std_write(value, out, bincode_config())
-            .map(|_| ())
-            .map_err(|e| bincode_encode_error(&e))
+        let start = out.len();
+        let written = bincode::serde::encode_into_std_write(value, out, bincode_config())
+            .map_err(|e| bincode_encode_error(&e))?;
+        if written > BINCODE_DECODE_LIMIT {
+            out.truncate(start);
+            return Err(Error::codec(
+                "bincode",
+                format!(
+                    "cannot encode: {written} bytes, over the decode limit of {BINCODE_DECODE_LIMIT} (it could never be read back)"
+                ),
+            ));
+        }
+        Ok(())
     }
 }
 

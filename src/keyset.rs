@@ -228,12 +228,14 @@ impl Keyset {
     /// primary with [`set_primary`](Keyset::set_primary).
     ///
     /// # Panics
-    /// If the operating system cannot provide randomness.
+    /// If the operating system cannot provide randomness, or the keyset
+    /// already holds [`MAX_KEYS`] keys (use
+    /// [`add_key_with`](Keyset::add_key_with) for an error instead; remove
+    /// destroyed keys first).
     pub fn add_key(&mut self) -> KeyId {
         let template = self.primary_entry().primitive.template();
-        let primitive = Primitive::generate(&template, self.inner.backend)
-            .expect("the primary's own template makes a key");
-        self.push(primitive)
+        self.add_key_with(template)
+            .expect("a keyset below MAX_KEYS takes a key of its primary's kind")
     }
 
     /// Adds a fresh key made from `template`, enabled but not primary, and
@@ -242,11 +244,19 @@ impl Keyset {
     /// # Errors
     /// [`Error::Keyset`] if the template cannot make a key, or makes a key
     /// for another purpose than the keyset's (a deterministic key in a
-    /// keyset for values, or the reverse).
+    /// keyset for values, or the reverse), or the keyset already holds
+    /// [`MAX_KEYS`] keys (more would export JSON no import reads).
     ///
     /// # Panics
     /// If the operating system cannot provide randomness.
     pub fn add_key_with(&mut self, template: KeyTemplate) -> Result<KeyId, Error> {
+        if self.inner.keys.len() >= MAX_KEYS {
+            // A keyset over the cap would export JSON that no import reads.
+            return Err(Error::keyset(
+                KeysetErrorKind::TooManyKeys,
+                format!("the keyset already holds {MAX_KEYS} keys, the most a keyset may hold: remove old keys first"),
+            ));
+        }
         let family = self.primary_entry().primitive.family();
         if template.family() != family {
             return Err(Error::keyset(
@@ -281,7 +291,9 @@ impl Keyset {
     /// keys stay and keep decrypting. Returns the new primary's id.
     ///
     /// # Panics
-    /// If the operating system cannot provide randomness.
+    /// If the operating system cannot provide randomness, or the keyset
+    /// already holds [`MAX_KEYS`] keys (use
+    /// [`rotate_with`](Keyset::rotate_with) for an error instead).
     pub fn rotate(&mut self) -> KeyId {
         let id = self.add_key();
         self.make_last_primary();
