@@ -248,7 +248,7 @@ pub(crate) fn open(keyset: &Keyset, aad: &[u8], data: &[u8]) -> Result<Vec<u8>, 
         .split_first_chunk::<PREFIX_LEN>()
         .ok_or_else(truncated)?;
     if prefix[0] != VERSION {
-        return Err(Error::UnsupportedVersion(prefix[0]));
+        return Err(Error::UnsupportedVersion);
     }
     let id = KeyId(u32::from_be_bytes([
         prefix[1], prefix[2], prefix[3], prefix[4],
@@ -335,7 +335,7 @@ pub(crate) fn open_deterministic(
         .split_first_chunk::<PREFIX_LEN>()
         .ok_or_else(truncated)?;
     if prefix[0] != VERSION {
-        return Err(Error::UnsupportedVersion(prefix[0]));
+        return Err(Error::UnsupportedVersion);
     }
     let id = KeyId(u32::from_be_bytes([
         prefix[1], prefix[2], prefix[3], prefix[4],

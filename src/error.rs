@@ -39,8 +39,10 @@ pub enum Error {
         /// How many bytes a ciphertext has at least.
         min: usize,
     },
-    /// The first byte is not the Tink prefix `0x01`.
-    UnsupportedVersion(u8),
+    /// The first byte is not the Tink prefix `0x01`: not a ciphertext of
+    /// this format (a plaintext value written before encryption was turned
+    /// on, say). The byte itself is not kept: it may be a byte of plaintext.
+    UnsupportedVersion,
     /// No key with this id is in the keyset.
     UnknownKeyId(KeyId),
     /// The key with this id is in the keyset but disabled: it never decrypts.
@@ -217,9 +219,8 @@ impl fmt::Display for Error {
                 f,
                 "ciphertext truncated: {len} bytes, a ciphertext has at least {min}"
             ),
-            Error::UnsupportedVersion(v) => write!(
-                f,
-                "unsupported ciphertext version byte 0x{v:02x} (expected 0x01)"
+            Error::UnsupportedVersion => f.write_str(
+                "not a ciphertext of this format: the first byte is not the version byte 0x01",
             ),
             Error::UnknownKeyId(id) => write!(f, "unknown key id {id}"),
             Error::KeyDisabled(id) => write!(f, "key id {id} is disabled"),
@@ -275,13 +276,13 @@ impl PartialEq for Error {
         use Error as E;
         match (self, other) {
             (E::Truncated { len: a, min: b }, E::Truncated { len: c, min: d }) => a == c && b == d,
-            (E::UnsupportedVersion(a), E::UnsupportedVersion(b)) => a == b,
             (E::UnknownKeyId(a), E::UnknownKeyId(b))
             | (E::KeyDisabled(a), E::KeyDisabled(b))
             | (E::KeyNotFound(a), E::KeyNotFound(b))
             | (E::PrimaryKey(a), E::PrimaryKey(b))
             | (E::KeyNotEnabled(a), E::KeyNotEnabled(b)) => a == b,
-            (E::Decryption, E::Decryption)
+            (E::UnsupportedVersion, E::UnsupportedVersion)
+            | (E::Decryption, E::Decryption)
             | (E::Encryption, E::Encryption)
             | (E::InnerReturnedNone, E::InnerReturnedNone)
             | (E::ContextTooLong, E::ContextTooLong)

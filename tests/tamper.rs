@@ -39,7 +39,7 @@ fn every_single_bit_flip_is_rejected() {
             bad[bit / 8] ^= 1 << (bit % 8);
             let err = de.deserialize(&ctx, Some(&bad)).unwrap_err();
             match bit / 8 {
-                0 => assert_eq!(err, Error::UnsupportedVersion(bad[0])),
+                0 => assert_eq!(err, Error::UnsupportedVersion),
                 1..=4 => {
                     let id = KeyId(u32::from_be_bytes([bad[1], bad[2], bad[3], bad[4]]));
                     assert_ne!(id, keyset.primary());
@@ -97,10 +97,26 @@ fn errors_are_clear_and_lowercase() {
     );
     assert_eq!(
         msgs[1],
-        "unsupported ciphertext version byte 0x00 (expected 0x01)"
+        "not a ciphertext of this format: the first byte is not the version byte 0x01"
     );
     for m in msgs {
         assert!(!m.ends_with('.'));
         assert!(m.chars().next().unwrap().is_lowercase());
+    }
+}
+
+/// A value that is not a ciphertext (plaintext written before encryption
+/// was turned on): the error says so without quoting any of its bytes.
+#[test]
+fn a_plaintext_value_is_rejected_without_quoting_it() {
+    let (_, de, _) = setup(b"v");
+    let ctx = Context::new("t").with_key(b"k");
+    let legacy = b"{\"card\":\"4111111111111111\",\"name\":\"Ada\"}";
+    let err = de.deserialize(&ctx, Some(legacy)).unwrap_err();
+    assert_eq!(err, Error::UnsupportedVersion);
+    let shown = format!("{err} {err:?}");
+    // '{' is 0x7b (123); '"c' as a key id would be 0x2263... : none of it.
+    for needle in ["7b", "123", "{", "card", "2263"] {
+        assert!(!shown.contains(needle), "{needle:?} in {shown:?}");
     }
 }

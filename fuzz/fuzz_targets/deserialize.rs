@@ -68,7 +68,7 @@ fn siv_leg(ctx: &Context<'_>, policy: AadPolicy, ct: &[u8]) {
                     min: MIN,
                 }
             } else if ct[0] != 0x01 {
-                Error::UnsupportedVersion(ct[0])
+                Error::UnsupportedVersion
             } else {
                 let id = prefix_id(ct);
                 match ks.keys().find(|(k, _)| *k == id) {
@@ -165,7 +165,7 @@ fn check_rejection(ct: &[u8], e: &Error) {
             min: OVERHEAD,
         }
     } else if ct[0] != 0x01 {
-        Error::UnsupportedVersion(ct[0])
+        Error::UnsupportedVersion
     } else {
         let id = prefix_id(ct);
         match ks.keys().find(|(k, _)| *k == id) {
