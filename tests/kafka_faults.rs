@@ -225,3 +225,17 @@ fn an_existing_topic_that_is_not_compacted_is_refused() {
     drop(KafkaChangelog::open(&bootstrap, &fresh).unwrap());
     drop(KafkaChangelog::open(&bootstrap, &fresh).unwrap());
 }
+
+#[test]
+fn an_empty_changelog_replays_to_nothing() {
+    if skip() {
+        return;
+    }
+    let bootstrap = std::env::var("TOMBSTONE_KAFKA_BOOTSTRAP").expect("TOMBSTONE_KAFKA_BOOTSTRAP");
+    let log = KafkaChangelog::open(&bootstrap, &topic("empty"))
+        .unwrap()
+        .with_timeout(Duration::from_secs(10));
+    let started = Instant::now();
+    assert_eq!(log.records().unwrap(), []);
+    eprintln!("an empty changelog read in {:?}", started.elapsed());
+}
