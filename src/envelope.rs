@@ -227,15 +227,15 @@ fn seal_gcm(
     Ok(())
 }
 
-/// Decrypts a ciphertext with whichever enabled key its key id names; the
-/// body is copied once, into the buffer that is returned, and decrypted
-/// there. On any failure no plaintext is returned.
-///
-/// The checks run in this order: the length against the keyset's shortest
-/// ciphertext, the version byte, the key id, then the key's own format and
-/// authentication.
+/// Checks what every ciphertext starts with, in this order: the length
+/// against the keyset's shortest ciphertext, the version byte, the key id
+/// (an enabled key of the keyset). Returns the key and the bytes after the
+/// prefix.
 #[inline]
-pub(crate) fn open(keyset: &Keyset, aad: &[u8], data: &[u8]) -> Result<Vec<u8>, Error> {
+fn parse_prefix<'k, 'd>(
+    keyset: &'k Keyset,
+    data: &'d [u8],
+) -> Result<(KeyId, &'k Entry, &'d [u8]), Error> {
     let min = keyset.min_ciphertext_len();
     let truncated = || Error::Truncated {
         len: data.len(),
@@ -253,7 +253,19 @@ pub(crate) fn open(keyset: &Keyset, aad: &[u8], data: &[u8]) -> Result<Vec<u8>, 
     let id = KeyId(u32::from_be_bytes([
         prefix[1], prefix[2], prefix[3], prefix[4],
     ]));
-    let entry = keyset.decrypting_entry(id)?;
+    Ok((id, keyset.decrypting_entry(id)?, rest))
+}
+
+/// Decrypts a ciphertext with whichever enabled key its key id names; the
+/// body is copied once, into the buffer that is returned, and decrypted
+/// there. On any failure no plaintext is returned.
+///
+/// The checks run in this order: the length against the keyset's shortest
+/// ciphertext, the version byte, the key id, then the key's own format and
+/// authentication.
+#[inline]
+pub(crate) fn open(keyset: &Keyset, aad: &[u8], data: &[u8]) -> Result<Vec<u8>, Error> {
+    let (id, entry, rest) = parse_prefix(keyset, data)?;
     match &entry.primitive {
         Primitive::AesGcm(key) => open_gcm(key, aad, data.len(), rest),
         // A keyset holds one family of keys; a deterministic ciphertext is
@@ -323,24 +335,7 @@ pub(crate) fn open_deterministic(
     ad: &[u8],
     data: &[u8],
 ) -> Result<Vec<u8>, Error> {
-    let min = keyset.min_ciphertext_len();
-    let truncated = || Error::Truncated {
-        len: data.len(),
-        min,
-    };
-    if data.len() < min {
-        return Err(truncated());
-    }
-    let (prefix, rest) = data
-        .split_first_chunk::<PREFIX_LEN>()
-        .ok_or_else(truncated)?;
-    if prefix[0] != VERSION {
-        return Err(Error::UnsupportedVersion);
-    }
-    let id = KeyId(u32::from_be_bytes([
-        prefix[1], prefix[2], prefix[3], prefix[4],
-    ]));
-    let entry = keyset.decrypting_entry(id)?;
+    let (id, entry, rest) = parse_prefix(keyset, data)?;
     let Primitive::AesSiv(key) = &entry.primitive else {
         return Err(Error::WrongKeyType {
             key_id: id,

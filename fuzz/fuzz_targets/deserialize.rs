@@ -23,7 +23,7 @@ use tombstone_crypt::__fuzz::aes_gcm_open;
 use tombstone_crypt::{
     AadPolicy, Bincode, Bytes, Context, DecryptingDeserializer, Deserializer as _,
     DeterministicDeserializer, DeterministicSerializer, EncryptingSerializer, Error, KeyId,
-    KeyStatus, Serializer as _, Utf8, OVERHEAD,
+    KeyStatus, Keyset, Serializer as _, Utf8, OVERHEAD,
 };
 use tombstone_crypt_fuzz::{context, key_bytes, keyset, policy, siv_keyset, Small, SIV_PRIMARY};
 
@@ -62,21 +62,7 @@ fn siv_leg(ctx: &Context<'_>, policy: AadPolicy, ct: &[u8]) {
             );
         }
         Err(e) => {
-            let want = if ct.len() < MIN {
-                Error::Truncated {
-                    len: ct.len(),
-                    min: MIN,
-                }
-            } else if ct[0] != 0x01 {
-                Error::UnsupportedVersion
-            } else {
-                let id = prefix_id(ct);
-                match ks.keys().find(|(k, _)| *k == id) {
-                    None => Error::UnknownKeyId(id),
-                    Some((_, KeyStatus::Disabled)) => Error::KeyDisabled(id),
-                    Some(_) => Error::Decryption,
-                }
-            };
+            let want = expected_rejection(ks, ct, MIN);
             assert_eq!(e, want, "wrong error for {} bytes", ct.len());
         }
     }
@@ -158,12 +144,18 @@ fn check_genuine(ctx: &Context<'_>, policy: AadPolicy, ct: &[u8], pt: &[u8]) {
 /// A rejection is the error its bytes call for, checked in the order of the
 /// format: length, version, key id, status, then authentication.
 fn check_rejection(ct: &[u8], e: &Error) {
-    let ks = keyset();
-    let want = if ct.len() < OVERHEAD {
-        Error::Truncated {
-            len: ct.len(),
-            min: OVERHEAD,
-        }
+    let want = expected_rejection(keyset(), ct, OVERHEAD);
+    assert_eq!(*e, want, "wrong error for {} bytes", ct.len());
+    // An error never carries the bytes it was given.
+    let shown = format!("{e} {e:?}");
+    assert!(shown.len() < 200, "error message too long: {shown}");
+}
+
+/// The error `ct` calls for under `ks`, whose shortest ciphertext is `min`
+/// bytes: length, version, key id, status, then authentication.
+fn expected_rejection(ks: &Keyset, ct: &[u8], min: usize) -> Error {
+    if ct.len() < min {
+        Error::Truncated { len: ct.len(), min }
     } else if ct[0] != 0x01 {
         Error::UnsupportedVersion
     } else {
@@ -173,11 +165,7 @@ fn check_rejection(ct: &[u8], e: &Error) {
             Some((_, KeyStatus::Disabled)) => Error::KeyDisabled(id),
             Some(_) => Error::Decryption,
         }
-    };
-    assert_eq!(*e, want, "wrong error for {} bytes", ct.len());
-    // An error never carries the bytes it was given.
-    let shown = format!("{e} {e:?}");
-    assert!(shown.len() < 200, "error message too long: {shown}");
+    }
 }
 
 /// The ciphertext through `DecryptingDeserializer<Bincode<Small>>`: the
