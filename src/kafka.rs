@@ -217,13 +217,13 @@ struct Deliveries {
 impl ClientContext for Deliveries {}
 
 impl ProducerContext for Deliveries {
-    type DeliveryOpaque = Box<u64>;
+    type DeliveryOpaque = usize;
 
-    fn delivery(&self, result: &DeliveryResult<'_>, seq: Box<u64>) {
+    fn delivery(&self, result: &DeliveryResult<'_>, seq: usize) {
         if let Err((error, _)) = result {
             if let Ok(mut failed) = self.failed.lock() {
                 failed.push(Failure {
-                    seq: *seq,
+                    seq: seq as u64,
                     error: error.clone(),
                 });
             }
@@ -450,7 +450,7 @@ fn ensure_compacted_topic(
 impl Changelog for KafkaChangelog {
     fn append(&mut self, key: &[u8], value: Option<&[u8]>) -> Result<(), Error> {
         self.appended += 1;
-        let mut record = BaseRecord::with_opaque_to(&self.topic, Box::new(self.appended))
+        let mut record = BaseRecord::with_opaque_to(&self.topic, self.appended as usize)
             .key(key)
             .partition(0);
         if let Some(v) = value {
