@@ -549,6 +549,17 @@ impl Keyset {
         }
     }
 
+    /// Whether `data` starts as a ciphertext of this keyset does: the
+    /// version byte, then the id of one of its keys (enabled or not).
+    pub(crate) fn names_a_key(&self, data: &[u8]) -> bool {
+        match data {
+            [crate::envelope::VERSION, a, b, c, d, ..] => self
+                .find(KeyId(u32::from_be_bytes([*a, *b, *c, *d])))
+                .is_some(),
+            _ => false,
+        }
+    }
+
     /// The enabled keys, the primary first, then in keyset order.
     pub(crate) fn enabled_entries(&self) -> impl Iterator<Item = &Entry> + '_ {
         let primary = self.inner.primary;

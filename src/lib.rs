@@ -30,7 +30,7 @@ pub use crate::keyset::{KeyId, KeyStatus, Keyset, MAX_KEYS};
 pub use crate::primitive::KeyTemplate;
 pub use crate::serde::{
     DecryptingDeserializer, Deserializer, DeterministicDeserializer, DeterministicSerializer,
-    EncryptingSerializer, Serializer,
+    EncryptingSerializer, Serializer, Unencrypted,
 };
 #[cfg(feature = "redb")]
 #[cfg_attr(docsrs, doc(cfg(feature = "redb")))]

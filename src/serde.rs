@@ -235,6 +235,37 @@ pub struct DecryptingDeserializer<D> {
     inner: D,
     keyset: Keyset,
     aad: AadPolicy,
+    unencrypted: Unencrypted,
+}
+
+/// What [`DecryptingDeserializer`] does with present bytes that are not a
+/// ciphertext of its keyset: values written in plaintext before encryption
+/// was turned on for a topic.
+///
+/// Bytes count as a ciphertext of the keyset when they start with the
+/// version byte `0x01` followed by the id of a key of the keyset (enabled or
+/// disabled); those always go through decryption, and a tampered or
+/// truncated one is an error, never plaintext. Anything else is "not a
+/// ciphertext".
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+#[non_exhaustive]
+pub enum Unencrypted {
+    /// An error ([`Error::UnsupportedVersion`] or
+    /// [`Error::UnknownKeyId`]): the default.
+    #[default]
+    Reject,
+    /// Handed to the inner codec as plaintext, for a migration from a
+    /// plaintext topic.
+    ///
+    /// # Security
+    /// Values that are not ciphertexts are then read **without any
+    /// authentication**: whoever can write to the topic can write a value
+    /// that is accepted as is. A plaintext value that happens to start with
+    /// `0x01` and a key id of the keyset is taken for a ciphertext and fails
+    /// (an error, not a wrong value). Use it while old plaintext values are
+    /// still live, re-encrypt them, then go back to `Reject`. Producers
+    /// always encrypt.
+    PassThrough,
 }
 
 impl<D> DecryptingDeserializer<D> {
@@ -245,6 +276,7 @@ impl<D> DecryptingDeserializer<D> {
             inner,
             keyset,
             aad: AadPolicy::default(),
+            unencrypted: Unencrypted::Reject,
         }
     }
 
@@ -252,6 +284,36 @@ impl<D> DecryptingDeserializer<D> {
     #[must_use]
     pub fn with_aad(self, aad: AadPolicy) -> Self {
         DecryptingDeserializer { aad, ..self }
+    }
+
+    /// The same deserializer with another policy for values that are not
+    /// ciphertexts ([`Unencrypted::Reject`] by default).
+    ///
+    /// ```
+    /// use tombstone_crypt::{Context, DecryptingDeserializer, Deserializer, Keyset, Unencrypted, Utf8};
+    ///
+    /// let keyset = Keyset::generate();
+    /// let ctx = Context::new("orders").with_key(b"o-1");
+    /// let strict = DecryptingDeserializer::new(Utf8, keyset.clone());
+    /// assert!(strict.deserialize(&ctx, Some(b"legacy plaintext")).is_err());
+    /// let migrating = strict.with_unencrypted(Unencrypted::PassThrough);
+    /// assert_eq!(
+    ///     migrating.deserialize(&ctx, Some(b"legacy plaintext"))?.as_deref(),
+    ///     Some("legacy plaintext")
+    /// );
+    /// # Ok::<(), tombstone_crypt::Error>(())
+    /// ```
+    #[must_use]
+    pub fn with_unencrypted(self, unencrypted: Unencrypted) -> Self {
+        DecryptingDeserializer {
+            unencrypted,
+            ..self
+        }
+    }
+
+    /// The policy for values that are not ciphertexts.
+    pub fn unencrypted(&self) -> Unencrypted {
+        self.unencrypted
     }
 
     /// The keyset this deserializer decrypts with.
@@ -273,6 +335,9 @@ impl<T, D: Deserializer<T>> Deserializer<T> for DecryptingDeserializer<D> {
     /// Decrypts into one new buffer, which the inner codec then owns.
     #[inline]
     fn deserialize_slice(&self, ctx: &Context<'_>, data: &[u8]) -> Result<T, Error> {
+        if self.unencrypted == Unencrypted::PassThrough && !self.keyset.names_a_key(data) {
+            return self.inner.deserialize_slice(ctx, data);
+        }
         let mut aad = AadBuf::new();
         let aad = aad.encode(self.aad, ctx)?;
         let plaintext = envelope::open(&self.keyset, aad, data)?;
