@@ -103,6 +103,25 @@ pub enum Error {
         /// The underlying error, returned by `source()`.
         cause: Option<Cause>,
     },
+    /// A Kafka client failed (to produce, to consume, to connect).
+    Kafka {
+        /// What the client was doing.
+        detail: String,
+        /// rdkafka's error, returned by `source()`.
+        cause: Option<Cause>,
+    },
+    /// A consumed record could not be decoded (a value that does not
+    /// decrypt, say): where it is, and why (returned by `source()`).
+    Record {
+        /// Its topic.
+        topic: String,
+        /// Its partition.
+        partition: i32,
+        /// Its offset.
+        offset: i64,
+        /// What went wrong.
+        cause: Box<Error>,
+    },
     /// A change-logging store refuses to serve: an append or a flush failed
     /// earlier, so the store and its changelog may disagree. Rebuild it from
     /// the changelog with
@@ -245,6 +264,16 @@ impl fmt::Display for Error {
             Error::MissingRecordKey => f.write_str("the record has no key"),
             Error::Store { detail, .. } => write!(f, "store failed: {detail}"),
             Error::Changelog { detail, .. } => write!(f, "changelog failed: {detail}"),
+            Error::Kafka { detail, .. } => write!(f, "kafka failed: {detail}"),
+            Error::Record {
+                topic,
+                partition,
+                offset,
+                ..
+            } => write!(
+                f,
+                "record {topic}/{partition}@{offset} could not be decoded"
+            ),
             Error::NeedsRestore => f.write_str(
                 "the store may disagree with its changelog after a failed append or flush: recover it from the changelog",
             ),
@@ -330,7 +359,31 @@ impl PartialEq for Error {
                     detail: c,
                     cause: d,
                 },
+            )
+            | (
+                E::Kafka {
+                    detail: a,
+                    cause: b,
+                },
+                E::Kafka {
+                    detail: c,
+                    cause: d,
+                },
             ) => a == c && same_cause(b, d),
+            (
+                E::Record {
+                    topic: a,
+                    partition: b,
+                    offset: c,
+                    cause: d,
+                },
+                E::Record {
+                    topic: e,
+                    partition: f,
+                    offset: g,
+                    cause: h,
+                },
+            ) => a == e && b == f && c == g && d == h,
             _ => false,
         }
     }

@@ -10,6 +10,8 @@ mod envelope;
 mod error;
 #[cfg(feature = "kafka")]
 mod kafka;
+#[cfg(feature = "kafka")]
+mod kafka_client;
 mod keyset;
 mod primitive;
 mod serde;
@@ -25,6 +27,11 @@ pub use crate::error::{Cause, Error, KeysetErrorKind};
 pub use crate::kafka::{
     decode_message, encode_record, encode_record_partitioned, murmur2, murmur2_partition,
     KafkaChangelog, KafkaRecord, TopicSettings,
+};
+#[cfg(feature = "kafka")]
+#[cfg_attr(docsrs, doc(cfg(feature = "kafka")))]
+pub use crate::kafka_client::{
+    ConsumedRecord, Delivered, RecordHeaders, TypedConsumer, TypedProducer,
 };
 pub use crate::keyset::{KeyId, KeyStatus, Keyset, MAX_KEYS};
 pub use crate::primitive::KeyTemplate;

@@ -1,3 +1,4 @@
 pub mod broker;
+pub mod kafka;
 pub mod naive;
 pub mod tink;

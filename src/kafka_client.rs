@@ -1,0 +1,303 @@
+//! Typed async Kafka clients over rdkafka's `FutureProducer` and
+//! `StreamConsumer` (feature `kafka`), built on the sans-IO
+//! [`encode_record`](crate::encode_record) / [`decode_message`](crate::decode_message).
+//!
+//! A `None` value is produced with no payload at all (Kafka's null), with
+//! its headers; a consumed record without a payload is `None` without
+//! calling the value deserializer.
+
+use core::fmt;
+use core::marker::PhantomData;
+use std::time::Duration;
+
+use futures_util::stream::{Stream, StreamExt as _};
+use rdkafka::config::ClientConfig;
+use rdkafka::consumer::{Consumer as _, StreamConsumer};
+use rdkafka::message::{BorrowedMessage, Header, Headers as _, Message as _, OwnedHeaders};
+use rdkafka::producer::{FutureProducer, FutureRecord};
+use rdkafka::TopicPartitionList;
+
+use crate::error::Error;
+use crate::kafka::{decode_message, encode_record};
+use crate::serde::{Deserializer, Serializer};
+
+fn kafka_err<E: std::error::Error + Send + Sync + 'static>(what: &str, e: E) -> Error {
+    Error::Kafka {
+        detail: what.to_owned(),
+        cause: Some(std::sync::Arc::new(e)),
+    }
+}
+
+/// Where a produced record landed.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Delivered {
+    /// The partition.
+    pub partition: i32,
+    /// The offset in the partition.
+    pub offset: i64,
+}
+
+/// Record headers: names and optional values, in order.
+pub type RecordHeaders = Vec<(String, Option<Vec<u8>>)>;
+
+/// A typed producer: keys and values go through their serializers (plain,
+/// [`EncryptingSerializer`](crate::EncryptingSerializer),
+/// [`DeterministicSerializer`](crate::DeterministicSerializer)) into an
+/// rdkafka `FutureProducer`.
+///
+/// Idempotence is on by default (`enable.idempotence=true`, so retries never
+/// reorder a key's records); an explicit setting in the configuration wins,
+/// and [`is_idempotent`](TypedProducer::is_idempotent) says which it is:
+/// with `false`, a retried value may land after its key's tombstone.
+pub struct TypedProducer<K: ?Sized, V: ?Sized, KS, VS> {
+    producer: FutureProducer,
+    key_ser: KS,
+    value_ser: VS,
+    idempotent: bool,
+    queue_timeout: Duration,
+    types: PhantomData<fn(&K, &V)>,
+}
+
+impl<K: ?Sized, V: ?Sized, KS, VS> fmt::Debug for TypedProducer<K, V, KS, VS> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("TypedProducer")
+            .field("idempotent", &self.idempotent)
+            .finish_non_exhaustive()
+    }
+}
+
+impl<K, V, KS, VS> TypedProducer<K, V, KS, VS>
+where
+    K: ?Sized,
+    V: ?Sized,
+    KS: Serializer<K>,
+    VS: Serializer<V>,
+{
+    /// A producer from `config` (your `bootstrap.servers` and security
+    /// settings are kept) and a serializer for keys and one for values.
+    ///
+    /// # Errors
+    /// [`Error::Kafka`] if rdkafka refuses the configuration.
+    pub fn new(config: &ClientConfig, key_ser: KS, value_ser: VS) -> Result<Self, Error> {
+        let mut config = config.clone();
+        let idempotent = match config.get("enable.idempotence") {
+            Some(v) => v.eq_ignore_ascii_case("true"),
+            None => {
+                config.set("enable.idempotence", "true");
+                true
+            }
+        };
+        let producer: FutureProducer = config
+            .create()
+            .map_err(|e| kafka_err("create the producer", e))?;
+        Ok(TypedProducer {
+            producer,
+            key_ser,
+            value_ser,
+            idempotent,
+            queue_timeout: Duration::from_secs(30),
+            types: PhantomData,
+        })
+    }
+
+    /// Whether the producer is idempotent (see the type's docs).
+    pub fn is_idempotent(&self) -> bool {
+        self.idempotent
+    }
+
+    /// The rdkafka producer underneath (to flush it, say).
+    pub fn producer(&self) -> &FutureProducer {
+        &self.producer
+    }
+
+    /// Sends `(key, value)` to `topic`; `None` is a tombstone, produced with
+    /// no payload. Resolves once the broker acknowledged the record.
+    ///
+    /// # Errors
+    /// A serializer failed, or [`Error::Kafka`] if the record was not
+    /// delivered.
+    pub async fn send(&self, topic: &str, key: &K, value: Option<&V>) -> Result<Delivered, Error> {
+        self.send_with(topic, key, value, None, &[]).await
+    }
+
+    /// [`send`](TypedProducer::send) to a given partition (`None`: the
+    /// producer's partitioner, which hashes the key bytes; with encrypted
+    /// keys pass [`murmur2_partition`](crate::murmur2_partition) of the
+    /// plaintext key) with headers, kept on a tombstone too.
+    ///
+    /// # Errors
+    /// As [`send`](TypedProducer::send).
+    pub async fn send_with(
+        &self,
+        topic: &str,
+        key: &K,
+        value: Option<&V>,
+        partition: Option<i32>,
+        headers: &[(&str, Option<&[u8]>)],
+    ) -> Result<Delivered, Error> {
+        let record = encode_record(topic, &self.key_ser, &self.value_ser, key, value)?;
+        let mut future = FutureRecord::to(topic).key(&record.key[..]);
+        if let Some(p) = &record.payload {
+            future = future.payload(&p[..]);
+        }
+        if let Some(p) = partition {
+            future = future.partition(p);
+        }
+        if !headers.is_empty() {
+            let mut h = OwnedHeaders::new_with_capacity(headers.len());
+            for (name, value) in headers {
+                h = h.insert(Header {
+                    key: name,
+                    value: *value,
+                });
+            }
+            future = future.headers(h);
+        }
+        match self.producer.send(future, self.queue_timeout).await {
+            Ok(d) => Ok(Delivered {
+                partition: d.partition,
+                offset: d.offset,
+            }),
+            Err((e, _)) => Err(kafka_err(&format!("produce to {topic}"), e)),
+        }
+    }
+}
+
+/// A consumed, decoded record.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct ConsumedRecord<K, V> {
+    /// The topic.
+    pub topic: String,
+    /// The partition.
+    pub partition: i32,
+    /// The offset.
+    pub offset: i64,
+    /// The timestamp (milliseconds since the epoch), if the record has one.
+    pub timestamp: Option<i64>,
+    /// The headers, in order.
+    pub headers: RecordHeaders,
+    /// The key.
+    pub key: K,
+    /// The value; `None` for a tombstone (no payload).
+    pub value: Option<V>,
+}
+
+/// A typed consumer over rdkafka's `StreamConsumer`: every record is decoded
+/// with the topic and the record key as context.
+///
+/// A record that cannot be decoded (a value that does not decrypt, a
+/// plaintext value under [`Unencrypted::Reject`](crate::Unencrypted)) is
+/// never skipped silently: [`recv`](TypedConsumer::recv) returns
+/// [`Error::Record`], naming its topic, partition and offset. The consumer
+/// has moved past it: call `recv` again to go on (after sending the raw
+/// record to a dead-letter topic, say), or stop.
+pub struct TypedConsumer<K, V, KD, VD> {
+    consumer: StreamConsumer,
+    key_de: KD,
+    value_de: VD,
+    types: PhantomData<fn() -> (K, V)>,
+}
+
+impl<K, V, KD, VD> fmt::Debug for TypedConsumer<K, V, KD, VD> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("TypedConsumer").finish_non_exhaustive()
+    }
+}
+
+impl<K, V, KD, VD> TypedConsumer<K, V, KD, VD>
+where
+    KD: Deserializer<K>,
+    VD: Deserializer<V>,
+{
+    /// A consumer from `config` (it must set `group.id`; your security
+    /// settings are kept) and a deserializer for keys and one for values.
+    ///
+    /// # Errors
+    /// [`Error::Kafka`] if rdkafka refuses the configuration.
+    pub fn new(config: &ClientConfig, key_de: KD, value_de: VD) -> Result<Self, Error> {
+        let consumer: StreamConsumer = config
+            .create()
+            .map_err(|e| kafka_err("create the consumer", e))?;
+        Ok(TypedConsumer {
+            consumer,
+            key_de,
+            value_de,
+            types: PhantomData,
+        })
+    }
+
+    /// Subscribes to `topics` (partitions assigned by the consumer group).
+    ///
+    /// # Errors
+    /// [`Error::Kafka`].
+    pub fn subscribe(&self, topics: &[&str]) -> Result<(), Error> {
+        self.consumer
+            .subscribe(topics)
+            .map_err(|e| kafka_err("subscribe", e))
+    }
+
+    /// Reads exactly these partitions, from these offsets.
+    ///
+    /// # Errors
+    /// [`Error::Kafka`].
+    pub fn assign(&self, partitions: &TopicPartitionList) -> Result<(), Error> {
+        self.consumer
+            .assign(partitions)
+            .map_err(|e| kafka_err("assign", e))
+    }
+
+    /// The rdkafka consumer underneath (offsets, commits, watermarks).
+    pub fn consumer(&self) -> &StreamConsumer {
+        &self.consumer
+    }
+
+    /// The next record, decoded.
+    ///
+    /// # Errors
+    /// [`Error::Kafka`] from the consumer; [`Error::Record`] for a record
+    /// that does not decode.
+    pub async fn recv(&self) -> Result<ConsumedRecord<K, V>, Error> {
+        let m = self
+            .consumer
+            .recv()
+            .await
+            .map_err(|e| kafka_err("consume", e))?;
+        self.decode(&m)
+    }
+
+    /// The records as a `Stream`, each as [`recv`](TypedConsumer::recv)
+    /// gives it.
+    pub fn stream(&self) -> impl Stream<Item = Result<ConsumedRecord<K, V>, Error>> + '_ {
+        self.consumer.stream().map(move |m| match m {
+            Ok(m) => self.decode(&m),
+            Err(e) => Err(kafka_err("consume", e)),
+        })
+    }
+
+    fn decode(&self, m: &BorrowedMessage<'_>) -> Result<ConsumedRecord<K, V>, Error> {
+        let (key, value) =
+            decode_message(m, &self.key_de, &self.value_de).map_err(|cause| Error::Record {
+                topic: m.topic().to_owned(),
+                partition: m.partition(),
+                offset: m.offset(),
+                cause: Box::new(cause),
+            })?;
+        let headers = m
+            .headers()
+            .map(|h| {
+                h.iter()
+                    .map(|h| (h.key.to_owned(), h.value.map(<[u8]>::to_vec)))
+                    .collect()
+            })
+            .unwrap_or_default();
+        Ok(ConsumedRecord {
+            topic: m.topic().to_owned(),
+            partition: m.partition(),
+            offset: m.offset(),
+            timestamp: m.timestamp().to_millis(),
+            headers,
+            key,
+            value,
+        })
+    }
+}

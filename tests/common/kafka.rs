@@ -1,0 +1,48 @@
+//! Shared Kafka test plumbing: the broker address, fresh topic names,
+//! creating a topic with partitions.
+#![allow(dead_code)]
+
+use std::time::{SystemTime, UNIX_EPOCH};
+
+use tombstone_crypt::rdkafka::admin::{AdminClient, AdminOptions, NewTopic, TopicReplication};
+use tombstone_crypt::rdkafka::client::DefaultClientContext;
+use tombstone_crypt::rdkafka::config::ClientConfig;
+
+/// The shared broker (`TOMBSTONE_KAFKA_BOOTSTRAP`); `None` when
+/// `TOMBSTONE_SKIP_KAFKA` is set.
+pub fn bootstrap() -> Option<String> {
+    if std::env::var_os("TOMBSTONE_SKIP_KAFKA").is_some() {
+        eprintln!("TOMBSTONE_SKIP_KAFKA is set: Kafka tests skipped");
+        return None;
+    }
+    Some(std::env::var("TOMBSTONE_KAFKA_BOOTSTRAP").expect(
+        "TOMBSTONE_KAFKA_BOOTSTRAP is not set: run ./scripts/test.sh (it starts a broker), or set TOMBSTONE_SKIP_KAFKA=1",
+    ))
+}
+
+/// A topic name no other test uses.
+pub fn fresh_topic(name: &str) -> String {
+    let nanos = SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .unwrap()
+        .as_nanos();
+    format!("tc-{name}-{}-{nanos}", std::process::id())
+}
+
+/// A client configuration for `bootstrap`.
+pub fn client_config(bootstrap: &str) -> ClientConfig {
+    let mut c = ClientConfig::new();
+    c.set("bootstrap.servers", bootstrap);
+    c
+}
+
+/// Creates `topic` with `partitions` partitions.
+pub fn create_topic(bootstrap: &str, topic: &str, partitions: i32) {
+    let admin: AdminClient<DefaultClientContext> = client_config(bootstrap).create().unwrap();
+    let new = NewTopic::new(topic, partitions, TopicReplication::Fixed(1));
+    let results =
+        futures_executor::block_on(admin.create_topics([&new], &AdminOptions::new())).unwrap();
+    for r in results {
+        r.unwrap();
+    }
+}

@@ -1,0 +1,302 @@
+//! The typed async clients against the loopback broker: a 3-partition topic
+//! written by `TypedProducer` and read by Python's confluent-kafka with
+//! Google Tink and by `TypedConsumer`; headers on tombstones; a wrong
+//! keyset is an error naming each record; plaintext migration from a topic a
+//! Python producer wrote; a consumer group of two splitting the partitions.
+#![cfg(feature = "kafka")]
+
+mod common;
+
+use std::collections::{BTreeMap, BTreeSet};
+use std::time::Duration;
+
+use common::kafka::{bootstrap, client_config, create_topic, fresh_topic};
+use serde_json::Value;
+use tombstone_crypt::rdkafka::{Offset, TopicPartitionList};
+use tombstone_crypt::{
+    Bytes, DecryptingDeserializer, EncryptingSerializer, Error, Keyset, TypedConsumer,
+    TypedProducer, Unencrypted, Utf8,
+};
+
+type Producer = TypedProducer<str, [u8], Utf8, EncryptingSerializer<Bytes>>;
+type ConsumerOf = TypedConsumer<String, Vec<u8>, Utf8, DecryptingDeserializer<Bytes>>;
+
+fn consumer(bootstrap: &str, group: &str, keyset: &Keyset) -> ConsumerOf {
+    let mut config = client_config(bootstrap);
+    config
+        .set("group.id", group)
+        .set("enable.auto.commit", "false")
+        .set("auto.offset.reset", "earliest");
+    TypedConsumer::new(
+        &config,
+        Utf8,
+        DecryptingDeserializer::new(Bytes, keyset.clone()),
+    )
+    .unwrap()
+}
+
+fn assign_all(c: &ConsumerOf, topic: &str, partitions: i32) {
+    let mut tpl = TopicPartitionList::new();
+    for p in 0..partitions {
+        tpl.add_partition_offset(topic, p, Offset::Beginning)
+            .unwrap();
+    }
+    c.assign(&tpl).unwrap();
+}
+
+/// What record `i` is: a delete, an empty value, or a value.
+fn value_of(i: usize) -> Option<Vec<u8>> {
+    if i % 7 == 3 {
+        None
+    } else if i % 11 == 5 {
+        Some(Vec::new())
+    } else {
+        Some(format!("value-{i}").into_bytes())
+    }
+}
+
+const N: usize = 10_000;
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn ten_thousand_records_on_three_partitions_read_by_tink_and_by_the_typed_consumer() {
+    let Some(bootstrap) = bootstrap() else { return };
+    let topic = fresh_topic("typed");
+    create_topic(&bootstrap, &topic, 3);
+    let keyset = Keyset::generate();
+    let producer: Producer = TypedProducer::new(
+        &client_config(&bootstrap),
+        Utf8,
+        EncryptingSerializer::new(Bytes, keyset.clone()),
+    )
+    .unwrap();
+    assert!(producer.is_idempotent());
+    let mut sent: BTreeMap<(i32, i64), (String, Option<Vec<u8>>)> = BTreeMap::new();
+    for chunk in (0..N).collect::<Vec<_>>().chunks(500) {
+        let sends = chunk.iter().map(|&i| {
+            let key = format!("key-{}", i % 997);
+            let value = value_of(i);
+            let producer = &producer;
+            let topic = &topic;
+            async move {
+                let headers: Vec<(&str, Option<&[u8]>)> = if i % 13 == 0 {
+                    vec![("trace", Some(b"t-1")), ("empty", None)]
+                } else {
+                    vec![]
+                };
+                let d = producer
+                    .send_with(topic, &key[..], value.as_deref(), None, &headers)
+                    .await
+                    .unwrap();
+                (d, key, value)
+            }
+        });
+        for (d, key, value) in futures_util::future::join_all(sends).await {
+            assert!((0..3).contains(&d.partition));
+            sent.insert((d.partition, d.offset), (key, value));
+        }
+    }
+    assert_eq!(sent.len(), N);
+    let used: BTreeSet<i32> = sent.keys().map(|(p, _)| *p).collect();
+    assert_eq!(used.len(), 3, "keys spread over every partition");
+
+    // Python confluent-kafka with Google Tink reads every partition.
+    let dir = std::env::temp_dir().join(format!("tc-typed-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let keyset_file = dir.join("keyset.json");
+    std::fs::write(&keyset_file, keyset.to_tink_json()).unwrap();
+    let py = common::tink::python().expect("a Tink venv");
+    let out = std::process::Command::new(py)
+        .arg(concat!(
+            env!("CARGO_MANIFEST_DIR"),
+            "/tests/interop/kafka_tink_peer.py"
+        ))
+        .args(["consume", &bootstrap, &topic, "3"])
+        .arg(&keyset_file)
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let peer: Value = serde_json::from_slice(&out.stdout).unwrap();
+    let records = peer["records"].as_array().unwrap();
+    assert_eq!(records.len(), N);
+    let (mut deletes, mut empties) = (0, 0);
+    for r in records {
+        let at = (
+            r["partition"].as_i64().unwrap() as i32,
+            r["offset"].as_i64().unwrap(),
+        );
+        let (key, value) = &sent[&at];
+        assert_eq!(
+            common::tink::unhex(r["key_hex"].as_str().unwrap()),
+            key.as_bytes()
+        );
+        match value {
+            None => {
+                assert_eq!(r["is_none"], true, "a delete is a null payload at {at:?}");
+                deletes += 1;
+            }
+            Some(v) => {
+                assert_eq!(r["is_none"], false);
+                let pt = r["pt_hex"]
+                    .as_str()
+                    .unwrap_or_else(|| panic!("Tink could not decrypt {at:?}: {r}"));
+                assert_eq!(&common::tink::unhex(pt), v, "at {at:?}");
+                empties += usize::from(v.is_empty());
+            }
+        }
+    }
+    assert!(
+        deletes > 1000 && empties > 500,
+        "{deletes} deletes, {empties} empty values"
+    );
+
+    // And the typed consumer, with headers, tombstones as None.
+    let c = consumer(&bootstrap, &format!("typed-{topic}"), &keyset);
+    assign_all(&c, &topic, 3);
+    let (mut seen, mut headed, mut tombstones_with_headers) = (0, 0, 0);
+    while seen < N {
+        let r = tokio::time::timeout(Duration::from_secs(30), c.recv())
+            .await
+            .expect("a record within 30 s")
+            .unwrap();
+        let (key, value) = &sent[&(r.partition, r.offset)];
+        assert_eq!(&r.key, key);
+        assert_eq!(&r.value, value);
+        assert_eq!(r.topic, topic);
+        assert!(r.timestamp.is_some());
+        if !r.headers.is_empty() {
+            assert_eq!(
+                r.headers,
+                [
+                    ("trace".to_owned(), Some(b"t-1".to_vec())),
+                    ("empty".to_owned(), None)
+                ]
+            );
+            headed += 1;
+            tombstones_with_headers += usize::from(r.value.is_none());
+        }
+        seen += 1;
+    }
+    // Every 13th record has headers, tombstones included.
+    assert_eq!(headed, N.div_ceil(13));
+    assert!(tombstones_with_headers > 0);
+    std::fs::remove_dir_all(&dir).ok();
+}
+
+#[tokio::test(flavor = "current_thread")]
+async fn a_wrong_keyset_is_an_error_naming_the_record_never_a_skip() {
+    let Some(bootstrap) = bootstrap() else { return };
+    let topic = fresh_topic("wrong-keyset");
+    create_topic(&bootstrap, &topic, 1);
+    let producer: Producer = TypedProducer::new(
+        &client_config(&bootstrap),
+        Utf8,
+        EncryptingSerializer::new(Bytes, Keyset::generate()),
+    )
+    .unwrap();
+    let mut offsets = Vec::new();
+    for v in [Some(&b"a"[..]), None, Some(b"c")] {
+        offsets.push(producer.send(&topic, "k", v).await.unwrap().offset);
+    }
+    let c = consumer(&bootstrap, &format!("wrong-{topic}"), &Keyset::generate());
+    assign_all(&c, &topic, 1);
+    for (i, offset) in offsets.iter().enumerate() {
+        let got = tokio::time::timeout(Duration::from_secs(30), c.recv())
+            .await
+            .unwrap();
+        if i == 1 {
+            // The tombstone needs no key: it is a tombstone.
+            assert_eq!(got.unwrap().value, None);
+            continue;
+        }
+        match got {
+            Err(Error::Record {
+                topic: t,
+                partition: 0,
+                offset: o,
+                cause,
+            }) => {
+                assert_eq!((t.as_str(), o), (topic.as_str(), *offset));
+                assert!(matches!(*cause, Error::UnknownKeyId(_)), "{cause:?}");
+            }
+            other => panic!("expected an error naming the record, got {other:?}"),
+        }
+    }
+}
+
+#[tokio::test(flavor = "current_thread")]
+async fn a_plaintext_topic_migrates_with_pass_through_and_is_refused_by_default() {
+    let Some(bootstrap) = bootstrap() else { return };
+    let topic = fresh_topic("migration");
+    create_topic(&bootstrap, &topic, 1);
+    let keyset = Keyset::generate();
+    let dir = std::env::temp_dir().join(format!("tc-migration-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let keyset_file = dir.join("keyset.json");
+    std::fs::write(&keyset_file, keyset.to_tink_json()).unwrap();
+    // A Python producer writes 5 plaintext values, then 5 Tink encrypts.
+    let py = common::tink::python().expect("a Tink venv");
+    let out = std::process::Command::new(py)
+        .arg(concat!(
+            env!("CARGO_MANIFEST_DIR"),
+            "/tests/interop/kafka_tink_peer.py"
+        ))
+        .args(["produce-migration", &bootstrap, &topic])
+        .arg(&keyset_file)
+        .arg("5")
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let read = |unencrypted| {
+        let mut config = client_config(&bootstrap);
+        config.set("group.id", format!("m-{topic}-{unencrypted:?}"));
+        let c: ConsumerOf = TypedConsumer::new(
+            &config,
+            Utf8,
+            DecryptingDeserializer::new(Bytes, keyset.clone()).with_unencrypted(unencrypted),
+        )
+        .unwrap();
+        assign_all(&c, &topic, 1);
+        c
+    };
+    let pass = read(Unencrypted::PassThrough);
+    for i in 0..10 {
+        let r = tokio::time::timeout(Duration::from_secs(30), pass.recv())
+            .await
+            .unwrap()
+            .unwrap();
+        let want = if i < 5 {
+            format!("legacy-{i}")
+        } else {
+            format!("new-{}", i - 5)
+        };
+        assert_eq!(r.value, Some(want.into_bytes()));
+    }
+    let reject = read(Unencrypted::Reject);
+    for i in 0..10i64 {
+        let r = tokio::time::timeout(Duration::from_secs(30), reject.recv())
+            .await
+            .unwrap();
+        if i < 5 {
+            match r {
+                Err(Error::Record { offset, .. }) => {
+                    assert_eq!(offset, i, "the error names its offset")
+                }
+                other => panic!("plaintext accepted under Reject: {other:?}"),
+            }
+        } else {
+            assert_eq!(
+                r.unwrap().value,
+                Some(format!("new-{}", i - 5).into_bytes())
+            );
+        }
+    }
+    std::fs::remove_dir_all(&dir).ok();
+}
