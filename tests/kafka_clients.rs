@@ -57,6 +57,9 @@ fn value_of(i: usize) -> Option<Vec<u8>> {
 
 const N: usize = 10_000;
 
+/// A record as sent: its key and value.
+type Sent = (String, Option<Vec<u8>>);
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn ten_thousand_records_on_three_partitions_read_by_tink_and_by_the_typed_consumer() {
     let Some(bootstrap) = bootstrap() else { return };
@@ -70,7 +73,7 @@ async fn ten_thousand_records_on_three_partitions_read_by_tink_and_by_the_typed_
     )
     .unwrap();
     assert!(producer.is_idempotent());
-    let mut sent: BTreeMap<(i32, i64), (String, Option<Vec<u8>>)> = BTreeMap::new();
+    let mut sent: BTreeMap<(i32, i64), Sent> = BTreeMap::new();
     for chunk in (0..N).collect::<Vec<_>>().chunks(500) {
         let sends = chunk.iter().map(|&i| {
             let key = format!("key-{}", i % 997);
