@@ -303,3 +303,94 @@ async fn a_plaintext_topic_migrates_with_pass_through_and_is_refused_by_default(
     }
     std::fs::remove_dir_all(&dir).ok();
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_consumer_group_of_two_splits_the_partitions_and_sees_each_record_once() {
+    use tombstone_crypt::rdkafka::consumer::Consumer as _;
+    let Some(bootstrap) = bootstrap() else { return };
+    let topic = fresh_topic("group");
+    create_topic(&bootstrap, &topic, 3);
+    let keyset = Keyset::generate();
+    let group = format!("group-{topic}");
+    let member = || {
+        let mut config = client_config(&bootstrap);
+        config
+            .set("group.id", &group)
+            .set("enable.auto.commit", "false")
+            .set("auto.offset.reset", "earliest")
+            .set("session.timeout.ms", "6000")
+            .set("heartbeat.interval.ms", "500");
+        let c: ConsumerOf = TypedConsumer::new(
+            &config,
+            Utf8,
+            DecryptingDeserializer::new(Bytes, keyset.clone()),
+        )
+        .unwrap();
+        c
+    };
+    let members = [member(), member()];
+    for m in &members {
+        m.subscribe(&[&topic]).unwrap();
+    }
+    // Let the group settle before anything is produced: each member polls
+    // until the two hold all three partitions between them.
+    let started = std::time::Instant::now();
+    let deadline = started + Duration::from_secs(120);
+    loop {
+        assert!(
+            std::time::Instant::now() < deadline,
+            "the group did not settle"
+        );
+        for m in &members {
+            let _ = tokio::time::timeout(Duration::from_millis(200), m.recv()).await;
+        }
+        let owned: Vec<usize> = members
+            .iter()
+            .map(|m| m.consumer().assignment().unwrap().count())
+            .collect();
+        if owned.iter().all(|&n| n > 0) && owned.iter().sum::<usize>() == 3 {
+            break;
+        }
+    }
+    eprintln!("the group settled in {:?}", started.elapsed());
+    let producer: Producer = TypedProducer::new(
+        &client_config(&bootstrap),
+        Utf8,
+        EncryptingSerializer::new(Bytes, keyset.clone()),
+    )
+    .unwrap();
+    const M: usize = 600;
+    for i in 0..M {
+        producer
+            .send(&topic, &format!("key-{i}"), value_of(i).as_deref())
+            .await
+            .unwrap();
+    }
+    let mut seen: BTreeMap<(i32, i64), usize> = BTreeMap::new();
+    let mut by_member = [BTreeSet::new(), BTreeSet::new()];
+    while seen.len() < M {
+        let (n, r) = tokio::time::timeout(Duration::from_secs(30), async {
+            tokio::select! {
+                r = members[0].recv() => (0, r),
+                r = members[1].recv() => (1, r),
+            }
+        })
+        .await
+        .unwrap_or_else(|_| panic!("read {} of {M}", seen.len()));
+        let r = r.unwrap();
+        *seen.entry((r.partition, r.offset)).or_default() += 1;
+        by_member[n].insert(r.partition);
+    }
+    assert!(
+        seen.values().all(|&n| n == 1),
+        "a record was delivered twice"
+    );
+    assert!(
+        by_member.iter().all(|p| !p.is_empty()),
+        "one member read nothing: {by_member:?}"
+    );
+    assert!(
+        by_member[0].is_disjoint(&by_member[1]),
+        "a partition read by both: {by_member:?}"
+    );
+}
