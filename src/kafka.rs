@@ -233,22 +233,45 @@ impl ProducerContext for Deliveries {
 
 /// How [`KafkaChangelog`] creates its topic when it is missing.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[non_exhaustive]
 pub struct TopicSettings {
     /// The replication factor; `-1` asks for the broker's
     /// `default.replication.factor` (Kafka 2.4 and later).
     pub replication_factor: i32,
+    /// How many partitions a missing topic gets (1 by default; one per
+    /// store task, as Kafka Streams creates them).
+    pub partitions: i32,
 }
 
-impl Default for TopicSettings {
-    /// The broker's default replication factor.
-    fn default() -> Self {
+impl TopicSettings {
+    /// The same settings with `partitions` partitions.
+    #[must_use]
+    pub fn with_partitions(self, partitions: i32) -> Self {
+        TopicSettings { partitions, ..self }
+    }
+
+    /// The same settings with another replication factor.
+    #[must_use]
+    pub fn with_replication_factor(self, replication_factor: i32) -> Self {
         TopicSettings {
-            replication_factor: -1,
+            replication_factor,
+            ..self
         }
     }
 }
 
-/// A [`Changelog`] on partition 0 of a Kafka topic, created with
+impl Default for TopicSettings {
+    /// One partition, the broker's default replication factor.
+    fn default() -> Self {
+        TopicSettings {
+            replication_factor: -1,
+            partitions: 1,
+        }
+    }
+}
+
+/// A [`Changelog`] on one partition of a Kafka topic (0 unless
+/// [`on_partition`](KafkaChangelog::on_partition) says otherwise), created with
 /// `cleanup.policy=compact` when missing; an existing topic must be
 /// compacted too (a `delete`-policy topic drops old records, and a restore
 /// from it would be incomplete).
@@ -272,6 +295,7 @@ pub struct KafkaChangelog {
     config: ClientConfig,
     topic: String,
     timeout: Duration,
+    partition: i32,
     appended: u64,
     /// Every append up to this one was acknowledged by a successful flush.
     flushed: u64,
@@ -336,9 +360,24 @@ impl KafkaChangelog {
             config,
             topic: topic.to_owned(),
             timeout,
+            partition: 0,
             appended: 0,
             flushed: 0,
         })
+    }
+
+    /// The same changelog on partition `partition` of its topic (0 by
+    /// default): one changelog partition per store task, as Kafka Streams
+    /// has it. Appends go to it; `records`, `replay` and restores read it
+    /// alone.
+    #[must_use]
+    pub fn on_partition(self, partition: i32) -> Self {
+        KafkaChangelog { partition, ..self }
+    }
+
+    /// The partition this changelog reads and writes.
+    pub fn partition(&self) -> i32 {
+        self.partition
     }
 
     /// The same changelog with another timeout (30 s by default) for a
@@ -386,14 +425,14 @@ impl KafkaChangelog {
             .clone()
             .set(
                 "group.id",
-                format!("tombstone-crypt-restore-{}", self.topic),
+                format!("tombstone-crypt-restore-{}-{}", self.topic, self.partition),
             )
             .set("enable.auto.commit", "false")
             .set("enable.partition.eof", "true")
             .create()
             .map_err(|e| kafka_err("consumer", e))?;
         let mut tpl = TopicPartitionList::new();
-        tpl.add_partition_offset(&self.topic, 0, Offset::Beginning)
+        tpl.add_partition_offset(&self.topic, self.partition, Offset::Beginning)
             .map_err(|e| kafka_err("assign", e))?;
         consumer.assign(&tpl).map_err(|e| kafka_err("assign", e))?;
         Ok(consumer)
@@ -412,7 +451,7 @@ fn ensure_compacted_topic(
         config.create().map_err(|e| kafka_err("admin client", e))?;
     let new = NewTopic::new(
         topic,
-        1,
+        settings.partitions,
         TopicReplication::Fixed(settings.replication_factor),
     )
     .set("cleanup.policy", "compact");
@@ -452,7 +491,7 @@ impl Changelog for KafkaChangelog {
         self.appended += 1;
         let mut record = BaseRecord::with_opaque_to(&self.topic, self.appended as usize)
             .key(key)
-            .partition(0);
+            .partition(self.partition);
         if let Some(v) = value {
             record = record.payload(v);
         }
