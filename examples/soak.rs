@@ -13,7 +13,9 @@
 //! `restore_from` (streamed), checks every key against the state the same
 //! PRNG says it must have (kept as one 64-bit hash per key, so the check
 //! itself needs little memory), and prints records/s and the peak RSS.
-//! Both print one line of `key=value` figures.
+//! Both print one line of `key=value` figures. `clients` (same arguments)
+//! produces RECORDS values of 1 KiB through `TypedProducer` and consumes
+//! them through `TypedConsumer`, and prints records/s for each.
 
 use std::collections::hash_map::DefaultHasher;
 use std::hash::{Hash as _, Hasher as _};
@@ -73,6 +75,92 @@ fn peak_rss_mib() -> f64 {
         .map_or(0.0, |kib| kib / 1024.0)
 }
 
+/// `clients`: RECORDS values of 1 KiB produced through `TypedProducer`
+/// (in flight 1,000 at a time) and consumed through `TypedConsumer`, on a
+/// topic of one partition; prints records/s for each half.
+fn clients(
+    bootstrap: &str,
+    topic: &str,
+    records: u64,
+    encrypted: bool,
+    keyset: Keyset,
+) -> Result<(), Error> {
+    use tombstone_crypt::rdkafka::config::ClientConfig;
+    use tombstone_crypt::{
+        Bytes, DecryptingDeserializer, Deserializer, EncryptingSerializer, Serializer,
+        TypedConsumer, TypedProducer,
+    };
+    async fn run<VS, VD>(
+        config: ClientConfig,
+        topic: &str,
+        records: u64,
+        vs: VS,
+        vd: VD,
+    ) -> Result<(f64, f64), Error>
+    where
+        VS: Serializer<[u8]>,
+        VD: Deserializer<Vec<u8>>,
+    {
+        let value = vec![0x5au8; 1024];
+        let producer = TypedProducer::new(&config, Bytes, vs)?;
+        let started = Instant::now();
+        let mut i = 0u64;
+        while i < records {
+            let n = (records - i).min(1000);
+            let sends = (i..i + n).map(|j| {
+                let key = key(j % 100_000);
+                let producer = &producer;
+                let value = &value;
+                async move { producer.send(topic, &key[..], Some(&value[..])).await }
+            });
+            for r in futures_util::future::join_all(sends).await {
+                r?;
+            }
+            i += n;
+        }
+        let produced = started.elapsed().as_secs_f64();
+        let mut config = config;
+        config.set("group.id", format!("soak-{topic}"));
+        let consumer = TypedConsumer::new(&config, Bytes, vd)?;
+        let mut tpl = tombstone_crypt::rdkafka::TopicPartitionList::new();
+        tpl.add_partition_offset(topic, 0, tombstone_crypt::rdkafka::Offset::Beginning)
+            .map_err(|e| Error::changelog("assign", e))?;
+        consumer.assign(&tpl)?;
+        let started = Instant::now();
+        for _ in 0..records {
+            let r = consumer.recv().await?;
+            assert_eq!(r.value.map(|v| v.len()), Some(1024));
+        }
+        let consumed = started.elapsed().as_secs_f64();
+        Ok((records as f64 / produced, records as f64 / consumed))
+    }
+    // The topic, through the changelog type (compacted, one partition).
+    drop(KafkaChangelog::open(bootstrap, topic)?);
+    let mut config = ClientConfig::new();
+    config.set("bootstrap.servers", bootstrap);
+    let runtime = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
+        .enable_all()
+        .build()
+        .map_err(|e| Error::store("tokio runtime", e))?;
+    let (produced, consumed) = if encrypted {
+        runtime.block_on(run(
+            config,
+            topic,
+            records,
+            EncryptingSerializer::new(Bytes, keyset.clone()),
+            DecryptingDeserializer::new(Bytes, keyset),
+        ))?
+    } else {
+        runtime.block_on(run(config, topic, records, Bytes, Bytes))?
+    };
+    println!(
+        "mode=clients encrypted={encrypted} records={records} produced_per_s={produced:.0} consumed_per_s={consumed:.0} peak_rss_mib={:.0}",
+        peak_rss_mib()
+    );
+    Ok(())
+}
+
 fn main() -> Result<(), Error> {
     let args: Vec<String> = std::env::args().collect();
     if args.len() != 9 {
@@ -96,6 +184,9 @@ fn main() -> Result<(), Error> {
             k
         }
     };
+    if mode == "clients" {
+        return clients(bootstrap, topic, records, encrypted, keyset);
+    }
     let log = KafkaChangelog::open(bootstrap, topic)?;
     match mode.as_str() {
         "write" => {

@@ -5,7 +5,9 @@
 # EncryptedStore<ChangeLoggingStore<MemoryStore, KafkaChangelog>>, restores
 # a fresh store from the topic (streamed), checks every key, and prints
 # records/s written and restored and peak RSS, with and without encryption
-# in the same run, then the restore's peak RSS at a second, smaller size.
+# in the same run, then the restore's peak RSS at a second, smaller size;
+# then CLIENT_RECORDS (10^5) values of 1 KiB through TypedProducer and
+# TypedConsumer, plain and encrypted.
 #
 #   scripts/soak.sh                          # 10^6 records over 10^5 keys
 #   RECORDS=200000 SMALL=50000 scripts/soak.sh
@@ -19,6 +21,7 @@ RECORDS="${RECORDS:-1000000}"
 KEYS="${KEYS:-100000}"
 SMALL="${SMALL:-200000}"
 SEED="${SEED:-42}"
+CLIENT_RECORDS="${CLIENT_RECORDS:-100000}"
 
 cargo build --release --example soak --features kafka >&2
 bin=target/release/examples/soak
@@ -48,6 +51,9 @@ run() { # size mode
 run "$RECORDS" plain
 run "$RECORDS" encrypted
 run "$SMALL" encrypted
+for mode in plain encrypted; do
+    "$bin" clients "$boot" "soak-clients-$mode-$stamp" "$CLIENT_RECORDS" "$KEYS" "$SEED" "$mode" "$keyset" | tee -a "$out"
+done
 
 python3 - "$out" "$RECORDS" "$SMALL" <<'PY'
 import sys
@@ -68,4 +74,9 @@ print(f"restored plain {float(r_plain['records_per_s']):>9.0f} rec/s, encrypted 
 print(f"peak RSS write plain {w_plain['peak_rss_mib']} MiB, encrypted {w_enc['peak_rss_mib']} MiB")
 print(f"peak RSS restore plain {r_plain['peak_rss_mib']} MiB, encrypted {r_enc['peak_rss_mib']} MiB "
       f"({big} records); encrypted {r_small['peak_rss_mib']} MiB ({small} records)")
+c_plain = next(r for r in rows if r["mode"] == "clients" and r["encrypted"] == "false")
+c_enc = next(r for r in rows if r["mode"] == "clients" and r["encrypted"] == "true")
+for half in ("produced", "consumed"):
+    p, e = float(c_plain[half + "_per_s"]), float(c_enc[half + "_per_s"])
+    print(f"typed clients, 1 KiB values, {half}: plain {p:.0f} rec/s, encrypted {e:.0f} rec/s, ratio {e / p:.2f}")
 PY
