@@ -19,7 +19,7 @@ pub type Cause = Arc<dyn StdError + Send + Sync + 'static>;
 /// so [`Error::UnsupportedVersion`] and [`Error::UnknownKeyId`] are distinct.
 ///
 /// Variants that wrap a failure from below ([`Error::Store`],
-/// [`Error::Changelog`]) return it from
+/// [`Error::Changelog`], [`Error::Kms`]) return it from
 /// [`source()`](std::error::Error::source); their `Display` says what this
 /// crate was doing, and the cause is one `source()` away (print the chain to
 /// see both). Two such errors compare equal when their details and their
@@ -101,6 +101,17 @@ pub enum Error {
         /// The underlying error, returned by `source()`.
         cause: Option<Cause>,
     },
+    /// A key management service (KMS) failed or refused (down, slow,
+    /// denied, no client for a key URI), or an envelope ciphertext's
+    /// encrypted DEK is malformed.
+    Kms {
+        /// What was being done, naming the key URI where there is one
+        /// (never key bytes).
+        detail: String,
+        /// The KMS client's own error (HTTP, I/O, the service's answer),
+        /// returned by `source()`.
+        cause: Option<Cause>,
+    },
 }
 
 /// The kind of an [`Error::Keyset`]: what is wrong with a keyset.
@@ -132,6 +143,9 @@ pub enum KeysetErrorKind {
     KeyFormat,
     /// A key template asks for something that cannot be built.
     Template,
+    /// No KMS client supports an envelope key's KEK URI, or its client
+    /// cannot be set up (a malformed URI, missing configuration).
+    KmsClient,
 }
 
 impl Error {
@@ -188,6 +202,27 @@ impl Error {
         }
     }
 
+    /// A KMS error for a [`KmsClient`](crate::KmsClient) or
+    /// [`KmsAead`](crate::KmsAead) written outside this crate: what it was
+    /// doing, and the error that stopped it (returned by `source()`).
+    pub fn kms(
+        detail: impl Into<String>,
+        cause: impl Into<Box<dyn StdError + Send + Sync + 'static>>,
+    ) -> Self {
+        Error::Kms {
+            detail: detail.into(),
+            cause: Some(Arc::from(cause.into())),
+        }
+    }
+
+    /// A KMS error with no underlying error.
+    pub fn kms_msg(detail: impl Into<String>) -> Self {
+        Error::Kms {
+            detail: detail.into(),
+            cause: None,
+        }
+    }
+
     /// A keyset error of `kind`.
     pub(crate) fn keyset(kind: KeysetErrorKind, detail: impl Into<String>) -> Self {
         Error::Keyset {
@@ -239,6 +274,7 @@ impl fmt::Display for Error {
             Error::MissingRecordKey => f.write_str("the record has no key"),
             Error::Store { detail, .. } => write!(f, "store failed: {detail}"),
             Error::Changelog { detail, .. } => write!(f, "changelog failed: {detail}"),
+            Error::Kms { detail, .. } => write!(f, "kms failed: {detail}"),
         }
     }
 }
@@ -246,9 +282,9 @@ impl fmt::Display for Error {
 impl StdError for Error {
     fn source(&self) -> Option<&(dyn StdError + 'static)> {
         match self {
-            Error::Store { cause, .. } | Error::Changelog { cause, .. } => {
-                cause.as_deref().map(|c| c as &(dyn StdError + 'static))
-            }
+            Error::Store { cause, .. }
+            | Error::Changelog { cause, .. }
+            | Error::Kms { cause, .. } => cause.as_deref().map(|c| c as &(dyn StdError + 'static)),
             _ => None,
         }
     }
@@ -317,6 +353,16 @@ impl PartialEq for Error {
                     cause: b,
                 },
                 E::Changelog {
+                    detail: c,
+                    cause: d,
+                },
+            )
+            | (
+                E::Kms {
+                    detail: a,
+                    cause: b,
+                },
+                E::Kms {
                     detail: c,
                     cause: d,
                 },
