@@ -552,6 +552,11 @@ impl Keyset {
         )
     }
 
+    /// Every key, in keyset order.
+    pub(crate) fn entries(&self) -> &[Entry] {
+        &self.inner.keys
+    }
+
     pub(crate) fn primary_entry(&self) -> &Entry {
         &self.inner.keys[self.inner.primary]
     }

@@ -11,6 +11,7 @@ mod error;
 #[cfg(feature = "kafka")]
 mod kafka;
 mod keyset;
+mod keyset_proto;
 mod kms;
 mod primitive;
 mod proto;

@@ -344,3 +344,26 @@ fn debug_shows_no_dek() {
     let dbg = format!("{keyset:?}");
     assert!(dbg.contains("KMS envelope"), "{dbg}");
 }
+
+#[test]
+fn encrypted_keysets_round_trip_through_the_kms() {
+    let (kms, clients, mut keyset) = setup(DekPolicy::default());
+    keyset.rotate_with(KeyTemplate::aes256_gcm()).unwrap();
+    let ct = keyset.encrypt(b"v", b"").unwrap();
+    let before = kms.encrypt_calls();
+    let enc = keyset
+        .to_encrypted_tink_json_with(URI, b"ad", &clients)
+        .unwrap();
+    assert_eq!(kms.encrypt_calls(), before + 1);
+    assert!(enc.contains("encryptedKeyset") && enc.contains("keysetInfo"));
+    let back = Keyset::from_encrypted_tink_json_with(&enc, URI, b"ad", &clients).unwrap();
+    assert_eq!(back.to_tink_json(), keyset.to_tink_json());
+    assert_eq!(back.decrypt(&ct, b"").unwrap(), b"v");
+    let err = Keyset::from_encrypted_tink_json_with(&enc, URI, b"other", &clients).unwrap_err();
+    assert!(matches!(err, Error::Kms { .. }), "{err:?}");
+    let err = Keyset::from_encrypted_tink_json_with("{}", URI, b"ad", &clients).unwrap_err();
+    assert_eq!(err.keyset_kind(), Some(KeysetErrorKind::Json));
+    kms.set_down(true);
+    let err = Keyset::from_encrypted_tink_json_with(&enc, URI, b"ad", &clients).unwrap_err();
+    assert!(err.source().is_some(), "{err:?}");
+}

@@ -259,3 +259,53 @@ fn moto_paused_mid_stream() {
     let ct = writer.encrypt(b"after", b"").unwrap();
     assert_eq!(reader.decrypt(&ct, b"").unwrap(), b"after");
 }
+
+/// Tink's encrypted keyset loads here, and one written here loads in Tink,
+/// for `uri` with associated data `ad`.
+fn encrypted_keysets(uri: &str, ad: &[u8]) {
+    let req = json!({"kek_uri": uri, "associated_data_hex": hex(ad)});
+    let resp: Value = serde_json::from_str(&peer(&["keyset-encrypt"], &req.to_string())).unwrap();
+    let enc = resp["encrypted_keyset"].as_str().unwrap();
+    assert!(!enc.contains("AesGcmKey\",\"value"), "no key in the clear");
+    let clear = Keyset::from_tink_json(resp["keyset"].as_str().unwrap()).unwrap();
+    let loaded = Keyset::from_encrypted_tink_json(enc, uri, ad).unwrap();
+    assert_eq!(loaded.to_tink_json(), clear.to_tink_json());
+    if !ad.is_empty() {
+        let err = Keyset::from_encrypted_tink_json(enc, uri, b"other").unwrap_err();
+        assert!(matches!(err, Error::Kms { .. }), "{err:?}");
+    }
+
+    // Written here (a mixed keyset: AES-GCM and an envelope key), read by Tink.
+    let mut mine = Keyset::generate();
+    mine.rotate_with(KeyTemplate::kms_envelope(uri)).unwrap();
+    let enc = mine.to_encrypted_tink_json(uri, ad).unwrap();
+    let req = json!({"kek_uri": uri, "associated_data_hex": hex(ad), "encrypted_keyset": enc});
+    let resp: Value = serde_json::from_str(&peer(&["keyset-decrypt"], &req.to_string())).unwrap();
+    let back = Keyset::from_tink_json(resp["keyset"].as_str().unwrap()).unwrap();
+    assert_eq!(back.to_tink_json(), mine.to_tink_json());
+    assert_eq!(
+        Keyset::from_encrypted_tink_json(&enc, uri, ad)
+            .unwrap()
+            .to_tink_json(),
+        mine.to_tink_json()
+    );
+}
+
+#[test]
+fn encrypted_keysets_with_tink_over_aws_kms() {
+    let Some(uri) = env("TOMBSTONE_AWS_KEY_URI") else {
+        return;
+    };
+    let _g = lock();
+    encrypted_keysets(&uri, b"");
+    encrypted_keysets(&uri, b"keyset for orders");
+}
+
+#[test]
+fn encrypted_keysets_with_tink_over_openbao() {
+    let Some(uri) = env("TOMBSTONE_VAULT_KEY_URI") else {
+        return;
+    };
+    let _g = lock();
+    encrypted_keysets(&uri, b"");
+}
