@@ -565,7 +565,7 @@ impl Keyset {
     /// allocation).
     #[inline]
     pub(crate) fn primary_overhead(&self) -> usize {
-        self.primary_entry().primitive.min_ciphertext_len()
+        self.primary_entry().primitive.overhead()
     }
 
     /// The shortest ciphertext any key of the keyset writes.

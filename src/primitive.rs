@@ -151,6 +151,18 @@ impl Primitive {
         }
     }
 
+    /// The bytes this key most likely adds to a plaintext (a size hint):
+    /// the shortest ciphertext, plus the current EDEK for an envelope key.
+    #[inline]
+    pub(crate) fn overhead(&self) -> usize {
+        match self {
+            Primitive::KmsEnvelope(k) => {
+                (crate::envelope::KMS_MIN_LEN - 1).saturating_add(k.edek_len_hint().max(1))
+            }
+            other => other.min_ciphertext_len(),
+        }
+    }
+
     /// The same key expanded for `backend`.
     pub(crate) fn with_backend(&self, backend: Backend) -> Result<Self, Error> {
         match self {

@@ -11,7 +11,7 @@
 
 use core::fmt;
 use std::collections::HashMap;
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex, OnceLock, PoisonError, RwLock};
 use std::time::{Duration, Instant};
 
@@ -143,8 +143,10 @@ struct State {
     /// Held by the one thread making a new DEK (across its KMS call): only
     /// threads of this key that need a new DEK wait on it.
     refill: Mutex<()>,
-    cache: RwLock<HashMap<Box<[u8]>, Arc<Slot>>>,
+    cache: RwLock<Cache>,
     tick: AtomicU64,
+    /// The current EDEK's length, for size hints (0 before the first DEK).
+    edek_len: AtomicUsize,
 }
 
 /// The writer's current DEK and what it has encrypted.
@@ -174,6 +176,38 @@ impl WriterDek {
     pub(crate) fn add_bytes(&self, n: usize) {
         self.bytes
             .fetch_add(u64::try_from(n).unwrap_or(u64::MAX), Ordering::Relaxed);
+    }
+}
+
+/// EDEK -> DEK.
+type Cache = HashMap<Box<[u8]>, Arc<Slot>, TailHash>;
+
+/// Hashes an EDEK by its length and its last 16 bytes only, with the
+/// process's random SipHash key: EDEKs end in a KMS ciphertext's random
+/// tag or IV, so the tail tells them apart, and a lookup does not hash a
+/// few hundred bytes per value. Equality still compares whole EDEKs, and
+/// the keyed hash leaves an attacker no way to aim collisions.
+#[derive(Clone, Default)]
+struct TailHash(std::collections::hash_map::RandomState);
+
+impl std::hash::BuildHasher for TailHash {
+    type Hasher = Tail;
+    fn build_hasher(&self) -> Tail {
+        Tail(self.0.build_hasher())
+    }
+}
+
+struct Tail(std::collections::hash_map::DefaultHasher);
+
+impl std::hash::Hasher for Tail {
+    fn finish(&self) -> u64 {
+        self.0.finish()
+    }
+    fn write(&mut self, bytes: &[u8]) {
+        self.0.write(&bytes[bytes.len().saturating_sub(16)..]);
+    }
+    fn write_usize(&mut self, n: usize) {
+        self.0.write_usize(n);
     }
 }
 
@@ -220,8 +254,9 @@ impl EnvelopeKey {
                 backend,
                 current: RwLock::new(None),
                 refill: Mutex::new(()),
-                cache: RwLock::new(HashMap::new()),
+                cache: RwLock::new(Cache::default()),
                 tick: AtomicU64::new(0),
+                edek_len: AtomicUsize::new(0),
             }),
         })
     }
@@ -240,10 +275,18 @@ impl EnvelopeKey {
                 backend,
                 current: RwLock::new(None),
                 refill: Mutex::new(()),
-                cache: RwLock::new(HashMap::new()),
+                cache: RwLock::new(Cache::default()),
                 tick: AtomicU64::new(0),
+                edek_len: AtomicUsize::new(0),
             }),
         }
+    }
+
+    /// The length of the EDEK the next value most likely carries (a size
+    /// hint; 0 before the first DEK).
+    #[inline]
+    pub(crate) fn edek_len_hint(&self) -> usize {
+        self.state.edek_len.load(Ordering::Relaxed)
     }
 
     pub(crate) fn kek_uri(&self) -> &str {
@@ -320,6 +363,7 @@ impl EnvelopeKey {
         });
         // The writer reads its own values without asking the KMS.
         self.insert_cached(&dek.edek, key);
+        s.edek_len.store(dek.edek.len(), Ordering::Relaxed);
         *s.current.write().unwrap_or_else(PoisonError::into_inner) = Some(Arc::clone(&dek));
         Ok(dek)
     }
@@ -341,7 +385,7 @@ impl EnvelopeKey {
     }
 
     /// Evicts the least recently used entries until one more fits.
-    fn make_room(&self, cache: &mut HashMap<Box<[u8]>, Arc<Slot>>, incoming: &[u8]) {
+    fn make_room(&self, cache: &mut Cache, incoming: &[u8]) {
         let cap = self.state.policy.cache_capacity;
         while cache.len() >= cap && !cache.contains_key(incoming) {
             let oldest = cache
@@ -367,17 +411,23 @@ impl EnvelopeKey {
         let s = &self.state;
         let slot = {
             let cache = s.cache.read().unwrap_or_else(PoisonError::into_inner);
-            cache.get(edek).cloned()
+            match cache.get(edek) {
+                Some(slot) => {
+                    // LRU-ish: a hit is stamped with the current tick
+                    // (only misses advance it), so one shared counter is
+                    // not written by every value.
+                    slot.last_used
+                        .store(s.tick.load(Ordering::Relaxed), Ordering::Relaxed);
+                    if let Some(k) = slot.dek.get() {
+                        return Ok(Arc::clone(k));
+                    }
+                    Some(Arc::clone(slot))
+                }
+                None => None,
+            }
         };
         let slot = match slot {
-            Some(slot) => {
-                slot.last_used
-                    .store(s.tick.fetch_add(1, Ordering::Relaxed), Ordering::Relaxed);
-                if let Some(k) = slot.dek.get() {
-                    return Ok(Arc::clone(k));
-                }
-                slot
-            }
+            Some(slot) => slot,
             None => self.new_slot(edek),
         };
         self.fetch(edek, &slot)
