@@ -309,3 +309,67 @@ fn encrypted_keysets_with_tink_over_openbao() {
     let _g = lock();
     encrypted_keysets(&uri, b"");
 }
+
+/// The serde layer is synchronous: from inside a tokio runtime (a worker
+/// thread of a multi-threaded one, and a current-thread one) a new DEK and
+/// an unwrap still work, with no nested-runtime panic.
+#[test]
+fn kms_calls_work_inside_a_tokio_runtime() {
+    let (Some(vault), Some(aws)) = (env("TOMBSTONE_VAULT_KEY_URI"), env("TOMBSTONE_AWS_KEY_URI"))
+    else {
+        return;
+    };
+    let _g = lock();
+    for uri in [vault, aws] {
+        let json = Keyset::generate_with(KeyTemplate::kms_envelope(&uri))
+            .unwrap()
+            .to_tink_json();
+        let multi = tokio::runtime::Builder::new_multi_thread()
+            .worker_threads(2)
+            .build()
+            .unwrap();
+        let j = json.clone();
+        let ct = multi
+            .block_on(async move {
+                tokio::spawn(async move {
+                    let ks = Keyset::from_tink_json(&j).unwrap();
+                    ks.encrypt(b"in a runtime", b"").unwrap()
+                })
+                .await
+            })
+            .unwrap();
+        let current = tokio::runtime::Builder::new_current_thread()
+            .build()
+            .unwrap();
+        let pt = current.block_on(async {
+            let ks = Keyset::from_tink_json(&json).unwrap();
+            ks.decrypt(&ct, b"").unwrap()
+        });
+        assert_eq!(pt, b"in a runtime");
+    }
+}
+
+/// One keyset, two KMSs: a key under OpenBao, then a primary under AWS KMS.
+/// Tink reads values under both.
+#[test]
+fn mixed_kek_keysets_are_read_by_tink() {
+    let (Some(vault), Some(aws)) = (
+        env("TOMBSTONE_VAULT_KEY_URI_2"),
+        env("TOMBSTONE_AWS_KEY_URI_2"),
+    ) else {
+        return;
+    };
+    let _g = lock();
+    let mut keyset = Keyset::generate_with(KeyTemplate::kms_envelope(&vault)).unwrap();
+    let old = keyset.encrypt(b"under vault", b"a").unwrap();
+    keyset.rotate_with(KeyTemplate::kms_envelope(&aws)).unwrap();
+    let new = keyset.encrypt(b"under aws", b"b").unwrap();
+    let req = json!({
+        "keyset": keyset.to_tink_json(),
+        "items": [{"aad_hex": hex(b"a"), "ct_hex": hex(&old)}, {"aad_hex": hex(b"b"), "ct_hex": hex(&new)}],
+    });
+    let resp: Value = serde_json::from_str(&peer(&["decrypt"], &req.to_string())).unwrap();
+    let items = resp["items"].as_array().unwrap();
+    assert_eq!(unhex(items[0]["pt_hex"].as_str().unwrap()), b"under vault");
+    assert_eq!(unhex(items[1]["pt_hex"].as_str().unwrap()), b"under aws");
+}
