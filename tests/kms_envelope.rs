@@ -367,3 +367,11 @@ fn encrypted_keysets_round_trip_through_the_kms() {
     let err = Keyset::from_encrypted_tink_json_with(&enc, URI, b"ad", &clients).unwrap_err();
     assert!(err.source().is_some(), "{err:?}");
 }
+
+#[test]
+fn keysets_with_envelope_keys_stay_send_sync_and_unwind_safe() {
+    fn check<T: Send + Sync + std::panic::UnwindSafe + std::panic::RefUnwindSafe>(_: &T) {}
+    let (_, clients, keyset) = setup(DekPolicy::default());
+    check(&keyset);
+    check(&clients);
+}

@@ -206,7 +206,7 @@ fn openbao_paused_or_stopped_mid_stream() {
         let other_writer = Keyset::from_tink_json_with(&writer.to_tink_json(), &clients).unwrap();
         let uncached = other_writer.encrypt(b"uncached", b"").unwrap();
         kms_sh(down);
-        let result = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+        let result = std::panic::catch_unwind(|| {
             for (i, ct) in early.iter().enumerate() {
                 assert_eq!(reader.decrypt(ct, b"").unwrap(), [i as u8], "{down}");
             }
@@ -218,7 +218,7 @@ fn openbao_paused_or_stopped_mid_stream() {
             assert!(t.elapsed() < Duration::from_secs(10));
             let err = reader.decrypt(&uncached, b"").unwrap_err();
             assert!(matches!(err, Error::Kms { .. }), "{err:?}");
-        }));
+        });
         kms_sh(up);
         result.unwrap();
         // Back: both directions recover.
@@ -246,14 +246,14 @@ fn moto_paused_mid_stream() {
     let early: Vec<Vec<u8>> = (0..3).map(|i| writer.encrypt(&[i], b"").unwrap()).collect();
     reader.decrypt(&early[0], b"").unwrap();
     kms_sh("pause-moto");
-    let result = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+    let result = std::panic::catch_unwind(|| {
         for ct in &early {
             reader.decrypt(ct, b"").unwrap();
         }
         let err = writer.encrypt(b"x", b"").unwrap_err();
         eprintln!("pause-moto: {err}");
         assert!(matches!(err, Error::Kms { .. }), "{err:?}");
-    }));
+    });
     kms_sh("resume-moto");
     result.unwrap();
     let ct = writer.encrypt(b"after", b"").unwrap();

@@ -221,7 +221,7 @@ struct AwsAead {
     url: String,
     host: String,
     credentials: AwsCredentials,
-    agent: ureq::Agent,
+    agent: std::panic::AssertUnwindSafe<ureq::Agent>,
     timeouts: KmsTimeouts,
 }
 

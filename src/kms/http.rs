@@ -4,6 +4,7 @@
 //! from the environment is used: KMS traffic goes where the key URI or the
 //! configured address says.
 
+use std::panic::AssertUnwindSafe;
 use std::sync::Arc;
 
 use crate::error::Error;
@@ -12,15 +13,20 @@ use crate::kms::{Failed, KmsTimeouts};
 /// The most response bytes read from a KMS (its answers are a few hundred).
 const MAX_RESPONSE: u64 = 1 << 20;
 
-/// An HTTP agent with the timeouts of `t`.
-pub(crate) fn agent(t: &KmsTimeouts) -> ureq::Agent {
-    ureq::Agent::config_builder()
-        .timeout_global(Some(t.request))
-        .http_status_as_error(false)
-        .proxy(None)
-        .max_redirects(0)
-        .build()
-        .into()
+/// An HTTP agent with the timeouts of `t`. Asserted unwind-safe (ureq's
+/// agent holds trait objects that are not marked so): a panic inside it
+/// could at worst leave a pooled connection unusable, never a state of
+/// this crate half-updated, and keysets stay `UnwindSafe` as before.
+pub(crate) fn agent(t: &KmsTimeouts) -> AssertUnwindSafe<ureq::Agent> {
+    AssertUnwindSafe(
+        ureq::Agent::config_builder()
+            .timeout_global(Some(t.request))
+            .http_status_as_error(false)
+            .proxy(None)
+            .max_redirects(0)
+            .build()
+            .into(),
+    )
 }
 
 /// POSTs `body` to `url` with `headers`: the status and the body text.

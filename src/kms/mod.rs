@@ -14,6 +14,7 @@
 //! (`aws-kms://arn:aws:kms:...`) and `vault` (`hcvault://HOST/MOUNT/keys/NAME`).
 
 use core::fmt;
+use std::panic::{RefUnwindSafe, UnwindSafe};
 use std::sync::{Arc, PoisonError, RwLock};
 use std::time::Duration;
 
@@ -35,11 +36,12 @@ pub(crate) mod vault;
 /// leaves the KMS; this crate asks it to wrap and unwrap data keys (DEKs)
 /// and encrypted keysets, never record values.
 ///
-/// Implementations must be safe to call from many threads at once, must
-/// not panic, and should bound their own time (a timeout per call, a few
+/// Implementations must be safe to call from many threads at once
+/// (`Send + Sync`; and unwind-safe, so that a [`Keyset`](crate::Keyset)
+/// stays `UnwindSafe`), must not panic, and should bound their own time (a timeout per call, a few
 /// retries at most): the serde layer waits for them when a new DEK is made
 /// or an unknown one is read.
-pub trait KmsAead: Send + Sync + fmt::Debug {
+pub trait KmsAead: Send + Sync + UnwindSafe + RefUnwindSafe + fmt::Debug {
     /// Encrypts `plaintext` bound to `associated_data` under the KMS key.
     ///
     /// # Errors
@@ -79,7 +81,7 @@ pub trait KmsAead: Send + Sync + fmt::Debug {
 /// }
 /// assert!(MyKms.supports("my-kms://k1"));
 /// ```
-pub trait KmsClient: Send + Sync + fmt::Debug {
+pub trait KmsClient: Send + Sync + UnwindSafe + RefUnwindSafe + fmt::Debug {
     /// Whether this client handles `key_uri` (usually a scheme prefix).
     fn supports(&self, key_uri: &str) -> bool;
 

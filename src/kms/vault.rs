@@ -148,7 +148,7 @@ struct VaultAead {
     decrypt_url: String,
     uri: String,
     token: Zeroizing<String>,
-    agent: ureq::Agent,
+    agent: std::panic::AssertUnwindSafe<ureq::Agent>,
     timeouts: KmsTimeouts,
 }
 
