@@ -375,3 +375,43 @@ fn keysets_with_envelope_keys_stay_send_sync_and_unwind_safe() {
     check(&keyset);
     check(&clients);
 }
+
+#[test]
+fn threads_waiting_on_a_failing_kms_share_its_answer() {
+    const THREADS: usize = 8;
+    let (kms, clients, keyset) = setup(DekPolicy::default());
+    let ct = keyset.encrypt(b"v", b"").unwrap();
+    let reader = Keyset::from_tink_json_with(&keyset.to_tink_json(), &clients).unwrap();
+    let writer = Keyset::from_tink_json_with(&keyset.to_tink_json(), &clients).unwrap();
+    kms.set_down(true);
+    kms.set_delay(Duration::from_millis(300));
+    let (enc0, dec0) = (kms.encrypt_calls(), kms.decrypt_calls());
+    let t = std::time::Instant::now();
+    std::thread::scope(|s| {
+        for _ in 0..THREADS {
+            s.spawn(|| assert!(matches!(writer.encrypt(b"x", b""), Err(Error::Kms { .. }))));
+            s.spawn(|| assert!(matches!(reader.decrypt(&ct, b""), Err(Error::Kms { .. }))));
+        }
+    });
+    // Not 8 calls of 300 ms in a row each way: the waiting threads took the
+    // failure of the call they waited on.
+    assert!(
+        kms.encrypt_calls() - enc0 < THREADS / 2,
+        "{}",
+        kms.encrypt_calls() - enc0
+    );
+    assert!(
+        kms.decrypt_calls() - dec0 < THREADS / 2,
+        "{}",
+        kms.decrypt_calls() - dec0
+    );
+    assert!(
+        t.elapsed() < Duration::from_millis(300 * THREADS as u64 / 2),
+        "{:?}",
+        t.elapsed()
+    );
+    kms.set_down(false);
+    kms.set_delay(Duration::ZERO);
+    writer.encrypt(b"x", b"").unwrap();
+    assert_eq!(reader.decrypt(&ct, b"").unwrap(), b"v");
+}

@@ -142,7 +142,11 @@ struct State {
     current: RwLock<Option<Arc<WriterDek>>>,
     /// Held by the one thread making a new DEK (across its KMS call): only
     /// threads of this key that need a new DEK wait on it.
-    refill: Mutex<()>,
+    ///
+    /// It keeps the last failure: threads that were waiting while the KMS
+    /// call failed get that error at once, rather than each trying the
+    /// KMS again in turn (N threads would wait N timeouts).
+    refill: Mutex<Option<(Instant, Error)>>,
     cache: RwLock<Cache>,
     tick: AtomicU64,
     /// The current EDEK's length, for size hints (0 before the first DEK).
@@ -215,7 +219,8 @@ impl std::hash::Hasher for Tail {
 /// thread (not one per value) call the KMS for it.
 struct Slot {
     dek: OnceLock<Arc<AesGcmKey>>,
-    fetch: Mutex<()>,
+    /// Keeps the last failure, as `State::refill` does.
+    fetch: Mutex<Option<(Instant, Error)>>,
     last_used: AtomicU64,
 }
 
@@ -253,7 +258,7 @@ impl EnvelopeKey {
                 policy,
                 backend,
                 current: RwLock::new(None),
-                refill: Mutex::new(()),
+                refill: Mutex::new(None),
                 cache: RwLock::new(Cache::default()),
                 tick: AtomicU64::new(0),
                 edek_len: AtomicUsize::new(0),
@@ -274,7 +279,7 @@ impl EnvelopeKey {
                 policy,
                 backend,
                 current: RwLock::new(None),
-                refill: Mutex::new(()),
+                refill: Mutex::new(None),
                 cache: RwLock::new(Cache::default()),
                 tick: AtomicU64::new(0),
                 edek_len: AtomicUsize::new(0),
@@ -326,13 +331,30 @@ impl EnvelopeKey {
     #[cold]
     fn refill(&self) -> Result<Arc<WriterDek>, Error> {
         let s = &self.state;
-        let _one = s.refill.lock().unwrap_or_else(PoisonError::into_inner);
+        let waited_from = Instant::now();
+        let mut last_failure = s.refill.lock().unwrap_or_else(PoisonError::into_inner);
         // Another thread may have made one while this one waited.
         if let Some(d) = s.current() {
             if d.take(&s.policy) {
                 return Ok(d);
             }
         }
+        // Or failed to, while this one waited: the same answer, at once.
+        if let Some((at, e)) = &*last_failure {
+            if *at >= waited_from {
+                return Err(e.clone());
+            }
+        }
+        let made = self.make_dek();
+        if let Err(e) = &made {
+            *last_failure = Some((Instant::now(), e.clone()));
+        }
+        made
+    }
+
+    /// A fresh DEK, wrapped by the KMS, made current.
+    fn make_dek(&self) -> Result<Arc<WriterDek>, Error> {
+        let s = &self.state;
         let mut bytes = Zeroizing::new([0u8; 32]);
         crate::keyset::fill_from_os(&mut bytes[..]);
         let bytes = &bytes[..usize::from(s.dek_len)];
@@ -371,7 +393,7 @@ impl EnvelopeKey {
     fn insert_cached(&self, edek: &[u8], key: Arc<AesGcmKey>) {
         let slot = Arc::new(Slot {
             dek: OnceLock::new(),
-            fetch: Mutex::new(()),
+            fetch: Mutex::new(None),
             last_used: AtomicU64::new(self.state.tick.fetch_add(1, Ordering::Relaxed)),
         });
         let _ = slot.dek.set(key);
@@ -443,7 +465,7 @@ impl EnvelopeKey {
         self.make_room(&mut cache, edek);
         let slot = Arc::new(Slot {
             dek: OnceLock::new(),
-            fetch: Mutex::new(()),
+            fetch: Mutex::new(None),
             last_used: AtomicU64::new(s.tick.fetch_add(1, Ordering::Relaxed)),
         });
         cache.insert(edek.into(), Arc::clone(&slot));
@@ -453,9 +475,15 @@ impl EnvelopeKey {
     #[cold]
     fn fetch(&self, edek: &[u8], slot: &Arc<Slot>) -> Result<Arc<AesGcmKey>, Error> {
         let s = &self.state;
-        let _one = slot.fetch.lock().unwrap_or_else(PoisonError::into_inner);
+        let waited_from = Instant::now();
+        let mut last_failure = slot.fetch.lock().unwrap_or_else(PoisonError::into_inner);
         if let Some(k) = slot.dek.get() {
             return Ok(Arc::clone(k));
+        }
+        if let Some((at, e)) = &*last_failure {
+            if *at >= waited_from {
+                return Err(e.clone());
+            }
         }
         let unwrapped = s.remote.decrypt(edek, b"").and_then(|proto| {
             let key = crate::primitive::parse_aes_gcm_key_proto(&proto).map_err(|why| {
@@ -480,10 +508,12 @@ impl EnvelopeKey {
                 {
                     cache.remove(edek);
                 }
-                Err(wrap(
+                let e = wrap(
                     format!("unwrapping a data key under {}", printable_uri(&s.kek_uri)),
                     e,
-                ))
+                );
+                *last_failure = Some((Instant::now(), e.clone()));
+                Err(e)
             }
         }
     }

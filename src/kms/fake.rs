@@ -2,8 +2,9 @@
 //! `fake-kms://NAME` keys, AES-GCM under a key that lives in this process,
 //! calls counted, and a switch that makes it fail as a KMS that is down.
 
-use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
 use std::sync::Arc;
+use std::time::Duration;
 
 use zeroize::Zeroizing;
 
@@ -29,6 +30,7 @@ struct Inner {
     encrypts: AtomicUsize,
     decrypts: AtomicUsize,
     down: AtomicBool,
+    delay_ms: AtomicU64,
 }
 
 impl Default for FakeKms {
@@ -46,6 +48,7 @@ impl FakeKms {
                 encrypts: AtomicUsize::new(0),
                 decrypts: AtomicUsize::new(0),
                 down: AtomicBool::new(false),
+                delay_ms: AtomicU64::new(0),
             }),
         }
     }
@@ -65,7 +68,17 @@ impl FakeKms {
         self.inner.down.store(down, Ordering::SeqCst);
     }
 
+    /// Every call takes `delay` first (a slow KMS).
+    pub fn set_delay(&self, delay: Duration) {
+        let ms = u64::try_from(delay.as_millis()).unwrap_or(u64::MAX);
+        self.inner.delay_ms.store(ms, Ordering::SeqCst);
+    }
+
     fn check_up(&self) -> Result<(), Error> {
+        let ms = self.inner.delay_ms.load(Ordering::SeqCst);
+        if ms > 0 {
+            std::thread::sleep(Duration::from_millis(ms));
+        }
         if self.inner.down.load(Ordering::SeqCst) {
             return Err(Error::kms(
                 "fake KMS is down",
