@@ -415,3 +415,34 @@ fn threads_waiting_on_a_failing_kms_share_its_answer() {
     writer.encrypt(b"x", b"").unwrap();
     assert_eq!(reader.decrypt(&ct, b"").unwrap(), b"v");
 }
+
+#[test]
+fn stores_use_envelope_keysets_unchanged_and_deletes_never_call_the_kms() {
+    use tombstone_crypt::{
+        compact, restore, ChangeLoggingStore, Changelog as _, EncryptedStore, KeyValueStore as _,
+        MemoryChangelog, MemoryStore,
+    };
+    let (kms, clients, keyset) = setup(DekPolicy::default().with_max_values(2));
+    let logged = ChangeLoggingStore::new(MemoryStore::new(), MemoryChangelog::new());
+    let mut store = EncryptedStore::new(logged, "events", keyset.clone());
+    store.put(b"e1", Some(b"sent")).unwrap();
+    store.put(b"e2", Some(b"")).unwrap();
+    let calls = kms.encrypt_calls() + kms.decrypt_calls();
+    for _ in 0..10 {
+        store.delete(b"e1").unwrap();
+    }
+    store.flush().unwrap();
+    assert_eq!(
+        kms.encrypt_calls() + kms.decrypt_calls(),
+        calls,
+        "deletes call no KMS"
+    );
+    let records = store.inner().changelog().records().unwrap();
+    assert_eq!(records.last().map(|r| r.value.is_none()), Some(true));
+    // A restore elsewhere, with the keyset loaded from JSON.
+    let mut fresh = MemoryStore::new();
+    restore(&mut fresh, &compact(&records)).unwrap();
+    let reader = Keyset::from_tink_json_with(&keyset.to_tink_json(), &clients).unwrap();
+    let restored = EncryptedStore::new(fresh, "events", reader);
+    assert_eq!(restored.all().unwrap(), [(b"e2".to_vec(), vec![])]);
+}
