@@ -20,6 +20,11 @@
 //!   `Bincode`, encrypted and not.
 //! - `encrypt/siv/64`, `decrypt/siv/64`: a 64-byte record key through
 //!   `DeterministicSerializer` (AES-SIV).
+//! - `encrypt/envelope/1024`, `decrypt/envelope/1024`: the same layer over a
+//!   KMS envelope key (`KeyTemplate::kms_envelope`) with a warm DEK, an
+//!   in-process KMS, RustCrypto: compare with `encrypt/layer/1024`. The
+//!   reader is a keyset loaded from the writer's JSON (its DEK comes from
+//!   the reader cache, as in another process).
 //!
 //! `tombstone/*` and `typed/*` use the default backend: aws-lc when the
 //! feature is on, RustCrypto otherwise.
@@ -394,6 +399,46 @@ fn siv(c: &mut Criterion) {
     group.finish();
 }
 
+/// 1 KiB values through an envelope key with a warm DEK, beside
+/// `encrypt/layer/1024` and `decrypt/layer/1024`.
+fn envelope(c: &mut Criterion) {
+    const N: usize = 1024;
+    let kms = tombstone_crypt::__fuzz::FakeKms::new();
+    let clients = tombstone_crypt::KmsClients::new().with(kms);
+    let writer = Keyset::generate_with(
+        KeyTemplate::kms_envelope("fake-kms://bench").with_kms_clients(clients.clone()),
+    )
+    .expect("envelope keyset")
+    .with_backend(Backend::RustCrypto);
+    let reader = Keyset::from_tink_json_with(&writer.to_tink_json(), &clients)
+        .expect("reader")
+        .with_backend(Backend::RustCrypto);
+    let ser = EncryptingSerializer::new(Bytes, writer);
+    let de = DecryptingDeserializer::new(Bytes, reader);
+    let ctx = ctx();
+    let pt = plaintext(N);
+    let ct = ser
+        .serialize(&ctx, Some(&pt[..]))
+        .expect("encrypt")
+        .expect("present");
+    assert_eq!(
+        de.deserialize(&ctx, Some(&ct)).expect("decrypt"),
+        Some(pt.clone())
+    );
+    let mut group = c.benchmark_group("encrypt");
+    group.throughput(Throughput::Bytes(N as u64));
+    group.bench_with_input(BenchmarkId::new("envelope", N), &pt, |b, pt| {
+        b.iter(|| ser.serialize(black_box(&ctx), Some(black_box(&pt[..]))))
+    });
+    group.finish();
+    let mut group = c.benchmark_group("decrypt");
+    group.throughput(Throughput::Bytes(N as u64));
+    group.bench_with_input(BenchmarkId::new("envelope", N), &ct, |b, ct| {
+        b.iter(|| de.deserialize(black_box(&ctx), Some(black_box(&ct[..]))))
+    });
+    group.finish();
+}
+
 criterion_group!(
     benches,
     encrypt,
@@ -401,6 +446,7 @@ criterion_group!(
     decrypt_fail,
     tombstone,
     typed,
-    siv
+    siv,
+    envelope
 );
 criterion_main!(benches);

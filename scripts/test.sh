@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # The whole test suite, from a fresh clone: installs and starts what the tests
 # need (a Python venv with Google Tink and confluent-kafka, a loopback
-# Kafka-compatible broker, cargo-fuzz), runs every check, stops the broker.
+# Kafka-compatible broker, loopback KMS servers, cargo-fuzz), runs every
+# check, stops the broker and the KMS servers.
 #
 #   FUZZ_SECONDS   seconds per fuzz target (default 20)
 set -euo pipefail
@@ -25,6 +26,13 @@ step "broker: tansu on 127.0.0.1 (stopped on exit)"
 trap 'bash scripts/broker.sh stop >&2 || true' EXIT
 TOMBSTONE_KAFKA_BOOTSTRAP="$(bash scripts/broker.sh start | tail -n 1)"
 export TOMBSTONE_KAFKA_BOOTSTRAP
+
+step "KMS servers: OpenBao 2.7.2 (transit) and moto (AWS KMS) on 127.0.0.1 (stopped on exit)"
+trap 'bash scripts/kms.sh stop >&2 || true; bash scripts/broker.sh stop >&2 || true' EXIT
+KMS_ENV="$(bash scripts/kms.sh start | tail -n 1)"
+# VAULT_ADDR, VAULT_TOKEN, AWS_* (loopback endpoint, dummy keys), the key URIs.
+# shellcheck disable=SC1090
+source "$KMS_ENV"
 
 step "tests, all features (aws-lc backend, kafka, redb): unit, integration, doc"
 cargo test --all-features

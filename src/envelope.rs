@@ -4,6 +4,7 @@
 //! ```text
 //! AES-GCM:  0x01 | key_id (u32 BE) | nonce (12) | ciphertext | tag (16)
 //! AES-SIV:  0x01 | key_id (u32 BE) | SIV (16) | ciphertext
+//! KMS envelope: 0x01 | key_id | u32be(len EDEK) | EDEK | nonce (12) | ciphertext | tag (16)
 //! ```
 //!
 //! Nothing here knows about stores, codecs or Kafka, and nothing here ever
@@ -16,6 +17,7 @@ use crate::cipher::{AesGcmKey, NONCE_LEN, SIV_LEN, TAG_LEN};
 use crate::context::{AadPolicy, Context};
 use crate::error::Error;
 use crate::keyset::{Entry, KeyId, Keyset};
+use crate::kms::dek::{EnvelopeKey, MAX_EDEK_LEN};
 use crate::primitive::{Primitive, PREFIX_LEN};
 
 /// The version byte of Tink's output prefix TINK.
@@ -28,6 +30,10 @@ const HEADER_LEN: usize = PREFIX_LEN + NONCE_LEN;
 ///
 /// [`EncryptingSerializer::size_hint`]: crate::Serializer::size_hint
 pub const OVERHEAD: usize = HEADER_LEN + TAG_LEN;
+
+/// The shortest envelope ciphertext: prefix, EDEK length, a one-byte EDEK,
+/// nonce and tag.
+pub(crate) const KMS_MIN_LEN: usize = PREFIX_LEN + 4 + 1 + NONCE_LEN + TAG_LEN;
 
 /// The shape of a non-empty associated data.
 struct AadLayout<'a> {
@@ -185,6 +191,9 @@ pub(crate) fn seal_into(
     let entry = keyset.primary_entry();
     let sealed = match &entry.primitive {
         Primitive::AesGcm(key) => seal_gcm(entry.id, key, aad, out, size_hint, write_plaintext),
+        Primitive::KmsEnvelope(key) => {
+            seal_envelope(entry.id, key, aad, out, size_hint, write_plaintext)
+        }
         Primitive::AesSiv(_) => Err(Error::WrongKeyType {
             key_id: entry.id,
             operation:
@@ -225,6 +234,70 @@ fn seal_gcm(
     let tag = key.seal_in_place(&nonce, aad, &mut out[body..])?;
     out.extend_from_slice(&tag);
     Ok(())
+}
+
+/// `0x01 | key id | u32be(len EDEK) | EDEK | nonce | ciphertext | tag`
+/// under the envelope key's current data key (a KMS call only when a new
+/// DEK is due).
+#[inline]
+fn seal_envelope(
+    id: KeyId,
+    key: &EnvelopeKey,
+    aad: &[u8],
+    out: &mut Vec<u8>,
+    size_hint: usize,
+    write_plaintext: impl FnOnce(&mut Vec<u8>) -> Result<(), Error>,
+) -> Result<(), Error> {
+    let dek = key.writer_dek()?;
+    let edek_len = u32::try_from(dek.edek.len()).map_err(|_| Error::Encryption)?;
+    let mut nonce = [0u8; NONCE_LEN];
+    rand::rng().fill_bytes(&mut nonce);
+    out.reserve(
+        (PREFIX_LEN + 4 + NONCE_LEN + TAG_LEN)
+            .saturating_add(dek.edek.len())
+            .saturating_add(size_hint.min(MAX_PREALLOC)),
+    );
+    out.push(VERSION);
+    out.extend_from_slice(&id.0.to_be_bytes());
+    out.extend_from_slice(&edek_len.to_be_bytes());
+    out.extend_from_slice(&dek.edek);
+    out.extend_from_slice(&nonce);
+    let body = out.len();
+    write_plaintext(out)?;
+    dek.add_bytes(out.len() - body);
+    let tag = dek.key.seal_in_place(&nonce, aad, &mut out[body..])?;
+    out.extend_from_slice(&tag);
+    Ok(())
+}
+
+/// `u32be(len EDEK) | EDEK | nonce | ciphertext | tag` under an envelope
+/// key: the lengths are checked against the record before anything else
+/// (nothing is allocated from the EDEK length, and a malformed record never
+/// reaches the KMS), then the DEK comes from the cache or the KMS.
+#[inline]
+fn open_envelope(key: &EnvelopeKey, aad: &[u8], len: usize, rest: &[u8]) -> Result<Vec<u8>, Error> {
+    let (n, rest) = rest.split_first_chunk::<4>().ok_or(Error::Truncated {
+        len,
+        min: KMS_MIN_LEN,
+    })?;
+    let n = u32::from_be_bytes(*n);
+    let edek_len = usize::try_from(n)
+        .ok()
+        .filter(|&n| (1..=MAX_EDEK_LEN).contains(&n))
+        .ok_or_else(|| {
+            Error::kms_msg(format!(
+                "the encrypted data key length {n} is not between 1 and {MAX_EDEK_LEN}"
+            ))
+        })?;
+    if rest.len() < edek_len + NONCE_LEN + TAG_LEN {
+        return Err(Error::Truncated {
+            len,
+            min: PREFIX_LEN + 4 + edek_len + NONCE_LEN + TAG_LEN,
+        });
+    }
+    let (edek, rest) = rest.split_at(edek_len);
+    let dek = key.reader_dek(edek)?;
+    open_gcm(&dek, aad, len, rest)
 }
 
 /// Checks what every ciphertext starts with, in this order: the length
@@ -268,6 +341,7 @@ pub(crate) fn open(keyset: &Keyset, aad: &[u8], data: &[u8]) -> Result<Vec<u8>, 
     let (id, entry, rest) = parse_prefix(keyset, data)?;
     match &entry.primitive {
         Primitive::AesGcm(key) => open_gcm(key, aad, data.len(), rest),
+        Primitive::KmsEnvelope(key) => open_envelope(key, aad, data.len(), rest),
         // A keyset holds one family of keys; a deterministic ciphertext is
         // not a value's.
         Primitive::AesSiv(_) => Err(Error::WrongKeyType {

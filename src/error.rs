@@ -19,7 +19,7 @@ pub type Cause = Arc<dyn StdError + Send + Sync + 'static>;
 /// so [`Error::UnsupportedVersion`] and [`Error::UnknownKeyId`] are distinct.
 ///
 /// Variants that wrap a failure from below ([`Error::Store`],
-/// [`Error::Changelog`]) return it from
+/// [`Error::Changelog`], [`Error::Kms`]) return it from
 /// [`source()`](std::error::Error::source); their `Display` says what this
 /// crate was doing, and the cause is one `source()` away (print the chain to
 /// see both). Two such errors compare equal when their details and their
@@ -127,6 +127,17 @@ pub enum Error {
     /// the changelog with
     /// [`ChangeLoggingStore::recover`](crate::ChangeLoggingStore::recover).
     NeedsRestore,
+    /// A key management service (KMS) failed or refused (down, slow,
+    /// denied, no client for a key URI), or an envelope ciphertext's
+    /// encrypted DEK is malformed.
+    Kms {
+        /// What was being done, naming the key URI where there is one
+        /// (never key bytes).
+        detail: String,
+        /// The KMS client's own error (HTTP, I/O, the service's answer),
+        /// returned by `source()`.
+        cause: Option<Cause>,
+    },
 }
 
 /// The kind of an [`Error::Keyset`]: what is wrong with a keyset.
@@ -158,6 +169,9 @@ pub enum KeysetErrorKind {
     KeyFormat,
     /// A key template asks for something that cannot be built.
     Template,
+    /// No KMS client supports an envelope key's KEK URI, or its client
+    /// cannot be set up (a malformed URI, missing configuration).
+    KmsClient,
 }
 
 impl Error {
@@ -209,6 +223,27 @@ impl Error {
     /// breaks the changelog's rules).
     pub fn changelog_msg(detail: impl Into<String>) -> Self {
         Error::Changelog {
+            detail: detail.into(),
+            cause: None,
+        }
+    }
+
+    /// A KMS error for a [`KmsClient`](crate::KmsClient) or
+    /// [`KmsAead`](crate::KmsAead) written outside this crate: what it was
+    /// doing, and the error that stopped it (returned by `source()`).
+    pub fn kms(
+        detail: impl Into<String>,
+        cause: impl Into<Box<dyn StdError + Send + Sync + 'static>>,
+    ) -> Self {
+        Error::Kms {
+            detail: detail.into(),
+            cause: Some(Arc::from(cause.into())),
+        }
+    }
+
+    /// A KMS error with no underlying error.
+    pub fn kms_msg(detail: impl Into<String>) -> Self {
+        Error::Kms {
             detail: detail.into(),
             cause: None,
         }
@@ -277,6 +312,7 @@ impl fmt::Display for Error {
             Error::NeedsRestore => f.write_str(
                 "the store may disagree with its changelog after a failed append or flush: recover it from the changelog",
             ),
+            Error::Kms { detail, .. } => write!(f, "kms failed: {detail}"),
         }
     }
 }
@@ -284,9 +320,11 @@ impl fmt::Display for Error {
 impl StdError for Error {
     fn source(&self) -> Option<&(dyn StdError + 'static)> {
         match self {
-            Error::Store { cause, .. } | Error::Changelog { cause, .. } => {
-                cause.as_deref().map(|c| c as &(dyn StdError + 'static))
-            }
+            Error::Store { cause, .. }
+            | Error::Changelog { cause, .. }
+            | Error::Kafka { cause, .. }
+            | Error::Kms { cause, .. } => cause.as_deref().map(|c| c as &(dyn StdError + 'static)),
+            Error::Record { cause, .. } => Some(&**cause),
             _ => None,
         }
     }
@@ -366,6 +404,16 @@ impl PartialEq for Error {
                     cause: b,
                 },
                 E::Kafka {
+                    detail: c,
+                    cause: d,
+                },
+            )
+            | (
+                E::Kms {
+                    detail: a,
+                    cause: b,
+                },
+                E::Kms {
                     detail: c,
                     cause: d,
                 },

@@ -12,6 +12,8 @@ use zeroize::Zeroizing;
 
 use crate::cipher::Backend;
 use crate::error::{Error, KeysetErrorKind};
+use crate::kms::dek::DekPolicy;
+use crate::kms::KmsClients;
 use crate::primitive::{printable, Family, KeyTemplate, Primitive};
 
 /// The most keys a keyset may hold (a bound on hostile keyset JSON).
@@ -573,6 +575,11 @@ impl Keyset {
         )
     }
 
+    /// Every key, in keyset order.
+    pub(crate) fn entries(&self) -> &[Entry] {
+        &self.inner.keys
+    }
+
     pub(crate) fn primary_entry(&self) -> &Entry {
         &self.inner.keys[self.inner.primary]
     }
@@ -581,7 +588,7 @@ impl Keyset {
     /// allocation).
     #[inline]
     pub(crate) fn primary_overhead(&self) -> usize {
-        self.primary_entry().primitive.min_ciphertext_len()
+        self.primary_entry().primitive.overhead()
     }
 
     /// The shortest ciphertext any key of the keyset writes.
@@ -636,6 +643,10 @@ impl Keyset {
     /// # Ok::<(), tombstone_crypt::Error>(())
     /// ```
     pub fn from_tink_json(json: &str) -> Result<Self, Error> {
+        Keyset::from_tink_json_inner(json, None)
+    }
+
+    fn from_tink_json_inner(json: &str, kms: Option<&KmsClients>) -> Result<Self, Error> {
         let parsed: TinkKeysetIn = serde_json::from_str(json).map_err(|e| {
             // serde_json's message may quote the input (key bytes): keep only
             // the kind and the place.
@@ -649,6 +660,15 @@ impl Keyset {
                 ),
             )
         })?;
+        Keyset::from_parsed(parsed, kms)
+    }
+
+    /// A keyset from Tink's keyset fields, read from JSON or from the
+    /// binary proto of an encrypted keyset.
+    pub(crate) fn from_parsed(
+        parsed: TinkKeysetIn,
+        kms: Option<&KmsClients>,
+    ) -> Result<Self, Error> {
         if parsed.key.len() > MAX_KEYS {
             return Err(Error::keyset(
                 KeysetErrorKind::TooManyKeys,
@@ -699,6 +719,7 @@ impl Keyset {
                 &proto,
                 data.key_material_type.as_deref(),
                 backend,
+                kms,
             )
             .map_err(|(kind, why)| Error::keyset(kind, format!("key {id}: {why}")))?;
             keys.push(Entry {
@@ -732,6 +753,44 @@ impl Keyset {
         Ok(Keyset {
             inner: Arc::new(Inner::new(primary, keys, backend)),
         })
+    }
+
+    /// [`from_tink_json`](Keyset::from_tink_json) with the KMS clients of
+    /// envelope keys (`KmsEnvelopeAeadKey`) taken from `kms` only, not from
+    /// the process-wide registry or the environment. No KMS is called.
+    ///
+    /// # Errors
+    /// As [`from_tink_json`](Keyset::from_tink_json); an envelope key whose
+    /// KEK URI no client of `kms` supports is an [`Error::Keyset`] of kind
+    /// [`KeysetErrorKind::KmsClient`].
+    pub fn from_tink_json_with(json: &str, kms: &KmsClients) -> Result<Self, Error> {
+        Keyset::from_tink_json_inner(json, Some(kms))
+    }
+
+    /// The same keys, with `policy` deciding when the envelope keys
+    /// (`KmsEnvelopeAeadKey`) replace their data keys and how many
+    /// unwrapped data keys they cache. Envelope keys start afresh (a new
+    /// data key on the next value, an empty cache); other keys are
+    /// unchanged. Keys added later from the keyset's own template keep it.
+    #[must_use]
+    pub fn with_dek_policy(self, policy: DekPolicy) -> Self {
+        let keys = self
+            .inner
+            .keys
+            .iter()
+            .map(|e| Entry {
+                primitive: match &e.primitive {
+                    Primitive::KmsEnvelope(k) => {
+                        Primitive::KmsEnvelope(k.reconfigured(policy, self.inner.backend))
+                    }
+                    other => other.clone(),
+                },
+                ..e.clone()
+            })
+            .collect();
+        Keyset {
+            inner: Arc::new(Inner::new(self.inner.primary, keys, self.inner.backend)),
+        }
     }
 
     /// Writes the keyset in Tink's cleartext JSON keyset format, which Tink
@@ -832,31 +891,31 @@ fn serialize_zeroizing<S: serde::Serializer>(
 
 #[derive(Deserialize)]
 #[serde(rename_all = "camelCase")]
-struct TinkKeysetIn {
+pub(crate) struct TinkKeysetIn {
     #[serde(default)]
-    primary_key_id: Option<i64>,
-    key: Vec<TinkKeyIn>,
+    pub(crate) primary_key_id: Option<i64>,
+    pub(crate) key: Vec<TinkKeyIn>,
 }
 
 #[derive(Deserialize)]
 #[serde(rename_all = "camelCase")]
-struct TinkKeyIn {
+pub(crate) struct TinkKeyIn {
     #[serde(default)]
-    key_data: Option<TinkKeyDataIn>,
-    status: String,
-    key_id: i64,
+    pub(crate) key_data: Option<TinkKeyDataIn>,
+    pub(crate) status: String,
+    pub(crate) key_id: i64,
     #[serde(default)]
-    output_prefix_type: String,
+    pub(crate) output_prefix_type: String,
 }
 
 #[derive(Deserialize)]
 #[serde(rename_all = "camelCase")]
-struct TinkKeyDataIn {
-    type_url: String,
+pub(crate) struct TinkKeyDataIn {
+    pub(crate) type_url: String,
     #[serde(deserialize_with = "zeroizing_string")]
-    value: Zeroizing<String>,
+    pub(crate) value: Zeroizing<String>,
     #[serde(default)]
-    key_material_type: Option<String>,
+    pub(crate) key_material_type: Option<String>,
 }
 
 #[derive(Serialize)]

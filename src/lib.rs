@@ -13,7 +13,10 @@ mod kafka;
 #[cfg(feature = "kafka")]
 mod kafka_client;
 mod keyset;
+mod keyset_proto;
+mod kms;
 mod primitive;
+mod proto;
 mod serde;
 mod store;
 
@@ -34,6 +37,14 @@ pub use crate::kafka_client::{
     ConsumedRecord, Delivered, RecordHeaders, TypedConsumer, TypedProducer,
 };
 pub use crate::keyset::{KeyId, KeyStatus, Keyset, MAX_KEYS};
+#[cfg(feature = "aws-kms")]
+#[cfg_attr(docsrs, doc(cfg(feature = "aws-kms")))]
+pub use crate::kms::aws::{AwsCredentials, AwsKmsClient};
+pub use crate::kms::dek::{DekPolicy, MAX_DEK_VALUES, MAX_EDEK_LEN};
+#[cfg(feature = "vault")]
+#[cfg_attr(docsrs, doc(cfg(feature = "vault")))]
+pub use crate::kms::vault::VaultClient;
+pub use crate::kms::{register_kms_client, KmsAead, KmsClient, KmsClients, KmsTimeouts};
 pub use crate::primitive::KeyTemplate;
 pub use crate::serde::{
     DecryptingDeserializer, Deserializer, DeterministicDeserializer, DeterministicSerializer,
@@ -57,13 +68,15 @@ pub mod format {}
 
 /// Test hooks (cargo feature `test-hooks`, never for production): the
 /// AES-GCM core with an explicit nonce, for the fuzz targets, the
-/// known-answer vectors and Wycheproof. A fixed nonce destroys AES-GCM's
+/// known-answer vectors and Wycheproof; an in-process KMS (`FakeKms`). A fixed nonce destroys AES-GCM's
 /// security; nothing outside tests may call these.
 #[cfg(feature = "test-hooks")]
 #[doc(hidden)]
 pub mod __fuzz {
     use crate::cipher::{AesGcmKey, Backend, NONCE_LEN, TAG_LEN};
     use crate::Error;
+
+    pub use crate::kms::fake::{FakeKms, FAKE_KMS_SCHEME};
 
     /// AES-GCM encryption with an explicit nonce on `backend`:
     /// `ciphertext | tag`.

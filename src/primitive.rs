@@ -10,6 +10,8 @@ use zeroize::Zeroizing;
 
 use crate::cipher::{AesGcmKey, AesSivKey, Backend, NONCE_LEN, SIV_KEY_LEN, SIV_LEN, TAG_LEN};
 use crate::error::{Error, KeysetErrorKind};
+use crate::kms::dek::{DekPolicy, EnvelopeKey};
+use crate::kms::KmsClients;
 
 /// Tink's type URL prefix.
 const TYPE_URL_PREFIX: &str = "type.googleapis.com/google.crypto.tink.";
@@ -18,8 +20,12 @@ pub(crate) const AES_GCM_TYPE_URL: &str = "type.googleapis.com/google.crypto.tin
 /// The type URL of Tink's AES-SIV key.
 pub(crate) const AES_SIV_TYPE_URL: &str = "type.googleapis.com/google.crypto.tink.AesSivKey";
 
+/// The type URL of Tink's KMS envelope AEAD key.
+pub(crate) const KMS_ENVELOPE_TYPE_URL: &str =
+    "type.googleapis.com/google.crypto.tink.KmsEnvelopeAeadKey";
+
 /// The key types this crate reads and writes, for error messages.
-const SUPPORTED: &str = "AesGcmKey, AesSivKey";
+const SUPPORTED: &str = "AesGcmKey, AesSivKey, KmsEnvelopeAeadKey";
 
 /// What a key's primitive is for. A keyset holds keys of one family: Tink
 /// builds one primitive from a keyset, and a value encrypted under one
@@ -53,13 +59,17 @@ pub(crate) enum Primitive {
     AesGcm(AesGcmKey),
     /// AES-SIV (Tink's `AesSivKey`): deterministic AEAD for record keys.
     AesSiv(AesSivKey),
+    /// Envelope encryption under a key in a KMS (Tink's
+    /// `KmsEnvelopeAeadKey`): randomized AEAD for values, each under an
+    /// AES-GCM data key that the KMS wraps.
+    KmsEnvelope(EnvelopeKey),
 }
 
 impl Primitive {
     /// A fresh key made from `template`, expanded for `backend`.
     pub(crate) fn generate(template: &KeyTemplate, backend: Backend) -> Result<Self, Error> {
-        match template.kind {
-            TemplateKind::AesGcm { key_len } => {
+        match &template.kind {
+            &TemplateKind::AesGcm { key_len } => {
                 let mut bytes = Zeroizing::new([0u8; 32]);
                 crate::keyset::fill_from_os(&mut bytes[..]);
                 Ok(Primitive::AesGcm(AesGcmKey::new(
@@ -72,13 +82,20 @@ impl Primitive {
                 crate::keyset::fill_from_os(&mut bytes[..]);
                 Ok(Primitive::AesSiv(AesSivKey::new(&bytes[..])?))
             }
+            TemplateKind::KmsEnvelope {
+                kek_uri,
+                dek_len,
+                clients,
+                policy,
+            } => EnvelopeKey::new(kek_uri, *dek_len, clients.as_ref(), *policy, backend)
+                .map(Primitive::KmsEnvelope),
         }
     }
 
     /// What the key is for.
     pub(crate) fn family(&self) -> Family {
         match self {
-            Primitive::AesGcm(_) => Family::Aead,
+            Primitive::AesGcm(_) | Primitive::KmsEnvelope(_) => Family::Aead,
             Primitive::AesSiv(_) => Family::Deterministic,
         }
     }
@@ -94,6 +111,14 @@ impl Primitive {
             Primitive::AesSiv(_) => KeyTemplate {
                 kind: TemplateKind::AesSiv,
             },
+            Primitive::KmsEnvelope(k) => KeyTemplate {
+                kind: TemplateKind::KmsEnvelope {
+                    kek_uri: k.kek_uri().to_owned(),
+                    dek_len: k.dek_len(),
+                    clients: k.clients().cloned(),
+                    policy: k.policy(),
+                },
+            },
         }
     }
 
@@ -102,6 +127,7 @@ impl Primitive {
         match self {
             Primitive::AesGcm(_) => AES_GCM_TYPE_URL,
             Primitive::AesSiv(_) => AES_SIV_TYPE_URL,
+            Primitive::KmsEnvelope(_) => KMS_ENVELOPE_TYPE_URL,
         }
     }
 
@@ -111,6 +137,8 @@ impl Primitive {
             Primitive::AesGcm(k) if k.bytes().len() == 16 => "AES-128-GCM",
             Primitive::AesGcm(_) => "AES-256-GCM",
             Primitive::AesSiv(_) => "AES-256-SIV",
+            Primitive::KmsEnvelope(k) if k.dek_len() == 16 => "KMS envelope, AES-128-GCM DEKs",
+            Primitive::KmsEnvelope(_) => "KMS envelope, AES-256-GCM DEKs",
         }
     }
 
@@ -119,6 +147,19 @@ impl Primitive {
         match self {
             Primitive::AesGcm(_) => PREFIX_LEN + NONCE_LEN + TAG_LEN,
             Primitive::AesSiv(_) => PREFIX_LEN + SIV_LEN,
+            Primitive::KmsEnvelope(_) => crate::envelope::KMS_MIN_LEN,
+        }
+    }
+
+    /// The bytes this key most likely adds to a plaintext (a size hint):
+    /// the shortest ciphertext, plus the current EDEK for an envelope key.
+    #[inline]
+    pub(crate) fn overhead(&self) -> usize {
+        match self {
+            Primitive::KmsEnvelope(k) => {
+                (crate::envelope::KMS_MIN_LEN - 1).saturating_add(k.edek_len_hint().max(1))
+            }
+            other => other.min_ciphertext_len(),
         }
     }
 
@@ -128,16 +169,22 @@ impl Primitive {
             Primitive::AesGcm(k) => k.with_backend(backend).map(Primitive::AesGcm),
             // One implementation: RustCrypto's `aes-siv`.
             Primitive::AesSiv(_) => Ok(self.clone()),
+            Primitive::KmsEnvelope(k) if k.backend() == backend => Ok(self.clone()),
+            Primitive::KmsEnvelope(k) => {
+                Ok(Primitive::KmsEnvelope(k.reconfigured(k.policy(), backend)))
+            }
         }
     }
 
     /// Reads a key from Tink's `KeyData`: its type URL, its serialized proto
-    /// and its key material type.
+    /// and its key material type. An envelope key finds its KMS client in
+    /// `kms`, else in the registry (no KMS call).
     pub(crate) fn from_key_data(
         type_url: &str,
         value: &[u8],
         material_type: Option<&str>,
         backend: Backend,
+        kms: Option<&KmsClients>,
     ) -> Result<Self, (KeysetErrorKind, String)> {
         match type_url {
             AES_GCM_TYPE_URL => {
@@ -164,6 +211,14 @@ impl Primitive {
                     )
                 })
             }
+            KMS_ENVELOPE_TYPE_URL => {
+                check_material(material_type, "REMOTE")?;
+                let (kek_uri, dek_len) =
+                    parse_envelope_proto(value).map_err(|why| (KeysetErrorKind::KeyFormat, why))?;
+                EnvelopeKey::new(&kek_uri, dek_len, kms, DekPolicy::default(), backend)
+                    .map(Primitive::KmsEnvelope)
+                    .map_err(|e| (KeysetErrorKind::KmsClient, e.to_string()))
+            }
             other => Err((
                 KeysetErrorKind::UnsupportedKeyType,
                 format!(
@@ -188,8 +243,112 @@ impl Primitive {
                 Zeroizing::new(key_proto(0x12, k.bytes())),
                 "SYMMETRIC",
             ),
+            // No secret: the KEK URI and the DEK template.
+            Primitive::KmsEnvelope(k) => (
+                KMS_ENVELOPE_TYPE_URL,
+                envelope_proto(k.kek_uri(), k.dek_len()),
+                "REMOTE",
+            ),
         }
     }
+}
+
+/// Tink's `KmsEnvelopeAeadKey` proto, as Tink writes it: `{ version 0,
+/// params { kek_uri, dek_template { AesGcmKey, AesGcmKeyFormat { key_size },
+/// TINK } } }`.
+fn envelope_proto(kek_uri: &str, dek_len: u8) -> Zeroizing<Vec<u8>> {
+    use crate::proto::Writer;
+    let mut format = Writer::new();
+    format.uint(2, u64::from(dek_len));
+    let mut template = Writer::new();
+    template
+        .string(1, AES_GCM_TYPE_URL)
+        .bytes(2, &format.buf)
+        .uint(3, 1);
+    let mut params = Writer::new();
+    params.string(1, kek_uri).bytes(2, &template.buf);
+    let mut key = Writer::new();
+    key.bytes(2, &params.buf);
+    key.buf
+}
+
+/// Reads a `KmsEnvelopeAeadKey` proto: the KEK URI and the DEK size. The
+/// DEK template must be AES-GCM (its output prefix is ignored, as Tink
+/// does: a DEK's ciphertext carries none). Unknown fields are skipped, as
+/// protobuf readers do.
+fn parse_envelope_proto(proto: &[u8]) -> Result<(String, u8), String> {
+    use crate::proto::{fields, Value};
+    let mut params = None;
+    for f in fields(proto) {
+        match f? {
+            (1, Value::Varint(0)) => {}
+            (1, Value::Varint(v)) => {
+                return Err(format!(
+                    "KmsEnvelopeAeadKey version {v} is not supported (only 0)"
+                ))
+            }
+            (2, Value::Bytes(b)) => params = Some(b),
+            (1 | 2, _) => return Err("KmsEnvelopeAeadKey has a field of the wrong type".into()),
+            _ => {}
+        }
+    }
+    let params = params.ok_or("KmsEnvelopeAeadKey has no params")?;
+    let (mut uri, mut template) = (None, None);
+    for f in fields(params) {
+        match f? {
+            (1, Value::Bytes(b)) => uri = Some(b),
+            (2, Value::Bytes(b)) => template = Some(b),
+            (1 | 2, _) => {
+                return Err("KmsEnvelopeAeadKey params have a field of the wrong type".into())
+            }
+            _ => {}
+        }
+    }
+    let uri = std::str::from_utf8(uri.ok_or("KmsEnvelopeAeadKey has no kek_uri")?)
+        .map_err(|_| "KmsEnvelopeAeadKey kek_uri is not UTF-8".to_owned())?;
+    if uri.is_empty() {
+        return Err("KmsEnvelopeAeadKey has an empty kek_uri".into());
+    }
+    let template = template.ok_or("KmsEnvelopeAeadKey has no dek_template")?;
+    let (mut type_url, mut format) = (None, &[][..]);
+    for f in fields(template) {
+        match f? {
+            (1, Value::Bytes(b)) => type_url = Some(b),
+            (2, Value::Bytes(b)) => format = b,
+            _ => {}
+        }
+    }
+    if type_url != Some(AES_GCM_TYPE_URL.as_bytes()) {
+        return Err(format!(
+            "DEK template type {:?} is not supported (only AesGcmKey)",
+            printable(&String::from_utf8_lossy(type_url.unwrap_or_default()))
+        ));
+    }
+    let mut size = 0;
+    for f in fields(format) {
+        match f? {
+            (2, Value::Varint(v)) => size = v,
+            (3, Value::Varint(0)) | (1, _) => {}
+            (3, Value::Varint(v)) => {
+                return Err(format!("AesGcmKeyFormat version {v} is not supported"))
+            }
+            _ => {}
+        }
+    }
+    match size {
+        16 | 32 => Ok((uri.to_owned(), size as u8)),
+        other => Err(format!("DEK key size {other} is not 16 or 32")),
+    }
+}
+
+/// The `AesGcmKey` proto of a DEK, `1a len key` (what a KMS wraps).
+pub(crate) fn aes_gcm_key_proto(key: &[u8]) -> Zeroizing<Vec<u8>> {
+    Zeroizing::new(key_proto(0x1a, key))
+}
+
+/// The key of an `AesGcmKey` proto (version 0, explicit or not).
+pub(crate) fn parse_aes_gcm_key_proto(proto: &[u8]) -> Result<&[u8], String> {
+    parse_key_proto(proto, "AesGcmKey", 0x1a)
 }
 
 fn check_material(
@@ -209,7 +368,12 @@ fn check_material(
 /// A value from the input, cut short and stripped of control characters, for
 /// an error message (only used for fields that hold no secrets).
 pub(crate) fn printable(s: &str) -> String {
-    s.chars().filter(|c| !c.is_control()).take(64).collect()
+    printable_long(s, 64)
+}
+
+/// [`printable`] with a longer limit (key URIs).
+pub(crate) fn printable_long(s: &str, max: usize) -> String {
+    s.chars().filter(|c| !c.is_control()).take(max).collect()
 }
 
 /// How to make a key: its type and parameters, as Tink's key templates.
@@ -229,8 +393,16 @@ pub struct KeyTemplate {
 
 #[derive(Clone, Debug, PartialEq, Eq)]
 enum TemplateKind {
-    AesGcm { key_len: u8 },
+    AesGcm {
+        key_len: u8,
+    },
     AesSiv,
+    KmsEnvelope {
+        kek_uri: String,
+        dek_len: u8,
+        clients: Option<KmsClients>,
+        policy: DekPolicy,
+    },
 }
 
 impl KeyTemplate {
@@ -261,18 +433,66 @@ impl KeyTemplate {
         }
     }
 
+    /// Envelope encryption under the KMS key `kek_uri` (Tink's
+    /// `KmsEnvelopeAeadKey` with an AES-256-GCM DEK template), output prefix
+    /// TINK. The keyset holds no secret, only the URI; values are encrypted
+    /// under data keys (DEKs) that the KMS wraps, each used up to the limits
+    /// of a [`DekPolicy`] (default: [`DekPolicy::default`]).
+    ///
+    /// The URI's [`KmsClient`](crate::KmsClient) is looked up when a key is
+    /// made from the template: in the clients given with
+    /// [`with_kms_clients`](KeyTemplate::with_kms_clients), else in the
+    /// process-wide registry ([`register_kms_client`](crate::register_kms_client))
+    /// and the built-in clients (features `aws-kms`, `vault`).
+    ///
+    /// # Security
+    /// Whoever may use the KMS key decrypts every value; destroying it
+    /// destroys every value (crypto-shredding). See SECURITY.md.
+    pub fn kms_envelope(kek_uri: impl Into<String>) -> Self {
+        KeyTemplate {
+            kind: TemplateKind::KmsEnvelope {
+                kek_uri: kek_uri.into(),
+                dek_len: 32,
+                clients: None,
+                policy: DekPolicy::default(),
+            },
+        }
+    }
+
+    /// The same template, finding the KMS client in `clients` rather than
+    /// the registry (envelope templates only; others are returned as they
+    /// are).
+    #[must_use]
+    pub fn with_kms_clients(mut self, clients: KmsClients) -> Self {
+        if let TemplateKind::KmsEnvelope { clients: c, .. } = &mut self.kind {
+            *c = Some(clients);
+        }
+        self
+    }
+
+    /// The same template with other DEK limits (envelope templates only;
+    /// others are returned as they are).
+    #[must_use]
+    pub fn with_dek_policy(mut self, policy: DekPolicy) -> Self {
+        if let TemplateKind::KmsEnvelope { policy: p, .. } = &mut self.kind {
+            *p = policy;
+        }
+        self
+    }
+
     /// Tink's type URL of the keys this template makes.
     pub fn type_url(&self) -> &'static str {
         match self.kind {
             TemplateKind::AesGcm { .. } => AES_GCM_TYPE_URL,
             TemplateKind::AesSiv => AES_SIV_TYPE_URL,
+            TemplateKind::KmsEnvelope { .. } => KMS_ENVELOPE_TYPE_URL,
         }
     }
 
     /// What keys of this template are for.
     pub(crate) fn family(&self) -> Family {
         match self.kind {
-            TemplateKind::AesGcm { .. } => Family::Aead,
+            TemplateKind::AesGcm { .. } | TemplateKind::KmsEnvelope { .. } => Family::Aead,
             TemplateKind::AesSiv => Family::Deterministic,
         }
     }
