@@ -1,4 +1,5 @@
 pub mod broker;
+#[cfg(feature = "kafka")]
 pub mod kafka;
 pub mod naive;
 pub mod tink;
