@@ -114,3 +114,24 @@ fn many_rotations_give_unique_ids_and_all_values_stay_readable() {
         assert_eq!(dec(&keyset, ct).unwrap(), Some(i.to_string().into_bytes()));
     }
 }
+
+/// A store's associated-data policy survives a keyset change: a store built
+/// with `AadPolicy::Topic` keeps it after `set_keyset`, so old values still
+/// decrypt and new ones are still bound to the topic only.
+#[test]
+fn set_keyset_keeps_the_stores_aad_policy() {
+    use tombstone_crypt::{AadPolicy, EncryptedStore, KeyValueStore, MemoryStore};
+    let mut keyset = Keyset::generate();
+    let mut store =
+        EncryptedStore::new(MemoryStore::new(), "s", keyset.clone()).with_aad(AadPolicy::Topic);
+    store.put(b"a", Some(b"old")).unwrap();
+    keyset.rotate();
+    store.set_keyset(keyset.clone());
+    store.put(b"b", Some(b"new")).unwrap();
+    assert_eq!(store.get(b"a").unwrap(), Some(b"old".to_vec()));
+    assert_eq!(store.delete(b"a").unwrap(), Some(b"old".to_vec()));
+    // Under Topic, a value moved to another key of the store still decrypts.
+    let moved = store.inner().get(b"b").unwrap();
+    store.inner_mut().put(b"c", moved.as_deref()).unwrap();
+    assert_eq!(store.get(b"c").unwrap(), Some(b"new".to_vec()));
+}
