@@ -24,7 +24,7 @@ use zeroize::Zeroizing;
 
 use crate::error::Error;
 use crate::kms::http;
-use crate::kms::{printable_uri, with_retries, Failed, KmsAead, KmsClient, KmsTimeouts};
+use crate::kms::{printable_uri, with_retries, KmsAead, KmsClient, KmsTimeouts};
 
 /// The URI scheme of AWS KMS keys.
 pub(crate) const SCHEME: &str = "aws-kms://";
@@ -274,21 +274,7 @@ impl AwsAead {
                 .map(|(k, v)| (*k, v.as_str()))
                 .collect();
             send.push(("authorization", auth.as_str()));
-            let (status, text) = http::post(&self.agent, &self.url, &send, body, &what)?;
-            let text = Zeroizing::new(text);
-            if status != 200 {
-                return Err(Failed {
-                    retry: http::retryable(status),
-                    error: Error::kms_msg(format!(
-                        "{what}: HTTP {status}: {}",
-                        http::excerpt(&text)
-                    )),
-                });
-            }
-            serde_json::from_str::<Answer>(&text).map_err(|e| Failed {
-                retry: false,
-                error: Error::kms(format!("{what}: unexpected answer"), e),
-            })
+            http::post_json::<Answer>(&self.agent, &self.url, &send, body, &what)
         })
     }
 

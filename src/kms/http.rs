@@ -29,10 +29,33 @@ pub(crate) fn agent(t: &KmsTimeouts) -> AssertUnwindSafe<ureq::Agent> {
     )
 }
 
+/// POSTs `body` to `url` with `headers` and reads the JSON answer of an
+/// HTTP 200 as `A`. Transport failures, HTTP 429 and 5xx are retryable;
+/// another status or an answer of the wrong shape is not. The answer's text
+/// (which may hold a data key) is zeroized once read.
+pub(crate) fn post_json<A: serde::de::DeserializeOwned>(
+    agent: &ureq::Agent,
+    url: &str,
+    headers: &[(&str, &str)],
+    body: &[u8],
+    what: &str,
+) -> Result<A, Failed> {
+    let (status, text) = post(agent, url, headers, body, what)?;
+    let text = zeroize::Zeroizing::new(text);
+    if status != 200 {
+        return Err(Failed {
+            retry: retryable(status),
+            error: Error::kms_msg(format!("{what}: HTTP {status}: {}", excerpt(&text))),
+        });
+    }
+    serde_json::from_str::<A>(&text).map_err(|e| Failed {
+        retry: false,
+        error: Error::kms(format!("{what}: unexpected answer"), e),
+    })
+}
+
 /// POSTs `body` to `url` with `headers`: the status and the body text.
-/// Transport failures are retryable, as are HTTP 429 and 5xx (decided by
-/// the caller from the status).
-pub(crate) fn post(
+fn post(
     agent: &ureq::Agent,
     url: &str,
     headers: &[(&str, &str)],
@@ -62,13 +85,13 @@ pub(crate) fn post(
 }
 
 /// Whether an HTTP status is worth retrying.
-pub(crate) fn retryable(status: u16) -> bool {
+fn retryable(status: u16) -> bool {
     status == 429 || status >= 500
 }
 
 /// A short, printable excerpt of a KMS error body (it never holds key
 /// material: those are only in successful answers).
-pub(crate) fn excerpt(body: &str) -> String {
+fn excerpt(body: &str) -> String {
     crate::primitive::printable_long(body, 300)
 }
 

@@ -12,7 +12,7 @@ use zeroize::Zeroizing;
 
 use crate::error::Error;
 use crate::kms::http;
-use crate::kms::{printable_uri, with_retries, Failed, KmsAead, KmsClient, KmsTimeouts};
+use crate::kms::{printable_uri, with_retries, KmsAead, KmsClient, KmsTimeouts};
 
 /// The URI scheme of Vault keys.
 pub(crate) const SCHEME: &str = "hcvault://";
@@ -177,7 +177,7 @@ impl VaultAead {
     fn call(&self, url: &str, body: &Zeroizing<Vec<u8>>, what: &str) -> Result<Answer, Error> {
         let what = format!("{what} with {}", printable_uri(&self.uri));
         with_retries(&self.timeouts, || {
-            let (status, text) = http::post(
+            http::post_json::<Answer>(
                 &self.agent,
                 url,
                 &[
@@ -186,21 +186,7 @@ impl VaultAead {
                 ],
                 body,
                 &what,
-            )?;
-            let text = Zeroizing::new(text);
-            if status != 200 {
-                return Err(Failed {
-                    retry: http::retryable(status),
-                    error: Error::kms_msg(format!(
-                        "{what}: HTTP {status}: {}",
-                        http::excerpt(&text)
-                    )),
-                });
-            }
-            serde_json::from_str::<Answer>(&text).map_err(|e| Failed {
-                retry: false,
-                error: Error::kms(format!("{what}: unexpected answer"), e),
-            })
+            )
         })
     }
 }
