@@ -168,26 +168,42 @@ fn bincode_decode_error(e: &bincode::error::DecodeError) -> Error {
     Error::codec("bincode", format!("cannot decode: {kind}"))
 }
 
-impl<T: Serialize> Serializer<T> for Bincode<T> {
-    /// Encodes `value`; a value whose encoding is longer than
-    /// [`BINCODE_DECODE_LIMIT`] is refused, because it could be stored but
-    /// never read back.
+impl<T: Serialize + DeserializeOwned> Serializer<T> for Bincode<T> {
+    /// Encodes `value`, refusing one that could be stored but never read
+    /// back under [`BINCODE_DECODE_LIMIT`].
+    ///
+    /// bincode's decode limit counts the memory a decode *claims*, not the
+    /// input bytes: every length prefix and every `u64` claims 8 bytes and
+    /// every `u128` 16, even when its varint is one byte. A claim is at most
+    /// 16 times the bytes it was read from, so an encoding of at most
+    /// `BINCODE_DECODE_LIMIT / 16` bytes always reads back; a longer one is
+    /// decoded once, here, with the same limit, and refused if that fails.
+    /// (That is why the codec's `Serializer` needs `T: DeserializeOwned`.)
     fn serialize_into(&self, _: &Context<'_>, value: &T, out: &mut Vec<u8>) -> Result<(), Error> {
         let start = out.len();
         let written = bincode::serde::encode_into_std_write(value, out, bincode_config())
             .map_err(|e| bincode_encode_error(&e))?;
-        if written > BINCODE_DECODE_LIMIT {
-            out.truncate(start);
-            return Err(Error::codec(
-                "bincode",
-                format!(
-                    "cannot encode: {written} bytes, over the decode limit of {BINCODE_DECODE_LIMIT} (it could never be read back)"
-                ),
-            ));
+        if written > BINCODE_DECODE_LIMIT / MAX_CLAIM_PER_BYTE {
+            if let Err(e) =
+                bincode::serde::decode_from_slice::<T, _>(&out[start..], bincode_config())
+            {
+                out.truncate(start);
+                let why = bincode_decode_error(&e);
+                return Err(Error::codec(
+                    "bincode",
+                    format!(
+                        "cannot encode: {written} bytes that would not read back under the decode limit of {BINCODE_DECODE_LIMIT} bytes ({why})"
+                    ),
+                ));
+            }
         }
         Ok(())
     }
 }
+
+/// The most bytes bincode's decoder claims per input byte (a `u128` whose
+/// varint is one byte claims 16).
+const MAX_CLAIM_PER_BYTE: usize = 16;
 
 impl<T: DeserializeOwned> Deserializer<T> for Bincode<T> {
     fn deserialize_owned(&self, ctx: &Context<'_>, data: Vec<u8>) -> Result<T, Error> {

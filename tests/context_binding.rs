@@ -121,3 +121,24 @@ fn the_aad_encoding_is_unambiguous() {
         .unwrap()
         .is_empty());
 }
+
+/// Both getters report the policy `with_aad` set (public API that nothing
+/// inside the crate reads, so only a direct assertion sees it).
+#[test]
+fn the_aad_policy_getters_report_what_with_aad_set() {
+    let ks = Keyset::generate();
+    for policy in [AadPolicy::None, AadPolicy::Topic, AadPolicy::TopicAndKey] {
+        assert_eq!(
+            EncryptingSerializer::new(Bytes, ks.clone())
+                .with_aad(policy)
+                .aad_policy(),
+            policy
+        );
+        assert_eq!(
+            DecryptingDeserializer::new(Bytes, ks.clone())
+                .with_aad(policy)
+                .aad_policy(),
+            policy
+        );
+    }
+}

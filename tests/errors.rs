@@ -5,8 +5,8 @@
 use std::error::Error as _;
 
 use tombstone_crypt::{
-    ChangeLoggingStore, Changelog, EncryptedStore, Error, KeyId, KeyValueStore, Keyset,
-    KeysetErrorKind, MemoryStore, Record,
+    Bincode, ChangeLoggingStore, Changelog, Context, Deserializer, EncryptedStore, Error, Json,
+    KeyId, KeyValueStore, Keyset, KeysetErrorKind, MemoryStore, Record, Serializer,
 };
 
 #[cfg(feature = "redb")]
@@ -88,4 +88,106 @@ fn keyset_errors_have_a_kind() {
     let err = Keyset::from_tink_json("[").unwrap_err();
     assert_eq!(err.keyset_kind(), Some(KeysetErrorKind::Json));
     assert_eq!(Error::Decryption.keyset_kind(), None);
+}
+
+/// The codecs' `Debug` names the codec and its type (tests/debug_redaction.rs
+/// only checks that no key bytes appear).
+#[test]
+fn codec_debug_names_the_codec_and_its_type() {
+    assert_eq!(format!("{:?}", Bincode::<u32>::new()), "Bincode<u32>");
+    assert_eq!(format!("{:?}", Json::<u32>::new()), "Json<u32>");
+}
+
+fn codec_detail(e: Error) -> String {
+    match e {
+        Error::Codec { codec, .. } => {
+            assert_eq!(codec, "bincode");
+            e.to_string()
+        }
+        other => panic!("expected a bincode codec error, got {other:?}"),
+    }
+}
+
+/// A bincode error names its kind, for every kind a serde-driven decode can
+/// produce, and for a `Serialize` impl that fails; never the bytes.
+#[test]
+fn bincode_errors_name_their_kind() {
+    let c = Context::new("errors").with_key(b"k");
+    let cases: Vec<(Error, &str)> = vec![
+        (
+            Bincode::<u32>::new()
+                .deserialize(&c, Some(&[]))
+                .unwrap_err(),
+            "unexpected end of input",
+        ),
+        (
+            // bincode's limit counts *claimed* bytes: a u64 claims 8 even
+            // when its varint is 1 byte. 2.1M zero u64s are 2.1 MB of input
+            // but claim 16.8 MB > 16 MiB. (A hostile length prefix does not
+            // reach the limit: serde's cautious size hint stops it, and it
+            // ends as "unexpected end of input".)
+            {
+                let n: u32 = 2_100_000;
+                let mut buf = vec![0xfc];
+                buf.extend_from_slice(&n.to_le_bytes());
+                buf.resize(buf.len() + n as usize, 0);
+                Bincode::<Vec<u64>>::new()
+                    .deserialize(&c, Some(&buf))
+                    .unwrap_err()
+            },
+            "decode limit exceeded",
+        ),
+        (
+            // 252 announces a u32 where a u16 is expected.
+            Bincode::<u16>::new()
+                .deserialize(&c, Some(&[252, 0, 0, 0, 0]))
+                .unwrap_err(),
+            "invalid integer type",
+        ),
+        (
+            Bincode::<Option<u8>>::new()
+                .deserialize(&c, Some(&[2]))
+                .unwrap_err(),
+            "unexpected enum variant",
+        ),
+        (
+            Bincode::<String>::new()
+                .deserialize(&c, Some(&[1, 0xff]))
+                .unwrap_err(),
+            "invalid UTF-8 in a string",
+        ),
+        (
+            Bincode::<char>::new()
+                .deserialize(&c, Some(&[0xff]))
+                .unwrap_err(),
+            "invalid char",
+        ),
+        (
+            Bincode::<bool>::new()
+                .deserialize(&c, Some(&[2]))
+                .unwrap_err(),
+            "invalid bool",
+        ),
+        (
+            // serde's NonZero impl reports a zero through Error::custom.
+            Bincode::<std::num::NonZeroU8>::new()
+                .deserialize(&c, Some(&[0]))
+                .unwrap_err(),
+            "the type's Deserialize impl failed",
+        ),
+    ];
+    for (err, want) in cases {
+        let text = codec_detail(err);
+        assert!(text.contains(want), "{text:?} should say {want:?}");
+    }
+
+    // Encoding: a Serialize impl that fails (a RefCell already mutably
+    // borrowed reports through serde's Error::custom).
+    let cell = std::cell::RefCell::new(1u32);
+    let _guard = cell.borrow_mut();
+    let err = Bincode::<std::cell::RefCell<u32>>::new()
+        .serialize(&c, Some(&cell))
+        .unwrap_err();
+    let text = codec_detail(err);
+    assert!(text.contains("the value's Serialize impl failed"), "{text}");
 }
