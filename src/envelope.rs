@@ -19,6 +19,7 @@ use crate::error::Error;
 use crate::keyset::{Entry, KeyId, Keyset};
 use crate::kms::dek::{EnvelopeKey, MAX_EDEK_LEN};
 use crate::primitive::{Primitive, PREFIX_LEN};
+use crate::serde::BlockingWork;
 
 /// The version byte of Tink's output prefix TINK.
 pub(crate) const VERSION: u8 = 0x01;
@@ -349,6 +350,40 @@ pub(crate) fn open(keyset: &Keyset, aad: &[u8], data: &[u8]) -> Result<Vec<u8>, 
             operation: "decrypt with a randomized AEAD (it is deterministic)",
         }),
     }
+}
+
+/// The KMS call that sealing the next value under `keyset`'s primary key
+/// would make (a new DEK is due), as work for a blocking thread; `None`
+/// when sealing makes no KMS call.
+pub(crate) fn blocking_work_to_seal(keyset: &Keyset) -> Option<BlockingWork> {
+    match &keyset.primary_entry().primitive {
+        Primitive::KmsEnvelope(key) if key.writer_needs_kms() => {
+            let key = key.clone();
+            Some(BlockingWork::new(move || key.prepare_writer()))
+        }
+        _ => None,
+    }
+}
+
+/// The KMS call that opening `data` would make (its DEK is not cached), as
+/// work for a blocking thread; `None` when opening makes no KMS call, or
+/// `data` is malformed (opening it reports why, without calling the KMS).
+pub(crate) fn blocking_work_to_open(keyset: &Keyset, data: &[u8]) -> Option<BlockingWork> {
+    let (_, entry, rest) = parse_prefix(keyset, data).ok()?;
+    let Primitive::KmsEnvelope(key) = &entry.primitive else {
+        return None;
+    };
+    let (n, rest) = rest.split_first_chunk::<4>()?;
+    let edek_len = usize::try_from(u32::from_be_bytes(*n))
+        .ok()
+        .filter(|&n| (1..=MAX_EDEK_LEN).contains(&n) && n <= rest.len())?;
+    let edek = &rest[..edek_len];
+    if key.reader_has(edek) {
+        return None;
+    }
+    let key = key.clone();
+    let edek = edek.to_vec();
+    Some(BlockingWork::new(move || key.reader_dek(&edek).map(drop)))
 }
 
 /// Appends the deterministic ciphertext of a present plaintext under the

@@ -19,13 +19,21 @@ use rdkafka::TopicPartitionList;
 
 use crate::error::Error;
 use crate::kafka::{decode_message, encode_record};
-use crate::serde::{Deserializer, Serializer};
+use crate::serde::{BlockingWork, Deserializer, Serializer};
 
 fn kafka_err<E: std::error::Error + Send + Sync + 'static>(what: &str, e: E) -> Error {
     Error::Kafka {
         detail: what.to_owned(),
         cause: Some(std::sync::Arc::new(e)),
     }
+}
+
+/// Runs `work` on tokio's blocking pool (a KMS call must not hold up the
+/// worker, nor, on a current-thread runtime, everything else).
+async fn off_the_worker(work: BlockingWork) -> Result<(), Error> {
+    tokio::task::spawn_blocking(move || work.run())
+        .await
+        .map_err(|e| Error::kms("the blocking task of a KMS call ended", e))?
 }
 
 /// Where a produced record landed.
@@ -135,6 +143,12 @@ where
         partition: Option<i32>,
         headers: &[(&str, Option<&[u8]>)],
     ) -> Result<Delivered, Error> {
+        // A KMS call for a new data key runs on tokio's blocking pool, never
+        // on this task's worker; the encryption below then finds the key.
+        let value_work = value.and_then(|_| self.value_ser.blocking_work());
+        if let Some(work) = BlockingWork::both(self.key_ser.blocking_work(), value_work) {
+            off_the_worker(work).await?;
+        }
         let record = encode_record(topic, &self.key_ser, &self.value_ser, key, value)?;
         let mut future = FutureRecord::to(topic).key(&record.key[..]);
         if let Some(p) = &record.payload {
@@ -262,16 +276,39 @@ where
             .recv()
             .await
             .map_err(|e| kafka_err("consume", e))?;
+        self.prepare(&m).await?;
         self.decode(&m)
     }
 
     /// The records as a `Stream`, each as [`recv`](TypedConsumer::recv)
     /// gives it.
     pub fn stream(&self) -> impl Stream<Item = Result<ConsumedRecord<K, V>, Error>> + '_ {
-        self.consumer.stream().map(move |m| match m {
-            Ok(m) => self.decode(&m),
-            Err(e) => Err(kafka_err("consume", e)),
+        self.consumer.stream().then(move |m| async move {
+            match m {
+                Ok(m) => {
+                    self.prepare(&m).await?;
+                    self.decode(&m)
+                }
+                Err(e) => Err(kafka_err("consume", e)),
+            }
         })
+    }
+
+    /// Runs the KMS call a record's key or value would need (a data key
+    /// not in the cache) on tokio's blocking pool, so decoding does not
+    /// block the worker.
+    async fn prepare(&self, m: &BorrowedMessage<'_>) -> Result<(), Error> {
+        let key_work = m.key().and_then(|k| self.key_de.blocking_work(k));
+        let value_work = m.payload().and_then(|v| self.value_de.blocking_work(v));
+        match BlockingWork::both(key_work, value_work) {
+            None => Ok(()),
+            Some(work) => off_the_worker(work).await.map_err(|cause| Error::Record {
+                topic: m.topic().to_owned(),
+                partition: m.partition(),
+                offset: m.offset(),
+                cause: Box::new(cause),
+            }),
+        }
     }
 
     fn decode(&self, m: &BorrowedMessage<'_>) -> Result<ConsumedRecord<K, V>, Error> {

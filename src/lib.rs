@@ -47,8 +47,8 @@ pub use crate::kms::vault::VaultClient;
 pub use crate::kms::{register_kms_client, KmsAead, KmsClient, KmsClients, KmsTimeouts};
 pub use crate::primitive::KeyTemplate;
 pub use crate::serde::{
-    DecryptingDeserializer, Deserializer, DeterministicDeserializer, DeterministicSerializer,
-    EncryptingSerializer, Serializer, Unencrypted,
+    BlockingWork, DecryptingDeserializer, Deserializer, DeterministicDeserializer,
+    DeterministicSerializer, EncryptingSerializer, Serializer, Unencrypted,
 };
 #[cfg(feature = "redb")]
 #[cfg_attr(docsrs, doc(cfg(feature = "redb")))]

@@ -11,6 +11,49 @@ use crate::envelope::{self, AadBuf, MAX_PREALLOC};
 use crate::error::Error;
 use crate::keyset::Keyset;
 
+/// Blocking work that a (de)serialization would otherwise do inline: a
+/// KMS call for a new data key, or to unwrap one that is not cached.
+///
+/// Async callers ask for it first ([`Serializer::blocking_work`],
+/// [`Deserializer::blocking_work`]), run it where blocking is allowed
+/// (tokio's `spawn_blocking`), then (de)serialize without blocking. The
+/// typed Kafka clients do this; a synchronous caller can ignore it, since
+/// (de)serializing does the same work inline.
+pub struct BlockingWork(Box<dyn FnOnce() -> Result<(), Error> + Send + 'static>);
+
+impl BlockingWork {
+    /// Work that runs `f`.
+    pub fn new(f: impl FnOnce() -> Result<(), Error> + Send + 'static) -> Self {
+        BlockingWork(Box::new(f))
+    }
+
+    /// Runs the work (blocking the calling thread).
+    ///
+    /// # Errors
+    /// What the work reports (an [`Error::Kms`] for a KMS call that failed);
+    /// the (de)serialization it prepared would fail the same way.
+    pub fn run(self) -> Result<(), Error> {
+        (self.0)()
+    }
+
+    /// Both `a` and `b`, in that order (either may be `None`).
+    pub fn both(a: Option<BlockingWork>, b: Option<BlockingWork>) -> Option<BlockingWork> {
+        match (a, b) {
+            (Some(a), Some(b)) => Some(BlockingWork::new(move || {
+                a.run()?;
+                b.run()
+            })),
+            (a, b) => a.or(b),
+        }
+    }
+}
+
+impl core::fmt::Debug for BlockingWork {
+    fn fmt(&self, f: &mut core::fmt::Formatter<'_>) -> core::fmt::Result {
+        f.write_str("BlockingWork")
+    }
+}
+
 /// Turns a value of type `T` into bytes; `None` is a tombstone.
 ///
 /// Implement [`serialize_into`](Serializer::serialize_into), which only ever
@@ -71,6 +114,13 @@ pub trait Serializer<T: ?Sized> {
         let _ = value;
         None
     }
+
+    /// The blocking work (a KMS call) that serializing the next present
+    /// value would do inline, to run first off an async executor; `None`
+    /// (the default) when there is none. See [`BlockingWork`].
+    fn blocking_work(&self) -> Option<BlockingWork> {
+        None
+    }
 }
 
 /// Turns bytes back into a value of type `T`; `None` is a tombstone.
@@ -111,6 +161,14 @@ pub trait Deserializer<T> {
             None => Ok(None),
             Some(data) => deserialize_present(self, ctx, data).map(Some),
         }
+    }
+
+    /// The blocking work (a KMS call) that deserializing `data` would do
+    /// inline, to run first off an async executor; `None` (the default)
+    /// when there is none. See [`BlockingWork`].
+    fn blocking_work(&self, data: &[u8]) -> Option<BlockingWork> {
+        let _ = data;
+        None
     }
 }
 
@@ -219,6 +277,15 @@ impl<T: ?Sized, S: Serializer<T>> Serializer<T> for EncryptingSerializer<S> {
             self.keyset
                 .primary_overhead()
                 .saturating_add(self.inner.size_hint(value).unwrap_or(0)),
+        )
+    }
+
+    /// A new data key's KMS call, when the primary is a KMS envelope key
+    /// and a new DEK is due (see [`DekPolicy`](crate::DekPolicy)).
+    fn blocking_work(&self) -> Option<BlockingWork> {
+        BlockingWork::both(
+            self.inner.blocking_work(),
+            envelope::blocking_work_to_seal(&self.keyset),
         )
     }
 }
@@ -343,6 +410,13 @@ impl<T, D: Deserializer<T>> Deserializer<T> for DecryptingDeserializer<D> {
         let plaintext = envelope::open(&self.keyset, aad, data)?;
         self.inner.deserialize_owned(ctx, plaintext)
     }
+
+    /// Unwrapping the data key of a KMS envelope ciphertext that is not in
+    /// the cache. (The inner codec's work is not asked for: it would need
+    /// the plaintext.)
+    fn blocking_work(&self, data: &[u8]) -> Option<BlockingWork> {
+        envelope::blocking_work_to_open(&self.keyset, data)
+    }
 }
 
 /// Wraps any [`Serializer`] and encrypts what it produces
@@ -444,6 +518,10 @@ impl<T: ?Sized, S: Serializer<T>> Serializer<T> for DeterministicSerializer<S> {
                 .primary_overhead()
                 .saturating_add(self.inner.size_hint(value).unwrap_or(0)),
         )
+    }
+
+    fn blocking_work(&self) -> Option<BlockingWork> {
+        self.inner.blocking_work()
     }
 }
 

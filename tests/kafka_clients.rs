@@ -2,7 +2,8 @@
 //! written by `TypedProducer` and read by Python's confluent-kafka with
 //! Google Tink and by `TypedConsumer`; headers on tombstones; a wrong
 //! keyset is an error naming each record; plaintext migration from a topic a
-//! Python producer wrote; a consumer group of two splitting the partitions.
+//! Python producer wrote; a consumer group of two splitting the partitions;
+//! KMS calls kept off the runtime's worker.
 #![cfg(feature = "kafka")]
 
 mod common;
@@ -392,5 +393,124 @@ async fn a_consumer_group_of_two_splits_the_partitions_and_sees_each_record_once
     assert!(
         by_member[0].is_disjoint(&by_member[1]),
         "a partition read by both: {by_member:?}"
+    );
+}
+
+/// The longest pause a ticking task saw while `work` ran, on the current
+/// (single-threaded) runtime: how long something held up the only worker.
+async fn longest_stall<F: std::future::Future>(work: F) -> (F::Output, Duration) {
+    use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+    use std::sync::Arc;
+    let stop = Arc::new(AtomicBool::new(false));
+    let longest = Arc::new(AtomicU64::new(0));
+    let ticker = tokio::spawn({
+        let (stop, longest) = (Arc::clone(&stop), Arc::clone(&longest));
+        async move {
+            while !stop.load(Ordering::SeqCst) {
+                let t = std::time::Instant::now();
+                tokio::time::sleep(Duration::from_millis(5)).await;
+                let gap = u64::try_from(t.elapsed().as_millis()).unwrap_or(u64::MAX);
+                longest.fetch_max(gap, Ordering::SeqCst);
+            }
+        }
+    });
+    // Let the ticker start before the work does.
+    tokio::time::sleep(Duration::from_millis(20)).await;
+    let out = work.await;
+    stop.store(true, Ordering::SeqCst);
+    ticker.await.unwrap();
+    (out, Duration::from_millis(longest.load(Ordering::SeqCst)))
+}
+
+/// Nothing blocks a tokio worker: with a KMS that takes 400 ms per call, a
+/// producer whose envelope key needs new data keys, and a consumer whose
+/// cache lacks them, leave a current-thread runtime free to run other tasks
+/// (the calls go to the blocking pool). The control: the same KMS call made
+/// inline, as a synchronous serializer does, stalls the runtime for the
+/// whole call, so the ticker would see a blocked worker.
+#[tokio::test(flavor = "current_thread")]
+async fn kms_calls_run_off_the_runtime_worker() {
+    use tombstone_crypt::__fuzz::FakeKms;
+    use tombstone_crypt::{Context, DekPolicy, KeyTemplate, KmsClients, Serializer as _};
+    let Some(bootstrap) = bootstrap() else { return };
+    let topic = fresh_topic("kms-async");
+    create_topic(&bootstrap, &topic, 1);
+    let kms = FakeKms::new();
+    let clients = KmsClients::new().with(kms.clone());
+    let keyset = Keyset::generate_with(
+        KeyTemplate::kms_envelope("fake-kms://async")
+            .with_kms_clients(clients.clone())
+            .with_dek_policy(DekPolicy::default().with_max_values(4)),
+    )
+    .unwrap();
+    let producer: Producer = TypedProducer::new(
+        &client_config(&bootstrap),
+        Utf8,
+        EncryptingSerializer::new(Bytes, keyset.clone()),
+    )
+    .unwrap();
+    // Warm the producer's connection first: its first send waits for
+    // metadata, which is not what is measured.
+    producer.send(&topic, "warm", None).await.unwrap();
+    kms.set_delay(Duration::from_millis(400));
+
+    // 10 values, 4 per data key: 3 new keys, 3 KMS calls of 400 ms.
+    let (sent, stall) = longest_stall(async {
+        for i in 0..10 {
+            producer
+                .send(&topic, &format!("k{i}"), Some(b"v"))
+                .await
+                .unwrap();
+        }
+        producer.send(&topic, "k0", None).await.unwrap()
+    })
+    .await;
+    assert_eq!(kms.encrypt_calls(), 3);
+    assert!(
+        stall < Duration::from_millis(200),
+        "the producer held the runtime for {stall:?}"
+    );
+
+    // A reader with an empty cache: 3 data keys to unwrap.
+    let reader = keyset.clone().with_dek_policy(DekPolicy::default());
+    let c: ConsumerOf = {
+        let mut config = client_config(&bootstrap);
+        config.set("group.id", format!("async-{topic}"));
+        TypedConsumer::new(&config, Utf8, DecryptingDeserializer::new(Bytes, reader)).unwrap()
+    };
+    assign_all(&c, &topic, 1);
+    let (read, stall) = longest_stall(async {
+        let mut values = 0;
+        loop {
+            let r = tokio::time::timeout(Duration::from_secs(30), c.recv())
+                .await
+                .unwrap()
+                .unwrap();
+            values += usize::from(r.value.is_some());
+            if r.offset == sent.offset {
+                return values;
+            }
+        }
+    })
+    .await;
+    assert_eq!((read, kms.decrypt_calls()), (10, 3));
+    assert!(
+        stall < Duration::from_millis(200),
+        "the consumer held the runtime for {stall:?}"
+    );
+
+    // The control: a new data key made inline blocks the runtime.
+    let ser = EncryptingSerializer::new(
+        Bytes,
+        keyset.with_dek_policy(DekPolicy::default().with_max_values(4)),
+    );
+    let ((), stall) = longest_stall(async {
+        ser.serialize(&Context::new(&topic), Some(&b"v"[..]))
+            .unwrap();
+    })
+    .await;
+    assert!(
+        stall >= Duration::from_millis(350),
+        "an inline KMS call should stall the runtime, saw {stall:?}"
     );
 }

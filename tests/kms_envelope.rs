@@ -446,3 +446,47 @@ fn stores_use_envelope_keysets_unchanged_and_deletes_never_call_the_kms() {
     let restored = EncryptedStore::new(fresh, "events", reader);
     assert_eq!(restored.all().unwrap(), [(b"e2".to_vec(), vec![])]);
 }
+
+/// `blocking_work` names exactly the KMS calls a (de)serialization would
+/// make inline: the writer's when a new DEK is due, the reader's when the
+/// EDEK is not cached; once it has run, the (de)serialization calls no KMS.
+/// A KMS that is down fails the work with the same error the inline call
+/// would give; plain keysets and malformed bytes have no work.
+#[test]
+fn blocking_work_is_the_kms_call_that_would_block_and_only_that() {
+    let (kms, clients, keyset) = setup(DekPolicy::default().with_max_values(2));
+    let ser = EncryptingSerializer::new(Bytes, keyset.clone());
+    let ctx = Context::new("t").with_key(b"k");
+    let work = ser.blocking_work().expect("the first value needs a DEK");
+    assert_eq!(kms.encrypt_calls(), 0, "asking makes no call");
+    work.run().unwrap();
+    assert_eq!(kms.encrypt_calls(), 1);
+    assert!(ser.blocking_work().is_none(), "the DEK is fresh");
+    let a = ser.serialize(&ctx, Some(&b"a"[..])).unwrap().unwrap();
+    let b = ser.serialize(&ctx, Some(&b"b"[..])).unwrap().unwrap();
+    assert_eq!(kms.encrypt_calls(), 1, "prepared, then used for 2 values");
+    assert!(
+        ser.blocking_work().is_some(),
+        "2 values: the next needs a DEK"
+    );
+
+    let reader = Keyset::from_tink_json_with(&keyset.to_tink_json(), &clients).unwrap();
+    let de = DecryptingDeserializer::new(Bytes, reader);
+    let work = de.blocking_work(&a).expect("an EDEK not cached");
+    work.run().unwrap();
+    assert_eq!(kms.decrypt_calls(), 1);
+    assert!(de.blocking_work(&b).is_none(), "same EDEK, now cached");
+    assert_eq!(de.deserialize(&ctx, Some(&a)).unwrap(), Some(b"a".to_vec()));
+    assert_eq!(de.deserialize(&ctx, Some(&b)).unwrap(), Some(b"b".to_vec()));
+    assert_eq!(kms.decrypt_calls(), 1);
+    // Malformed or foreign bytes: no work (opening them reports why).
+    assert!(de.blocking_work(b"").is_none());
+    assert!(de.blocking_work(&a[..7]).is_none());
+    let plain = EncryptingSerializer::new(Bytes, Keyset::generate());
+    assert!(plain.blocking_work().is_none());
+
+    kms.set_down(true);
+    let err = ser.blocking_work().unwrap().run().unwrap_err();
+    assert!(matches!(err, Error::Kms { .. }), "{err:?}");
+    assert_eq!(ser.serialize(&ctx, Some(&b"c"[..])).unwrap_err(), err);
+}

@@ -175,6 +175,13 @@ impl WriterDek {
         self.created.elapsed() < policy.max_age
     }
 
+    /// Whether the DEK still has a turn, without taking it.
+    fn has_turn(&self, policy: &DekPolicy) -> bool {
+        self.bytes.load(Ordering::Relaxed) < policy.max_bytes
+            && self.values.load(Ordering::Relaxed) < policy.max_values
+            && self.created.elapsed() < policy.max_age
+    }
+
     /// Counts `n` plaintext bytes encrypted under this DEK.
     #[inline]
     pub(crate) fn add_bytes(&self, n: usize) {
@@ -328,6 +335,47 @@ impl EnvelopeKey {
         self.refill()
     }
 
+    /// Whether the next value would need a new DEK (a KMS call).
+    pub(crate) fn writer_needs_kms(&self) -> bool {
+        let s = &self.state;
+        !s.current().is_some_and(|d| d.has_turn(&s.policy))
+    }
+
+    /// Makes the DEK the next values are encrypted under, if one is due,
+    /// without taking a turn: the KMS call of a `writer_dek` done ahead
+    /// (on a thread where blocking is allowed).
+    pub(crate) fn prepare_writer(&self) -> Result<(), Error> {
+        let s = &self.state;
+        let waited_from = Instant::now();
+        let mut last_failure = s.refill.lock().unwrap_or_else(PoisonError::into_inner);
+        if s.current().is_some_and(|d| d.has_turn(&s.policy)) {
+            return Ok(());
+        }
+        if let Some((at, e)) = &*last_failure {
+            if *at >= waited_from {
+                return Err(e.clone());
+            }
+        }
+        match self.make_dek(0) {
+            Ok(_) => Ok(()),
+            Err(e) => {
+                *last_failure = Some((Instant::now(), e.clone()));
+                Err(e)
+            }
+        }
+    }
+
+    /// Whether the DEK of `edek` is cached (else opening a value under it
+    /// is a KMS call).
+    pub(crate) fn reader_has(&self, edek: &[u8]) -> bool {
+        let cache = self
+            .state
+            .cache
+            .read()
+            .unwrap_or_else(PoisonError::into_inner);
+        cache.get(edek).is_some_and(|slot| slot.dek.get().is_some())
+    }
+
     #[cold]
     fn refill(&self) -> Result<Arc<WriterDek>, Error> {
         let s = &self.state;
@@ -345,15 +393,16 @@ impl EnvelopeKey {
                 return Err(e.clone());
             }
         }
-        let made = self.make_dek();
+        let made = self.make_dek(1);
         if let Err(e) = &made {
             *last_failure = Some((Instant::now(), e.clone()));
         }
         made
     }
 
-    /// A fresh DEK, wrapped by the KMS, made current.
-    fn make_dek(&self) -> Result<Arc<WriterDek>, Error> {
+    /// A fresh DEK, wrapped by the KMS, made current, with `turns_taken`
+    /// of its values already counted.
+    fn make_dek(&self, turns_taken: u64) -> Result<Arc<WriterDek>, Error> {
         let s = &self.state;
         let mut bytes = Zeroizing::new([0u8; 32]);
         crate::keyset::fill_from_os(&mut bytes[..]);
@@ -380,7 +429,7 @@ impl EnvelopeKey {
             key: Arc::clone(&key),
             edek: edek.into_boxed_slice(),
             created: Instant::now(),
-            values: AtomicU64::new(1),
+            values: AtomicU64::new(turns_taken),
             bytes: AtomicU64::new(0),
         });
         // The writer reads its own values without asking the KMS.
