@@ -76,7 +76,7 @@ fn peak_rss_mib() -> f64 {
 }
 
 /// `clients`: RECORDS values of 1 KiB produced through `TypedProducer`
-/// (in flight 1,000 at a time) and consumed through `TypedConsumer`, on a
+/// (up to 10,000 in flight) and consumed through `TypedConsumer`, on a
 /// topic of one partition; prints records/s for each half.
 fn clients(
     bootstrap: &str,
@@ -101,22 +101,27 @@ fn clients(
         VS: Serializer<[u8]>,
         VD: Deserializer<Vec<u8>>,
     {
+        use futures_util::stream::{FuturesUnordered, StreamExt as _};
         let value = vec![0x5au8; 1024];
         let producer = TypedProducer::new(&config, Bytes, vs)?;
         let started = Instant::now();
-        let mut i = 0u64;
-        while i < records {
-            let n = (records - i).min(1000);
-            let sends = (i..i + n).map(|j| {
-                let key = key(j % 100_000);
-                let producer = &producer;
-                let value = &value;
-                async move { producer.send(topic, &key[..], Some(&value[..])).await }
-            });
-            for r in futures_util::future::join_all(sends).await {
-                r?;
+        // A sliding window of sends in flight, as a streaming producer has.
+        let mut in_flight = FuturesUnordered::new();
+        for j in 0..records {
+            if in_flight.len() >= 10_000 {
+                if let Some(r) = in_flight.next().await {
+                    r?;
+                }
             }
-            i += n;
+            let producer = &producer;
+            let value = &value;
+            in_flight.push(async move {
+                let key = key(j % 100_000);
+                producer.send(topic, &key[..], Some(&value[..])).await
+            });
+        }
+        while let Some(r) = in_flight.next().await {
+            r?;
         }
         let produced = started.elapsed().as_secs_f64();
         let mut config = config;

@@ -7,10 +7,12 @@
 # records/s written and restored and peak RSS, with and without encryption
 # in the same run, then the restore's peak RSS at a second, smaller size;
 # then CLIENT_RECORDS (10^5) values of 1 KiB through TypedProducer and
-# TypedConsumer, plain and encrypted.
+# TypedConsumer, plain and encrypted, alternating for CLIENT_ROUNDS (3)
+# rounds (the medians are compared).
 #
 #   scripts/soak.sh                          # 10^6 records over 10^5 keys
 #   RECORDS=200000 SMALL=50000 scripts/soak.sh
+#   PARTS=clients scripts/soak.sh            # only the typed clients
 #
 # Uses TOMBSTONE_KAFKA_BOOTSTRAP when set, else starts scripts/broker.sh
 # (and stops it on exit). Memory storage: the broker holds every record.
@@ -22,6 +24,8 @@ KEYS="${KEYS:-100000}"
 SMALL="${SMALL:-200000}"
 SEED="${SEED:-42}"
 CLIENT_RECORDS="${CLIENT_RECORDS:-100000}"
+CLIENT_ROUNDS="${CLIENT_ROUNDS:-3}"
+PARTS="${PARTS:-store clients}"
 
 cargo build --release --example soak --features kafka >&2
 bin=target/release/examples/soak
@@ -48,14 +52,22 @@ run() { # size mode
     "$bin" restore "$boot" "$topic" "$1" "$KEYS" "$SEED" "$2" "$keyset" | tee -a "$out"
 }
 
-run "$RECORDS" plain
-run "$RECORDS" encrypted
-run "$SMALL" encrypted
-for mode in plain encrypted; do
-    "$bin" clients "$boot" "soak-clients-$mode-$stamp" "$CLIENT_RECORDS" "$KEYS" "$SEED" "$mode" "$keyset" | tee -a "$out"
-done
+touch "$out"
+if [[ " $PARTS " == *" store "* ]]; then
+    run "$RECORDS" plain
+    run "$RECORDS" encrypted
+    run "$SMALL" encrypted
+fi
+if [[ " $PARTS " == *" clients "* ]]; then
+    for round in $(seq "$CLIENT_ROUNDS"); do
+        for mode in plain encrypted; do
+            "$bin" clients "$boot" "soak-clients-$mode-$round-$stamp" "$CLIENT_RECORDS" "$KEYS" "$SEED" "$mode" "$keyset" | tee -a "$out"
+        done
+    done
+fi
 
 python3 - "$out" "$RECORDS" "$SMALL" <<'PY'
+import statistics
 import sys
 rows = [dict(kv.split("=") for kv in line.split()) for line in open(sys.argv[1])]
 big, small = sys.argv[2], sys.argv[3]
@@ -64,19 +76,22 @@ def get(mode, enc, n):
         if r["mode"] == mode and r["encrypted"] == enc and r["records"] == n:
             return r
 w_plain, w_enc = get("write", "false", big), get("write", "true", big)
-r_plain, r_enc = get("restore", "false", big), get("restore", "true", big)
-r_small = get("restore", "true", small)
 print()
-print(f"written  plain {float(w_plain['records_per_s']):>9.0f} rec/s, encrypted {float(w_enc['records_per_s']):>9.0f} rec/s, "
-      f"ratio {float(w_enc['records_per_s']) / float(w_plain['records_per_s']):.2f}")
-print(f"restored plain {float(r_plain['records_per_s']):>9.0f} rec/s, encrypted {float(r_enc['records_per_s']):>9.0f} rec/s, "
-      f"ratio {float(r_enc['records_per_s']) / float(r_plain['records_per_s']):.2f}")
-print(f"peak RSS write plain {w_plain['peak_rss_mib']} MiB, encrypted {w_enc['peak_rss_mib']} MiB")
-print(f"peak RSS restore plain {r_plain['peak_rss_mib']} MiB, encrypted {r_enc['peak_rss_mib']} MiB "
-      f"({big} records); encrypted {r_small['peak_rss_mib']} MiB ({small} records)")
-c_plain = next(r for r in rows if r["mode"] == "clients" and r["encrypted"] == "false")
-c_enc = next(r for r in rows if r["mode"] == "clients" and r["encrypted"] == "true")
-for half in ("produced", "consumed"):
-    p, e = float(c_plain[half + "_per_s"]), float(c_enc[half + "_per_s"])
-    print(f"typed clients, 1 KiB values, {half}: plain {p:.0f} rec/s, encrypted {e:.0f} rec/s, ratio {e / p:.2f}")
+if w_plain and w_enc:
+    r_plain, r_enc = get("restore", "false", big), get("restore", "true", big)
+    r_small = get("restore", "true", small)
+    print(f"written  plain {float(w_plain['records_per_s']):>9.0f} rec/s, encrypted {float(w_enc['records_per_s']):>9.0f} rec/s, "
+          f"ratio {float(w_enc['records_per_s']) / float(w_plain['records_per_s']):.2f}")
+    print(f"restored plain {float(r_plain['records_per_s']):>9.0f} rec/s, encrypted {float(r_enc['records_per_s']):>9.0f} rec/s, "
+          f"ratio {float(r_enc['records_per_s']) / float(r_plain['records_per_s']):.2f}")
+    print(f"peak RSS write plain {w_plain['peak_rss_mib']} MiB, encrypted {w_enc['peak_rss_mib']} MiB")
+    print(f"peak RSS restore plain {r_plain['peak_rss_mib']} MiB, encrypted {r_enc['peak_rss_mib']} MiB "
+          f"({big} records); encrypted {r_small['peak_rss_mib']} MiB ({small} records)")
+clients = [r for r in rows if r["mode"] == "clients"]
+if clients:
+    for half in ("produced", "consumed"):
+        rate = {enc: [float(r[half + "_per_s"]) for r in clients if r["encrypted"] == enc] for enc in ("false", "true")}
+        p, e = statistics.median(rate["false"]), statistics.median(rate["true"])
+        print(f"typed clients, 1 KiB values, {half} (median of {len(rate['true'])}): plain {p:.0f} rec/s, "
+              f"encrypted {e:.0f} rec/s, ratio {e / p:.2f}")
 PY
