@@ -552,8 +552,18 @@ impl Keyset {
     }
 
     /// Whether `data` starts as a ciphertext of this keyset does: the
-    /// version byte, then the id of one of its keys (enabled or not).
-    pub(crate) fn names_a_key(&self, data: &[u8]) -> bool {
+    /// version byte, then the id of one of its keys (enabled or not). This
+    /// is how [`Unencrypted::PassThrough`](crate::Unencrypted) tells a
+    /// ciphertext from a plaintext value.
+    ///
+    /// ```
+    /// let keyset = tombstone_crypt::Keyset::generate();
+    /// let ct = keyset.encrypt(b"v", b"")?;
+    /// assert!(keyset.names_a_key(&ct));
+    /// assert!(!keyset.names_a_key(b"plain text"));
+    /// # Ok::<(), tombstone_crypt::Error>(())
+    /// ```
+    pub fn names_a_key(&self, data: &[u8]) -> bool {
         match data {
             [crate::envelope::VERSION, a, b, c, d, ..] => self
                 .find(KeyId(u32::from_be_bytes([*a, *b, *c, *d])))

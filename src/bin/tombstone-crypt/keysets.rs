@@ -1,0 +1,228 @@
+//! `keyset new|rotate|list|enable|disable|destroy|promote`, and loading
+//! keysets for the other commands.
+
+use std::io::Write as _;
+use std::path::{Path, PathBuf};
+
+use serde_json::json;
+use tombstone_crypt::{AwsKmsClient, KeyId, KeyStatus, KeyTemplate, Keyset, VaultClient};
+use zeroize::Zeroizing;
+
+use crate::{fail, Fail, InArgs, KeyOp, KeysetCommand, OutArgs, Outcome, Output, Template};
+
+/// The KMS clients the command line knows: Vault/OpenBao transit
+/// (`hcvault://`, `VAULT_ADDR` and `VAULT_TOKEN`) and AWS KMS
+/// (`aws-kms://`, the usual `AWS_*` variables).
+pub(crate) fn register_kms_clients() {
+    tombstone_crypt::register_kms_client(VaultClient::from_env());
+    tombstone_crypt::register_kms_client(AwsKmsClient::from_env());
+}
+
+/// The most bytes a keyset file may have (a keyset of `MAX_KEYS` keys is
+/// far smaller).
+const MAX_KEYSET_FILE: u64 = 16 << 20;
+
+fn read_secret(path: &Path) -> Result<Zeroizing<String>, Fail> {
+    let file = std::fs::File::open(path)
+        .map_err(|e| fail(format!("reading the keyset {}: {e}", path.display())))?;
+    let mut text = Zeroizing::new(String::new());
+    std::io::Read::read_to_string(
+        &mut std::io::Read::take(file, MAX_KEYSET_FILE + 1),
+        &mut text,
+    )
+    .map_err(|e| fail(format!("reading the keyset {}: {e}", path.display())))?;
+    if text.len() as u64 > MAX_KEYSET_FILE {
+        return Err(fail(format!(
+            "the keyset {} is larger than {MAX_KEYSET_FILE} bytes",
+            path.display()
+        )));
+    }
+    Ok(text)
+}
+
+/// Reads a keyset file: Tink's cleartext JSON, or Tink's encrypted keyset
+/// with `decrypt_with` (the KMS key it is encrypted with).
+pub(crate) fn load(path: &Path, decrypt_with: Option<&str>) -> Result<Keyset, Fail> {
+    let text = read_secret(path)?;
+    let keyset = match decrypt_with {
+        Some(uri) => Keyset::from_encrypted_tink_json(&text, uri, b""),
+        None => Keyset::from_tink_json(&text),
+    };
+    keyset.map_err(|e| {
+        fail(format!(
+            "the keyset {}: {}",
+            path.display(),
+            crate::chain(&e)
+        ))
+    })
+}
+
+/// Writes `keyset` to `path` (atomically: a new file renamed over the old,
+/// readable by its owner only) or to stdout.
+fn store(keyset: &Keyset, out: &OutArgs, default: Option<&Path>) -> Result<(), Fail> {
+    let text = Zeroizing::new(match &out.encrypt_with {
+        Some(uri) => keyset.to_encrypted_tink_json(uri, b"")?,
+        None => keyset.to_tink_json(),
+    });
+    let Some(path) = out.out.as_deref().or(default) else {
+        let mut stdout = std::io::stdout().lock();
+        return writeln!(stdout, "{}", text.as_str())
+            .map_err(|e| fail(format!("writing to stdout: {e}")));
+    };
+    let tmp = tmp_path(path);
+    let written = (|| {
+        let mut options = std::fs::OpenOptions::new();
+        options.write(true).create_new(true);
+        #[cfg(unix)]
+        std::os::unix::fs::OpenOptionsExt::mode(&mut options, 0o600);
+        let mut f = options.open(&tmp)?;
+        f.write_all(text.as_bytes())?;
+        f.write_all(b"\n")?;
+        f.sync_all()?;
+        std::fs::rename(&tmp, path)
+    })();
+    written.map_err(|e| {
+        let _ = std::fs::remove_file(&tmp);
+        fail(format!("writing the keyset {}: {e}", path.display()))
+    })
+}
+
+fn tmp_path(path: &Path) -> PathBuf {
+    let mut name = path.file_name().unwrap_or_default().to_os_string();
+    name.push(format!(".tmp-{}", std::process::id()));
+    path.with_file_name(name)
+}
+
+fn template(t: Template, kek_uri: Option<&str>) -> Result<KeyTemplate, Fail> {
+    match (t, kek_uri) {
+        (Template::Aes256Gcm, None) => Ok(KeyTemplate::aes256_gcm()),
+        (Template::Aes128Gcm, None) => Ok(KeyTemplate::aes128_gcm()),
+        (Template::Aes256Siv, None) => Ok(KeyTemplate::aes256_siv()),
+        (Template::KmsEnvelope, Some(uri)) => Ok(KeyTemplate::kms_envelope(uri)),
+        (Template::KmsEnvelope, None) => {
+            Err(fail("the kms-envelope template needs --kek-uri URI"))
+        }
+        (_, Some(_)) => Err(fail(
+            "--kek-uri is for the kms-envelope template (to encrypt the keyset file, use --encrypt-with)",
+        )),
+    }
+}
+
+pub(crate) fn type_name(url: &str) -> &'static str {
+    match url.rsplit('.').next() {
+        Some("AesGcmKey") => "aes-gcm",
+        Some("AesSivKey") => "aes-siv",
+        Some("KmsEnvelopeAeadKey") => "kms-envelope",
+        _ => "unknown",
+    }
+}
+
+pub(crate) fn status_name(s: KeyStatus) -> &'static str {
+    match s {
+        KeyStatus::Enabled => "ENABLED",
+        KeyStatus::Disabled => "DISABLED",
+        _ => "UNKNOWN",
+    }
+}
+
+/// The keyset without key material: ids, statuses, types, the primary.
+fn listing(keyset: &Keyset) -> (String, serde_json::Value) {
+    let primary = keyset.primary();
+    let mut text = format!(
+        "{:>10}  {:<8}  {:<12}  primary\n",
+        "key id", "status", "type"
+    );
+    let mut keys = Vec::new();
+    for (id, status) in keyset.keys() {
+        let url = keyset.key_type_url(id).unwrap_or("");
+        let is_primary = id == primary;
+        text.push_str(&format!(
+            "{:>10}  {:<8}  {:<12}  {}\n",
+            id.0,
+            status_name(status),
+            type_name(url),
+            if is_primary { "*" } else { "" }
+        ));
+        keys.push(json!({"key_id": id.0, "status": status_name(status),
+            "type": type_name(url), "type_url": url, "primary": is_primary}));
+    }
+    (text, json!({"primary_key_id": primary.0, "keys": keys}))
+}
+
+pub(crate) fn run(cmd: KeysetCommand, out: &Output) -> Result<Outcome, Fail> {
+    match cmd {
+        KeysetCommand::New {
+            template: t,
+            kek_uri,
+            out: o,
+        } => {
+            if let Some(path) = &o.out {
+                if path.exists() {
+                    return Err(fail(format!(
+                        "{} exists: a new keyset never replaces one (its keys would be lost)",
+                        path.display()
+                    )));
+                }
+            }
+            let keyset = Keyset::generate_with(template(t, kek_uri.as_deref())?)?;
+            store(&keyset, &o, None)?;
+            if o.out.is_some() {
+                let (text, json) = listing(&keyset);
+                out.print(&text, &json)?;
+            }
+        }
+        KeysetCommand::Rotate {
+            file,
+            template: t,
+            kek_uri,
+            out: o,
+        } => {
+            let mut keyset = load(&file.input, file.decrypt_with.as_deref())?;
+            match t {
+                Some(t) => {
+                    keyset.rotate_with(template(t, kek_uri.as_deref())?)?;
+                }
+                None if kek_uri.is_some() => {
+                    return Err(fail("--kek-uri needs --template kms-envelope"))
+                }
+                None => {
+                    keyset.rotate();
+                }
+            }
+            save_and_list(&keyset, &file, o, out)?;
+        }
+        KeysetCommand::List { file } => {
+            let keyset = load(&file.input, file.decrypt_with.as_deref())?;
+            let (text, json) = listing(&keyset);
+            out.print(&text, &json)?;
+        }
+        KeysetCommand::Enable(op) => key_op(op, out, Keyset::enable)?,
+        KeysetCommand::Disable(op) => key_op(op, out, Keyset::disable)?,
+        KeysetCommand::Destroy(op) => key_op(op, out, Keyset::remove)?,
+        KeysetCommand::Promote(op) => key_op(op, out, Keyset::set_primary)?,
+    }
+    Ok(Outcome::Clean)
+}
+
+fn key_op(
+    op: KeyOp,
+    out: &Output,
+    f: fn(&mut Keyset, KeyId) -> Result<(), tombstone_crypt::Error>,
+) -> Result<(), Fail> {
+    let mut keyset = load(&op.file.input, op.file.decrypt_with.as_deref())?;
+    f(&mut keyset, KeyId(op.key_id))?;
+    save_and_list(&keyset, &op.file, op.out, out)
+}
+
+/// Writes the changed keyset (back to `--in` unless `--out`; encrypted
+/// again with the key it was read with unless `--encrypt-with`) and lists
+/// it.
+fn save_and_list(keyset: &Keyset, file: &InArgs, o: OutArgs, out: &Output) -> Result<(), Fail> {
+    let o = OutArgs {
+        encrypt_with: o.encrypt_with.or_else(|| file.decrypt_with.clone()),
+        out: o.out,
+    };
+    store(keyset, &o, Some(&file.input))?;
+    let (text, json) = listing(keyset);
+    out.print(&text, &json)
+}

@@ -1,0 +1,476 @@
+//! `tombstone-crypt`: keysets, ciphertext inspection, and the audit and
+//! repair of Kafka topics whose deletes an earlier encryption layer turned
+//! into values.
+//!
+//! Exit codes: 0 done and clean, 1 findings (broken tombstones,
+//! undecryptable values, a value that is not a ciphertext), 2 usage, I/O,
+//! KMS or broker error.
+#![forbid(unsafe_code)]
+
+mod keysets;
+mod scan;
+
+use std::io::Write as _;
+use std::path::PathBuf;
+use std::process::ExitCode;
+
+use clap::{Args, Parser, Subcommand, ValueEnum};
+use tombstone_crypt::{AadPolicy, Error, KeyId, Keyset};
+
+/// Keysets, ciphertexts and Kafka topics encrypted with tombstone-crypt
+/// (Tink's formats): find and repair the deletes a broken layer wrote as
+/// values.
+#[derive(Parser, Debug)]
+#[command(name = "tombstone-crypt", version)]
+struct Cli {
+    /// Print JSON on stdout (for scripts) instead of text.
+    #[arg(long, global = true)]
+    json: bool,
+    /// No progress bar (it is also hidden when stderr is not a terminal).
+    #[arg(long, short, global = true)]
+    quiet: bool,
+    #[command(subcommand)]
+    command: Command,
+}
+
+#[derive(Subcommand, Debug)]
+enum Command {
+    /// Make, rotate and list keysets (Tink JSON files).
+    #[command(subcommand)]
+    Keyset(KeysetCommand),
+    /// Show the version, key id, kind and lengths of a ciphertext (never
+    /// its plaintext).
+    Inspect(InspectArgs),
+    /// Read a topic to its end and count tombstones, live keys, broken
+    /// tombstones (deletes written as values), undecryptable and plaintext
+    /// values.
+    Audit(TopicArgs),
+    /// Write a real tombstone for every broken tombstone `audit` finds
+    /// (a plan without `--apply`), then audit again.
+    Repair(RepairArgs),
+    /// Rewrite every live value under the keyset's primary key (and, with
+    /// `--key-keyset`, every key under its primary key), to finish a
+    /// rotation or encrypt plaintext values.
+    Reencrypt(ReencryptArgs),
+}
+
+/// Key templates for `keyset new` and `keyset rotate`.
+#[derive(ValueEnum, Clone, Copy, Debug, PartialEq, Eq)]
+enum Template {
+    /// AES-256-GCM (values).
+    Aes256Gcm,
+    /// AES-128-GCM (values).
+    Aes128Gcm,
+    /// AES-256-SIV, deterministic (record keys).
+    Aes256Siv,
+    /// Envelope encryption under a KMS key (`--kek-uri`), AES-256-GCM
+    /// data keys (values).
+    KmsEnvelope,
+}
+
+#[derive(Subcommand, Debug)]
+enum KeysetCommand {
+    /// A new keyset with one key.
+    New {
+        /// The key type.
+        #[arg(long, value_enum, default_value = "aes256-gcm")]
+        template: Template,
+        /// For `kms-envelope`: the KMS key that wraps the data keys
+        /// (`aws-kms://arn:...`, `hcvault://host/transit/keys/name`).
+        #[arg(long)]
+        kek_uri: Option<String>,
+        #[command(flatten)]
+        out: OutArgs,
+    },
+    /// Add a key of the primary's type (or `--template`) and make it the
+    /// primary.
+    Rotate {
+        #[command(flatten)]
+        file: InArgs,
+        /// The new key's type (default: the primary's).
+        #[arg(long, value_enum)]
+        template: Option<Template>,
+        /// For a `kms-envelope` template: the KMS key.
+        #[arg(long)]
+        kek_uri: Option<String>,
+        #[command(flatten)]
+        out: OutArgs,
+    },
+    /// Key ids, statuses, types and the primary (never key material).
+    List {
+        #[command(flatten)]
+        file: InArgs,
+    },
+    /// Let a disabled key decrypt again.
+    Enable(KeyOp),
+    /// Keep a key but stop it decrypting (not the primary).
+    Disable(KeyOp),
+    /// Remove a key and its material for good (not the primary).
+    Destroy(KeyOp),
+    /// Make a key the primary (it encrypts from now on).
+    Promote(KeyOp),
+}
+
+#[derive(Args, Debug)]
+struct InArgs {
+    /// The keyset file (Tink JSON, cleartext or encrypted).
+    #[arg(long = "in", value_name = "FILE")]
+    input: PathBuf,
+    /// The KMS key the keyset file is encrypted with (Tink's encrypted
+    /// keyset); the result is written encrypted with it too.
+    #[arg(long, value_name = "URI")]
+    decrypt_with: Option<String>,
+}
+
+#[derive(Args, Debug)]
+struct OutArgs {
+    /// Where to write the keyset (default: stdout for `new`, the input
+    /// file for the others). An existing file is replaced atomically.
+    #[arg(long, value_name = "FILE")]
+    out: Option<PathBuf>,
+    /// Write Tink's encrypted keyset, encrypted with this KMS key.
+    #[arg(long, value_name = "URI")]
+    encrypt_with: Option<String>,
+}
+
+#[derive(Args, Debug)]
+struct KeyOp {
+    #[command(flatten)]
+    file: InArgs,
+    /// The key id (as `keyset list` prints it).
+    #[arg(long)]
+    key_id: u32,
+    #[command(flatten)]
+    out: OutArgs,
+}
+
+#[derive(Args, Debug)]
+struct InspectArgs {
+    /// The ciphertext in hex; `-` or nothing reads hex from stdin.
+    hex: Option<String>,
+    /// A keyset, to name the key's type and split the parts.
+    #[arg(long, value_name = "FILE")]
+    keyset: Option<PathBuf>,
+    /// The KMS key the keyset file is encrypted with.
+    #[arg(long, value_name = "URI")]
+    decrypt_with: Option<String>,
+}
+
+/// How a broken layer wrote a delete.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub(crate) enum NullMarker {
+    /// The empty plaintext.
+    Empty,
+    /// The four bytes `null` (a JSON serde's `None`).
+    JsonNull,
+    /// These bytes.
+    Bytes(Vec<u8>),
+}
+
+impl NullMarker {
+    pub(crate) fn bytes(&self) -> &[u8] {
+        match self {
+            NullMarker::Empty => b"",
+            NullMarker::JsonNull => b"null",
+            NullMarker::Bytes(b) => b,
+        }
+    }
+}
+
+fn parse_marker(s: &str) -> Result<NullMarker, String> {
+    match s {
+        "empty" => Ok(NullMarker::Empty),
+        "json-null" => Ok(NullMarker::JsonNull),
+        _ => match s.strip_prefix("hex:") {
+            Some(h) => hex_decode(h).map(NullMarker::Bytes),
+            None => Err("expected empty, json-null or hex:HEX".into()),
+        },
+    }
+}
+
+/// The associated-data policies.
+#[derive(ValueEnum, Clone, Copy, Debug)]
+enum Aad {
+    /// The topic and the record key (the default of the serde wrappers).
+    TopicAndKey,
+    /// The topic only.
+    Topic,
+    /// None.
+    None,
+}
+
+impl From<Aad> for AadPolicy {
+    fn from(a: Aad) -> Self {
+        match a {
+            Aad::TopicAndKey => AadPolicy::TopicAndKey,
+            Aad::Topic => AadPolicy::Topic,
+            Aad::None => AadPolicy::None,
+        }
+    }
+}
+
+/// What the topic commands share.
+#[derive(Args, Debug)]
+struct TopicArgs {
+    /// The brokers (`host:port,...`).
+    #[arg(long, value_name = "SERVERS")]
+    bootstrap: String,
+    /// The topic.
+    #[arg(long)]
+    topic: String,
+    /// The values' keyset file.
+    #[arg(long, value_name = "FILE")]
+    keyset: PathBuf,
+    /// The KMS key the keyset files are encrypted with.
+    #[arg(long, value_name = "URI")]
+    decrypt_with: Option<String>,
+    /// The plaintext a broken layer wrote for a delete: `empty` (the
+    /// default), `json-null` (the four bytes `null`) or `hex:HEX`.
+    #[arg(long, value_parser = parse_marker, default_value = "empty")]
+    null_marker: NullMarker,
+    /// The values' associated data.
+    #[arg(long, value_enum, default_value = "topic-and-key")]
+    aad: Aad,
+    /// The record keys' keyset (AES-SIV), when keys are encrypted too.
+    #[arg(long, value_name = "FILE")]
+    key_keyset: Option<PathBuf>,
+    /// An rdkafka setting, `key=value` (as kcat's `-X`); repeatable.
+    #[arg(short = 'X', value_name = "KEY=VALUE")]
+    config: Vec<String>,
+    /// Give up when no record arrives for this many seconds.
+    #[arg(long, default_value_t = 30)]
+    timeout: u64,
+}
+
+#[derive(Args, Debug)]
+struct RepairArgs {
+    #[command(flatten)]
+    topic: TopicArgs,
+    /// Write the tombstones (without it: print the plan only).
+    #[arg(long)]
+    apply: bool,
+}
+
+/// What to do with a value that is not a ciphertext.
+#[derive(ValueEnum, Clone, Copy, Debug, PartialEq, Eq)]
+enum UnencryptedArg {
+    /// Leave it, and count it.
+    Reject,
+    /// Treat it as plaintext and encrypt it.
+    PassThrough,
+}
+
+#[derive(Args, Debug)]
+struct ReencryptArgs {
+    #[command(flatten)]
+    topic: TopicArgs,
+    /// Write to this topic instead (same partition count or more; the
+    /// values are bound to it).
+    #[arg(long, value_name = "TOPIC")]
+    to_topic: Option<String>,
+    /// Values that are not ciphertexts of the keyset.
+    #[arg(long, value_enum, default_value = "reject")]
+    unencrypted: UnencryptedArg,
+    /// Write (without it: print the plan only).
+    #[arg(long)]
+    apply: bool,
+}
+
+/// A failure that ends the command with exit code 2.
+#[derive(Debug)]
+pub(crate) struct Fail(pub(crate) String);
+
+impl From<Error> for Fail {
+    fn from(e: Error) -> Self {
+        Fail(chain(&e))
+    }
+}
+
+/// An error and its causes, on one line.
+pub(crate) fn chain(e: &dyn std::error::Error) -> String {
+    let mut s = e.to_string();
+    let mut cause = e.source();
+    while let Some(c) = cause {
+        let text = c.to_string();
+        if !s.contains(&text) {
+            s.push_str(": ");
+            s.push_str(&text);
+        }
+        cause = c.source();
+    }
+    s
+}
+
+pub(crate) fn fail(msg: impl Into<String>) -> Fail {
+    Fail(msg.into())
+}
+
+/// How a command ended when it did not fail.
+#[derive(Debug, PartialEq, Eq)]
+pub(crate) enum Outcome {
+    Clean,
+    Findings,
+}
+
+fn main() -> ExitCode {
+    let cli = match Cli::try_parse() {
+        Ok(cli) => cli,
+        Err(e) => {
+            // Help and version are not errors.
+            let code = if e.use_stderr() { 2 } else { 0 };
+            let _ = e.print();
+            return ExitCode::from(code);
+        }
+    };
+    keysets::register_kms_clients();
+    let out = Output {
+        json: cli.json,
+        quiet: cli.quiet,
+    };
+    let result = match cli.command {
+        Command::Keyset(k) => keysets::run(k, &out),
+        Command::Inspect(a) => inspect(a, &out),
+        Command::Audit(a) => scan::audit(&a, &out),
+        Command::Repair(a) => scan::repair(&a, &out),
+        Command::Reencrypt(a) => scan::reencrypt(&a, &out),
+    };
+    match result {
+        Ok(Outcome::Clean) => ExitCode::SUCCESS,
+        Ok(Outcome::Findings) => ExitCode::from(1),
+        Err(Fail(msg)) => {
+            let _ = writeln!(std::io::stderr(), "tombstone-crypt: error: {msg}");
+            ExitCode::from(2)
+        }
+    }
+}
+
+/// Where results go.
+pub(crate) struct Output {
+    pub(crate) json: bool,
+    pub(crate) quiet: bool,
+}
+
+impl Output {
+    /// Prints `text` or, with `--json`, `json` (one document) on stdout.
+    pub(crate) fn print(&self, text: &str, json: &serde_json::Value) -> Result<(), Fail> {
+        let mut stdout = std::io::stdout().lock();
+        let written = if self.json {
+            writeln!(stdout, "{json}")
+        } else {
+            write!(stdout, "{text}")
+        };
+        written
+            .and_then(|()| stdout.flush())
+            .map_err(|e| fail(format!("writing to stdout: {e}")))
+    }
+}
+
+pub(crate) fn hex_decode(s: &str) -> Result<Vec<u8>, String> {
+    let s: String = s.chars().filter(|c| !c.is_ascii_whitespace()).collect();
+    if s.len() % 2 != 0 {
+        return Err(format!("odd number of hex digits ({})", s.len()));
+    }
+    let digit = |c: u8| match c {
+        b'0'..=b'9' => Ok(c - b'0'),
+        b'a'..=b'f' => Ok(c - b'a' + 10),
+        b'A'..=b'F' => Ok(c - b'A' + 10),
+        _ => Err("not a hex digit".to_owned()),
+    };
+    s.as_bytes()
+        .chunks(2)
+        .map(|p| Ok(digit(p[0])? << 4 | digit(p[1])?))
+        .collect()
+}
+
+/// The most hex text `inspect` reads from stdin (a ciphertext of 64 MiB).
+const MAX_INSPECT_HEX: u64 = 128 << 20;
+
+fn inspect(a: InspectArgs, out: &Output) -> Result<Outcome, Fail> {
+    let text = match a.hex.as_deref() {
+        Some(h) if h != "-" => h.to_owned(),
+        _ => {
+            let mut s = String::new();
+            std::io::Read::read_to_string(
+                &mut std::io::Read::take(std::io::stdin(), MAX_INSPECT_HEX),
+                &mut s,
+            )
+            .map_err(|e| fail(format!("reading stdin: {e}")))?;
+            s
+        }
+    };
+    let bytes = hex_decode(&text).map_err(|e| fail(format!("the ciphertext is not hex: {e}")))?;
+    let keyset = match &a.keyset {
+        Some(path) => Some(keysets::load(path, a.decrypt_with.as_deref())?),
+        None => None,
+    };
+    let report = describe(&bytes, keyset.as_ref());
+    let mut text = String::new();
+    for (k, v) in report.as_object().into_iter().flatten() {
+        let v = match v {
+            serde_json::Value::String(s) => s.clone(),
+            other => other.to_string(),
+        };
+        text.push_str(&format!("{k:<11} {v}\n"));
+    }
+    out.print(&text, &report)?;
+    if report["ciphertext"] == serde_json::Value::Bool(true) {
+        Ok(Outcome::Clean)
+    } else {
+        Ok(Outcome::Findings)
+    }
+}
+
+/// The shape of `bytes` as a ciphertext: never any of its bytes beyond the
+/// version and key id.
+fn describe(bytes: &[u8], keyset: Option<&Keyset>) -> serde_json::Value {
+    use serde_json::json;
+    let len = bytes.len();
+    let (version, id) = match bytes {
+        [v, a, b, c, d, ..] => (*v, u32::from_be_bytes([*a, *b, *c, *d])),
+        _ => {
+            return json!({"length": len, "ciphertext": false,
+                "why": "shorter than a version byte and a key id"})
+        }
+    };
+    if version != 1 {
+        return json!({"length": len, "ciphertext": false,
+            "why": "the first byte is not the format's version (a plaintext value?)"});
+    }
+    let Some(keyset) = keyset else {
+        return json!({"length": len, "ciphertext": true, "version": version, "key_id": id,
+            "kind": "unknown (give --keyset to name it)", "body": len - 5});
+    };
+    let Some(url) = keyset.key_type_url(KeyId(id)) else {
+        return json!({"length": len, "ciphertext": false, "version": version, "key_id": id,
+            "why": "the keyset has no key with this id"});
+    };
+    let status = keyset
+        .keys()
+        .find(|(k, _)| k.0 == id)
+        .map(|(_, s)| keysets::status_name(s));
+    let kind = keysets::type_name(url);
+    let body = &bytes[5..];
+    match kind {
+        "aes-gcm" if body.len() >= 28 => json!({"length": len, "ciphertext": true,
+            "version": version, "key_id": id, "key_status": status, "kind": kind,
+            "nonce": 12, "encrypted_value": body.len() - 28, "tag": 16}),
+        "aes-siv" if body.len() >= 16 => json!({"length": len, "ciphertext": true,
+            "version": version, "key_id": id, "key_status": status, "kind": kind,
+            "siv": 16, "encrypted_value": body.len() - 16}),
+        "kms-envelope" => {
+            let edek = body
+                .get(..4)
+                .map(|n| u32::from_be_bytes([n[0], n[1], n[2], n[3]]) as usize);
+            match edek {
+                Some(e) if body.len() >= 4 + e + 28 => json!({"length": len,
+                    "ciphertext": true, "version": version, "key_id": id,
+                    "key_status": status, "kind": kind, "encrypted_data_key": e,
+                    "nonce": 12, "encrypted_value": body.len() - 4 - e - 28, "tag": 16}),
+                _ => json!({"length": len, "ciphertext": false, "version": version,
+                    "key_id": id, "kind": kind, "why": "too short for its encrypted data key"}),
+            }
+        }
+        _ => json!({"length": len, "ciphertext": false, "version": version, "key_id": id,
+            "kind": kind, "why": "too short for its key type"}),
+    }
+}
