@@ -666,3 +666,125 @@ fn bad_input_is_exit_2_with_a_message() {
         assert_eq!(code(&out), 2, "{}", String::from_utf8_lossy(&out.stderr));
     }
 }
+
+/// Encrypted record keys (AES-SIV): after the key keyset rotates,
+/// `reencrypt --key-keyset` writes each live key in its new form and
+/// deletes the old forms, so a restore holds every key once, in the new
+/// form, and the old key can be disabled.
+#[test]
+fn reencrypt_rewrites_old_forms_of_encrypted_keys() {
+    use tombstone_crypt::{murmur2_partition, DeterministicDeserializer, DeterministicSerializer};
+    let Some(bootstrap) = bootstrap() else { return };
+    let dir = Dir::new("keyforms");
+    let topic = fresh_topic("cli-keyforms");
+    create_compacted(&bootstrap, &topic, 2);
+    let (values, keys) = (dir.file("values.json"), dir.file("keys.json"));
+    assert_eq!(code(&cli(&["keyset", "new", "--out", &values])), 0);
+    assert_eq!(
+        code(&cli(&[
+            "keyset",
+            "new",
+            "--template",
+            "aes256-siv",
+            "--out",
+            &keys
+        ])),
+        0
+    );
+    let (vks, kks) = (load(&values), load(&keys));
+    let key_ser = DeterministicSerializer::new(Bytes, kks.clone());
+    let ser = EncryptingSerializer::new(Bytes, vks.clone());
+    let mut model = BTreeMap::new();
+    let config = client_config(&bootstrap);
+    let p: FutureProducer = config.create().unwrap();
+    for i in 0..20 {
+        let plain_key = format!("user-{i}").into_bytes();
+        let wire = key_ser
+            .serialize(&Context::new(&topic), Some(&plain_key[..]))
+            .unwrap()
+            .unwrap();
+        let value = format!("profile {i}").into_bytes();
+        let ct = ser
+            .serialize(&Context::new(&topic).with_key(&wire), Some(&value[..]))
+            .unwrap()
+            .unwrap();
+        let partition = murmur2_partition(&plain_key, 2);
+        let mut sends = vec![Some(ct)];
+        if i % 3 == 0 {
+            sends.push(None);
+        } else {
+            model.insert(plain_key, value);
+        }
+        for v in sends {
+            let mut r: FutureRecord<'_, [u8], [u8]> =
+                FutureRecord::to(&topic).key(&wire[..]).partition(partition);
+            if let Some(v) = &v {
+                r = r.payload(&v[..]);
+            }
+            futures_executor::block_on(p.send(r, Duration::from_secs(30))).unwrap();
+        }
+    }
+    let old_key_id = kks.primary().0.to_string();
+    assert_eq!(code(&cli(&["keyset", "rotate", "--in", &keys])), 0);
+    let args = [
+        "reencrypt",
+        "--json",
+        "--bootstrap",
+        &bootstrap,
+        "--topic",
+        &topic,
+        "--keyset",
+        &values,
+        "--key-keyset",
+        &keys,
+        "--apply",
+    ];
+    let out = cli(&args);
+    assert_eq!(code(&out), 0, "{}", String::from_utf8_lossy(&out.stderr));
+    let r = json_of(&out);
+    assert_eq!(r["values_to_rewrite"], json!(model.len()));
+    assert_eq!(r["old_key_forms_to_delete"], json!(model.len()));
+    assert_eq!(r["after"]["keys"], json!(20), "one key per plaintext key");
+    assert_eq!(r["after"]["live_keys"], json!(model.len()));
+
+    // The old deterministic key is no longer needed.
+    assert_eq!(
+        code(&cli(&[
+            "keyset",
+            "disable",
+            "--in",
+            &keys,
+            "--key-id",
+            &old_key_id
+        ])),
+        0
+    );
+    let kks = load(&keys);
+    let de = DecryptingDeserializer::new(Bytes, vks);
+    let mut restored = BTreeMap::new();
+    for partition in 0..2 {
+        let mut store = MemoryStore::new();
+        let log = KafkaChangelog::open(&bootstrap, &topic)
+            .unwrap()
+            .on_partition(partition);
+        restore_from(&mut store, &log).unwrap();
+        for (wire, v) in store.all().unwrap() {
+            let plain_key = DeterministicDeserializer::new(Bytes, kks.clone())
+                .deserialize(&Context::new(&topic), Some(&wire))
+                .expect("every key restored is in the new form")
+                .unwrap();
+            let v = de
+                .deserialize(&Context::new(&topic).with_key(&wire), Some(&v))
+                .unwrap()
+                .unwrap();
+            assert!(
+                restored.insert(plain_key, v).is_none(),
+                "a key restored twice"
+            );
+        }
+    }
+    assert_eq!(restored, model);
+    // Idempotent.
+    let again = json_of(&cli(&args));
+    assert_eq!(again["written"], json!(0));
+}

@@ -87,15 +87,41 @@ enum Kind {
     Plaintext,
 }
 
-/// One key: its newest record, and each form of it on the wire (one, or
-/// several for keys encrypted under rotated deterministic keys) with
-/// whether that form's newest record is a tombstone.
+/// The newest record of one form of a key on the wire.
+#[derive(Clone, Copy)]
+struct Form {
+    offset: i64,
+    kind: Kind,
+    /// The key id the value names (a ciphertext's).
+    key_id: Option<u32>,
+}
+
+/// One key: each form of it on the wire (one, or several for keys
+/// encrypted under rotated deterministic keys) with its newest record, and
+/// the record that decides what the key is: the newest present value of
+/// any form (a restore keeps every form whose newest record is not a
+/// tombstone), else the newest tombstone.
 struct KeyState {
     offset: i64,
     kind: Kind,
-    /// The key id the newest value names (a ciphertext's).
     key_id: Option<u32>,
-    forms: BTreeMap<Option<Vec<u8>>, bool>,
+    forms: BTreeMap<Option<Vec<u8>>, Form>,
+}
+
+impl KeyState {
+    fn settle(&mut self) {
+        let present = self
+            .forms
+            .values()
+            .filter(|f| f.kind != Kind::Tombstone)
+            .max_by_key(|f| f.offset);
+        let decides = present.or_else(|| self.forms.values().max_by_key(|f| f.offset));
+        if let Some(f) = decides.copied() {
+            self.offset = f.offset;
+            self.kind = f.kind;
+            self.key_id = f.key_id;
+        }
+    }
 }
 
 /// A key: its partition, and its plaintext (or, without a key keyset or
@@ -178,7 +204,7 @@ impl Audit {
             }
         };
         let text = format!(
-            "topic              {topic} ({} partitions)\n\
+            "topic              {topic} ({} partition{})\n\
              records            {}\n\
              keys               {}\n\
              tombstones         {}\n\
@@ -188,6 +214,7 @@ impl Audit {
              plaintext values   {}\n\
              newest by key id   {}\n",
             self.partitions,
+            if self.partitions == 1 { "" } else { "s" },
             self.records,
             self.keys.len(),
             self.tombstones,
@@ -439,14 +466,19 @@ fn scan(s: &Setup, quiet: bool) -> Result<Audit, Fail> {
                 key_id,
                 forms: BTreeMap::new(),
             });
-        state.offset = r.offset;
-        state.kind = kind;
-        state.key_id = key_id;
-        state
-            .forms
-            .insert(r.key.map(<[u8]>::to_vec), kind == Kind::Tombstone);
+        state.forms.insert(
+            r.key.map(<[u8]>::to_vec),
+            Form {
+                offset: r.offset,
+                kind,
+                key_id,
+            },
+        );
         Ok(())
     })?;
+    for state in a.keys.values_mut() {
+        state.settle();
+    }
     a.partitions = highs.len();
     a.highs = highs;
     Ok(a)
@@ -548,8 +580,8 @@ pub(crate) fn repair(args: &RepairArgs, out: &Output) -> Result<Outcome, Fail> {
         broken += 1;
         // Every form of the key whose newest record is not already a
         // tombstone gets one.
-        for (form, deleted) in &state.forms {
-            if !deleted {
+        for (form, f) in &state.forms {
+            if f.kind != Kind::Tombstone {
                 writes.push(Write {
                     partition: *partition,
                     key: form.clone(),
@@ -702,8 +734,8 @@ pub(crate) fn reencrypt(args: &ReencryptArgs, out: &Output) -> Result<Outcome, F
         if same {
             // Old forms of the key are deleted, so compaction forgets them
             // and a restore sees the key once.
-            for (form, deleted) in &state.forms {
-                if !deleted && *form != new_key {
+            for (form, f) in &state.forms {
+                if f.kind != Kind::Tombstone && *form != new_key {
                     writes.push(Write {
                         partition: r.partition,
                         key: form.clone(),
