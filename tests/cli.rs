@@ -788,3 +788,62 @@ fn reencrypt_rewrites_old_forms_of_encrypted_keys() {
     let again = json_of(&cli(&args));
     assert_eq!(again["written"], json!(0));
 }
+
+/// Tink's encrypted keyset: written with `--encrypt-with`, read with
+/// `--decrypt-with`, changed and written back encrypted with the same KMS
+/// key; the file never holds a key in the clear. (Needs the loopback
+/// OpenBao of `scripts/kms.sh`, which the test command starts.)
+#[test]
+fn encrypted_keyset_files_stay_encrypted() {
+    let Ok(kek) = std::env::var("TOMBSTONE_VAULT_KEY_URI") else {
+        eprintln!("TOMBSTONE_VAULT_KEY_URI unset: skipped (scripts/test.sh sets it)");
+        return;
+    };
+    let dir = Dir::new("encrypted");
+    let f = dir.file("k.json");
+    let new = cli(&[
+        "keyset",
+        "new",
+        "--out",
+        &f,
+        "--encrypt-with",
+        &kek,
+        "--json",
+    ]);
+    assert_eq!(code(&new), 0, "{}", String::from_utf8_lossy(&new.stderr));
+    let on_disk: Value = serde_json::from_str(&std::fs::read_to_string(&f).unwrap()).unwrap();
+    assert!(on_disk.get("encryptedKeyset").is_some() && on_disk.get("key").is_none());
+    // Without the KMS key it is refused, not misread.
+    assert_eq!(code(&cli(&["keyset", "list", "--in", &f])), 2);
+    let rotated = cli(&[
+        "keyset",
+        "rotate",
+        "--in",
+        &f,
+        "--decrypt-with",
+        &kek,
+        "--json",
+    ]);
+    assert_eq!(
+        code(&rotated),
+        0,
+        "{}",
+        String::from_utf8_lossy(&rotated.stderr)
+    );
+    let on_disk: Value = serde_json::from_str(&std::fs::read_to_string(&f).unwrap()).unwrap();
+    assert!(
+        on_disk.get("encryptedKeyset").is_some(),
+        "written back encrypted"
+    );
+    let listed = json_of(&cli(&[
+        "keyset",
+        "list",
+        "--in",
+        &f,
+        "--decrypt-with",
+        &kek,
+        "--json",
+    ]));
+    assert_eq!(listed["keys"].as_array().unwrap().len(), 2);
+    assert_eq!(listed, json_of(&rotated));
+}
