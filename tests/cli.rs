@@ -252,6 +252,11 @@ fn audit_counts_a_naive_topic_and_repair_makes_a_restore_equal_the_model() {
 
     let audit = run(&args("audit"));
     assert_eq!(code(&audit), 1, "broken tombstones are findings");
+    assert!(
+        audit.stderr.is_empty(),
+        "no progress bar when stderr is not a terminal: {}",
+        String::from_utf8_lossy(&audit.stderr)
+    );
     let report = json_of(&audit);
     let want = expected(&keyset, &topic, &writes);
     assert_eq!(counts(&report), want);
@@ -545,6 +550,19 @@ fn inspect_names_each_key_type_and_never_prints_plaintext() {
             _ => "kms-envelope",
         };
         assert_eq!(r["kind"], json!(kind));
+        // From stdin (`-`), the same.
+        let mut child = Command::new(env!("CARGO_BIN_EXE_tombstone-crypt"))
+            .args(["inspect", "--json", "--keyset", &f, "-"])
+            .stdin(std::process::Stdio::piped())
+            .stdout(std::process::Stdio::piped())
+            .spawn()
+            .unwrap();
+        std::io::Write::write_all(
+            &mut child.stdin.take().unwrap(),
+            format!("{h}\n").as_bytes(),
+        )
+        .unwrap();
+        assert_eq!(json_of(&child.wait_with_output().unwrap()), r);
         // Without the keyset: the key id, not the kind.
         let bare = json_of(&cli(&["inspect", "--json", &h]));
         assert_eq!(bare["key_id"], json!(keyset.primary().0));
