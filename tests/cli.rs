@@ -865,3 +865,73 @@ fn encrypted_keyset_files_stay_encrypted() {
     assert_eq!(listed["keys"].as_array().unwrap().len(), 2);
     assert_eq!(listed, json_of(&rotated));
 }
+
+/// KMS envelope values: `audit` unwraps their data keys through the KMS
+/// named by the environment; with the KMS unreachable it stops with exit
+/// 2 naming the record, rather than counting the values as undecryptable.
+#[test]
+fn audit_reads_envelope_values_and_a_kms_outage_is_exit_2() {
+    let Some(bootstrap) = bootstrap() else { return };
+    let Ok(kek) = std::env::var("TOMBSTONE_VAULT_KEY_URI") else {
+        eprintln!("TOMBSTONE_VAULT_KEY_URI unset: skipped (scripts/test.sh sets it)");
+        return;
+    };
+    let dir = Dir::new("envelope");
+    let f = dir.file("envelope.json");
+    let out = cli(&[
+        "keyset",
+        "new",
+        "--template",
+        "kms-envelope",
+        "--kek-uri",
+        &kek,
+        "--out",
+        &f,
+    ]);
+    assert_eq!(code(&out), 0, "{}", String::from_utf8_lossy(&out.stderr));
+    tombstone_crypt::register_kms_client(tombstone_crypt::VaultClient::from_env());
+    let keyset = load(&f);
+    let topic = fresh_topic("cli-envelope");
+    create_compacted(&bootstrap, &topic, 1);
+    let ser = EncryptingSerializer::new(Bytes, keyset);
+    let mut writes = Vec::new();
+    for i in 0..10 {
+        let k = format!("k{i}").into_bytes();
+        let v = if i == 3 { &b""[..] } else { &b"value"[..] };
+        writes.push((
+            k.clone(),
+            ser.serialize(&Context::new(&topic).with_key(&k), Some(v))
+                .unwrap(),
+        ));
+    }
+    produce(&bootstrap, &topic, &writes);
+    let args = [
+        "audit",
+        "--json",
+        "--bootstrap",
+        &bootstrap,
+        "--topic",
+        &topic,
+        "--keyset",
+        &f,
+    ];
+    let ok = cli(&args);
+    assert_eq!(code(&ok), 1, "{}", String::from_utf8_lossy(&ok.stderr));
+    let r = json_of(&ok);
+    assert_eq!(
+        (r["live_keys"].clone(), r["broken_tombstones"].clone()),
+        (json!(9), json!(1))
+    );
+
+    let down = Command::new(env!("CARGO_BIN_EXE_tombstone-crypt"))
+        .args(args)
+        .env("VAULT_ADDR", "http://127.0.0.1:1")
+        .output()
+        .unwrap();
+    let stderr = String::from_utf8_lossy(&down.stderr);
+    assert_eq!(code(&down), 2, "{stderr}");
+    assert!(
+        stderr.contains(&topic) && stderr.contains("offset"),
+        "{stderr}"
+    );
+}

@@ -387,22 +387,31 @@ fn key_id(v: &[u8]) -> u32 {
 /// The shortest ciphertext (AES-GCM: version, key id, nonce, tag).
 const MIN_CIPHERTEXT: usize = 5 + 12 + 16;
 
-fn open_value(s: &Setup, wire_key: Option<&[u8]>, v: &[u8]) -> Value {
+/// What the value of record `r` is. A KMS error (the KMS down, or
+/// refusing a data key) fails the command: the value cannot be told apart.
+fn open_value(s: &Setup, r: &Rec<'_>, v: &[u8]) -> Result<Value, Fail> {
     if !s.keyset.names_a_key(v) {
         // The version byte and room for a nonce and a tag, under a key
         // this keyset lacks: a ciphertext it cannot read, more likely
         // than a plaintext value that starts so.
         if v.first() == Some(&1) && v.len() >= MIN_CIPHERTEXT {
-            return Value::Undecryptable(key_id(v));
+            return Ok(Value::Undecryptable(key_id(v)));
         }
-        return Value::NotCiphertext;
+        return Ok(Value::NotCiphertext);
     }
     let id = key_id(v);
     let de = DecryptingDeserializer::new(Bytes, s.keyset.clone()).with_aad(s.aad);
-    let ctx = value_context(&s.topic, wire_key);
+    let ctx = value_context(&s.topic, r.key);
     match de.deserialize(&ctx, Some(v)) {
-        Ok(Some(p)) => Value::Plain(Zeroizing::new(p), id),
-        _ => Value::Undecryptable(id),
+        Ok(Some(p)) => Ok(Value::Plain(Zeroizing::new(p), id)),
+        Err(e @ tombstone_crypt::Error::Kms { .. }) => Err(fail(format!(
+            "the value at {}/{} offset {}: {}",
+            s.topic,
+            r.partition,
+            r.offset,
+            crate::chain(&e)
+        ))),
+        _ => Ok(Value::Undecryptable(id)),
     }
 }
 
@@ -441,7 +450,7 @@ fn scan(s: &Setup, quiet: bool) -> Result<Audit, Fail> {
                 a.tombstones += 1;
                 (Kind::Tombstone, None)
             }
-            Some(v) => match open_value(s, r.key, v) {
+            Some(v) => match open_value(s, r, v)? {
                 Value::Plain(p, id) => {
                     if p.as_slice() == s.marker.bytes() {
                         a.marker_values += 1;
@@ -711,7 +720,7 @@ pub(crate) fn reencrypt(args: &ReencryptArgs, out: &Output) -> Result<Outcome, F
                 skipped_plaintext += 1;
                 return Ok(());
             }
-            (Kind::Live, Some(v)) => match open_value(&s, r.key, v) {
+            (Kind::Live, Some(v)) => match open_value(&s, r, v)? {
                 Value::Plain(p, id) => (Some(p), id == primary),
                 _ => {
                     skipped_undecryptable += 1;
