@@ -935,3 +935,71 @@ fn audit_reads_envelope_values_and_a_kms_outage_is_exit_2() {
         "{stderr}"
     );
 }
+
+/// `reencrypt --to-topic`: every live value lands in the other topic, in
+/// its partition, bound to the new topic; deletes arrive as tombstones.
+#[test]
+fn reencrypt_to_another_topic_binds_values_to_it() {
+    let Some(bootstrap) = bootstrap() else { return };
+    let dir = Dir::new("totopic");
+    let (from, to) = (fresh_topic("cli-from"), fresh_topic("cli-to"));
+    create_compacted(&bootstrap, &from, 2);
+    create_compacted(&bootstrap, &to, 2);
+    let f = dir.file("values.json");
+    assert_eq!(code(&cli(&["keyset", "new", "--out", &f])), 0);
+    let keyset = load(&f);
+    let ser = EncryptingSerializer::new(Bytes, keyset.clone());
+    let mut writes = Vec::new();
+    let mut model = BTreeMap::new();
+    for i in 0..30 {
+        let k = format!("k{i}").into_bytes();
+        let v = format!("v{i}").into_bytes();
+        writes.push((
+            k.clone(),
+            ser.serialize(&Context::new(&from).with_key(&k), Some(&v[..]))
+                .unwrap(),
+        ));
+        if i % 3 == 0 {
+            writes.push((k.clone(), None));
+        } else {
+            model.insert(k, v);
+        }
+    }
+    produce(&bootstrap, &from, &writes);
+    let out = cli(&[
+        "reencrypt",
+        "--json",
+        "--bootstrap",
+        &bootstrap,
+        "--topic",
+        &from,
+        "--keyset",
+        &f,
+        "--to-topic",
+        &to,
+        "--apply",
+    ]);
+    assert_eq!(code(&out), 0, "{}", String::from_utf8_lossy(&out.stderr));
+    let r = json_of(&out);
+    assert_eq!(r["values_to_rewrite"], json!(model.len()));
+    assert_eq!(r["tombstones_to_copy"], json!(10));
+    assert_eq!(r["after"]["tombstones"], json!(10));
+    assert_eq!(restore(&bootstrap, &to, 2, &keyset), model);
+    // Each key in the same partition as in the source topic.
+    let keys_in = |topic: &str, p: i32| {
+        let mut store = MemoryStore::new();
+        let log = KafkaChangelog::open(&bootstrap, topic)
+            .unwrap()
+            .on_partition(p);
+        restore_from(&mut store, &log).unwrap();
+        store
+            .all()
+            .unwrap()
+            .into_iter()
+            .map(|(k, _)| k)
+            .collect::<Vec<_>>()
+    };
+    for p in 0..2 {
+        assert_eq!(keys_in(&from, p), keys_in(&to, p), "partition {p}");
+    }
+}
