@@ -69,6 +69,25 @@ impl Drop for Dir {
     }
 }
 
+/// `keyset new --out DIR/NAME` (an AES-256-GCM keyset): its path and keys.
+fn new_keyset(dir: &Dir, name: &str) -> (String, Keyset) {
+    let path = dir.file(name);
+    let out = cli(&["keyset", "new", "--out", &path]);
+    assert_eq!(code(&out), 0, "{}", String::from_utf8_lossy(&out.stderr));
+    let keyset = load(&path);
+    (path, keyset)
+}
+
+/// The loopback OpenBao's key (`scripts/kms.sh`, which the test command
+/// starts); `None`, and a note, without it.
+fn vault_kek() -> Option<String> {
+    let kek = std::env::var("TOMBSTONE_VAULT_KEY_URI").ok();
+    if kek.is_none() {
+        eprintln!("TOMBSTONE_VAULT_KEY_URI unset: skipped (scripts/test.sh sets it)");
+    }
+    kek
+}
+
 fn load(path: &str) -> Keyset {
     Keyset::from_tink_json(&std::fs::read_to_string(path).unwrap()).unwrap()
 }
@@ -97,6 +116,16 @@ fn produce(bootstrap: &str, topic: &str, records: &[(Vec<u8>, Option<Vec<u8>>)])
     }
 }
 
+/// What a restore of partition `p` gives, as the bytes on the wire.
+fn restore_partition(bootstrap: &str, topic: &str, p: i32) -> Vec<(Vec<u8>, Vec<u8>)> {
+    let mut store = MemoryStore::new();
+    let log = KafkaChangelog::open(bootstrap, topic)
+        .unwrap()
+        .on_partition(p);
+    restore_from(&mut store, &log).unwrap();
+    store.all().unwrap()
+}
+
 /// What a restore of every partition gives, decrypted (plaintext values
 /// passed through).
 fn restore(
@@ -109,12 +138,7 @@ fn restore(
         .with_unencrypted(Unencrypted::PassThrough);
     let mut out = BTreeMap::new();
     for p in 0..partitions {
-        let mut store = MemoryStore::new();
-        let log = KafkaChangelog::open(bootstrap, topic)
-            .unwrap()
-            .on_partition(p);
-        restore_from(&mut store, &log).unwrap();
-        for (k, v) in store.all().unwrap() {
+        for (k, v) in restore_partition(bootstrap, topic, p) {
             let ctx = Context::new(topic).with_key(&k);
             let v = de.deserialize(&ctx, Some(&v)).unwrap().unwrap();
             out.insert(k, v);
@@ -229,9 +253,7 @@ fn audit_counts_a_naive_topic_and_repair_makes_a_restore_equal_the_model() {
     let dir = Dir::new("audit");
     let topic = fresh_topic("cli-audit");
     create_compacted(&bootstrap, &topic, 3);
-    let ks_file = dir.file("values.json");
-    assert_eq!(code(&cli(&["keyset", "new", "--out", &ks_file])), 0);
-    let keyset = load(&ks_file);
+    let (ks_file, keyset) = new_keyset(&dir, "values.json");
     let writes = naive_writes(&keyset, &topic, 60);
     produce(&bootstrap, &topic, &writes);
     let args = |cmd: &str| -> Vec<String> {
@@ -318,8 +340,7 @@ fn audit_counts_a_naive_topic_and_repair_makes_a_restore_equal_the_model() {
     let mut other = args("audit");
     other.extend(["--null-marker".into(), "json-null".into()]);
     assert_eq!(json_of(&run(&other))["broken_tombstones"], json!(0));
-    let wrong = dir.file("wrong.json");
-    assert_eq!(code(&cli(&["keyset", "new", "--out", &wrong])), 0);
+    let (wrong, _) = new_keyset(&dir, "wrong.json");
     let mut a = args("audit");
     a[7] = wrong;
     let w = run(&a);
@@ -337,9 +358,7 @@ fn reencrypt_after_a_rotation_leaves_the_old_key_unused() {
     let dir = Dir::new("reencrypt");
     let topic = fresh_topic("cli-reencrypt");
     create_compacted(&bootstrap, &topic, 2);
-    let ks_file = dir.file("values.json");
-    assert_eq!(code(&cli(&["keyset", "new", "--out", &ks_file])), 0);
-    let old = load(&ks_file);
+    let (ks_file, old) = new_keyset(&dir, "values.json");
     let ser = EncryptingSerializer::new(Bytes, old.clone());
     let mut writes = Vec::new();
     let mut model = BTreeMap::new();
@@ -518,7 +537,7 @@ fn inspect_names_each_key_type_and_never_prints_plaintext() {
     let dir = Dir::new("inspect");
     let secret = b"the plaintext must never be printed";
     let mut templates = vec![("aes256-gcm", None), ("aes256-siv", None)];
-    let vault = std::env::var("TOMBSTONE_VAULT_KEY_URI").ok();
+    let vault = vault_kek();
     if let Some(uri) = &vault {
         templates.push(("kms-envelope", Some(uri.as_str())));
     }
@@ -568,9 +587,6 @@ fn inspect_names_each_key_type_and_never_prints_plaintext() {
         assert_eq!(bare["key_id"], json!(keyset.primary().0));
         assert_eq!(bare["body"], json!(ct.len() - 5));
     }
-    if vault.is_none() {
-        eprintln!("TOMBSTONE_VAULT_KEY_URI unset: the kms-envelope case was skipped");
-    }
     // Not a ciphertext: a finding, and its bytes are not echoed.
     let out = cli(&["inspect", "--json", &hex(b"plain text value")]);
     assert_eq!(code(&out), 1);
@@ -580,8 +596,7 @@ fn inspect_names_each_key_type_and_never_prints_plaintext() {
 #[test]
 fn bad_input_is_exit_2_with_a_message() {
     let dir = Dir::new("bad");
-    let good = dir.file("good.json");
-    assert_eq!(code(&cli(&["keyset", "new", "--out", &good])), 0);
+    let (good, _) = new_keyset(&dir, "good.json");
     let siv = dir.file("siv.json");
     assert_eq!(
         code(&cli(&[
@@ -781,12 +796,7 @@ fn reencrypt_rewrites_old_forms_of_encrypted_keys() {
     let de = DecryptingDeserializer::new(Bytes, vks);
     let mut restored = BTreeMap::new();
     for partition in 0..2 {
-        let mut store = MemoryStore::new();
-        let log = KafkaChangelog::open(&bootstrap, &topic)
-            .unwrap()
-            .on_partition(partition);
-        restore_from(&mut store, &log).unwrap();
-        for (wire, v) in store.all().unwrap() {
+        for (wire, v) in restore_partition(&bootstrap, &topic, partition) {
             let plain_key = DeterministicDeserializer::new(Bytes, kks.clone())
                 .deserialize(&Context::new(&topic), Some(&wire))
                 .expect("every key restored is in the new form")
@@ -813,10 +823,7 @@ fn reencrypt_rewrites_old_forms_of_encrypted_keys() {
 /// OpenBao of `scripts/kms.sh`, which the test command starts.)
 #[test]
 fn encrypted_keyset_files_stay_encrypted() {
-    let Ok(kek) = std::env::var("TOMBSTONE_VAULT_KEY_URI") else {
-        eprintln!("TOMBSTONE_VAULT_KEY_URI unset: skipped (scripts/test.sh sets it)");
-        return;
-    };
+    let Some(kek) = vault_kek() else { return };
     let dir = Dir::new("encrypted");
     let f = dir.file("k.json");
     let new = cli(&[
@@ -872,10 +879,7 @@ fn encrypted_keyset_files_stay_encrypted() {
 #[test]
 fn audit_reads_envelope_values_and_a_kms_outage_is_exit_2() {
     let Some(bootstrap) = bootstrap() else { return };
-    let Ok(kek) = std::env::var("TOMBSTONE_VAULT_KEY_URI") else {
-        eprintln!("TOMBSTONE_VAULT_KEY_URI unset: skipped (scripts/test.sh sets it)");
-        return;
-    };
+    let Some(kek) = vault_kek() else { return };
     let dir = Dir::new("envelope");
     let f = dir.file("envelope.json");
     let out = cli(&[
@@ -945,9 +949,7 @@ fn reencrypt_to_another_topic_binds_values_to_it() {
     let (from, to) = (fresh_topic("cli-from"), fresh_topic("cli-to"));
     create_compacted(&bootstrap, &from, 2);
     create_compacted(&bootstrap, &to, 2);
-    let f = dir.file("values.json");
-    assert_eq!(code(&cli(&["keyset", "new", "--out", &f])), 0);
-    let keyset = load(&f);
+    let (f, keyset) = new_keyset(&dir, "values.json");
     let ser = EncryptingSerializer::new(Bytes, keyset.clone());
     let mut writes = Vec::new();
     let mut model = BTreeMap::new();
