@@ -485,8 +485,60 @@ fn blocking_work_is_the_kms_call_that_would_block_and_only_that() {
     let plain = EncryptingSerializer::new(Bytes, Keyset::generate());
     assert!(plain.blocking_work().is_none());
 
+    // A record whose EDEK length is 0, or runs past its end, has no work:
+    // it never reaches the KMS (opening it says why), and never panics.
+    let mut forged = a.clone();
+    for claimed in [0u32, 1000, u32::MAX] {
+        forged[5..9].copy_from_slice(&claimed.to_be_bytes());
+        assert!(de.blocking_work(&forged).is_none(), "EDEK length {claimed}");
+        assert!(de.deserialize(&ctx, Some(&forged)).is_err());
+    }
+    assert_eq!(kms.decrypt_calls(), 1);
+
     kms.set_down(true);
     let err = ser.blocking_work().unwrap().run().unwrap_err();
     assert!(matches!(err, Error::Kms { .. }), "{err:?}");
     assert_eq!(ser.serialize(&ctx, Some(&b"c"[..])).unwrap_err(), err);
+    // Back up: the next work retries (an old failure is not replayed).
+    kms.set_down(false);
+    ser.blocking_work().unwrap().run().unwrap();
+    assert!(ser.blocking_work().is_none());
+    ser.serialize(&ctx, Some(&b"c"[..])).unwrap();
+}
+
+/// The byte limit is exact: a DEK that has encrypted exactly `max_bytes`
+/// is due for replacement, and `blocking_work` says so (else the
+/// replacement would happen inline, on an async worker).
+#[test]
+fn blocking_work_sees_the_byte_limit_reached_exactly() {
+    let (kms, _, keyset) = setup(DekPolicy::default().with_max_bytes(8));
+    let ser = EncryptingSerializer::new(Bytes, keyset);
+    let ctx = Context::new("t").with_key(b"k");
+    ser.serialize(&ctx, Some(&b"1234"[..])).unwrap();
+    assert!(ser.blocking_work().is_none(), "4 of 8 bytes used");
+    ser.serialize(&ctx, Some(&b"5678"[..])).unwrap();
+    assert!(ser.blocking_work().is_some(), "8 of 8 bytes used");
+    assert_eq!(kms.encrypt_calls(), 1);
+}
+
+/// A KMS that returns an empty or oversized wrapped key is an error when
+/// the DEK is made, not a value that is stored and never readable.
+#[test]
+fn wrapped_keys_outside_1_to_max_edek_len_are_refused() {
+    let (kms, _, keyset) = setup(DekPolicy::default().with_max_values(1));
+    let ser = EncryptingSerializer::new(Bytes, keyset);
+    let ctx = Context::new("t").with_key(b"k");
+    for (len, ok) in [
+        (0, false),
+        (tombstone_crypt::MAX_EDEK_LEN + 1, false),
+        (tombstone_crypt::MAX_EDEK_LEN, true),
+        (1, true),
+    ] {
+        kms.set_wrapped_len(Some(len));
+        let got = ser.serialize(&ctx, Some(&b"v"[..]));
+        assert_eq!(got.is_ok(), ok, "wrapped key of {len} bytes: {got:?}");
+        if let Err(e) = got {
+            assert!(e.to_string().contains("encrypted data key of"), "{e}");
+        }
+    }
 }

@@ -31,6 +31,9 @@ struct Inner {
     decrypts: AtomicUsize,
     down: AtomicBool,
     delay_ms: AtomicU64,
+    /// When not `usize::MAX`: every wrapped key is cut or zero-padded to
+    /// this length (a faulty KMS).
+    wrapped_len: AtomicUsize,
 }
 
 impl Default for FakeKms {
@@ -49,6 +52,7 @@ impl FakeKms {
                 decrypts: AtomicUsize::new(0),
                 down: AtomicBool::new(false),
                 delay_ms: AtomicU64::new(0),
+                wrapped_len: AtomicUsize::new(usize::MAX),
             }),
         }
     }
@@ -72,6 +76,14 @@ impl FakeKms {
     pub fn set_delay(&self, delay: Duration) {
         let ms = u64::try_from(delay.as_millis()).unwrap_or(u64::MAX);
         self.inner.delay_ms.store(ms, Ordering::SeqCst);
+    }
+
+    /// A faulty KMS: every ciphertext it returns is cut or zero-padded to
+    /// `len` bytes (`None`: as made).
+    pub fn set_wrapped_len(&self, len: Option<usize>) {
+        self.inner
+            .wrapped_len
+            .store(len.unwrap_or(usize::MAX), Ordering::SeqCst);
     }
 
     fn check_up(&self) -> Result<(), Error> {
@@ -109,10 +121,16 @@ impl KmsAead for FakeKey {
     fn encrypt(&self, plaintext: &[u8], associated_data: &[u8]) -> Result<Vec<u8>, Error> {
         self.kms.inner.encrypts.fetch_add(1, Ordering::SeqCst);
         self.kms.check_up()?;
-        self.kms
+        let mut wrapped = self
+            .kms
             .inner
             .keyset
-            .encrypt(plaintext, &self.ad(associated_data))
+            .encrypt(plaintext, &self.ad(associated_data))?;
+        let len = self.kms.inner.wrapped_len.load(Ordering::SeqCst);
+        if len != usize::MAX {
+            wrapped.resize(len, 0);
+        }
+        Ok(wrapped)
     }
 
     fn decrypt(
