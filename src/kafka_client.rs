@@ -196,6 +196,14 @@ pub struct ConsumedRecord<K, V> {
     pub value: Option<V>,
 }
 
+/// What a [`TypedConsumer`] hands a record it cannot decode, once
+/// [`on_undecodable`](TypedConsumer::on_undecodable) is set: the raw record
+/// (to send on to a dead-letter topic, say) and the [`Error::Record`] that
+/// names it. `Ok(())` goes on to the next record; an error is what `recv`
+/// (or the stream) returns.
+pub type UndecodableHook =
+    Box<dyn Fn(&BorrowedMessage<'_>, &Error) -> Result<(), Error> + Send + Sync>;
+
 /// A typed consumer over rdkafka's `StreamConsumer`: every record is decoded
 /// with the topic and the record key as context.
 ///
@@ -203,18 +211,23 @@ pub struct ConsumedRecord<K, V> {
 /// plaintext value under [`Unencrypted::Reject`](crate::Unencrypted)) is
 /// never skipped silently: [`recv`](TypedConsumer::recv) returns
 /// [`Error::Record`], naming its topic, partition and offset. The consumer
-/// has moved past it: call `recv` again to go on (after sending the raw
-/// record to a dead-letter topic, say), or stop.
+/// has moved past it: call `recv` again to go on, or stop. To go on
+/// without handling the error at each call site, set a hook with
+/// [`on_undecodable`](TypedConsumer::on_undecodable): it gets each such
+/// record, raw, and decides.
 pub struct TypedConsumer<K, V, KD, VD> {
     consumer: StreamConsumer,
     key_de: KD,
     value_de: VD,
+    on_undecodable: Option<UndecodableHook>,
     types: PhantomData<fn() -> (K, V)>,
 }
 
 impl<K, V, KD, VD> fmt::Debug for TypedConsumer<K, V, KD, VD> {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.debug_struct("TypedConsumer").finish_non_exhaustive()
+        f.debug_struct("TypedConsumer")
+            .field("on_undecodable", &self.on_undecodable.is_some())
+            .finish_non_exhaustive()
     }
 }
 
@@ -236,8 +249,45 @@ where
             consumer,
             key_de,
             value_de,
+            on_undecodable: None,
             types: PhantomData,
         })
+    }
+
+    /// Hands every record that does not decode to `hook` instead of
+    /// returning it as an error: the hook gets the raw record and the
+    /// [`Error::Record`] naming it; `Ok(())` skips the record (the hook has
+    /// kept it: a dead-letter topic, a log), an error stops `recv` or the
+    /// stream with that error.
+    ///
+    /// The cause may be passing: [`Error::Kms`] when the KMS is unreachable
+    /// for a data key not yet cached. A hook that should dead-letter only
+    /// what will never decode returns the error for that cause.
+    ///
+    /// ```no_run
+    /// # use tombstone_crypt::{Bytes, DecryptingDeserializer, Error, Keyset, TypedConsumer, Utf8};
+    /// # use tombstone_crypt::rdkafka::{ClientConfig, Message as _};
+    /// # fn demo(config: &ClientConfig, keyset: Keyset) -> Result<(), Error> {
+    /// let consumer: TypedConsumer<String, Vec<u8>, _, _> =
+    ///     TypedConsumer::new(config, Utf8, DecryptingDeserializer::new(Bytes, keyset))?
+    ///         .on_undecodable(|raw, error| match error {
+    ///             Error::Record { cause, .. } if matches!(**cause, Error::Kms { .. }) => {
+    ///                 Err(error.clone())
+    ///             }
+    ///             _ => {
+    ///                 eprintln!("dead-lettered {error}: {} bytes", raw.payload_len());
+    ///                 Ok(())
+    ///             }
+    ///         });
+    /// # Ok(()) }
+    /// ```
+    #[must_use]
+    pub fn on_undecodable<F>(mut self, hook: F) -> Self
+    where
+        F: Fn(&BorrowedMessage<'_>, &Error) -> Result<(), Error> + Send + Sync + 'static,
+    {
+        self.on_undecodable = Some(Box::new(hook));
+        self
     }
 
     /// Subscribes to `topics` (partitions assigned by the consumer group).
@@ -271,27 +321,42 @@ where
     /// [`Error::Kafka`] from the consumer; [`Error::Record`] for a record
     /// that does not decode.
     pub async fn recv(&self) -> Result<ConsumedRecord<K, V>, Error> {
-        let m = self
-            .consumer
-            .recv()
-            .await
-            .map_err(|e| kafka_err("consume", e))?;
-        self.prepare(&m).await?;
-        self.decode(&m)
+        loop {
+            let m = self
+                .consumer
+                .recv()
+                .await
+                .map_err(|e| kafka_err("consume", e))?;
+            if let Some(record) = self.next_record(&m).await? {
+                return Ok(record);
+            }
+        }
     }
 
     /// The records as a `Stream`, each as [`recv`](TypedConsumer::recv)
     /// gives it.
     pub fn stream(&self) -> impl Stream<Item = Result<ConsumedRecord<K, V>, Error>> + '_ {
-        self.consumer.stream().then(move |m| async move {
+        self.consumer.stream().filter_map(move |m| async move {
             match m {
-                Ok(m) => {
-                    self.prepare(&m).await?;
-                    self.decode(&m)
-                }
-                Err(e) => Err(kafka_err("consume", e)),
+                Ok(m) => self.next_record(&m).await.transpose(),
+                Err(e) => Some(Err(kafka_err("consume", e))),
             }
         })
+    }
+
+    /// `m` decoded; `None` when it does not decode and the hook skipped it.
+    async fn next_record(
+        &self,
+        m: &BorrowedMessage<'_>,
+    ) -> Result<Option<ConsumedRecord<K, V>>, Error> {
+        let decoded = match self.prepare(m).await {
+            Ok(()) => self.decode(m),
+            Err(e) => Err(e),
+        };
+        match (decoded, &self.on_undecodable) {
+            (Err(e @ Error::Record { .. }), Some(hook)) => hook(m, &e).map(|()| None),
+            (decoded, _) => decoded.map(Some),
+        }
     }
 
     /// Runs the KMS call a record's key or value would need (a data key

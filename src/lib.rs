@@ -34,7 +34,7 @@ pub use crate::kafka::{
 #[cfg(feature = "kafka")]
 #[cfg_attr(docsrs, doc(cfg(feature = "kafka")))]
 pub use crate::kafka_client::{
-    ConsumedRecord, Delivered, RecordHeaders, TypedConsumer, TypedProducer,
+    ConsumedRecord, Delivered, RecordHeaders, TypedConsumer, TypedProducer, UndecodableHook,
 };
 pub use crate::keyset::{KeyId, KeyStatus, Keyset, MAX_KEYS};
 #[cfg(feature = "aws-kms")]

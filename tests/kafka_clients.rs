@@ -231,6 +231,129 @@ async fn a_wrong_keyset_is_an_error_naming_the_record_never_a_skip() {
     }
 }
 
+/// With `on_undecodable`, a record that does not decode goes to the hook,
+/// raw, and the consumer goes on: `recv` and the stream give every other
+/// record in order, the hook gets exactly the others (their payloads are the
+/// ciphertexts the other keyset wrote), and a hook that returns an error
+/// stops `recv` with it.
+#[tokio::test(flavor = "current_thread")]
+async fn an_undecodable_hook_gets_the_raw_record_and_the_consumer_goes_on() {
+    use futures_util::StreamExt as _;
+    use std::sync::{Arc, Mutex};
+    use tombstone_crypt::rdkafka::Message as _;
+    use tombstone_crypt::{Context, Deserializer as _};
+
+    let Some(bootstrap) = bootstrap() else { return };
+    let topic = fresh_topic("dead-letter");
+    create_topic(&bootstrap, &topic, 1);
+    let (ours, other) = (Keyset::generate(), Keyset::generate());
+    let producer = |keyset: &Keyset| -> Producer {
+        TypedProducer::new(
+            &client_config(&bootstrap),
+            Utf8,
+            EncryptingSerializer::new(Bytes, keyset.clone()),
+        )
+        .unwrap()
+    };
+    let (good, bad) = (producer(&ours), producer(&other));
+    // Records 0..13: every third is under the other keyset, one a
+    // tombstone; the last is ours, so reading it means all were seen.
+    let (mut expected, mut foreign) = (Vec::new(), BTreeMap::new());
+    for i in 0..13 {
+        let key = format!("k{i}");
+        let value = (i != 4).then(|| format!("v{i}").into_bytes());
+        let by = if i % 3 == 2 { &bad } else { &good };
+        let offset = by
+            .send(&topic, &key, value.as_deref())
+            .await
+            .unwrap()
+            .offset;
+        if i % 3 == 2 {
+            foreign.insert(offset, (key, value.unwrap()));
+        } else {
+            expected.push((offset, key, value));
+        }
+    }
+    type Seen = Arc<Mutex<Vec<(i64, String, Vec<u8>)>>>;
+    let with_hook = |group: &str, seen: &Seen| {
+        let seen = Arc::clone(seen);
+        consumer(&bootstrap, group, &ours).on_undecodable(move |raw, error| {
+            assert!(
+                matches!(error, Error::Record { offset, .. } if *offset == raw.offset()),
+                "{error:?}"
+            );
+            let key = String::from_utf8(raw.key().unwrap().to_vec()).unwrap();
+            seen.lock()
+                .unwrap()
+                .push((raw.offset(), key, raw.payload().unwrap().to_vec()));
+            Ok(())
+        })
+    };
+    let check_hook = |seen: &Seen| {
+        let seen = seen.lock().unwrap();
+        let offsets: Vec<i64> = seen.iter().map(|(o, ..)| *o).collect();
+        assert_eq!(offsets, foreign.keys().copied().collect::<Vec<_>>());
+        // The raw payload is the other keyset's ciphertext of the value.
+        let de = DecryptingDeserializer::new(Bytes, other.clone());
+        for (offset, key, payload) in seen.iter() {
+            let plain = de
+                .deserialize(
+                    &Context::new(&topic).with_key(key.as_bytes()),
+                    Some(payload),
+                )
+                .unwrap();
+            assert_eq!(plain.as_ref(), Some(&foreign[offset].1));
+        }
+    };
+    let as_sent = |r: tombstone_crypt::ConsumedRecord<String, Vec<u8>>| (r.offset, r.key, r.value);
+
+    // recv
+    let seen: Seen = Arc::default();
+    let c = with_hook(&format!("dl-recv-{topic}"), &seen);
+    assign_all(&c, &topic, 1);
+    let mut got = Vec::new();
+    for _ in 0..expected.len() {
+        let r = tokio::time::timeout(Duration::from_secs(30), c.recv())
+            .await
+            .unwrap()
+            .unwrap();
+        got.push(as_sent(r));
+    }
+    assert_eq!(got, expected);
+    check_hook(&seen);
+
+    // the stream
+    let seen: Seen = Arc::default();
+    let c = with_hook(&format!("dl-stream-{topic}"), &seen);
+    assign_all(&c, &topic, 1);
+    let got: Vec<_> = tokio::time::timeout(
+        Duration::from_secs(30),
+        c.stream().take(expected.len()).collect::<Vec<_>>(),
+    )
+    .await
+    .unwrap()
+    .into_iter()
+    .map(|r| as_sent(r.unwrap()))
+    .collect();
+    assert_eq!(got, expected);
+    check_hook(&seen);
+
+    // A hook that refuses stops recv with its error, at the first such record.
+    let c = consumer(&bootstrap, &format!("dl-stop-{topic}"), &ours)
+        .on_undecodable(|_, _| Err(Error::MissingRecordKey));
+    assign_all(&c, &topic, 1);
+    for _ in 0..2 {
+        c.recv().await.unwrap();
+    }
+    let stopped = tokio::time::timeout(Duration::from_secs(30), c.recv())
+        .await
+        .unwrap();
+    assert!(
+        matches!(stopped, Err(Error::MissingRecordKey)),
+        "{stopped:?}"
+    );
+}
+
 #[tokio::test(flavor = "current_thread")]
 async fn a_plaintext_topic_migrates_with_pass_through_and_is_refused_by_default() {
     let Some(bootstrap) = bootstrap() else { return };
