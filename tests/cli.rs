@@ -335,20 +335,45 @@ fn audit_counts_a_naive_topic_and_repair_makes_a_restore_equal_the_model() {
     assert_eq!(json_of(&again)["tombstones_written"], json!(0));
     assert_eq!(end_offsets(&bootstrap, &topic, 3), ends);
 
-    // A json-null marker finds nothing here; a wrong keyset makes every
-    // value undecryptable, named by its key id.
+    // A json-null marker finds nothing here.
     let mut other = args("audit");
     other.extend(["--null-marker".into(), "json-null".into()]);
     assert_eq!(json_of(&run(&other))["broken_tombstones"], json!(0));
-    let (wrong, _) = new_keyset(&dir, "wrong.json");
+
+    // A wrong keyset decrypts nothing: exit 2, naming the key ids on both
+    // sides, not a report of findings.
+    let (wrong_file, wrong) = new_keyset(&dir, "wrong.json");
     let mut a = args("audit");
-    a[7] = wrong;
+    a[7] = wrong_file;
     let w = run(&a);
+    let stderr = String::from_utf8_lossy(&w.stderr);
+    assert_eq!(code(&w), 2, "{stderr}");
+    assert!(w.stdout.is_empty());
+    assert!(
+        stderr.contains(&format!("[{}]", keyset.primary().0))
+            && stderr.contains(&format!("[{}]", wrong.primary().0)),
+        "{stderr}"
+    );
+
+    // Values under another keyset beside ours are findings: undecryptable,
+    // counted by the key id they name.
+    let ser = EncryptingSerializer::new(Bytes, wrong.clone());
+    let foreign: Vec<_> = (0..3)
+        .map(|i| {
+            let k = format!("foreign-{i}").into_bytes();
+            let v = ser
+                .serialize(&Context::new(&topic).with_key(&k), Some(&b"x"[..]))
+                .unwrap();
+            (k, v)
+        })
+        .collect();
+    produce(&bootstrap, &topic, &foreign);
+    let w = run(&args("audit"));
     assert_eq!(code(&w), 1);
     let w = json_of(&w);
     assert_eq!(
-        w["undecryptable"][keyset.primary().0.to_string()],
-        json!(model.len() - 12)
+        w["undecryptable"],
+        json!({ wrong.primary().0.to_string(): 3 })
     );
 }
 

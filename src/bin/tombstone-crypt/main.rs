@@ -4,7 +4,8 @@
 //!
 //! Exit codes: 0 done and clean, 1 findings (broken tombstones,
 //! undecryptable values, a value that is not a ciphertext), 2 usage, I/O,
-//! KMS or broker error.
+//! KMS or broker error, or a keyset under which not one value of the topic
+//! decrypts (the wrong keyset).
 #![forbid(unsafe_code)]
 
 mod keysets;

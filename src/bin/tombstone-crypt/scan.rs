@@ -2,7 +2,7 @@
 //! the end offsets it had when the command started, keep one small state
 //! per key (never the values), then write tombstones or rewritten values.
 
-use std::collections::{BTreeMap, HashMap, HashSet};
+use std::collections::{BTreeMap, BTreeSet, HashMap, HashSet};
 use std::io::IsTerminal as _;
 use std::time::{Duration, Instant};
 
@@ -138,6 +138,11 @@ struct Audit {
     plaintext: u64,
     marker_values: u64,
     undecryptable_keys: u64,
+    /// Present values that decrypted, and those that did not.
+    decrypted: u64,
+    undecryptable_values: u64,
+    /// The key ids those name.
+    undecryptable_ids: BTreeSet<u32>,
     keys: HashMap<GroupKey, KeyState>,
 }
 
@@ -452,6 +457,7 @@ fn scan(s: &Setup, quiet: bool) -> Result<Audit, Fail> {
             }
             Some(v) => match open_value(s, r, v)? {
                 Value::Plain(p, id) => {
+                    a.decrypted += 1;
                     if p.as_slice() == s.marker.bytes() {
                         a.marker_values += 1;
                         (Kind::Broken, Some(id))
@@ -459,7 +465,11 @@ fn scan(s: &Setup, quiet: bool) -> Result<Audit, Fail> {
                         (Kind::Live, Some(id))
                     }
                 }
-                Value::Undecryptable(id) => (Kind::Undecryptable, Some(id)),
+                Value::Undecryptable(id) => {
+                    a.undecryptable_values += 1;
+                    a.undecryptable_ids.insert(id);
+                    (Kind::Undecryptable, Some(id))
+                }
                 Value::NotCiphertext => {
                     a.plaintext += 1;
                     (Kind::Plaintext, None)
@@ -490,6 +500,16 @@ fn scan(s: &Setup, quiet: bool) -> Result<Audit, Fail> {
     }
     a.partitions = highs.len();
     a.highs = highs;
+    if a.decrypted == 0 && a.undecryptable_values > 0 {
+        // Not one value decrypts: the wrong keyset (or --aad), not a topic
+        // full of findings.
+        let named: Vec<u32> = a.undecryptable_ids.iter().copied().collect();
+        let have: Vec<u32> = s.keyset.keys().map(|(id, _)| id.0).collect();
+        return Err(fail(format!(
+            "no value of {} decrypts under this keyset: {} ciphertexts name key ids {named:?}, the keyset holds {have:?}; is it the topic's keyset, with the --aad it was written with?",
+            s.topic, a.undecryptable_values
+        )));
+    }
     Ok(a)
 }
 
