@@ -277,6 +277,17 @@ fn seal_envelope(
 /// reaches the KMS), then the DEK comes from the cache or the KMS.
 #[inline]
 fn open_envelope(key: &EnvelopeKey, aad: &[u8], len: usize, rest: &[u8]) -> Result<Vec<u8>, Error> {
+    let (edek, rest) = split_edek(len, rest)?;
+    let dek = key.reader_dek(edek)?;
+    open_gcm(&dek, aad, len, rest)
+}
+
+/// Splits what follows an envelope ciphertext's prefix into the EDEK and
+/// the rest (nonce, ciphertext, tag), checking the EDEK's length and that
+/// a nonce and a tag still fit: the one check before any KMS call, for
+/// opening and for [`blocking_work_to_open`] alike. `len` is the whole
+/// ciphertext's length, for the error.
+fn split_edek(len: usize, rest: &[u8]) -> Result<(&[u8], &[u8]), Error> {
     let (n, rest) = rest.split_first_chunk::<4>().ok_or(Error::Truncated {
         len,
         min: KMS_MIN_LEN,
@@ -296,9 +307,7 @@ fn open_envelope(key: &EnvelopeKey, aad: &[u8], len: usize, rest: &[u8]) -> Resu
             min: PREFIX_LEN + 4 + edek_len + NONCE_LEN + TAG_LEN,
         });
     }
-    let (edek, rest) = rest.split_at(edek_len);
-    let dek = key.reader_dek(edek)?;
-    open_gcm(&dek, aad, len, rest)
+    Ok(rest.split_at(edek_len))
 }
 
 /// Checks what every ciphertext starts with, in this order: the length
@@ -373,11 +382,7 @@ pub(crate) fn blocking_work_to_open(keyset: &Keyset, data: &[u8]) -> Option<Bloc
     let Primitive::KmsEnvelope(key) = &entry.primitive else {
         return None;
     };
-    let (n, rest) = rest.split_first_chunk::<4>()?;
-    let edek_len = usize::try_from(u32::from_be_bytes(*n))
-        .ok()
-        .filter(|&n| (1..=MAX_EDEK_LEN).contains(&n) && n <= rest.len())?;
-    let edek = &rest[..edek_len];
+    let (edek, _) = split_edek(data.len(), rest).ok()?;
     if key.reader_has(edek) {
         return None;
     }

@@ -494,6 +494,21 @@ fn blocking_work_is_the_kms_call_that_would_block_and_only_that() {
         assert!(de.deserialize(&ctx, Some(&forged)).is_err());
     }
     assert_eq!(kms.decrypt_calls(), 1);
+    // An EDEK not cached, in a value cut short after it (no room for a
+    // nonce and a tag): no work either, and opening says `Truncated`, with
+    // no KMS call.
+    let fresh = DecryptingDeserializer::new(
+        Bytes,
+        Keyset::from_tink_json_with(&keyset.to_tink_json(), &clients).unwrap(),
+    );
+    let edek_len = u32::from_be_bytes(a[5..9].try_into().unwrap()) as usize;
+    for cut in [9 + edek_len, 9 + edek_len + 12 + 15] {
+        assert!(fresh.blocking_work(&a[..cut]).is_none(), "cut at {cut}");
+        let err = fresh.deserialize(&ctx, Some(&a[..cut])).unwrap_err();
+        assert!(matches!(err, Error::Truncated { .. }), "{err:?}");
+    }
+    assert!(fresh.blocking_work(&a).is_some(), "whole, it needs the KMS");
+    assert_eq!(kms.decrypt_calls(), 1);
 
     kms.set_down(true);
     let err = ser.blocking_work().unwrap().run().unwrap_err();
