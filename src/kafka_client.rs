@@ -29,11 +29,17 @@ fn kafka_err<E: std::error::Error + Send + Sync + 'static>(what: &str, e: E) -> 
 }
 
 /// Runs `work` on tokio's blocking pool (a KMS call must not hold up the
-/// worker, nor, on a current-thread runtime, everything else).
+/// worker, nor, on a current-thread runtime, everything else). Outside a
+/// tokio runtime (another executor) there is no such pool: the work runs
+/// inline, as a synchronous call would.
 async fn off_the_worker(work: BlockingWork) -> Result<(), Error> {
-    tokio::task::spawn_blocking(move || work.run())
-        .await
-        .map_err(|e| Error::kms("the blocking task of a KMS call ended", e))?
+    match tokio::runtime::Handle::try_current() {
+        Ok(runtime) => runtime
+            .spawn_blocking(move || work.run())
+            .await
+            .map_err(|e| Error::kms("the blocking task of a KMS call ended", e))?,
+        Err(_) => work.run(),
+    }
 }
 
 /// Where a produced record landed.
@@ -260,9 +266,20 @@ where
     /// kept it: a dead-letter topic, a log), an error stops `recv` or the
     /// stream with that error.
     ///
-    /// The cause may be passing: [`Error::Kms`] when the KMS is unreachable
-    /// for a data key not yet cached. A hook that should dead-letter only
-    /// what will never decode returns the error for that cause.
+    /// A cause of [`Error::Kms`] may pass (the KMS was unreachable for a
+    /// data key not yet cached) or not (the KMS refuses a forged or foreign
+    /// encrypted data key): the error does not tell which. A hook that
+    /// returns the error stops the consumer at that record, and a restart
+    /// meets it again; the example below dead-letters everything, saying
+    /// which were KMS failures, so they can be replayed once the KMS is
+    /// back.
+    ///
+    /// The hook is synchronous and runs on the task that polls the
+    /// consumer: keep it short. To dead-letter through Kafka, enqueue with
+    /// a non-blocking producer (rdkafka's `ThreadedProducer`) and, if the
+    /// dead letter must not be lost, commit offsets only after its
+    /// delivery: with `enable.auto.commit` the offset moves past the record
+    /// when `recv` returns the next one.
     ///
     /// ```no_run
     /// # use tombstone_crypt::{Bytes, DecryptingDeserializer, Error, Keyset, TypedConsumer, Utf8};
@@ -270,14 +287,12 @@ where
     /// # fn demo(config: &ClientConfig, keyset: Keyset) -> Result<(), Error> {
     /// let consumer: TypedConsumer<String, Vec<u8>, _, _> =
     ///     TypedConsumer::new(config, Utf8, DecryptingDeserializer::new(Bytes, keyset))?
-    ///         .on_undecodable(|raw, error| match error {
-    ///             Error::Record { cause, .. } if matches!(**cause, Error::Kms { .. }) => {
-    ///                 Err(error.clone())
-    ///             }
-    ///             _ => {
-    ///                 eprintln!("dead-lettered {error}: {} bytes", raw.payload_len());
-    ///                 Ok(())
-    ///             }
+    ///         .on_undecodable(|raw, error| {
+    ///             let kms = matches!(error, Error::Record { cause, .. }
+    ///                 if matches!(**cause, Error::Kms { .. }));
+    ///             // Enqueue `raw` to a dead-letter topic here, marked `kms`.
+    ///             eprintln!("dead-lettered {error} (KMS: {kms}): {} bytes", raw.payload_len());
+    ///             Ok(())
     ///         });
     /// # Ok(()) }
     /// ```

@@ -551,6 +551,41 @@ async fn longest_stall<F: std::future::Future>(work: F) -> (F::Output, Duration)
 /// (the calls go to the blocking pool). The control: the same KMS call made
 /// inline, as a synchronous serializer does, stalls the runtime for the
 /// whole call, so the ticker would see a blocked worker.
+/// Outside a tokio runtime (here futures' own executor) there is no
+/// blocking pool: the KMS call for a new data key runs inline, as a
+/// synchronous call would, and the send goes through (no panic).
+#[test]
+fn outside_a_tokio_runtime_the_kms_call_runs_inline() {
+    use tombstone_crypt::__fuzz::FakeKms;
+    use tombstone_crypt::{DekPolicy, KeyTemplate, KmsClients};
+    let Some(bootstrap) = bootstrap() else { return };
+    let topic = fresh_topic("kms-no-runtime");
+    create_topic(&bootstrap, &topic, 1);
+    let kms = FakeKms::new();
+    let keyset = Keyset::generate_with(
+        KeyTemplate::kms_envelope("fake-kms://no-runtime")
+            .with_kms_clients(KmsClients::new().with(kms.clone()))
+            .with_dek_policy(DekPolicy::default().with_max_values(2)),
+    )
+    .unwrap();
+    let producer: Producer = TypedProducer::new(
+        &client_config(&bootstrap),
+        Utf8,
+        EncryptingSerializer::new(Bytes, keyset.clone()),
+    )
+    .unwrap();
+    assert!(tokio::runtime::Handle::try_current().is_err());
+    futures_executor::block_on(async {
+        for i in 0..3 {
+            producer
+                .send(&topic, &format!("k{i}"), Some(b"v"))
+                .await
+                .unwrap();
+        }
+    });
+    assert_eq!(kms.encrypt_calls(), 2, "3 values, 2 per data key");
+}
+
 #[tokio::test(flavor = "current_thread")]
 async fn kms_calls_run_off_the_runtime_worker() {
     use tombstone_crypt::__fuzz::FakeKms;
