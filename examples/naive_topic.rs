@@ -33,8 +33,18 @@ fn main() -> Result<(), Error> {
         std::process::exit(2);
     };
     let keyset = Keyset::generate();
-    std::fs::write(keyset_file, keyset.to_tink_json())
-        .map_err(|e| Error::store("write the keyset file", e))?;
+    // A cleartext keyset: readable by its owner only.
+    let mut options = std::fs::OpenOptions::new();
+    options.write(true).create(true).truncate(true);
+    #[cfg(unix)]
+    std::os::unix::fs::OpenOptionsExt::mode(&mut options, 0o600);
+    std::io::Write::write_all(
+        &mut options
+            .open(keyset_file)
+            .map_err(|e| Error::store("create the keyset file", e))?,
+        keyset.to_tink_json().as_bytes(),
+    )
+    .map_err(|e| Error::store("write the keyset file", e))?;
     let serde = NaiveSerde::new(Bincode::<Event>::new(), keyset);
     let log = KafkaChangelog::open(bootstrap, topic)?;
     let mut store: TypedStore<String, Event, _> = TypedStore::new(

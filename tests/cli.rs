@@ -216,6 +216,7 @@ fn expected(keyset: &Keyset, topic: &str, writes: &[(Vec<u8>, Option<Vec<u8>>)])
     let newest_of = |want: Kind| newest.values().filter(|k| **k == want).count();
     json!({
         "records": writes.len(),
+        "unkeyed": 0,
         "keys": newest.len(),
         "tombstones": all(Kind::Tombstone),
         "live_keys": newest_of(Kind::Value) + newest_of(Kind::Plaintext),
@@ -224,6 +225,7 @@ fn expected(keyset: &Keyset, topic: &str, writes: &[(Vec<u8>, Option<Vec<u8>>)])
         "plaintext": all(Kind::Plaintext),
         "marker_values": all(Kind::Marker),
         "key_ids": { keyset.primary().0.to_string(): newest_of(Kind::Value) + newest_of(Kind::Marker) },
+        "all_values_by_key_id": { keyset.primary().0.to_string(): all(Kind::Value) + all(Kind::Marker) },
     })
 }
 
@@ -639,6 +641,7 @@ fn bad_input_is_exit_2_with_a_message() {
     let binary = dir.file("binary.json");
     std::fs::write(&binary, [0xffu8, 0x00, 0x9c, 0x01]).unwrap();
     let missing = dir.file("missing.json");
+    let good_before = std::fs::read(&good).unwrap();
     let unreachable = "127.0.0.1:1";
     let cases: Vec<(Vec<&str>, &str)> = vec![
         (vec!["keyset", "list", "--in", &malformed], "malformed.json"),
@@ -646,6 +649,7 @@ fn bad_input_is_exit_2_with_a_message() {
         (vec!["keyset", "list", "--in", &missing], "missing.json"),
         (vec!["inspect", "0g"], "hex"),
         (vec!["keyset", "new", "--template", "nope"], "nope"),
+        (vec!["keyset", "new", "--out", &good], "never replaces"),
         (vec!["audit", "--topic", "t"], "--bootstrap"),
         (
             vec![
@@ -709,6 +713,11 @@ fn bad_input_is_exit_2_with_a_message() {
         assert!(stderr.contains(mention), "{args:?}: {stderr}");
         assert!(!stderr.contains("stack backtrace"), "{stderr}");
     }
+    assert_eq!(
+        std::fs::read(&good).unwrap(),
+        good_before,
+        "a keyset replaced"
+    );
     if let Some(bootstrap) = bootstrap() {
         let out = cli(&[
             "audit",
@@ -1014,14 +1023,7 @@ fn reencrypt_to_another_topic_binds_values_to_it() {
     assert_eq!(restore(&bootstrap, &to, 2, &keyset), model);
     // Each key in the same partition as in the source topic.
     let keys_in = |topic: &str, p: i32| {
-        let mut store = MemoryStore::new();
-        let log = KafkaChangelog::open(&bootstrap, topic)
-            .unwrap()
-            .on_partition(p);
-        restore_from(&mut store, &log).unwrap();
-        store
-            .all()
-            .unwrap()
+        restore_partition(&bootstrap, topic, p)
             .into_iter()
             .map(|(k, _)| k)
             .collect::<Vec<_>>()
@@ -1029,4 +1031,219 @@ fn reencrypt_to_another_topic_binds_values_to_it() {
     for p in 0..2 {
         assert_eq!(keys_in(&from, p), keys_in(&to, p), "partition {p}");
     }
+
+    // A topic with another partition count is refused before anything is
+    // written: a key's partition follows the count, so its later records
+    // would land beside the copy, never compacted with it.
+    let wider = fresh_topic("cli-wider");
+    create_compacted(&bootstrap, &wider, 3);
+    let out = cli(&[
+        "reencrypt",
+        "--bootstrap",
+        &bootstrap,
+        "--topic",
+        &from,
+        "--keyset",
+        &f,
+        "--to-topic",
+        &wider,
+        "--apply",
+    ]);
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(code(&out), 2, "{stderr}");
+    assert!(stderr.contains("3 partitions"), "{stderr}");
+    assert_eq!(end_offsets(&bootstrap, &wider, 3), [0, 0, 0]);
+}
+
+/// The changelog of an `EncryptedStore` with encrypted keys: its values
+/// are bound to the store's name and the plaintext key, not to the topic
+/// and the key's ciphertext. Read as the typed clients write, nothing
+/// decrypts (exit 2); with `--aad-name` and `--value-key plaintext` the
+/// audit counts it, and after a rotation of both keysets `reencrypt
+/// --apply` leaves a topic that a store restored with the old keys
+/// disabled reads whole.
+#[test]
+fn a_stores_changelog_is_audited_and_reencrypted_under_the_stores_name() {
+    use tombstone_crypt::{ChangeLoggingStore, EncryptedStore};
+    let Some(bootstrap) = bootstrap() else { return };
+    let dir = Dir::new("store");
+    let topic = fresh_topic("cli-store-changelog");
+    let name = "orders-store";
+    let (values_file, values) = new_keyset(&dir, "values.json");
+    let keys_file = dir.file("keys.json");
+    let made = cli(&[
+        "keyset",
+        "new",
+        "--template",
+        "aes256-siv",
+        "--out",
+        &keys_file,
+    ]);
+    assert_eq!(code(&made), 0);
+    let keys = load(&keys_file);
+    let log = KafkaChangelog::open(&bootstrap, &topic).unwrap();
+    let mut store = EncryptedStore::new(
+        ChangeLoggingStore::new(MemoryStore::new(), log),
+        name,
+        values.clone(),
+    )
+    .with_encrypted_keys(keys.clone())
+    .unwrap();
+    let mut model = BTreeMap::new();
+    for i in 0..30u32 {
+        let k = format!("order-{}", i % 8).into_bytes();
+        if i % 4 == 3 {
+            store.delete(&k).unwrap();
+            model.remove(&k);
+        } else {
+            let v = format!("v{i}").into_bytes();
+            store.put(&k, Some(&v)).unwrap();
+            model.insert(k, v);
+        }
+    }
+    store.flush().unwrap();
+    drop(store);
+
+    let with = |cmd: &str, extra: &[&str]| -> Output {
+        let mut a = vec![
+            cmd,
+            "--json",
+            "--bootstrap",
+            &bootstrap,
+            "--topic",
+            &topic,
+            "--keyset",
+            &values_file,
+            "--key-keyset",
+            &keys_file,
+        ];
+        a.extend_from_slice(extra);
+        cli(&a)
+    };
+    let store_form = ["--aad-name", name, "--value-key", "plaintext"];
+    assert_eq!(code(&with("audit", &[])), 2, "bound to the topic: nothing");
+    assert_eq!(
+        code(&with("audit", &store_form[..2])),
+        2,
+        "the store's name, but the key's ciphertext: nothing"
+    );
+    let audit = with("audit", &store_form);
+    assert_eq!(
+        code(&audit),
+        0,
+        "{}",
+        String::from_utf8_lossy(&audit.stderr)
+    );
+    let report = json_of(&audit);
+    assert_eq!(report["keys"], json!(8));
+    assert_eq!(report["live_keys"], json!(model.len()));
+    assert_eq!(report["undecryptable_keys"], json!(0));
+
+    for file in [&values_file, &keys_file] {
+        assert_eq!(code(&cli(&["keyset", "rotate", "--in", file])), 0);
+    }
+    let mut apply = store_form.to_vec();
+    apply.push("--apply");
+    let done = with("reencrypt", &apply);
+    assert_eq!(code(&done), 0, "{}", String::from_utf8_lossy(&done.stderr));
+    let new_primary = load(&values_file).primary().0.to_string();
+    assert_eq!(
+        json_of(&done)["after"]["key_ids"],
+        json!({ new_primary: model.len() })
+    );
+
+    // The old keys disabled, a store restored from the topic reads every
+    // key once, with its newest value, and no deleted key.
+    for (file, old) in [
+        (&values_file, values.primary()),
+        (&keys_file, keys.primary()),
+    ] {
+        let id = old.0.to_string();
+        assert_eq!(
+            code(&cli(&["keyset", "disable", "--in", file, "--key-id", &id])),
+            0
+        );
+    }
+    let mut restored = MemoryStore::new();
+    for (k, v) in restore_partition(&bootstrap, &topic, 0) {
+        restored.put(&k, Some(&v)).unwrap();
+    }
+    let restored = EncryptedStore::new(restored, name, load(&values_file))
+        .with_encrypted_keys(load(&keys_file))
+        .unwrap();
+    let got: BTreeMap<Vec<u8>, Vec<u8>> = restored.all().unwrap().into_iter().collect();
+    assert_eq!(got, model);
+}
+
+/// Records without a key (possible on a topic that is not compacted) are
+/// counted apart and left alone: they are not one key, a broken-looking
+/// value among them is not repaired, and nothing is written for them.
+#[test]
+fn records_without_a_key_are_counted_and_left_alone() {
+    let Some(bootstrap) = bootstrap() else { return };
+    let dir = Dir::new("unkeyed");
+    let topic = fresh_topic("cli-unkeyed");
+    common::kafka::create_topic(&bootstrap, &topic, 1);
+    let (f, keyset) = new_keyset(&dir, "values.json");
+    let ser = EncryptingSerializer::new(Bytes, keyset.clone());
+    let enc = |k: Option<&[u8]>, v: &[u8]| {
+        let ctx = match k {
+            Some(k) => Context::new(&topic).with_key(k),
+            None => Context::new(&topic),
+        };
+        ser.serialize(&ctx, Some(v)).unwrap().unwrap()
+    };
+    let mut config = client_config(&bootstrap);
+    config.set("enable.idempotence", "true");
+    let p: FutureProducer = config.create().unwrap();
+    let unkeyed = [Some(enc(None, b"event")), Some(enc(None, b"")), None];
+    for v in &unkeyed {
+        let mut r: FutureRecord<'_, [u8], [u8]> = FutureRecord::to(&topic);
+        if let Some(v) = v {
+            r = r.payload(&v[..]);
+        }
+        futures_executor::block_on(p.send(r, Duration::from_secs(30))).unwrap();
+    }
+    produce(
+        &bootstrap,
+        &topic,
+        &[(b"k".to_vec(), Some(enc(Some(b"k"), b"value")))],
+    );
+    let run = |cmd: &str, apply: bool| {
+        let mut a = vec![
+            cmd,
+            "--json",
+            "--bootstrap",
+            &bootstrap,
+            "--topic",
+            &topic,
+            "--keyset",
+            &f,
+        ];
+        if apply {
+            a.push("--apply");
+        }
+        cli(&a)
+    };
+    let audit = run("audit", false);
+    assert_eq!(
+        code(&audit),
+        0,
+        "{}",
+        String::from_utf8_lossy(&audit.stderr)
+    );
+    let r = json_of(&audit);
+    assert_eq!(
+        (
+            &r["records"],
+            &r["unkeyed"],
+            &r["keys"],
+            &r["broken_tombstones"]
+        ),
+        (&json!(4), &json!(3), &json!(1), &json!(0))
+    );
+    let repaired = run("repair", true);
+    assert_eq!(code(&repaired), 0);
+    assert_eq!(json_of(&repaired)["tombstones_written"], json!(0));
+    assert_eq!(end_offsets(&bootstrap, &topic, 1), [4]);
 }

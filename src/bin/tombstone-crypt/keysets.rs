@@ -25,7 +25,10 @@ const MAX_KEYSET_FILE: u64 = 16 << 20;
 fn read_secret(path: &Path) -> Result<Zeroizing<String>, Fail> {
     let file = std::fs::File::open(path)
         .map_err(|e| fail(format!("reading the keyset {}: {e}", path.display())))?;
-    let mut text = Zeroizing::new(String::new());
+    // Sized up front: a String that grows leaves its old buffers, with
+    // the key material, unzeroized.
+    let size = file.metadata().map_or(0, |m| m.len()).min(MAX_KEYSET_FILE) + 1;
+    let mut text = Zeroizing::new(String::with_capacity(size as usize));
     std::io::Read::read_to_string(
         &mut std::io::Read::take(file, MAX_KEYSET_FILE + 1),
         &mut text,
@@ -57,9 +60,16 @@ pub(crate) fn load(path: &Path, decrypt_with: Option<&str>) -> Result<Keyset, Fa
     })
 }
 
-/// Writes `keyset` to `path` (atomically: a new file renamed over the old,
-/// readable by its owner only) or to stdout.
-fn store(keyset: &Keyset, out: &OutArgs, default: Option<&Path>) -> Result<(), Fail> {
+/// Writes `keyset` to `path` (atomically: a new file, readable by its
+/// owner only, renamed over the old; or, with `replace` false, linked to
+/// `path` only if nothing is there, so a file made meanwhile is never
+/// replaced) or to stdout.
+fn store(
+    keyset: &Keyset,
+    out: &OutArgs,
+    default: Option<&Path>,
+    replace: bool,
+) -> Result<(), Fail> {
     let text = Zeroizing::new(match &out.encrypt_with {
         Some(uri) => keyset.to_encrypted_tink_json(uri, b"")?,
         None => keyset.to_tink_json(),
@@ -79,11 +89,21 @@ fn store(keyset: &Keyset, out: &OutArgs, default: Option<&Path>) -> Result<(), F
         f.write_all(text.as_bytes())?;
         f.write_all(b"\n")?;
         f.sync_all()?;
-        std::fs::rename(&tmp, path)
+        if replace {
+            std::fs::rename(&tmp, path)
+        } else {
+            std::fs::hard_link(&tmp, path)?;
+            std::fs::remove_file(&tmp)
+        }
     })();
     written.map_err(|e| {
         let _ = std::fs::remove_file(&tmp);
-        fail(format!("writing the keyset {}: {e}", path.display()))
+        let why = if e.kind() == std::io::ErrorKind::AlreadyExists {
+            " (a new keyset never replaces a file: its keys would be lost)"
+        } else {
+            ""
+        };
+        fail(format!("writing the keyset {}: {e}{why}", path.display()))
     })
 }
 
@@ -165,7 +185,7 @@ pub(crate) fn run(cmd: KeysetCommand, out: &Output) -> Result<Outcome, Fail> {
                 }
             }
             let keyset = Keyset::generate_with(template(t, kek_uri.as_deref())?)?;
-            store(&keyset, &o, None)?;
+            store(&keyset, &o, None, false)?;
             if o.out.is_some() {
                 let (text, json) = listing(&keyset);
                 out.print(&text, &json)?;
@@ -222,7 +242,7 @@ fn save_and_list(keyset: &Keyset, file: &InArgs, o: OutArgs, out: &Output) -> Re
         encrypt_with: o.encrypt_with.or_else(|| file.decrypt_with.clone()),
         out: o.out,
     };
-    store(keyset, &o, Some(&file.input))?;
+    store(keyset, &o, Some(&file.input), true)?;
     let (text, json) = listing(keyset);
     out.print(&text, &json)
 }

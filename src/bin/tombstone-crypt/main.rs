@@ -210,6 +210,15 @@ impl From<Aad> for AadPolicy {
     }
 }
 
+/// Which form of the record key a value is bound to.
+#[derive(ValueEnum, Clone, Copy, Debug, PartialEq, Eq)]
+enum ValueKey {
+    /// The key's bytes on the topic.
+    Wire,
+    /// The key's plaintext (decrypted with --key-keyset).
+    Plaintext,
+}
+
 /// What the topic commands share.
 #[derive(Args, Debug)]
 struct TopicArgs {
@@ -232,6 +241,18 @@ struct TopicArgs {
     /// The values' associated data.
     #[arg(long, value_enum, default_value = "topic-and-key")]
     aad: Aad,
+    /// The name the associated data binds values (and encrypted keys) to:
+    /// the topic by default, as the typed clients write; a store's name
+    /// for the changelog of an `EncryptedStore`, whatever the topic is
+    /// called.
+    #[arg(long, value_name = "NAME")]
+    aad_name: Option<String>,
+    /// Which form of the record key values are bound to: `wire` (the key
+    /// as on the topic, as the typed clients write) or `plaintext` (the
+    /// decrypted key, as an `EncryptedStore` with encrypted keys writes;
+    /// needs --key-keyset).
+    #[arg(long, value_enum, default_value = "wire")]
+    value_key: ValueKey,
     /// The record keys' keyset (AES-SIV), when keys are encrypted too.
     #[arg(long, value_name = "FILE")]
     key_keyset: Option<PathBuf>,
@@ -265,8 +286,9 @@ enum UnencryptedArg {
 struct ReencryptArgs {
     #[command(flatten)]
     topic: TopicArgs,
-    /// Write to this topic instead (same partition count or more; the
-    /// values are bound to it).
+    /// Write to this topic instead (with as many partitions: each record
+    /// keeps its partition). Values are bound to it, unless --aad-name
+    /// names what they are bound to.
     #[arg(long, value_name = "TOPIC")]
     to_topic: Option<String>,
     /// Values that are not ciphertexts of the keyset.

@@ -1,6 +1,7 @@
 //! `audit`, `repair` and `reencrypt`: read every partition of a topic to
-//! the end offsets it had when the command started, keep one small state
-//! per key (never the values), then write tombstones or rewritten values.
+//! its end (where librdkafka reports it), keep one small state per key
+//! (never the values), then write tombstones or rewritten values, but only
+//! if no partition grew meanwhile.
 
 use std::collections::{BTreeMap, BTreeSet, HashMap, HashSet};
 use std::io::IsTerminal as _;
@@ -23,12 +24,16 @@ use zeroize::Zeroizing;
 
 use crate::{
     fail, keysets, Fail, NullMarker, Outcome, Output, ReencryptArgs, RepairArgs, TopicArgs,
-    UnencryptedArg,
+    UnencryptedArg, ValueKey,
 };
 
 /// What a command reads a topic with.
+#[derive(Clone)]
 struct Setup {
     topic: String,
+    /// The name the associated data binds to (`--aad-name`, else the topic).
+    name: String,
+    value_key: ValueKey,
     keyset: Keyset,
     key_keyset: Option<Keyset>,
     marker: NullMarker,
@@ -56,6 +61,11 @@ fn setup(a: &TopicArgs) -> Result<Setup, Fail> {
         }
         None => None,
     };
+    if a.value_key == ValueKey::Plaintext && key_keyset.is_none() {
+        return Err(fail(
+            "--value-key plaintext needs --key-keyset (to decrypt the keys)",
+        ));
+    }
     let mut config = ClientConfig::new();
     config.set("bootstrap.servers", &a.bootstrap);
     for kv in &a.config {
@@ -66,6 +76,8 @@ fn setup(a: &TopicArgs) -> Result<Setup, Fail> {
     }
     Ok(Setup {
         topic: a.topic.clone(),
+        name: a.aad_name.clone().unwrap_or_else(|| a.topic.clone()),
+        value_key: a.value_key,
         keyset,
         key_keyset,
         marker: a.null_marker.clone(),
@@ -105,7 +117,7 @@ struct KeyState {
     offset: i64,
     kind: Kind,
     key_id: Option<u32>,
-    forms: BTreeMap<Option<Vec<u8>>, Form>,
+    forms: BTreeMap<Vec<u8>, Form>,
 }
 
 impl KeyState {
@@ -126,7 +138,7 @@ impl KeyState {
 
 /// A key: its partition, and its plaintext (or, without a key keyset or
 /// when the key does not decrypt, its bytes on the wire).
-type GroupKey = (i32, Option<Vec<u8>>);
+type GroupKey = (i32, Vec<u8>);
 
 /// The audit of a topic.
 #[derive(Default)]
@@ -134,6 +146,9 @@ struct Audit {
     partitions: usize,
     highs: Vec<(i32, i64)>,
     records: u64,
+    /// Records without a key: compaction never touches them, so the
+    /// commands count them and leave them alone.
+    unkeyed: u64,
     tombstones: u64,
     plaintext: u64,
     marker_values: u64,
@@ -143,6 +158,9 @@ struct Audit {
     undecryptable_values: u64,
     /// The key ids those name.
     undecryptable_ids: BTreeSet<u32>,
+    /// Every present value (not only each key's newest) by the key id it
+    /// names: what a consumer replaying the whole topic needs.
+    all_by_key_id: BTreeMap<u32, u64>,
     keys: HashMap<GroupKey, KeyState>,
 }
 
@@ -188,6 +206,7 @@ impl Audit {
             "topic": topic,
             "partitions": self.partitions,
             "records": self.records,
+            "unkeyed": self.unkeyed,
             "keys": self.keys.len(),
             "tombstones": self.tombstones,
             "live_keys": self.live_keys(),
@@ -197,6 +216,7 @@ impl Audit {
             "plaintext": self.plaintext,
             "marker_values": self.marker_values,
             "key_ids": ids(&key_ids),
+            "all_values_by_key_id": ids(&self.all_by_key_id),
         });
         let per_id = |m: &BTreeMap<u32, u64>| {
             if m.is_empty() {
@@ -211,16 +231,19 @@ impl Audit {
         let text = format!(
             "topic              {topic} ({} partition{})\n\
              records            {}\n\
+             without a key      {}\n\
              keys               {}\n\
              tombstones         {}\n\
              live keys          {}\n\
              broken tombstones  {}\n\
              undecryptable      {}\n\
              plaintext values   {}\n\
-             newest by key id   {}\n",
+             newest by key id   {}\n\
+             all by key id      {}\n",
             self.partitions,
             if self.partitions == 1 { "" } else { "s" },
             self.records,
+            self.unkeyed,
             self.keys.len(),
             self.tombstones,
             self.live_keys(),
@@ -228,6 +251,7 @@ impl Audit {
             per_id(&undecryptable),
             self.plaintext,
             per_id(&key_ids),
+            per_id(&self.all_by_key_id),
         );
         (text, json)
     }
@@ -394,7 +418,7 @@ const MIN_CIPHERTEXT: usize = 5 + 12 + 16;
 
 /// What the value of record `r` is. A KMS error (the KMS down, or
 /// refusing a data key) fails the command: the value cannot be told apart.
-fn open_value(s: &Setup, r: &Rec<'_>, v: &[u8]) -> Result<Value, Fail> {
+fn open_value(s: &Setup, r: &Rec<'_>, v: &[u8], plain_key: Option<&[u8]>) -> Result<Value, Fail> {
     if !s.keyset.names_a_key(v) {
         // The version byte and room for a nonce and a tag, under a key
         // this keyset lacks: a ciphertext it cannot read, more likely
@@ -406,7 +430,11 @@ fn open_value(s: &Setup, r: &Rec<'_>, v: &[u8]) -> Result<Value, Fail> {
     }
     let id = key_id(v);
     let de = DecryptingDeserializer::new(Bytes, s.keyset.clone()).with_aad(s.aad);
-    let ctx = value_context(&s.topic, r.key);
+    let bound = match s.value_key {
+        ValueKey::Wire => r.key,
+        ValueKey::Plaintext => plain_key,
+    };
+    let ctx = value_context(&s.name, bound);
     match de.deserialize(&ctx, Some(v)) {
         Ok(Some(p)) => Ok(Value::Plain(Zeroizing::new(p), id)),
         Err(e @ tombstone_crypt::Error::Kms { .. }) => Err(fail(format!(
@@ -420,10 +448,10 @@ fn open_value(s: &Setup, r: &Rec<'_>, v: &[u8]) -> Result<Value, Fail> {
     }
 }
 
-fn value_context<'a>(topic: &'a str, wire_key: Option<&'a [u8]>) -> Context<'a> {
-    match wire_key {
-        Some(k) => Context::new(topic).with_key(k),
-        None => Context::new(topic),
+fn value_context<'a>(name: &'a str, key: Option<&'a [u8]>) -> Context<'a> {
+    match key {
+        Some(k) => Context::new(name).with_key(k),
+        None => Context::new(name),
     }
 }
 
@@ -431,31 +459,39 @@ fn value_context<'a>(topic: &'a str, wire_key: Option<&'a [u8]>) -> Context<'a> 
 fn open_key(s: &Setup, k: &[u8]) -> Option<Vec<u8>> {
     let kk = s.key_keyset.as_ref()?;
     DeterministicDeserializer::new(Bytes, kk.clone())
-        .deserialize(&Context::new(&s.topic), Some(k))
+        .deserialize(&Context::new(&s.name), Some(k))
         .ok()
         .flatten()
+}
+
+/// A record key as the commands see it: what groups its records (its
+/// plaintext when a key keyset decrypts it, else its bytes on the wire),
+/// and its plaintext if it has one.
+fn key_of(s: &Setup, wire: &[u8]) -> (Vec<u8>, Option<Vec<u8>>) {
+    match open_key(s, wire) {
+        Some(plain) => (plain.clone(), Some(plain)),
+        None => (wire.to_vec(), None),
+    }
 }
 
 fn scan(s: &Setup, quiet: bool) -> Result<Audit, Fail> {
     let mut a = Audit::default();
     let highs = read_topic(s, quiet, "audit", |r| {
         a.records += 1;
-        let group_key = match r.key {
-            Some(k) if s.key_keyset.is_some() => match open_key(s, k) {
-                Some(plain) => Some(plain),
-                None => {
-                    a.undecryptable_keys += 1;
-                    Some(k.to_vec())
-                }
-            },
-            other => other.map(<[u8]>::to_vec),
+        let Some(wire) = r.key else {
+            a.unkeyed += 1;
+            return Ok(());
         };
+        let (group_key, plain_key) = key_of(s, wire);
+        if s.key_keyset.is_some() && plain_key.is_none() {
+            a.undecryptable_keys += 1;
+        }
         let (kind, key_id) = match r.value {
             None => {
                 a.tombstones += 1;
                 (Kind::Tombstone, None)
             }
-            Some(v) => match open_value(s, r, v)? {
+            Some(v) => match open_value(s, r, v, plain_key.as_deref())? {
                 Value::Plain(p, id) => {
                     a.decrypted += 1;
                     if p.as_slice() == s.marker.bytes() {
@@ -476,6 +512,9 @@ fn scan(s: &Setup, quiet: bool) -> Result<Audit, Fail> {
                 }
             },
         };
+        if let Some(id) = key_id {
+            *a.all_by_key_id.entry(id).or_default() += 1;
+        }
         let state = a
             .keys
             .entry((r.partition, group_key))
@@ -486,7 +525,7 @@ fn scan(s: &Setup, quiet: bool) -> Result<Audit, Fail> {
                 forms: BTreeMap::new(),
             });
         state.forms.insert(
-            r.key.map(<[u8]>::to_vec),
+            wire.to_vec(),
             Form {
                 offset: r.offset,
                 kind,
@@ -528,7 +567,7 @@ pub(crate) fn audit(args: &TopicArgs, out: &Output) -> Result<Outcome, Fail> {
 /// A record to write.
 struct Write {
     partition: i32,
-    key: Option<Vec<u8>>,
+    key: Vec<u8>,
     value: Option<Vec<u8>>,
 }
 
@@ -560,26 +599,44 @@ fn check_unchanged(s: &Setup, a: &Audit) -> Result<(), Fail> {
     Ok(())
 }
 
-/// Produces `writes` to `topic` and waits for every acknowledgement.
+/// The most records, and bytes, in flight at once: well under librdkafka's
+/// default queue (100,000 messages, 1 GiB), so a send never waits for room.
+const CHUNK_RECORDS: usize = 10_000;
+const CHUNK_BYTES: usize = 64 << 20;
+
+/// Produces `writes` to `topic` and waits for every acknowledgement, a
+/// chunk at a time, on a tokio runtime of its own (rdkafka's producer
+/// waits for queue room with tokio's timer).
 fn produce(s: &Setup, topic: &str, writes: &[Write], quiet: bool) -> Result<u64, Fail> {
     if writes.is_empty() {
         return Ok(0);
     }
     let producer = producer(s)?;
+    let runtime = tokio::runtime::Builder::new_current_thread()
+        .enable_time()
+        .build()
+        .map_err(|e| fail(format!("starting the producer's runtime: {e}")))?;
     let bar = progress(writes.len() as u64, quiet, "write");
-    for chunk in writes.chunks(10_000) {
+    let mut rest = writes;
+    while !rest.is_empty() {
+        let (mut n, mut bytes) = (0, 0);
+        while n < rest.len() && n < CHUNK_RECORDS && (n == 0 || bytes < CHUNK_BYTES) {
+            bytes += rest[n].key.len() + rest[n].value.as_ref().map_or(0, Vec::len);
+            n += 1;
+        }
+        let (chunk, tail) = rest.split_at(n);
+        rest = tail;
         let sends = chunk.iter().map(|w| {
-            let mut r: FutureRecord<'_, [u8], [u8]> =
-                FutureRecord::to(topic).partition(w.partition);
-            if let Some(k) = &w.key {
-                r = r.key(&k[..]);
-            }
+            let mut r: FutureRecord<'_, [u8], [u8]> = FutureRecord::to(topic)
+                .partition(w.partition)
+                .key(&w.key[..]);
             if let Some(v) = &w.value {
                 r = r.payload(&v[..]);
             }
             producer.send(r, s.timeout)
         });
-        for (i, result) in futures_executor::block_on(futures_util::future::join_all(sends))
+        for (i, result) in runtime
+            .block_on(futures_util::future::join_all(sends))
             .into_iter()
             .enumerate()
         {
@@ -661,23 +718,23 @@ pub(crate) fn reencrypt(args: &ReencryptArgs, out: &Output) -> Result<Outcome, F
     let s = setup(&args.topic)?;
     let to = args.to_topic.clone().unwrap_or_else(|| s.topic.clone());
     let same = to == s.topic;
+    // The target's associated-data name: the one given, else the topic
+    // written to.
+    let target = Setup {
+        topic: to.clone(),
+        name: match &args.topic.aad_name {
+            Some(name) => name.clone(),
+            None => to.clone(),
+        },
+        ..s.clone()
+    };
     let a = scan(&s, out.quiet)?;
     if !same {
-        let consumer = consumer(&s)?;
-        let target = Setup {
-            topic: to.clone(),
-            keyset: s.keyset.clone(),
-            key_keyset: s.key_keyset.clone(),
-            marker: s.marker.clone(),
-            aad: s.aad,
-            config: s.config.clone(),
-            timeout: s.timeout,
-        };
-        let parts = end_offsets(&consumer, &target)?.len();
-        if parts < a.partitions {
+        let parts = end_offsets(&consumer(&s)?, &target)?.len();
+        if parts != a.partitions {
             return Err(fail(format!(
-                "{to} has {parts} partitions, fewer than the {} of {}: each record keeps its partition",
-                a.partitions, s.topic
+                "{to} has {parts} partitions and {} has {}: each record keeps its partition, and a key's partition follows the count",
+                s.topic, a.partitions
             )));
         }
     }
@@ -694,26 +751,22 @@ pub(crate) fn reencrypt(args: &ReencryptArgs, out: &Output) -> Result<Outcome, F
     // The second pass reads the values again (the first kept none): only
     // each key's newest record is rewritten.
     read_topic(&s, out.quiet, "reencrypt", |r| {
-        let group_key = match r.key {
-            Some(k) if s.key_keyset.is_some() => open_key(&s, k).or_else(|| Some(k.to_vec())),
-            other => other.map(<[u8]>::to_vec),
+        let Some(wire) = r.key else {
+            return Ok(());
         };
-        let Some(state) = a.keys.get(&(r.partition, group_key.clone())) else {
+        let (group_key, plain_key) = key_of(&s, wire);
+        let Some(state) = a.keys.get(&(r.partition, group_key)) else {
             return Ok(());
         };
         if state.offset != r.offset {
             return Ok(());
         }
         // The key's new form on the wire.
-        let new_key = match (&key_ser, r.key) {
-            (Some(ks), Some(k)) => match open_key(&s, k) {
-                Some(plain) => Some(
-                    ks.serialize(&Context::new(&to), Some(&plain[..]))?
-                        .ok_or_else(|| fail("a present key serialized to nothing"))?,
-                ),
-                None => Some(k.to_vec()),
-            },
-            (_, k) => k.map(<[u8]>::to_vec),
+        let new_key = match (&key_ser, &plain_key) {
+            (Some(ks), Some(plain)) => ks
+                .serialize(&Context::new(&target.name), Some(&plain[..]))?
+                .ok_or_else(|| fail("a present key serialized to nothing"))?,
+            _ => wire.to_vec(),
         };
         let (plaintext, under_primary) = match (state.kind, r.value) {
             (Kind::Tombstone, _) | (_, None) => {
@@ -740,7 +793,7 @@ pub(crate) fn reencrypt(args: &ReencryptArgs, out: &Output) -> Result<Outcome, F
                 skipped_plaintext += 1;
                 return Ok(());
             }
-            (Kind::Live, Some(v)) => match open_value(&s, r, v)? {
+            (Kind::Live, Some(v)) => match open_value(&s, r, v, plain_key.as_deref())? {
                 Value::Plain(p, id) => (Some(p), id == primary),
                 _ => {
                     skipped_undecryptable += 1;
@@ -749,8 +802,12 @@ pub(crate) fn reencrypt(args: &ReencryptArgs, out: &Output) -> Result<Outcome, F
             },
         };
         if let Some(plaintext) = plaintext {
-            if !same || !under_primary || new_key.as_deref() != r.key {
-                let ctx = value_context(&to, new_key.as_deref());
+            if !same || !under_primary || new_key != wire {
+                let bound = match s.value_key {
+                    ValueKey::Wire => Some(&new_key[..]),
+                    ValueKey::Plaintext => plain_key.as_deref(),
+                };
+                let ctx = value_context(&target.name, bound);
                 let ct = ser.serialize(&ctx, Some(&plaintext[..]))?;
                 writes.push(Write {
                     partition: r.partition,
@@ -800,10 +857,6 @@ pub(crate) fn reencrypt(args: &ReencryptArgs, out: &Output) -> Result<Outcome, F
         check_unchanged(&s, &a)?;
     }
     let written = produce(&s, &to, &writes, out.quiet)?;
-    let target = Setup {
-        topic: to.clone(),
-        ..s
-    };
     let after = scan(&target, out.quiet)?;
     let (after_text, after_json) = after.report(&to);
     json["written"] = json!(written);
