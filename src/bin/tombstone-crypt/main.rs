@@ -335,6 +335,17 @@ pub(crate) enum Outcome {
     Findings,
 }
 
+impl Outcome {
+    /// `Findings` if there are any, else `Clean`.
+    pub(crate) fn of(findings: bool) -> Outcome {
+        if findings {
+            Outcome::Findings
+        } else {
+            Outcome::Clean
+        }
+    }
+}
+
 fn main() -> ExitCode {
     let cli = match Cli::try_parse() {
         Ok(cli) => cli,
@@ -436,11 +447,9 @@ fn inspect(a: InspectArgs, out: &Output) -> Result<Outcome, Fail> {
         text.push_str(&format!("{k:<11} {v}\n"));
     }
     out.print(&text, &report)?;
-    if report["ciphertext"] == serde_json::Value::Bool(true) {
-        Ok(Outcome::Clean)
-    } else {
-        Ok(Outcome::Findings)
-    }
+    Ok(Outcome::of(
+        report["ciphertext"] != serde_json::Value::Bool(true),
+    ))
 }
 
 /// The shape of `bytes` as a ciphertext: never any of its bytes beyond the

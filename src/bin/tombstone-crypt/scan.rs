@@ -557,11 +557,7 @@ pub(crate) fn audit(args: &TopicArgs, out: &Output) -> Result<Outcome, Fail> {
     let a = scan(&s, out.quiet)?;
     let (text, json) = a.report(&s.topic);
     out.print(&text, &json)?;
-    Ok(if a.findings() {
-        Outcome::Findings
-    } else {
-        Outcome::Clean
-    })
+    Ok(Outcome::of(a.findings()))
 }
 
 /// A record to write.
@@ -687,11 +683,7 @@ pub(crate) fn repair(args: &RepairArgs, out: &Output) -> Result<Outcome, Fail> {
             &text,
             &json!({"audit": before, "broken_keys": broken, "tombstones_planned": plan, "applied": false}),
         )?;
-        return Ok(if a.findings() {
-            Outcome::Findings
-        } else {
-            Outcome::Clean
-        });
+        return Ok(Outcome::of(a.findings()));
     }
     if plan > 0 {
         check_unchanged(&s, &a)?;
@@ -707,11 +699,7 @@ pub(crate) fn repair(args: &RepairArgs, out: &Output) -> Result<Outcome, Fail> {
         &json!({"audit": before, "broken_keys": broken, "tombstones_planned": plan,
             "applied": true, "tombstones_written": written, "after": after_json}),
     )?;
-    Ok(if after.findings() {
-        Outcome::Findings
-    } else {
-        Outcome::Clean
-    })
+    Ok(Outcome::of(after.findings()))
 }
 
 pub(crate) fn reencrypt(args: &ReencryptArgs, out: &Output) -> Result<Outcome, Fail> {
@@ -847,11 +835,7 @@ pub(crate) fn reencrypt(args: &ReencryptArgs, out: &Output) -> Result<Outcome, F
     if !args.apply {
         plan_text.push_str("(run with --apply to write)\n");
         out.print(&plan_text, &json)?;
-        return Ok(if skipped_any || !writes.is_empty() {
-            Outcome::Findings
-        } else {
-            Outcome::Clean
-        });
+        return Ok(Outcome::of(skipped_any || !writes.is_empty()));
     }
     if same && !writes.is_empty() {
         check_unchanged(&s, &a)?;
@@ -863,9 +847,5 @@ pub(crate) fn reencrypt(args: &ReencryptArgs, out: &Output) -> Result<Outcome, F
     json["after"] = after_json;
     plan_text.push_str(&format!("wrote {written} records; {to} now:\n{after_text}"));
     out.print(&plan_text, &json)?;
-    Ok(if skipped_any || after.findings() {
-        Outcome::Findings
-    } else {
-        Outcome::Clean
-    })
+    Ok(Outcome::of(skipped_any || after.findings()))
 }
