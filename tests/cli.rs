@@ -231,7 +231,7 @@ fn expected(keyset: &Keyset, topic: &str, writes: &[(Vec<u8>, Option<Vec<u8>>)])
 
 fn counts(report: &Value) -> Value {
     let mut c = report.clone();
-    for k in ["topic", "partitions", "undecryptable_keys"] {
+    for k in ["topic", "partitions", "undecryptable_record_keys"] {
         c.as_object_mut().unwrap().remove(k);
     }
     c
@@ -1137,7 +1137,7 @@ fn a_stores_changelog_is_audited_and_reencrypted_under_the_stores_name() {
     let report = json_of(&audit);
     assert_eq!(report["keys"], json!(8));
     assert_eq!(report["live_keys"], json!(model.len()));
-    assert_eq!(report["undecryptable_keys"], json!(0));
+    assert_eq!(report["undecryptable_record_keys"], json!(0));
 
     for file in [&values_file, &keys_file] {
         assert_eq!(code(&cli(&["keyset", "rotate", "--in", file])), 0);

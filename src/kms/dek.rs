@@ -345,24 +345,7 @@ impl EnvelopeKey {
     /// without taking a turn: the KMS call of a `writer_dek` done ahead
     /// (on a thread where blocking is allowed).
     pub(crate) fn prepare_writer(&self) -> Result<(), Error> {
-        let s = &self.state;
-        let waited_from = Instant::now();
-        let mut last_failure = s.refill.lock().unwrap_or_else(PoisonError::into_inner);
-        if s.current().is_some_and(|d| d.has_turn(&s.policy)) {
-            return Ok(());
-        }
-        if let Some((at, e)) = &*last_failure {
-            if *at >= waited_from {
-                return Err(e.clone());
-            }
-        }
-        match self.make_dek(0) {
-            Ok(_) => Ok(()),
-            Err(e) => {
-                *last_failure = Some((Instant::now(), e.clone()));
-                Err(e)
-            }
-        }
+        self.refill_locked(false).map(drop)
     }
 
     /// Whether the DEK of `edek` is cached (else opening a value under it
@@ -378,22 +361,33 @@ impl EnvelopeKey {
 
     #[cold]
     fn refill(&self) -> Result<Arc<WriterDek>, Error> {
+        self.refill_locked(true)
+    }
+
+    /// Under the refill lock: the current DEK if it has a turn (taking it
+    /// when `take`), made by another thread while this one waited; or the
+    /// failure another thread met meanwhile, at once; else a new DEK, with
+    /// one turn taken when `take`.
+    fn refill_locked(&self, take: bool) -> Result<Arc<WriterDek>, Error> {
         let s = &self.state;
         let waited_from = Instant::now();
         let mut last_failure = s.refill.lock().unwrap_or_else(PoisonError::into_inner);
-        // Another thread may have made one while this one waited.
         if let Some(d) = s.current() {
-            if d.take(&s.policy) {
+            let has_turn = if take {
+                d.take(&s.policy)
+            } else {
+                d.has_turn(&s.policy)
+            };
+            if has_turn {
                 return Ok(d);
             }
         }
-        // Or failed to, while this one waited: the same answer, at once.
         if let Some((at, e)) = &*last_failure {
             if *at >= waited_from {
                 return Err(e.clone());
             }
         }
-        let made = self.make_dek(1);
+        let made = self.make_dek(u64::from(take));
         if let Err(e) = &made {
             *last_failure = Some((Instant::now(), e.clone()));
         }

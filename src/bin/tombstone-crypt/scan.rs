@@ -152,7 +152,8 @@ struct Audit {
     tombstones: u64,
     plaintext: u64,
     marker_values: u64,
-    undecryptable_keys: u64,
+    /// Records whose key does not decrypt under the key keyset.
+    undecryptable_record_keys: u64,
     /// Present values that decrypted, and those that did not.
     decrypted: u64,
     undecryptable_values: u64,
@@ -212,7 +213,7 @@ impl Audit {
             "live_keys": self.live_keys(),
             "broken_tombstones": self.count(Kind::Broken),
             "undecryptable": ids(&undecryptable),
-            "undecryptable_keys": self.undecryptable_keys,
+            "undecryptable_record_keys": self.undecryptable_record_keys,
             "plaintext": self.plaintext,
             "marker_values": self.marker_values,
             "key_ids": ids(&key_ids),
@@ -484,7 +485,7 @@ fn scan(s: &Setup, quiet: bool) -> Result<Audit, Fail> {
         };
         let (group_key, plain_key) = key_of(s, wire);
         if s.key_keyset.is_some() && plain_key.is_none() {
-            a.undecryptable_keys += 1;
+            a.undecryptable_record_keys += 1;
         }
         let (kind, key_id) = match r.value {
             None => {
