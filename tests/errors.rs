@@ -191,3 +191,22 @@ fn bincode_errors_name_their_kind() {
     let text = codec_detail(err);
     assert!(text.contains("the value's Serialize impl failed"), "{text}");
 }
+
+/// `Utf8` reads borrowed bytes (`deserialize_slice`, what record keys go
+/// through) as it reads owned ones, and refuses bytes that are not UTF-8
+/// without quoting them.
+#[test]
+fn utf8_reads_borrowed_bytes_as_owned_ones() {
+    use tombstone_crypt::Utf8;
+    let ctx = Context::new("t");
+    for s in ["", "order-17", "ünïcödé ✓"] {
+        assert_eq!(Utf8.deserialize_slice(&ctx, s.as_bytes()).unwrap(), s);
+        assert_eq!(
+            Utf8.deserialize_owned(&ctx, s.as_bytes().to_vec()).unwrap(),
+            s
+        );
+    }
+    let err = Utf8.deserialize_slice(&ctx, b"ab\xffcd").unwrap_err();
+    assert!(matches!(err, Error::Codec { .. }), "{err:?}");
+    assert!(!err.to_string().contains("ab"), "{err}");
+}

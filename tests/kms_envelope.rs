@@ -557,3 +557,47 @@ fn wrapped_keys_outside_1_to_max_edek_len_are_refused() {
         }
     }
 }
+
+/// The policy's getters give the documented defaults and what each
+/// `with_` set, clamped as documented; `BlockingWork` prints its name and
+/// nothing of what it holds.
+#[test]
+fn dek_policy_getters_and_blocking_work_debug() {
+    let d = DekPolicy::default();
+    assert_eq!(
+        (
+            d.max_values(),
+            d.max_bytes(),
+            d.max_age(),
+            d.cache_capacity()
+        ),
+        (1 << 20, 1 << 32, Duration::from_secs(3600), 1024)
+    );
+    let p = DekPolicy::default()
+        .with_max_values(7)
+        .with_max_bytes(9)
+        .with_max_age(Duration::from_millis(5))
+        .with_cache_capacity(3);
+    assert_eq!(
+        (
+            p.max_values(),
+            p.max_bytes(),
+            p.max_age(),
+            p.cache_capacity()
+        ),
+        (7, 9, Duration::from_millis(5), 3)
+    );
+    let z = DekPolicy::default()
+        .with_max_values(0)
+        .with_max_bytes(0)
+        .with_cache_capacity(0);
+    assert_eq!(
+        (z.max_values(), z.max_bytes(), z.cache_capacity()),
+        (1, 1, 1)
+    );
+    let (_, _, keyset) = setup(DekPolicy::default());
+    let work = EncryptingSerializer::new(Bytes, keyset)
+        .blocking_work()
+        .expect("a first DEK is due");
+    assert_eq!(format!("{work:?}"), "BlockingWork");
+}
