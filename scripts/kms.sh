@@ -462,10 +462,30 @@ maybe_write_env() {
 
 # ---------------------------------------------------------------- commands
 
+# True when every thread of process $1 is stopped (state T or t).
+all_threads_stopped() {
+  local f state
+  for f in /proc/"$1"/task/*/stat; do
+    # The state is the field after the parenthesised command name.
+    state="$(sed 's/^.*) //' "$f" 2>/dev/null | cut -d' ' -f1)" || return 1
+    [[ "$state" == T || "$state" == t ]] || return 1
+  done
+}
+
 signal_one() { # pidfile kind signal verb
-  local pid
+  local pid i
   pid="$(running_pid "$1" "$2")" || die "$2 is not running"
   kill "-$3" "$pid"
+  if [[ "$3" == STOP ]]; then
+    # kill returns once the signal is sent; each thread stops when it next
+    # runs, which on a loaded machine can be after the caller's next
+    # request. Return only once no thread can answer one.
+    for ((i = 0; i < 500; i++)); do
+      all_threads_stopped "$pid" && break
+      sleep 0.01
+    done
+    all_threads_stopped "$pid" || die "$2 (pid $pid) did not stop within 5 s"
+  fi
   log "$2 $4 (pid $pid)"
 }
 
