@@ -551,29 +551,39 @@ async fn longest_stall<F: std::future::Future>(work: F) -> (F::Output, Duration)
 /// (the calls go to the blocking pool). The control: the same KMS call made
 /// inline, as a synchronous serializer does, stalls the runtime for the
 /// whole call, so the ticker would see a blocked worker.
+/// A producer whose values go through an envelope keyset over an
+/// in-process counting KMS, with a new data key every `max_values`.
+fn envelope_producer(
+    bootstrap: &str,
+    kek_uri: &str,
+    max_values: u64,
+) -> (tombstone_crypt::__fuzz::FakeKms, Keyset, Producer) {
+    use tombstone_crypt::{DekPolicy, KeyTemplate, KmsClients};
+    let kms = tombstone_crypt::__fuzz::FakeKms::new();
+    let keyset = Keyset::generate_with(
+        KeyTemplate::kms_envelope(kek_uri)
+            .with_kms_clients(KmsClients::new().with(kms.clone()))
+            .with_dek_policy(DekPolicy::default().with_max_values(max_values)),
+    )
+    .unwrap();
+    let producer = TypedProducer::new(
+        &client_config(bootstrap),
+        Utf8,
+        EncryptingSerializer::new(Bytes, keyset.clone()),
+    )
+    .unwrap();
+    (kms, keyset, producer)
+}
+
 /// Outside a tokio runtime (here futures' own executor) there is no
 /// blocking pool: the KMS call for a new data key runs inline, as a
 /// synchronous call would, and the send goes through (no panic).
 #[test]
 fn outside_a_tokio_runtime_the_kms_call_runs_inline() {
-    use tombstone_crypt::__fuzz::FakeKms;
-    use tombstone_crypt::{DekPolicy, KeyTemplate, KmsClients};
     let Some(bootstrap) = bootstrap() else { return };
     let topic = fresh_topic("kms-no-runtime");
     create_topic(&bootstrap, &topic, 1);
-    let kms = FakeKms::new();
-    let keyset = Keyset::generate_with(
-        KeyTemplate::kms_envelope("fake-kms://no-runtime")
-            .with_kms_clients(KmsClients::new().with(kms.clone()))
-            .with_dek_policy(DekPolicy::default().with_max_values(2)),
-    )
-    .unwrap();
-    let producer: Producer = TypedProducer::new(
-        &client_config(&bootstrap),
-        Utf8,
-        EncryptingSerializer::new(Bytes, keyset.clone()),
-    )
-    .unwrap();
+    let (kms, _, producer) = envelope_producer(&bootstrap, "fake-kms://no-runtime", 2);
     assert!(tokio::runtime::Handle::try_current().is_err());
     futures_executor::block_on(async {
         for i in 0..3 {
@@ -588,25 +598,11 @@ fn outside_a_tokio_runtime_the_kms_call_runs_inline() {
 
 #[tokio::test(flavor = "current_thread")]
 async fn kms_calls_run_off_the_runtime_worker() {
-    use tombstone_crypt::__fuzz::FakeKms;
-    use tombstone_crypt::{Context, DekPolicy, KeyTemplate, KmsClients, Serializer as _};
+    use tombstone_crypt::{Context, DekPolicy, Serializer as _};
     let Some(bootstrap) = bootstrap() else { return };
     let topic = fresh_topic("kms-async");
     create_topic(&bootstrap, &topic, 1);
-    let kms = FakeKms::new();
-    let clients = KmsClients::new().with(kms.clone());
-    let keyset = Keyset::generate_with(
-        KeyTemplate::kms_envelope("fake-kms://async")
-            .with_kms_clients(clients.clone())
-            .with_dek_policy(DekPolicy::default().with_max_values(4)),
-    )
-    .unwrap();
-    let producer: Producer = TypedProducer::new(
-        &client_config(&bootstrap),
-        Utf8,
-        EncryptingSerializer::new(Bytes, keyset.clone()),
-    )
-    .unwrap();
+    let (kms, keyset, producer) = envelope_producer(&bootstrap, "fake-kms://async", 4);
     // Warm the producer's connection first: its first send waits for
     // metadata, which is not what is measured.
     producer.send(&topic, "warm", None).await.unwrap();
