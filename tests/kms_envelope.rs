@@ -601,3 +601,74 @@ fn dek_policy_getters_and_blocking_work_debug() {
         .expect("a first DEK is due");
     assert_eq!(format!("{work:?}"), "BlockingWork");
 }
+
+/// A keyset moved to another backend keeps its envelope keys' DEK policy:
+/// with one value per DEK, every value still makes its own KMS call, and
+/// the values read back.
+#[cfg(feature = "aws-lc")]
+#[test]
+fn another_backend_keeps_the_dek_policy() {
+    let (kms, _, keyset) = setup(DekPolicy::default().with_max_values(1));
+    let keyset = keyset.with_backend(tombstone_crypt::Backend::AwsLc);
+    let cts: Vec<Vec<u8>> = (0..3u8)
+        .map(|i| keyset.encrypt(&[i], b"ad").unwrap())
+        .collect();
+    assert_eq!(kms.encrypt_calls(), 3);
+    for (i, ct) in cts.iter().enumerate() {
+        assert_eq!(keyset.decrypt(ct, b"ad").unwrap(), [i as u8]);
+    }
+}
+
+/// Every envelope ciphertext shorter than the shortest possible one
+/// (prefix, EDEK length, a 1-byte EDEK, nonce, tag: 38 bytes) is
+/// `Truncated` with that exact minimum, and reaches no KMS.
+#[test]
+fn short_envelope_ciphertexts_name_the_exact_minimum() {
+    let (kms, _, keyset) = setup(DekPolicy::default());
+    let ct = keyset.encrypt(b"value", b"").unwrap();
+    for n in 0..38 {
+        assert_eq!(
+            keyset.decrypt(&ct[..n], b""),
+            Err(Error::Truncated { len: n, min: 38 }),
+            "{n} bytes"
+        );
+    }
+    assert_eq!(kms.decrypt_calls(), 0);
+}
+
+/// A deterministic serializer hands on the blocking work of the codec it
+/// wraps (a codec of the caller's that needs, say, a lookup).
+#[test]
+fn a_deterministic_serializer_hands_on_its_codecs_blocking_work() {
+    use std::sync::atomic::{AtomicBool, Ordering};
+    use std::sync::Arc;
+    use tombstone_crypt::{BlockingWork, DeterministicSerializer};
+
+    struct Looks(Arc<AtomicBool>);
+    impl Serializer<[u8]> for Looks {
+        fn serialize_into(
+            &self,
+            _: &Context<'_>,
+            v: &[u8],
+            out: &mut Vec<u8>,
+        ) -> Result<(), Error> {
+            out.extend_from_slice(v);
+            Ok(())
+        }
+        fn blocking_work(&self) -> Option<BlockingWork> {
+            let ran = Arc::clone(&self.0);
+            Some(BlockingWork::new(move || {
+                ran.store(true, Ordering::SeqCst);
+                Ok(())
+            }))
+        }
+    }
+    let ran = Arc::new(AtomicBool::new(false));
+    let siv = Keyset::generate_with(KeyTemplate::aes256_siv()).unwrap();
+    let ser = DeterministicSerializer::new(Looks(Arc::clone(&ran)), siv);
+    ser.blocking_work()
+        .expect("the codec's work")
+        .run()
+        .unwrap();
+    assert!(ran.load(Ordering::SeqCst));
+}

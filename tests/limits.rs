@@ -174,3 +174,43 @@ fn a_keyset_stops_at_the_size_its_json_can_be_read_back_with() {
     keyset.rotate();
     assert_eq!(keyset.len(), MAX_KEYS);
 }
+
+/// A type that encodes but never decodes, to see exactly which encodings
+/// the bincode codec reads back before accepting them.
+#[derive(Debug)]
+struct NeverReads(Vec<u8>);
+
+impl serde::Serialize for NeverReads {
+    fn serialize<S: serde::Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+        self.0.serialize(s)
+    }
+}
+
+impl<'de> serde::Deserialize<'de> for NeverReads {
+    fn deserialize<D: serde::Deserializer<'de>>(_: D) -> Result<Self, D::Error> {
+        Err(serde::de::Error::custom("this type never decodes"))
+    }
+}
+
+/// Encodings of at most `BINCODE_DECODE_LIMIT / 16` bytes (1 MiB) cannot
+/// claim more than the limit, so they are written without a trial decode;
+/// one byte more is decoded first. A type that never decodes shows the
+/// threshold exactly: accepted at 1 MiB, refused one byte above, and small
+/// values are never decoded at all.
+#[test]
+fn the_trial_decode_starts_one_byte_above_a_sixteenth_of_the_limit() {
+    let c = ctx();
+    let codec = Bincode::<NeverReads>::new();
+    let threshold = BINCODE_DECODE_LIMIT / 16;
+    // A Vec<u8> of n >= 2^16 bytes: a 5-byte length prefix, then n bytes.
+    let at = NeverReads(vec![7; threshold - 5]);
+    let above = NeverReads(vec![7; threshold - 4]);
+    let encoded = codec.serialize(&c, Some(&at)).unwrap().unwrap();
+    assert_eq!(encoded.len(), threshold);
+    let err = codec.serialize(&c, Some(&above)).unwrap_err();
+    assert!(matches!(err, Error::Codec { .. }), "{err:?}");
+    assert!(err.to_string().contains("would not read back"), "{err}");
+    for n in [0, 1, 100, 70_000] {
+        assert!(codec.serialize(&c, Some(&NeverReads(vec![1; n]))).is_ok());
+    }
+}
