@@ -1014,6 +1014,10 @@ fn reencrypt_to_another_topic_binds_values_to_it() {
         "--to-topic",
         &to,
         "--apply",
+        // A producer queue of 2 records: the writes wait for room (with
+        // rdkafka's timer, which needs a tokio runtime) instead of failing.
+        "-X",
+        "queue.buffering.max.messages=2",
     ]);
     assert_eq!(code(&out), 0, "{}", String::from_utf8_lossy(&out.stderr));
     let r = json_of(&out);
