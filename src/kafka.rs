@@ -19,7 +19,8 @@ use rdkafka::{Offset, TopicPartitionList};
 
 use crate::context::Context;
 use crate::error::Error;
-use crate::serde::{Deserializer, DeterministicSerializer, Serializer};
+use crate::record_key::{KeyBinding, KeyForms};
+use crate::serde::{Deserializer, Serializer};
 use crate::store::{Changelog, Record};
 
 /// A record ready to produce: its topic, key bytes and payload, `None` being
@@ -32,9 +33,9 @@ pub struct KafkaRecord {
     pub key: Vec<u8>,
     /// The serialized (encrypted) value, or `None` for a tombstone.
     pub payload: Option<Vec<u8>>,
-    /// The partition, when the record chose one
-    /// ([`encode_record_partitioned`]); `None` leaves it to the producer's
-    /// partitioner, which hashes the key bytes as they are on the wire.
+    /// The partition, when the record chose one (an encrypted key's, by its
+    /// plaintext: see [`KeyForms::partition`]); `None` leaves it to the
+    /// producer's partitioner, which hashes the key bytes on the wire.
     pub partition: Option<i32>,
 }
 
@@ -53,130 +54,79 @@ impl KafkaRecord {
     }
 }
 
-/// Kafka's murmur2 hash, exactly as the Java client's `Utils.murmur2`
-/// computes it (and librdkafka's `murmur2` partitioners).
-pub fn murmur2(data: &[u8]) -> i32 {
-    const M: u32 = 0x5bd1_e995;
-    const SEED: u32 = 0x9747_b28c;
-    // Java hashes the length as an int; a key over 2 GiB is not a Kafka key.
-    let mut h: u32 = SEED ^ (data.len() as u32);
-    let mut chunks = data.chunks_exact(4);
-    for c in &mut chunks {
-        let mut k = u32::from_le_bytes([c[0], c[1], c[2], c[3]]);
-        k = k.wrapping_mul(M);
-        k ^= k >> 24;
-        k = k.wrapping_mul(M);
-        h = h.wrapping_mul(M);
-        h ^= k;
-    }
-    let rest = chunks.remainder();
-    if rest.len() == 3 {
-        h ^= u32::from(rest[2]) << 16;
-    }
-    if rest.len() >= 2 {
-        h ^= u32::from(rest[1]) << 8;
-    }
-    if !rest.is_empty() {
-        h ^= u32::from(rest[0]);
-        h = h.wrapping_mul(M);
-    }
-    h ^= h >> 13;
-    h = h.wrapping_mul(M);
-    h ^= h >> 15;
-    h as i32
-}
-
-/// The partition the Java client's default partitioner gives `key` on a
-/// topic of `partitions` partitions: `(murmur2(key) & 0x7fffffff) %
-/// partitions`. 0 when `partitions` is 0.
-pub fn murmur2_partition(key: &[u8], partitions: u32) -> i32 {
-    if partitions == 0 {
-        return 0;
-    }
-    let positive = (murmur2(key) & 0x7fff_ffff) as u32;
-    (positive % partitions) as i32
-}
-
-/// [`encode_record`] for a record whose key is encrypted deterministically,
-/// partitioned by its **plaintext** key bytes (what `key_ser`'s inner codec
-/// writes) with Kafka's default murmur2 partitioner over `partitions`.
+/// Encodes one write of a typed `(key, Option<value>)` to `topic` (of
+/// `partitions` partitions) through any serializer pair, as the records the
+/// write rule puts on the log, in order (see [`KeyForms`]): a tombstone for
+/// each older form of an encrypted key, then the record under the primary
+/// form, all to the partition of the plaintext key. A key that is not
+/// encrypted gives one record, left to the producer's partitioner.
 ///
-/// Kafka's partitioner hashes the key bytes it is given; with encrypted
-/// keys those change when the key keyset rotates, which would move a key to
-/// another partition and break ordering per key. Partitioning by the
-/// plaintext key keeps every record of a key in one partition across
-/// rotations, the very partition a plaintext producer with the Java
-/// client's default partitioner (or librdkafka's `murmur2_random`) picks.
-/// This is the default this crate offers for encrypted keys.
+/// The value's context is the topic and the key bytes that `binding` names
+/// (the plaintext key by default: see [`KeyBinding`]).
 ///
 /// # Errors
-/// As [`encode_record`].
-pub fn encode_record_partitioned<K, V, KS, VS>(
+/// A serde failed; [`Error::InnerReturnedNone`] if the value serializer
+/// returned no bytes for a present value.
+pub fn encode_write<K, V, KS, VS>(
     topic: &str,
     partitions: u32,
-    key_ser: &DeterministicSerializer<KS>,
-    value_ser: &VS,
-    key: &K,
-    value: Option<&V>,
-) -> Result<KafkaRecord, Error>
-where
-    K: ?Sized,
-    V: ?Sized,
-    KS: Serializer<K>,
-    VS: Serializer<V> + ?Sized,
-{
-    let plain = key_ser
-        .inner()
-        .serialize(&Context::new(topic), Some(key))?
-        .ok_or(Error::InnerReturnedNone)?;
-    let mut record = encode_record(topic, key_ser, value_ser, key, value)?;
-    record.partition = Some(murmur2_partition(&plain, partitions));
-    Ok(record)
-}
-
-/// Encodes a typed `(key, Option<value>)` for `topic` through any serializer
-/// pair; the value serializer's context is the topic and the key bytes.
-///
-/// # Errors
-/// A serde failed; [`Error::InnerReturnedNone`] if the key serializer
-/// returned no bytes.
-pub fn encode_record<K, V, KS, VS>(
-    topic: &str,
+    binding: KeyBinding,
     key_ser: &KS,
     value_ser: &VS,
     key: &K,
     value: Option<&V>,
-) -> Result<KafkaRecord, Error>
+) -> Result<Vec<KafkaRecord>, Error>
 where
     K: ?Sized,
     V: ?Sized,
     KS: Serializer<K> + ?Sized,
     VS: Serializer<V> + ?Sized,
 {
-    let key = key_ser
-        .serialize(&Context::new(topic), Some(key))?
-        .ok_or(Error::InnerReturnedNone)?;
-    let payload = value_ser.serialize(&Context::new(topic).with_key(&key), value)?;
+    let forms = key_ser.key_forms(&Context::new(topic), key)?;
+    encode_forms(topic, partitions, binding, &forms, value_ser, value)
+}
+
+/// [`encode_write`] for a key whose forms are known.
+pub(crate) fn encode_forms<V, VS>(
+    topic: &str,
+    partitions: u32,
+    binding: KeyBinding,
+    forms: &KeyForms,
+    value_ser: &VS,
+    value: Option<&V>,
+) -> Result<Vec<KafkaRecord>, Error>
+where
+    V: ?Sized,
+    VS: Serializer<V> + ?Sized,
+{
+    let payload =
+        value_ser.serialize(&Context::new(topic).with_key(forms.bound(binding)), value)?;
     if value.is_some() && payload.is_none() {
         return Err(Error::InnerReturnedNone);
     }
-    Ok(KafkaRecord {
-        topic: topic.to_owned(),
-        key,
-        payload,
-        partition: None,
-    })
+    let partition = forms.partition(partitions);
+    Ok(forms
+        .writes(payload.as_deref())
+        .map(|(key, payload)| KafkaRecord {
+            topic: topic.to_owned(),
+            key: key.to_vec(),
+            payload: payload.map(<[u8]>::to_vec),
+            partition,
+        })
+        .collect())
 }
 
 /// Decodes a consumed message into `(key, Option<value>)` through any
-/// deserializer pair, with the message's topic and key as context. A message
-/// without a payload is a tombstone: `None`.
+/// deserializer pair, with the message's topic and the key bytes that
+/// `binding` names as context (see [`KeyBinding`]). A message without a
+/// payload is a tombstone: `None`.
 ///
 /// # Errors
 /// A serde failed (a value that does not decrypt);
 /// [`Error::MissingRecordKey`] if the message has no key.
 pub fn decode_message<K, V, KD, VD, M>(
     message: &M,
+    binding: KeyBinding,
     key_de: &KD,
     value_de: &VD,
 ) -> Result<(K, Option<V>), Error>
@@ -186,10 +136,13 @@ where
     M: Message,
 {
     let topic = message.topic();
-    let key_bytes = message.key().ok_or(Error::MissingRecordKey)?;
-    let key = key_de.deserialize_slice(&Context::new(topic), key_bytes)?;
-    let value =
-        value_de.deserialize(&Context::new(topic).with_key(key_bytes), message.payload())?;
+    let wire = message.key().ok_or(Error::MissingRecordKey)?;
+    let (key, plaintext) = key_de.deserialize_key(&Context::new(topic), wire)?;
+    let bound = match binding {
+        KeyBinding::Plaintext => &plaintext[..],
+        KeyBinding::Wire => wire,
+    };
+    let value = value_de.deserialize(&Context::new(topic).with_key(bound), message.payload())?;
     Ok((key, value))
 }
 
@@ -586,33 +539,4 @@ fn is_queue_full(e: &KafkaError) -> bool {
         e,
         KafkaError::MessageProduction(RDKafkaErrorCode::QueueFull)
     )
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    /// The Java client's own test vectors (`UtilsTest.testMurmur2`).
-    #[test]
-    fn murmur2_matches_the_java_client() {
-        let cases: [(&[u8], i32); 6] = [
-            (b"21", -973_932_308),
-            (b"foobar", -790_332_482),
-            (b"a-little-bit-long-string", -985_981_536),
-            (b"a-little-bit-longer-string", -1_486_304_829),
-            (
-                b"lkjh234lh9fiuh90y23oiuhsafujhadof229phr9h19h89h8",
-                -58_897_971,
-            ),
-            (b"abc", 479_470_107),
-        ];
-        for (data, want) in cases {
-            assert_eq!(murmur2(data), want, "{}", String::from_utf8_lossy(data));
-        }
-        assert_eq!(murmur2_partition(b"abc", 0), 0);
-        assert_eq!(
-            murmur2_partition(b"foobar", 3),
-            ((-790_332_482i32 & 0x7fff_ffff) % 3)
-        );
-    }
 }

@@ -1,6 +1,6 @@
 //! Typed async Kafka clients over rdkafka's `FutureProducer` and
 //! `StreamConsumer` (feature `kafka`), built on the sans-IO
-//! [`encode_record`](crate::encode_record) / [`decode_message`](crate::decode_message).
+//! [`encode_write`](crate::encode_write) / [`decode_message`](crate::decode_message).
 //!
 //! A `None` value is produced with no payload at all (Kafka's null), with
 //! its headers; a consumed record without a payload is `None` without
@@ -8,17 +8,20 @@
 
 use core::fmt;
 use core::marker::PhantomData;
+use std::collections::HashMap;
+use std::sync::Mutex;
 use std::time::Duration;
 
 use futures_util::stream::{Stream, StreamExt as _};
 use rdkafka::config::ClientConfig;
 use rdkafka::consumer::{Consumer as _, StreamConsumer};
 use rdkafka::message::{BorrowedMessage, Header, Headers as _, Message as _, OwnedHeaders};
-use rdkafka::producer::{FutureProducer, FutureRecord};
+use rdkafka::producer::{FutureProducer, FutureRecord, Producer as _};
 use rdkafka::TopicPartitionList;
 
 use crate::error::Error;
-use crate::kafka::{decode_message, encode_record};
+use crate::kafka::{decode_message, encode_forms};
+use crate::record_key::{KeyBinding, WriteRule};
 use crate::serde::{BlockingWork, Deserializer, Serializer};
 
 fn kafka_err<E: std::error::Error + Send + Sync + 'static>(what: &str, e: E) -> Error {
@@ -33,12 +36,18 @@ fn kafka_err<E: std::error::Error + Send + Sync + 'static>(what: &str, e: E) -> 
 /// tokio runtime (another executor) there is no such pool: the work runs
 /// inline, as a synchronous call would.
 async fn off_the_worker(work: BlockingWork) -> Result<(), Error> {
+    blocking(move || work.run())
+        .await
+        .map_err(|e| Error::kms("the blocking task of a KMS call ended", e))?
+}
+
+/// Runs `f` on tokio's blocking pool, or inline outside a tokio runtime.
+async fn blocking<T: Send + 'static>(
+    f: impl FnOnce() -> T + Send + 'static,
+) -> Result<T, tokio::task::JoinError> {
     match tokio::runtime::Handle::try_current() {
-        Ok(runtime) => runtime
-            .spawn_blocking(move || work.run())
-            .await
-            .map_err(|e| Error::kms("the blocking task of a KMS call ended", e))?,
-        Err(_) => work.run(),
+        Ok(runtime) => runtime.spawn_blocking(f).await,
+        Err(_) => Ok(f()),
     }
 }
 
@@ -59,6 +68,18 @@ pub type RecordHeaders = Vec<(String, Option<Vec<u8>>)>;
 /// [`DeterministicSerializer`](crate::DeterministicSerializer)) into an
 /// rdkafka `FutureProducer`.
 ///
+/// Every send follows the write rule (see [`KeyForms`](crate::KeyForms)):
+/// with a key encrypted under a key keyset with several enabled keys, a
+/// tombstone for each older form of the key goes first, then the record
+/// under the primary form, all to the partition of the **plaintext** key
+/// (murmur2, as the Java client's default partitioner), so a rotation never
+/// moves a key to another partition and a delete deletes every form. The
+/// partition count of a topic is read from the broker once and kept. Keys
+/// that are not encrypted are one record, left to the producer's
+/// partitioner. Values are bound to the plaintext key
+/// ([`KeyBinding::Plaintext`], the default; see
+/// [`with_binding`](TypedProducer::with_binding)).
+///
 /// Idempotence is on by default (`enable.idempotence=true`, so retries never
 /// reorder a key's records); an explicit setting in the configuration wins,
 /// and [`is_idempotent`](TypedProducer::is_idempotent) says which it is:
@@ -69,6 +90,9 @@ pub struct TypedProducer<K: ?Sized, V: ?Sized, KS, VS> {
     value_ser: VS,
     idempotent: bool,
     queue_timeout: Duration,
+    binding: KeyBinding,
+    rule: WriteRule,
+    partitions: Mutex<HashMap<String, u32>>,
     types: PhantomData<fn(&K, &V)>,
 }
 
@@ -110,8 +134,70 @@ where
             value_ser,
             idempotent,
             queue_timeout: Duration::from_secs(30),
+            binding: KeyBinding::default(),
+            rule: WriteRule::default(),
+            partitions: Mutex::new(HashMap::new()),
             types: PhantomData,
         })
+    }
+
+    /// The same producer binding values to the key bytes that `binding`
+    /// names ([`KeyBinding::Plaintext`] by default). Its readers must use
+    /// the same.
+    #[must_use]
+    pub fn with_binding(self, binding: KeyBinding) -> Self {
+        TypedProducer { binding, ..self }
+    }
+
+    /// The same producer following a broken write rule: the negative
+    /// controls of the tests. Never use it.
+    #[cfg(feature = "test-hooks")]
+    #[doc(hidden)]
+    #[must_use]
+    pub fn with_write_rule(self, rule: WriteRule) -> Self {
+        TypedProducer { rule, ..self }
+    }
+
+    /// The partition count of `topic`, read from the broker once.
+    async fn partition_count(&self, topic: &str) -> Result<u32, Error> {
+        if let Some(n) = self
+            .partitions
+            .lock()
+            .ok()
+            .and_then(|m| m.get(topic).copied())
+        {
+            return Ok(n);
+        }
+        let client = self.producer.clone();
+        let name = topic.to_owned();
+        let timeout = self.queue_timeout;
+        let md = blocking(move || {
+            client
+                .client()
+                .fetch_metadata(Some(&name), timeout)
+                .map_err(|e| kafka_err(&format!("read the partitions of {name}"), e))
+        })
+        .await
+        .map_err(|e| kafka_err("the metadata task ended", e))??;
+        let n = md
+            .topics()
+            .iter()
+            .find(|t| t.name() == topic)
+            .filter(|t| t.error().is_none())
+            .map_or(0, |t| t.partitions().len());
+        let n = u32::try_from(n).unwrap_or(0);
+        if n == 0 {
+            return Err(Error::Kafka {
+                detail: format!(
+                    "the topic {topic} has no partitions the broker reports (create it first): an encrypted key's partition is chosen from the partition count"
+                ),
+                cause: None,
+            });
+        }
+        if let Ok(mut m) = self.partitions.lock() {
+            m.insert(topic.to_owned(), n);
+        }
+        Ok(n)
     }
 
     /// Whether the producer is idempotent (see the type's docs).
@@ -125,19 +211,22 @@ where
     }
 
     /// Sends `(key, value)` to `topic`; `None` is a tombstone, produced with
-    /// no payload. Resolves once the broker acknowledged the record.
+    /// no payload. Resolves once the broker acknowledged the record (and,
+    /// with an encrypted key under a rotated key keyset, the tombstones of
+    /// its older forms first): the result is where the record landed.
     ///
     /// # Errors
-    /// A serializer failed, or [`Error::Kafka`] if the record was not
-    /// delivered.
+    /// A serializer failed, or [`Error::Kafka`] if a record was not
+    /// delivered (the tombstones sent before it may have been: a failed
+    /// write can leave the key deleted; send it again).
     pub async fn send(&self, topic: &str, key: &K, value: Option<&V>) -> Result<Delivered, Error> {
         self.send_with(topic, key, value, None, &[]).await
     }
 
     /// [`send`](TypedProducer::send) to a given partition (`None`: the
-    /// producer's partitioner, which hashes the key bytes; with encrypted
-    /// keys pass [`murmur2_partition`](crate::murmur2_partition) of the
-    /// plaintext key) with headers, kept on a tombstone too.
+    /// partition of the plaintext key for an encrypted key, else the
+    /// producer's partitioner) with headers, kept on a tombstone too (and
+    /// on the tombstones of older forms).
     ///
     /// # Errors
     /// As [`send`](TypedProducer::send).
@@ -155,31 +244,57 @@ where
         if let Some(work) = BlockingWork::both(self.key_ser.blocking_work(), value_work) {
             off_the_worker(work).await?;
         }
-        let record = encode_record(topic, &self.key_ser, &self.value_ser, key, value)?;
-        let mut future = FutureRecord::to(topic).key(&record.key[..]);
-        if let Some(p) = &record.payload {
-            future = future.payload(&p[..]);
-        }
-        if let Some(p) = partition {
-            future = future.partition(p);
-        }
-        if !headers.is_empty() {
-            let mut h = OwnedHeaders::new_with_capacity(headers.len());
-            for (name, value) in headers {
-                h = h.insert(Header {
-                    key: name,
-                    value: *value,
-                });
+        let forms = self
+            .key_ser
+            .key_forms(&crate::context::Context::new(topic), key)?
+            .with_rule(self.rule);
+        let partitions = match (partition, forms.is_encrypted()) {
+            (None, true) => self.partition_count(topic).await?,
+            _ => 0,
+        };
+        let records = encode_forms(
+            topic,
+            partitions,
+            self.binding,
+            &forms,
+            &self.value_ser,
+            value,
+        )?;
+        let mut delivered = None;
+        // One record after another, each acknowledged before the next: the
+        // order on the log is the write rule's, idempotent or not.
+        for record in &records {
+            let mut future = FutureRecord::to(topic).key(&record.key[..]);
+            if let Some(p) = &record.payload {
+                future = future.payload(&p[..]);
             }
-            future = future.headers(h);
+            if let Some(p) = partition.or(record.partition) {
+                future = future.partition(p);
+            }
+            if !headers.is_empty() {
+                let mut h = OwnedHeaders::new_with_capacity(headers.len());
+                for (name, value) in headers {
+                    h = h.insert(Header {
+                        key: name,
+                        value: *value,
+                    });
+                }
+                future = future.headers(h);
+            }
+            match self.producer.send(future, self.queue_timeout).await {
+                Ok(d) => {
+                    delivered = Some(Delivered {
+                        partition: d.partition,
+                        offset: d.offset,
+                    })
+                }
+                Err((e, _)) => return Err(kafka_err(&format!("produce to {topic}"), e)),
+            }
         }
-        match self.producer.send(future, self.queue_timeout).await {
-            Ok(d) => Ok(Delivered {
-                partition: d.partition,
-                offset: d.offset,
-            }),
-            Err((e, _)) => Err(kafka_err(&format!("produce to {topic}"), e)),
-        }
+        delivered.ok_or_else(|| Error::Kafka {
+            detail: format!("produce to {topic}: no record to send"),
+            cause: None,
+        })
     }
 }
 
@@ -226,6 +341,7 @@ pub struct TypedConsumer<K, V, KD, VD> {
     key_de: KD,
     value_de: VD,
     on_undecodable: Option<UndecodableHook>,
+    binding: KeyBinding,
     types: PhantomData<fn() -> (K, V)>,
 }
 
@@ -256,8 +372,17 @@ where
             key_de,
             value_de,
             on_undecodable: None,
+            binding: KeyBinding::default(),
             types: PhantomData,
         })
+    }
+
+    /// The same consumer reading values bound to the key bytes that
+    /// `binding` names ([`KeyBinding::Plaintext`] by default), as the
+    /// topic's writers bound them.
+    #[must_use]
+    pub fn with_binding(self, binding: KeyBinding) -> Self {
+        TypedConsumer { binding, ..self }
     }
 
     /// Hands every record that does not decode to `hook` instead of
@@ -393,11 +518,13 @@ where
 
     fn decode(&self, m: &BorrowedMessage<'_>) -> Result<ConsumedRecord<K, V>, Error> {
         let (key, value) =
-            decode_message(m, &self.key_de, &self.value_de).map_err(|cause| Error::Record {
-                topic: m.topic().to_owned(),
-                partition: m.partition(),
-                offset: m.offset(),
-                cause: Box::new(cause),
+            decode_message(m, self.binding, &self.key_de, &self.value_de).map_err(|cause| {
+                Error::Record {
+                    topic: m.topic().to_owned(),
+                    partition: m.partition(),
+                    offset: m.offset(),
+                    cause: Box::new(cause),
+                }
             })?;
         let headers = m
             .headers()

@@ -17,6 +17,7 @@ mod keyset_proto;
 mod kms;
 mod primitive;
 mod proto;
+mod record_key;
 mod serde;
 mod store;
 
@@ -27,10 +28,7 @@ pub use crate::envelope::OVERHEAD;
 pub use crate::error::{Cause, Error, KeysetErrorKind};
 #[cfg(feature = "kafka")]
 #[cfg_attr(docsrs, doc(cfg(feature = "kafka")))]
-pub use crate::kafka::{
-    decode_message, encode_record, encode_record_partitioned, murmur2, murmur2_partition,
-    KafkaChangelog, KafkaRecord, TopicSettings,
-};
+pub use crate::kafka::{decode_message, encode_write, KafkaChangelog, KafkaRecord, TopicSettings};
 #[cfg(feature = "kafka")]
 #[cfg_attr(docsrs, doc(cfg(feature = "kafka")))]
 pub use crate::kafka_client::{
@@ -46,6 +44,9 @@ pub use crate::kms::dek::{DekPolicy, MAX_DEK_VALUES, MAX_EDEK_LEN};
 pub use crate::kms::vault::VaultClient;
 pub use crate::kms::{register_kms_client, KmsAead, KmsClient, KmsClients, KmsTimeouts};
 pub use crate::primitive::KeyTemplate;
+#[doc(hidden)]
+pub use crate::record_key::WriteRule;
+pub use crate::record_key::{murmur2, murmur2_partition, KeyBinding, KeyForms};
 pub use crate::serde::{
     BlockingWork, DecryptingDeserializer, Deserializer, DeterministicDeserializer,
     DeterministicSerializer, EncryptingSerializer, Serializer, Unencrypted,

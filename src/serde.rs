@@ -10,6 +10,7 @@ use crate::context::{AadPolicy, Context};
 use crate::envelope::{self, AadBuf, MAX_PREALLOC};
 use crate::error::Error;
 use crate::keyset::Keyset;
+use crate::record_key::KeyForms;
 
 /// Blocking work that a (de)serialization would otherwise do inline: a
 /// KMS call for a new data key, or to unwrap one that is not cached.
@@ -121,6 +122,19 @@ pub trait Serializer<T: ?Sized> {
     fn blocking_work(&self) -> Option<BlockingWork> {
         None
     }
+
+    /// The forms of `key` as a **record key** on the wire (see
+    /// [`KeyForms`]): by default one form, its serialized bytes, which are
+    /// also its plaintext. [`DeterministicSerializer`] gives the forms
+    /// under every enabled key of its keyset. Every writer of a topic
+    /// writes through [`KeyForms::writes`].
+    ///
+    /// # Errors
+    /// Whatever [`serialize_into`](Serializer::serialize_into) reports;
+    /// [`Error::InnerReturnedNone`] never (a present key always has bytes).
+    fn key_forms(&self, ctx: &Context<'_>, key: &T) -> Result<KeyForms, Error> {
+        Ok(KeyForms::plain(serialize_present(self, ctx, key)?))
+    }
 }
 
 /// Turns bytes back into a value of type `T`; `None` is a tombstone.
@@ -169,6 +183,18 @@ pub trait Deserializer<T> {
     fn blocking_work(&self, data: &[u8]) -> Option<BlockingWork> {
         let _ = data;
         None
+    }
+
+    /// Deserializes present bytes as a **record key**, with the key's
+    /// plaintext bytes (what a value bound with
+    /// [`KeyBinding::Plaintext`](crate::KeyBinding) binds): by default the
+    /// bytes themselves; [`DeterministicDeserializer`] decrypts them once
+    /// and returns the plaintext.
+    ///
+    /// # Errors
+    /// As [`deserialize_slice`](Deserializer::deserialize_slice).
+    fn deserialize_key(&self, ctx: &Context<'_>, data: &[u8]) -> Result<(T, Vec<u8>), Error> {
+        Ok((self.deserialize_slice(ctx, data)?, data.to_vec()))
     }
 }
 
@@ -523,6 +549,16 @@ impl<T: ?Sized, S: Serializer<T>> Serializer<T> for DeterministicSerializer<S> {
     fn blocking_work(&self) -> Option<BlockingWork> {
         self.inner.blocking_work()
     }
+
+    /// The key's plaintext (what the inner codec writes) and its forms
+    /// under every enabled key of the keyset, the primary's first.
+    fn key_forms(&self, ctx: &Context<'_>, key: &T) -> Result<KeyForms, Error> {
+        let plaintext = serialize_present(&self.inner, ctx, key)?;
+        let mut aad = AadBuf::new();
+        let aad = key_aad(&mut aad, self.aad, ctx)?;
+        let forms = self.keyset.deterministic_forms(&plaintext, aad)?;
+        KeyForms::encrypted(plaintext, forms)
+    }
 }
 
 /// Wraps any [`Deserializer`] and decrypts a deterministic ciphertext
@@ -568,5 +604,15 @@ impl<T, D: Deserializer<T>> Deserializer<T> for DeterministicDeserializer<D> {
         let aad = key_aad(&mut aad, self.aad, ctx)?;
         let plaintext = envelope::open_deterministic(&self.keyset, aad, data)?;
         self.inner.deserialize_owned(ctx, plaintext)
+    }
+
+    /// Decrypts once; the plaintext goes to the inner codec and back to
+    /// the caller.
+    fn deserialize_key(&self, ctx: &Context<'_>, data: &[u8]) -> Result<(T, Vec<u8>), Error> {
+        let mut aad = AadBuf::new();
+        let aad = key_aad(&mut aad, self.aad, ctx)?;
+        let plaintext = envelope::open_deterministic(&self.keyset, aad, data)?;
+        let key = self.inner.deserialize_slice(ctx, &plaintext)?;
+        Ok((key, plaintext))
     }
 }

@@ -23,9 +23,9 @@ use tombstone_crypt::rdkafka::error::KafkaError;
 use tombstone_crypt::rdkafka::producer::{BaseProducer, Producer as _};
 use tombstone_crypt::rdkafka::{Offset, TopicPartitionList};
 use tombstone_crypt::{
-    compact, decode_message, encode_record, restore, Bytes, ChangeLoggingStore, Changelog,
-    DecryptingDeserializer, EncryptedStore, EncryptingSerializer, KafkaChangelog, KeyId,
-    KeyValueStore, Keyset, MemoryStore, Record, TypedStore, Utf8, OVERHEAD,
+    compact, decode_message, encode_write, restore, Bytes, ChangeLoggingStore, Changelog,
+    DecryptingDeserializer, EncryptedStore, EncryptingSerializer, KafkaChangelog, KeyBinding,
+    KeyId, KeyValueStore, Keyset, MemoryStore, Record, TypedStore, Utf8, OVERHEAD,
 };
 
 fn bootstrap() -> Option<String> {
@@ -106,7 +106,10 @@ fn encrypted_records_reach_the_broker_with_real_tombstones() {
     let mut sent: Vec<(String, Option<String>)> = Vec::new();
     let mut produce = |keyset: &Keyset, key: &str, value: Option<&str>| {
         let ser = EncryptingSerializer::new(Utf8, keyset.clone());
-        let record = encode_record(&topic, &Utf8, &ser, key, value).unwrap();
+        let records =
+            encode_write(&topic, 1, KeyBinding::Plaintext, &Utf8, &ser, key, value).unwrap();
+        assert_eq!(records.len(), 1); // a key that is not encrypted: one record
+        let record = &records[0];
         producer
             .send(record.as_base_record().partition(0))
             .map_err(|(e, _)| e)
@@ -155,9 +158,10 @@ fn encrypted_records_reach_the_broker_with_real_tombstones() {
     let mut decoded = Vec::new();
     while decoded.len() < sent.len() {
         match consumer.poll(Duration::from_secs(10)) {
-            Some(Ok(m)) => {
-                decoded.push(decode_message::<String, String, _, _, _>(&m, &Utf8, &de).unwrap())
-            }
+            Some(Ok(m)) => decoded.push(
+                decode_message::<String, String, _, _, _>(&m, KeyBinding::Plaintext, &Utf8, &de)
+                    .unwrap(),
+            ),
             Some(Err(KafkaError::PartitionEOF(_))) => break,
             other => panic!("{other:?}"),
         }
@@ -459,8 +463,8 @@ fn consume_partitions(
 #[test]
 fn an_encrypted_key_keeps_its_partition_across_a_rotation() {
     use tombstone_crypt::{
-        encode_record_partitioned, murmur2_partition, Deserializer as _, DeterministicDeserializer,
-        DeterministicSerializer, KeyTemplate,
+        murmur2_partition, Deserializer as _, DeterministicDeserializer, DeterministicSerializer,
+        KeyTemplate,
     };
     let Some(bootstrap) = bootstrap() else { return };
     const PARTITIONS: i32 = 3;
@@ -478,30 +482,36 @@ fn an_encrypted_key_keeps_its_partition_across_a_rotation() {
         for (i, name) in names.iter().enumerate() {
             let value = format!("round {round}");
             let value = (round == 0 || i % 4 != 0).then_some(&value[..]); // some deletes
-            let r = encode_record_partitioned(
+            let records = encode_write(
                 &ours,
                 PARTITIONS as u32,
+                KeyBinding::Plaintext,
                 &key_ser,
                 &value_ser,
                 &name[..],
                 value,
             )
             .unwrap();
-            assert_eq!(
-                r.partition,
-                Some(murmur2_partition(name.as_bytes(), PARTITIONS as u32))
-            );
-            producer
-                .send(r.as_base_record())
-                .map_err(|(e, _)| e)
-                .unwrap();
-            // The control: the same record left to the producer's partitioner.
-            let r = encode_record(&naive, &key_ser, &value_ser, &name[..], value).unwrap();
-            assert_eq!(r.partition, None);
-            producer
-                .send(r.as_base_record())
-                .map_err(|(e, _)| e)
-                .unwrap();
+            for r in &records {
+                assert_eq!(
+                    r.partition,
+                    Some(murmur2_partition(name.as_bytes(), PARTITIONS as u32))
+                );
+                producer
+                    .send(r.as_base_record())
+                    .map_err(|(e, _)| e)
+                    .unwrap();
+            }
+            // The control: the same records left to the producer's partitioner.
+            for r in &records {
+                let mut r = r.clone();
+                r.topic = naive.clone();
+                r.partition = None;
+                producer
+                    .send(r.as_base_record())
+                    .map_err(|(e, _)| e)
+                    .unwrap();
+            }
         }
         keys.rotate();
     }
@@ -659,7 +669,7 @@ fn encrypted_keys_through_a_changelog_topic_survive_a_rotation() {
                 // the key is decoded here (the value's context is checked
                 // by the restore above).
                 let (key, _): (Vec<u8>, Option<Vec<u8>>) =
-                    decode_message(&m, &key_de, &Bytes).unwrap();
+                    decode_message(&m, KeyBinding::Plaintext, &key_de, &Bytes).unwrap();
                 assert!(key.starts_with(b"user-"));
                 decoded += 1;
             }

@@ -3,6 +3,7 @@ use crate::codec::Bytes;
 use crate::context::{AadPolicy, Context};
 use crate::error::Error;
 use crate::keyset::{KeyId, Keyset};
+use crate::record_key::{KeyForms, WriteRule};
 use crate::serde::{
     DecryptingDeserializer, Deserializer as _, EncryptingSerializer, Serializer as _,
 };
@@ -44,9 +45,9 @@ struct KeyEncryption {
     keyset: Keyset,
     /// The associated data of every key: the store name, `Topic` encoding.
     ad: Vec<u8>,
-    /// Whether writes reach every form of a key (always, but for the
-    /// negative control of the tests).
-    fanout: bool,
+    /// The write rule (always the fan-out, but for the negative controls
+    /// of the tests).
+    rule: WriteRule,
 }
 
 impl<S: KeyValueStore> EncryptedStore<S> {
@@ -69,12 +70,15 @@ impl<S: KeyValueStore> EncryptedStore<S> {
     ///
     /// While the key keyset has more than one enabled key, every logical key
     /// has one stored form per enabled key: `get` looks under the primary
-    /// form, then the older ones; a `put` writes the primary form and a
-    /// delete (tombstone) for every older form; a delete deletes every
-    /// form. So after compaction at most one record per logical key is
-    /// left, and no old value survives under an old form. The cost is one
-    /// extra tombstone per older enabled key per write; disable an old key
-    /// once every key has been rewritten under the new one, and it ends.
+    /// form, then the older ones. Every write follows the write rule of
+    /// [`KeyForms::writes`], as every other writer of a topic does: a
+    /// delete (tombstone) for every older form first, then the value (or
+    /// the delete) under the primary form. So after compaction at most one
+    /// record per logical key is left, no old value survives under an old
+    /// form, and a consumer replaying the changelog in order ends on the
+    /// key's real state. The cost is one extra tombstone per older enabled
+    /// key per write; disable an old key once every key has been rewritten
+    /// under the new one, and it ends.
     ///
     /// `all` and `range` decrypt every stored key and return the entries in
     /// *plaintext* key order; `range` filters by plaintext key, so it reads
@@ -118,11 +122,11 @@ impl<S: KeyValueStore> EncryptedStore<S> {
             });
         }
         let ad = Context::new(&self.name).associated_data(AadPolicy::Topic)?;
-        let fanout = self.keys.as_ref().is_none_or(|k| k.fanout);
+        let rule = self.keys.as_ref().map_or(WriteRule::FanOut, |k| k.rule);
         self.keys = Some(KeyEncryption {
             keyset: keys,
             ad,
-            fanout,
+            rule,
         });
         Ok(())
     }
@@ -134,21 +138,33 @@ impl<S: KeyValueStore> EncryptedStore<S> {
     #[cfg(feature = "test-hooks")]
     #[doc(hidden)]
     #[must_use]
-    pub fn without_key_fanout(mut self) -> Self {
+    pub fn without_key_fanout(self) -> Self {
+        self.with_write_rule(WriteRule::PrimaryOnly)
+    }
+
+    /// The same store following `rule` for encrypted keys: the negative
+    /// controls of the tests. Test hook (feature `test-hooks`); never use
+    /// it.
+    #[cfg(feature = "test-hooks")]
+    #[doc(hidden)]
+    #[must_use]
+    pub fn with_write_rule(mut self, rule: WriteRule) -> Self {
         if let Some(k) = &mut self.keys {
-            k.fanout = false;
+            k.rule = rule;
         }
         self
     }
 
-    /// The forms a write must reach: every form, or (negative control) the
-    /// primary's only.
-    fn written_forms(&self, key: &[u8]) -> Result<Vec<Vec<u8>>, Error> {
-        let mut forms = self.forms(key)?;
-        if self.keys.as_ref().is_some_and(|k| !k.fanout) {
-            forms.truncate(1);
+    /// The forms of `key`, with the store's write rule.
+    fn key_forms(&self, key: &[u8]) -> Result<KeyForms, Error> {
+        match &self.keys {
+            None => Ok(KeyForms::plain(key.to_vec())),
+            Some(k) => Ok(KeyForms::encrypted(
+                key.to_vec(),
+                k.keyset.deterministic_forms(key, &k.ad)?,
+            )?
+            .with_rule(k.rule)),
         }
-        Ok(forms)
     }
 
     /// The keyset that encrypts record keys, if they are encrypted.
@@ -172,15 +188,6 @@ impl<S: KeyValueStore> EncryptedStore<S> {
         let aad = self.ser.aad_policy();
         self.ser = EncryptingSerializer::new(Bytes, keyset.clone()).with_aad(aad);
         self.de = DecryptingDeserializer::new(Bytes, keyset).with_aad(aad);
-    }
-
-    /// The stored forms of `key`: itself, or its encryption under every
-    /// enabled key keyset key (the primary's first).
-    fn forms(&self, key: &[u8]) -> Result<Vec<Vec<u8>>, Error> {
-        match &self.keys {
-            None => Ok(vec![key.to_vec()]),
-            Some(k) => k.keyset.deterministic_forms(key, &k.ad),
-        }
     }
 
     /// Decrypts stored entries: keys (if encrypted) and values, in plaintext
@@ -252,8 +259,8 @@ impl<S: KeyValueStore> EncryptedStore<S> {
 
 impl<S: KeyValueStore> KeyValueStore for EncryptedStore<S> {
     fn get(&self, key: &[u8]) -> Result<Option<Vec<u8>>, Error> {
-        for form in self.forms(key)? {
-            if let Some(ct) = self.inner.get(&form)? {
+        for form in self.key_forms(key)?.all() {
+            if let Some(ct) = self.inner.get(form)? {
                 return self.open(key, Some(&ct));
             }
         }
@@ -266,26 +273,29 @@ impl<S: KeyValueStore> KeyValueStore for EncryptedStore<S> {
         let ct = self
             .ser
             .serialize(&Context::new(&self.name).with_key(key), value)?;
-        let forms = self.written_forms(key)?;
-        let (primary, older) = forms.split_first().ok_or(Error::Encryption)?;
-        self.inner.put(primary, ct.as_deref())?;
-        // Older forms of the key: deleted, so that no old value survives
-        // under them and compaction leaves one record per logical key.
-        for form in older {
-            self.inner.put(form, None)?;
+        // The write rule: older forms of the key deleted first (no old
+        // value survives under them, and compaction leaves one record per
+        // logical key), then the record under the primary form.
+        for (form, value) in self.key_forms(key)?.writes(ct.as_deref()) {
+            self.inner.put(form, value)?;
         }
         Ok(())
     }
 
     fn delete(&mut self, key: &[u8]) -> Result<Option<Vec<u8>>, Error> {
-        let mut old = None;
-        for form in self.written_forms(key)? {
-            let was = self.inner.delete(&form)?;
-            if old.is_none() {
-                old = was;
+        let forms = self.key_forms(key)?;
+        // What `get` saw: the primary form's value, else the newest older
+        // form's.
+        let (mut primary_old, mut older_old) = (None, None);
+        for (form, _) in forms.writes(None) {
+            let was = self.inner.delete(form)?;
+            if form == forms.primary() {
+                primary_old = was;
+            } else if older_old.is_none() {
+                older_old = was;
             }
         }
-        self.open(key, old.as_deref())
+        self.open(key, primary_old.or(older_old).as_deref())
     }
 
     fn all(&self) -> Result<Vec<Entry>, Error> {
