@@ -475,12 +475,16 @@ impl Changelog for KafkaChangelog {
     /// Streams the partition from the beginning until librdkafka reports
     /// its end (the high watermark it learned while fetching). A separately
     /// fetched watermark is not used: some Kafka-compatible brokers report it
-    /// per batch, not per record. Fails when no record arrives for the
-    /// timeout (30 s), however long the whole read takes.
+    /// per batch, not per record. A record whose offset is not above the
+    /// last one applied is skipped: one such broker (tansu 0.6.0 on SQLite)
+    /// answered a fetch after compaction with the kept records several
+    /// times over. Fails when no record arrives for the timeout (30 s),
+    /// however long the whole read takes.
     fn replay(&self, apply: &mut dyn FnMut(Record) -> Result<(), Error>) -> Result<u64, Error> {
         let consumer = self.consumer()?;
         let mut last_progress = Instant::now();
         let mut n = 0u64;
+        let mut last: Option<i64> = None;
         loop {
             if last_progress.elapsed() > self.timeout {
                 return Err(Error::changelog_msg(format!(
@@ -495,6 +499,14 @@ impl Changelog for KafkaChangelog {
                 Some(Err(e)) => return Err(kafka_err("consume", e)),
                 Some(Ok(m)) => {
                     last_progress = Instant::now();
+                    // A record at or below an offset already applied is a
+                    // repeat (a broker that, after compacting, answered
+                    // one fetch with the kept records several times over):
+                    // applying it again could undo a later record.
+                    if last.is_some_and(|l| m.offset() <= l) {
+                        continue;
+                    }
+                    last = Some(m.offset());
                     let key = m.key().ok_or_else(|| {
                         Error::changelog_msg(format!(
                             "kafka: the changelog record at offset {} has no key",
