@@ -5,13 +5,23 @@
 //! Writers: one DEK at a time per envelope key, shared by every clone of the
 //! keyset and every thread, used until a limit (values, bytes, age) and
 //! then replaced: one KMS `encrypt` per DEK. Readers: EDEK -> DEK in a
-//! bounded cache, one KMS `decrypt` per DEK per process, evicted DEKs
-//! zeroized (when the last value using them is done). No lock is held
-//! across a KMS call that other keys, or readers of other DEKs, wait on.
+//! bounded cache whose entries live for a TTL from their unwrap, one KMS
+//! `decrypt` per DEK per TTL per process. Evicted and expired DEKs are
+//! zeroized (when the last value using them is done).
+//!
+//! Expiry is exact on use (a DEK past its age never encrypts, an entry
+//! past its TTL never decrypts) and memory is swept on use: every use of
+//! an envelope key (a value encrypted or decrypted under it) first drops
+//! whatever of that key has expired, writer's DEK and cache entries alike;
+//! the earliest expiry is kept in one atomic, so a use that finds nothing
+//! due costs one clock read and one load. No thread runs in the
+//! background: a key that is not used keeps its DEKs until its next use or
+//! until its last clone is dropped. No lock is held across a KMS call that
+//! other keys, or readers of other DEKs, wait on.
 
 use core::fmt;
 use std::collections::HashMap;
-use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex, OnceLock, PoisonError, RwLock};
 use std::time::{Duration, Instant};
 
@@ -20,6 +30,72 @@ use zeroize::Zeroizing;
 use crate::cipher::{AesGcmKey, Backend};
 use crate::error::Error;
 use crate::kms::{printable_uri, KmsAead, KmsClients};
+
+/// The clock DEK ages are measured on, and (feature `test-hooks`) a way to
+/// move it and to count the DEKs held: tests of expiry without sleeping.
+pub(crate) mod hooks {
+    use std::time::Instant;
+    #[cfg(feature = "test-hooks")]
+    use std::{
+        sync::atomic::{AtomicU64, AtomicUsize, Ordering},
+        time::Duration,
+    };
+
+    #[cfg(feature = "test-hooks")]
+    static SKEW_NANOS: AtomicU64 = AtomicU64::new(0);
+    #[cfg(feature = "test-hooks")]
+    static HELD: AtomicUsize = AtomicUsize::new(0);
+
+    /// Now: the monotonic clock.
+    #[cfg(not(feature = "test-hooks"))]
+    #[inline]
+    pub(crate) fn now() -> Instant {
+        Instant::now()
+    }
+
+    /// Now: the monotonic clock, moved forward by [`advance_clock`].
+    #[cfg(feature = "test-hooks")]
+    #[inline]
+    pub(crate) fn now() -> Instant {
+        let now = Instant::now();
+        let skew = Duration::from_nanos(SKEW_NANOS.load(Ordering::Relaxed));
+        now.checked_add(skew).unwrap_or(now)
+    }
+
+    /// Moves the clock of every envelope key in the process forward.
+    #[cfg(feature = "test-hooks")]
+    pub(crate) fn advance_clock(by: Duration) {
+        let by = u64::try_from(by.as_nanos()).unwrap_or(u64::MAX);
+        let _ = SKEW_NANOS.fetch_update(Ordering::Relaxed, Ordering::Relaxed, |s| {
+            Some(s.saturating_add(by))
+        });
+    }
+
+    /// DEKs (unwrapped data keys) held by the envelope keys of the process.
+    #[cfg(feature = "test-hooks")]
+    pub(crate) fn deks_in_memory() -> usize {
+        HELD.load(Ordering::SeqCst)
+    }
+
+    /// One DEK held by an envelope key (shared by the writer's DEK and its
+    /// cache entry): counted under `test-hooks`, nothing otherwise.
+    pub(crate) struct Held(());
+
+    impl Held {
+        pub(crate) fn new() -> Self {
+            #[cfg(feature = "test-hooks")]
+            HELD.fetch_add(1, Ordering::SeqCst);
+            Held(())
+        }
+    }
+
+    #[cfg(feature = "test-hooks")]
+    impl Drop for Held {
+        fn drop(&mut self) {
+            HELD.fetch_sub(1, Ordering::SeqCst);
+        }
+    }
+}
 
 /// The longest encrypted DEK (EDEK) accepted in a ciphertext or from a KMS.
 /// AWS KMS blobs are under 300 bytes, Vault's `vault:v1:...` about 90.
@@ -30,9 +106,12 @@ pub const MAX_EDEK_LEN: usize = 4096;
 pub const MAX_DEK_VALUES: u64 = 1 << 32;
 
 /// When a writer replaces its data key (DEK), and how many unwrapped DEKs a
-/// reader keeps. A DEK is replaced when it has encrypted `max_values`
-/// values, or `max_bytes` bytes of plaintext, or is `max_age` old, whichever
-/// comes first. See SECURITY.md for the defaults' reasons.
+/// reader keeps and for how long. A DEK is replaced when it has encrypted
+/// `max_values` values, or `max_bytes` bytes of plaintext, or is `max_age`
+/// old, whichever comes first. A reader's unwrapped DEK is used for
+/// `cache_ttl` (by default `max_age`) from its unwrap, then unwrapped again
+/// through the KMS. Expired DEKs are dropped (zeroized) on the next use of
+/// their key. See SECURITY.md for the defaults' reasons.
 ///
 /// ```
 /// use std::time::Duration;
@@ -40,6 +119,9 @@ pub const MAX_DEK_VALUES: u64 = 1 << 32;
 ///
 /// let p = DekPolicy::default().with_max_values(1000).with_max_age(Duration::from_secs(60));
 /// assert_eq!(p.max_values(), 1000);
+/// assert_eq!(p.cache_ttl(), Duration::from_secs(60));
+/// let p = p.with_cache_ttl(Duration::from_secs(600));
+/// assert_eq!((p.max_age(), p.cache_ttl()), (Duration::from_secs(60), Duration::from_secs(600)));
 /// assert_eq!(DekPolicy::default().with_max_values(u64::MAX).max_values(), 1 << 32);
 /// ```
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -48,17 +130,20 @@ pub struct DekPolicy {
     max_bytes: u64,
     max_age: Duration,
     cache_capacity: usize,
+    /// `None`: `max_age`.
+    cache_ttl: Option<Duration>,
 }
 
 impl Default for DekPolicy {
     /// 2^20 values, 2^32 bytes (4 GiB), one hour; a reader cache of 1024
-    /// DEKs.
+    /// DEKs, each kept for one hour (the `max_age`).
     fn default() -> Self {
         DekPolicy {
             max_values: 1 << 20,
             max_bytes: 1 << 32,
             max_age: Duration::from_secs(3600),
             cache_capacity: 1024,
+            cache_ttl: None,
         }
     }
 }
@@ -84,7 +169,11 @@ impl DekPolicy {
         }
     }
 
-    /// A DEK older than `age` encrypts no more.
+    /// A DEK older than `age` (counted from its making, before the KMS
+    /// call that wraps it) encrypts no more, and the writer drops it on the
+    /// next use of the key. Unless [`with_cache_ttl`](Self::with_cache_ttl)
+    /// says otherwise, readers keep an unwrapped DEK this long too.
+    /// `Duration::ZERO`: a new DEK per value.
     #[must_use]
     pub fn with_max_age(self, age: Duration) -> Self {
         DekPolicy {
@@ -99,6 +188,19 @@ impl DekPolicy {
     pub fn with_cache_capacity(self, n: usize) -> Self {
         DekPolicy {
             cache_capacity: n.max(1),
+            ..self
+        }
+    }
+
+    /// A reader uses an unwrapped DEK for `ttl` from its unwrap (counted
+    /// from the KMS call), however often it is used, then drops it
+    /// (zeroized) and unwraps it again through the KMS for the next value
+    /// under it. Default: the `max_age`. `Duration::ZERO`: one KMS call per
+    /// value read.
+    #[must_use]
+    pub fn with_cache_ttl(self, ttl: Duration) -> Self {
+        DekPolicy {
+            cache_ttl: Some(ttl),
             ..self
         }
     }
@@ -121,6 +223,11 @@ impl DekPolicy {
     /// Unwrapped DEKs a reader keeps.
     pub fn cache_capacity(&self) -> usize {
         self.cache_capacity
+    }
+
+    /// How long a reader uses an unwrapped DEK (the `max_age` unless set).
+    pub fn cache_ttl(&self) -> Duration {
+        self.cache_ttl.unwrap_or(self.max_age)
     }
 }
 
@@ -151,35 +258,41 @@ struct State {
     tick: AtomicU64,
     /// The current EDEK's length, for size hints (0 before the first DEK).
     edek_len: AtomicUsize,
+    /// Times are nanoseconds since this instant ([`State::now`]).
+    epoch: Instant,
+    /// No DEK of this key (writer's or cached) expires before this time:
+    /// a use at or after it sweeps. Only lowered, except by the sweep.
+    next_expiry: AtomicU64,
+    /// A sweep is running (the others do not wait for it).
+    sweeping: AtomicBool,
 }
 
 /// The writer's current DEK and what it has encrypted.
 pub(crate) struct WriterDek {
     pub(crate) key: Arc<AesGcmKey>,
     pub(crate) edek: Box<[u8]>,
-    created: Instant,
+    /// When it encrypts no more ([`State::now`]'s time).
+    expires: u64,
     values: AtomicU64,
     bytes: AtomicU64,
+    held: Arc<hooks::Held>,
 }
 
 impl WriterDek {
-    /// Takes one value's turn if the DEK is within its limits.
+    /// Takes one value's turn if the DEK is within its limits at `now`.
     #[inline]
-    fn take(&self, policy: &DekPolicy) -> bool {
-        if self.bytes.load(Ordering::Relaxed) >= policy.max_bytes {
+    fn take(&self, policy: &DekPolicy, now: u64) -> bool {
+        if now >= self.expires || self.bytes.load(Ordering::Relaxed) >= policy.max_bytes {
             return false;
         }
-        if self.values.fetch_add(1, Ordering::Relaxed) >= policy.max_values {
-            return false;
-        }
-        self.created.elapsed() < policy.max_age
+        self.values.fetch_add(1, Ordering::Relaxed) < policy.max_values
     }
 
-    /// Whether the DEK still has a turn, without taking it.
-    fn has_turn(&self, policy: &DekPolicy) -> bool {
-        self.bytes.load(Ordering::Relaxed) < policy.max_bytes
+    /// Whether the DEK still has a turn at `now`, without taking it.
+    fn has_turn(&self, policy: &DekPolicy, now: u64) -> bool {
+        now < self.expires
+            && self.bytes.load(Ordering::Relaxed) < policy.max_bytes
             && self.values.load(Ordering::Relaxed) < policy.max_values
-            && self.created.elapsed() < policy.max_age
     }
 
     /// Counts `n` plaintext bytes encrypted under this DEK.
@@ -225,10 +338,39 @@ impl std::hash::Hasher for Tail {
 /// A reader cache entry: the DEK once unwrapped, and a lock that makes one
 /// thread (not one per value) call the KMS for it.
 struct Slot {
-    dek: OnceLock<Arc<AesGcmKey>>,
+    dek: OnceLock<Cached>,
     /// Keeps the last failure, as `State::refill` does.
     fetch: Mutex<Option<(Instant, Error)>>,
     last_used: AtomicU64,
+}
+
+/// An unwrapped DEK in the reader cache.
+struct Cached {
+    key: Arc<AesGcmKey>,
+    /// When it decrypts no more ([`State::now`]'s time).
+    expires: u64,
+    _held: Arc<hooks::Held>,
+}
+
+impl Slot {
+    fn new(last_used: u64) -> Self {
+        Slot {
+            dek: OnceLock::new(),
+            fetch: Mutex::new(None),
+            last_used: AtomicU64::new(last_used),
+        }
+    }
+
+    /// The DEK if it is unwrapped and not expired at `now`.
+    #[inline]
+    fn live(&self, now: u64) -> Option<&Arc<AesGcmKey>> {
+        self.dek.get().filter(|c| now < c.expires).map(|c| &c.key)
+    }
+
+    /// Whether the DEK is unwrapped and expired at `now`.
+    fn expired(&self, now: u64) -> bool {
+        self.dek.get().is_some_and(|c| now >= c.expires)
+    }
 }
 
 impl fmt::Debug for EnvelopeKey {
@@ -257,19 +399,14 @@ impl EnvelopeKey {
         }
         let remote = crate::kms::resolve(kek_uri, clients)?;
         Ok(EnvelopeKey {
-            state: Arc::new(State {
-                kek_uri: kek_uri.to_owned(),
+            state: Arc::new(State::new(
+                kek_uri.to_owned(),
                 dek_len,
-                clients: clients.cloned(),
+                clients.cloned(),
                 remote,
                 policy,
                 backend,
-                current: RwLock::new(None),
-                refill: Mutex::new(None),
-                cache: RwLock::new(Cache::default()),
-                tick: AtomicU64::new(0),
-                edek_len: AtomicUsize::new(0),
-            }),
+            )),
         })
     }
 
@@ -278,19 +415,14 @@ impl EnvelopeKey {
     pub(crate) fn reconfigured(&self, policy: DekPolicy, backend: Backend) -> Self {
         let s = &self.state;
         EnvelopeKey {
-            state: Arc::new(State {
-                kek_uri: s.kek_uri.clone(),
-                dek_len: s.dek_len,
-                clients: s.clients.clone(),
-                remote: Arc::clone(&s.remote),
+            state: Arc::new(State::new(
+                s.kek_uri.clone(),
+                s.dek_len,
+                s.clients.clone(),
+                Arc::clone(&s.remote),
                 policy,
                 backend,
-                current: RwLock::new(None),
-                refill: Mutex::new(None),
-                cache: RwLock::new(Cache::default()),
-                tick: AtomicU64::new(0),
-                edek_len: AtomicUsize::new(0),
-            }),
+            )),
         }
     }
 
@@ -327,8 +459,10 @@ impl EnvelopeKey {
     #[inline]
     pub(crate) fn writer_dek(&self) -> Result<Arc<WriterDek>, Error> {
         let s = &self.state;
+        let now = s.now();
+        s.sweep_if_due(now);
         if let Some(d) = s.current() {
-            if d.take(&s.policy) {
+            if d.take(&s.policy, now) {
                 return Ok(d);
             }
         }
@@ -338,25 +472,24 @@ impl EnvelopeKey {
     /// Whether the next value would need a new DEK (a KMS call).
     pub(crate) fn writer_needs_kms(&self) -> bool {
         let s = &self.state;
-        !s.current().is_some_and(|d| d.has_turn(&s.policy))
+        !s.current().is_some_and(|d| d.has_turn(&s.policy, s.now()))
     }
 
     /// Makes the DEK the next values are encrypted under, if one is due,
     /// without taking a turn: the KMS call of a `writer_dek` done ahead
     /// (on a thread where blocking is allowed).
     pub(crate) fn prepare_writer(&self) -> Result<(), Error> {
+        self.state.sweep_if_due(self.state.now());
         self.refill_locked(false).map(drop)
     }
 
-    /// Whether the DEK of `edek` is cached (else opening a value under it
-    /// is a KMS call).
+    /// Whether the DEK of `edek` is cached and not expired (else opening a
+    /// value under it is a KMS call).
     pub(crate) fn reader_has(&self, edek: &[u8]) -> bool {
-        let cache = self
-            .state
-            .cache
-            .read()
-            .unwrap_or_else(PoisonError::into_inner);
-        cache.get(edek).is_some_and(|slot| slot.dek.get().is_some())
+        let s = &self.state;
+        let now = s.now();
+        let cache = s.cache.read().unwrap_or_else(PoisonError::into_inner);
+        cache.get(edek).is_some_and(|slot| slot.live(now).is_some())
     }
 
     #[cold]
@@ -373,10 +506,11 @@ impl EnvelopeKey {
         let waited_from = Instant::now();
         let mut last_failure = s.refill.lock().unwrap_or_else(PoisonError::into_inner);
         if let Some(d) = s.current() {
+            let now = s.now();
             let has_turn = if take {
-                d.take(&s.policy)
+                d.take(&s.policy, now)
             } else {
-                d.has_turn(&s.policy)
+                d.has_turn(&s.policy, now)
             };
             if has_turn {
                 return Ok(d);
@@ -398,6 +532,8 @@ impl EnvelopeKey {
     /// of its values already counted.
     fn make_dek(&self, turns_taken: u64) -> Result<Arc<WriterDek>, Error> {
         let s = &self.state;
+        // Its age counts from before the KMS call.
+        let made = s.now();
         let mut bytes = Zeroizing::new([0u8; 32]);
         crate::keyset::fill_from_os(&mut bytes[..]);
         let bytes = &bytes[..usize::from(s.dek_len)];
@@ -422,31 +558,34 @@ impl EnvelopeKey {
         let dek = Arc::new(WriterDek {
             key: Arc::clone(&key),
             edek: edek.into_boxed_slice(),
-            created: Instant::now(),
+            expires: made.saturating_add(nanos(s.policy.max_age)),
             values: AtomicU64::new(turns_taken),
             bytes: AtomicU64::new(0),
+            held: Arc::new(hooks::Held::new()),
         });
         // The writer reads its own values without asking the KMS.
-        self.insert_cached(&dek.edek, key);
+        let cached = Cached {
+            key,
+            expires: made.saturating_add(nanos(s.policy.cache_ttl())),
+            _held: Arc::clone(&dek.held),
+        };
+        self.insert_cached(&dek.edek, cached);
         s.edek_len.store(dek.edek.len(), Ordering::Relaxed);
         *s.current.write().unwrap_or_else(PoisonError::into_inner) = Some(Arc::clone(&dek));
+        s.next_expiry.fetch_min(dek.expires, Ordering::AcqRel);
         Ok(dek)
     }
 
-    fn insert_cached(&self, edek: &[u8], key: Arc<AesGcmKey>) {
-        let slot = Arc::new(Slot {
-            dek: OnceLock::new(),
-            fetch: Mutex::new(None),
-            last_used: AtomicU64::new(self.state.tick.fetch_add(1, Ordering::Relaxed)),
-        });
-        let _ = slot.dek.set(key);
-        let mut cache = self
-            .state
-            .cache
-            .write()
-            .unwrap_or_else(PoisonError::into_inner);
+    fn insert_cached(&self, edek: &[u8], cached: Cached) {
+        let s = &self.state;
+        let expires = cached.expires;
+        let slot = Arc::new(Slot::new(s.tick.fetch_add(1, Ordering::Relaxed)));
+        let _ = slot.dek.set(cached);
+        let mut cache = s.cache.write().unwrap_or_else(PoisonError::into_inner);
         self.make_room(&mut cache, edek);
         cache.insert(edek.into(), slot);
+        // Under the cache lock: a sweep sees the entry or this.
+        s.next_expiry.fetch_min(expires, Ordering::AcqRel);
     }
 
     /// Evicts the least recently used entries until one more fits.
@@ -474,6 +613,8 @@ impl EnvelopeKey {
     #[inline]
     pub(crate) fn reader_dek(&self, edek: &[u8]) -> Result<Arc<AesGcmKey>, Error> {
         let s = &self.state;
+        let now = s.now();
+        s.sweep_if_due(now);
         let slot = {
             let cache = s.cache.read().unwrap_or_else(PoisonError::into_inner);
             match cache.get(edek) {
@@ -483,34 +624,37 @@ impl EnvelopeKey {
                     // not written by every value.
                     slot.last_used
                         .store(s.tick.load(Ordering::Relaxed), Ordering::Relaxed);
-                    if let Some(k) = slot.dek.get() {
+                    if let Some(k) = slot.live(now) {
                         return Ok(Arc::clone(k));
                     }
-                    Some(Arc::clone(slot))
+                    // Expired: replaced by a new slot below.
+                    (!slot.expired(now)).then(|| Arc::clone(slot))
                 }
                 None => None,
             }
         };
         let slot = match slot {
             Some(slot) => slot,
-            None => self.new_slot(edek),
+            None => self.new_slot(edek, now),
         };
         self.fetch(edek, &slot)
     }
 
+    /// The slot of `edek`: the one in the cache unless its DEK expired at
+    /// `now`, else a new, empty one.
     #[cold]
-    fn new_slot(&self, edek: &[u8]) -> Arc<Slot> {
+    fn new_slot(&self, edek: &[u8], now: u64) -> Arc<Slot> {
         let s = &self.state;
         let mut cache = s.cache.write().unwrap_or_else(PoisonError::into_inner);
         if let Some(slot) = cache.get(edek) {
-            return Arc::clone(slot);
+            if !slot.expired(now) {
+                return Arc::clone(slot);
+            }
+            // Dropped: zeroized once no value being decrypted holds it.
+            cache.remove(edek);
         }
         self.make_room(&mut cache, edek);
-        let slot = Arc::new(Slot {
-            dek: OnceLock::new(),
-            fetch: Mutex::new(None),
-            last_used: AtomicU64::new(s.tick.fetch_add(1, Ordering::Relaxed)),
-        });
+        let slot = Arc::new(Slot::new(s.tick.fetch_add(1, Ordering::Relaxed)));
         cache.insert(edek.into(), Arc::clone(&slot));
         slot
     }
@@ -520,14 +664,18 @@ impl EnvelopeKey {
         let s = &self.state;
         let waited_from = Instant::now();
         let mut last_failure = slot.fetch.lock().unwrap_or_else(PoisonError::into_inner);
-        if let Some(k) = slot.dek.get() {
-            return Ok(Arc::clone(k));
+        // Unwrapped by another thread while this one waited (just now, so
+        // not expired unless the TTL is zero: then it serves this value).
+        if let Some(c) = slot.dek.get() {
+            return Ok(Arc::clone(&c.key));
         }
         if let Some((at, e)) = &*last_failure {
             if *at >= waited_from {
                 return Err(e.clone());
             }
         }
+        // Its TTL counts from before the KMS call.
+        let unwrapped_at = s.now();
         let unwrapped = s.remote.decrypt(edek, b"").and_then(|proto| {
             let key = crate::primitive::parse_aes_gcm_key_proto(&proto).map_err(|why| {
                 Error::kms_msg(format!("the unwrapped data key is not an AesGcmKey: {why}"))
@@ -537,7 +685,15 @@ impl EnvelopeKey {
         match unwrapped {
             Ok(key) => {
                 let key = Arc::new(key);
-                let _ = slot.dek.set(Arc::clone(&key));
+                let expires = unwrapped_at.saturating_add(nanos(s.policy.cache_ttl()));
+                let _ = slot.dek.set(Cached {
+                    key: Arc::clone(&key),
+                    expires,
+                    _held: Arc::new(hooks::Held::new()),
+                });
+                // After the slot is filled: a sweep that saw it empty
+                // either lowers its bound to this or finds this lower.
+                s.next_expiry.fetch_min(expires, Ordering::AcqRel);
                 Ok(key)
             }
             Err(e) => {
@@ -563,6 +719,32 @@ impl EnvelopeKey {
 }
 
 impl State {
+    fn new(
+        kek_uri: String,
+        dek_len: u8,
+        clients: Option<KmsClients>,
+        remote: Arc<dyn KmsAead>,
+        policy: DekPolicy,
+        backend: Backend,
+    ) -> Self {
+        State {
+            kek_uri,
+            dek_len,
+            clients,
+            remote,
+            policy,
+            backend,
+            current: RwLock::new(None),
+            refill: Mutex::new(None),
+            cache: RwLock::new(Cache::default()),
+            tick: AtomicU64::new(0),
+            edek_len: AtomicUsize::new(0),
+            epoch: hooks::now(),
+            next_expiry: AtomicU64::new(u64::MAX),
+            sweeping: AtomicBool::new(false),
+        }
+    }
+
     #[inline]
     fn current(&self) -> Option<Arc<WriterDek>> {
         self.current
@@ -570,6 +752,84 @@ impl State {
             .unwrap_or_else(PoisonError::into_inner)
             .clone()
     }
+
+    /// Now, in nanoseconds since the key's state was made.
+    #[inline]
+    fn now(&self) -> u64 {
+        nanos(hooks::now().saturating_duration_since(self.epoch))
+    }
+
+    /// Sweeps if a DEK of this key may have expired by `now` and no other
+    /// thread is sweeping (that one drops it).
+    #[inline]
+    fn sweep_if_due(&self, now: u64) {
+        let due = self.next_expiry.load(Ordering::Acquire);
+        if now >= due && !self.sweeping.swap(true, Ordering::Acquire) {
+            let _done = Sweeping(&self.sweeping);
+            self.sweep(now, due);
+        }
+    }
+
+    /// Drops the writer's DEK and the cache entries expired at `now`, and
+    /// sets the next expiry to the earliest left. `seen` is the bound that
+    /// made the sweep due: if it was lowered meanwhile (a DEK made or
+    /// unwrapped while this ran, perhaps unseen), it is only lowered.
+    #[cold]
+    fn sweep(&self, now: u64, seen: u64) {
+        let mut next = u64::MAX;
+        let expired_writer = {
+            let mut current = self.current.write().unwrap_or_else(PoisonError::into_inner);
+            match current.as_ref() {
+                Some(d) if now >= d.expires => current.take(),
+                Some(d) => {
+                    next = d.expires;
+                    None
+                }
+                None => None,
+            }
+        };
+        // Dropped outside the lock (zeroized once no value holds it).
+        drop(expired_writer);
+        let mut expired = Vec::new();
+        {
+            let mut cache = self.cache.write().unwrap_or_else(PoisonError::into_inner);
+            cache.retain(|_, slot| match slot.dek.get() {
+                Some(c) if now >= c.expires => {
+                    expired.push(Arc::clone(slot));
+                    false
+                }
+                Some(c) => {
+                    next = next.min(c.expires);
+                    true
+                }
+                // Being unwrapped: its bound comes with it.
+                None => true,
+            });
+        }
+        drop(expired);
+        if self
+            .next_expiry
+            .compare_exchange(seen, next, Ordering::AcqRel, Ordering::Acquire)
+            .is_err()
+        {
+            self.next_expiry.fetch_min(next, Ordering::AcqRel);
+        }
+    }
+}
+
+/// Clears `State::sweeping` when the sweep is done (or unwinds).
+struct Sweeping<'a>(&'a AtomicBool);
+
+impl Drop for Sweeping<'_> {
+    fn drop(&mut self) {
+        self.0.store(false, Ordering::Release);
+    }
+}
+
+/// A duration in nanoseconds, `u64::MAX` past 584 years.
+#[inline]
+fn nanos(d: Duration) -> u64 {
+    u64::try_from(d.as_nanos()).unwrap_or(u64::MAX)
 }
 
 /// A KMS error with what this crate was doing in front; a KMS error keeps

@@ -86,6 +86,22 @@ impl FakeKms {
             .store(len.unwrap_or(usize::MAX), Ordering::SeqCst);
     }
 
+    /// Moves the clock that DEK ages are measured on forward by `by`, for
+    /// every envelope key of the process (not only this KMS's): DEK and
+    /// cache expiry without sleeping. Tests that use it must not run
+    /// beside tests that depend on DEK ages.
+    pub fn advance_clock(by: Duration) {
+        crate::kms::dek::hooks::advance_clock(by);
+    }
+
+    /// Unwrapped DEKs held by the envelope keys of the process: writers'
+    /// current DEKs and readers' cache entries, each DEK once (a writer's
+    /// DEK is also in its own cache), and a DEK dropped by both but still
+    /// held by a value being encrypted right now.
+    pub fn deks_in_memory() -> usize {
+        crate::kms::dek::hooks::deks_in_memory()
+    }
+
     fn check_up(&self) -> Result<(), Error> {
         let ms = self.inner.delay_ms.load(Ordering::SeqCst);
         if ms > 0 {
