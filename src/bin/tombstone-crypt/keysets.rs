@@ -61,9 +61,10 @@ pub(crate) fn load(path: &Path, decrypt_with: Option<&str>) -> Result<Keyset, Fa
 }
 
 /// Writes `keyset` to `path` (atomically: a new file, readable by its
-/// owner only, renamed over the old; or, with `replace` false, linked to
-/// `path` only if nothing is there, so a file made meanwhile is never
-/// replaced) or to stdout.
+/// owner only, synced, renamed over the old; or, with `replace` false,
+/// linked to `path` only if nothing is there, so a file made meanwhile is
+/// never replaced; then the directory is synced, so the rename or link is
+/// on disk before this returns) or to stdout.
 fn store(
     keyset: &Keyset,
     out: &OutArgs,
@@ -104,7 +105,48 @@ fn store(
             ""
         };
         fail(format!("writing the keyset {}: {e}{why}", path.display()))
+    })?;
+    sync_dir_of(path).map_err(|e| {
+        fail(format!(
+            "syncing the directory of the keyset {} (the new keyset is in place \
+             but may not survive a crash): {e}",
+            path.display()
+        ))
     })
+}
+
+/// Syncs the directory that holds `path`: a rename or a link is a change
+/// of the directory, and until the directory is synced a crash may undo
+/// it (the old keyset back, after values were written under the new
+/// primary).
+#[cfg(unix)]
+fn sync_dir_of(path: &Path) -> std::io::Result<()> {
+    let dir = match path.parent() {
+        Some(dir) if !dir.as_os_str().is_empty() => dir,
+        _ => Path::new("."),
+    };
+    match std::fs::File::open(dir)?.sync_all() {
+        // A file system that cannot sync a directory at all says EINVAL
+        // (or ENOTSUP): there is nothing more to do there (PostgreSQL's
+        // fsync_fname makes the same exception).
+        Err(e)
+            if matches!(
+                e.kind(),
+                std::io::ErrorKind::InvalidInput | std::io::ErrorKind::Unsupported
+            ) =>
+        {
+            Ok(())
+        }
+        synced => synced,
+    }
+}
+
+/// Elsewhere a directory cannot be opened as a file to sync it (Windows
+/// needs a handle with backup semantics), and NTFS journals the rename
+/// itself: nothing to do.
+#[cfg(not(unix))]
+fn sync_dir_of(_path: &Path) -> std::io::Result<()> {
+    Ok(())
 }
 
 fn tmp_path(path: &Path) -> PathBuf {
