@@ -136,17 +136,15 @@ async fn resurrected(bootstrap: &str, rule: WriteRule) -> (Option<Vec<u8>>, Opti
     tpl.add_partition_offset(&topic, d.partition, Offset::Beginning)
         .unwrap();
     consumer.assign(&tpl).unwrap();
-    let mut last = None;
-    loop {
+    let last = loop {
         let r = tokio::time::timeout(Duration::from_secs(20), consumer.recv())
             .await
             .expect("the partition's records")
             .unwrap();
         assert_eq!(r.key, b"bob");
-        last = Some(r.value);
         if r.offset == d.offset {
-            break;
+            break r.value;
         }
-    }
-    (restored, last.flatten())
+    };
+    (restored, last)
 }
