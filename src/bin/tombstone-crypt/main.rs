@@ -2,10 +2,11 @@
 //! repair of Kafka topics whose deletes an earlier encryption layer turned
 //! into values.
 //!
-//! Exit codes: 0 done and clean, 1 findings (broken tombstones,
-//! undecryptable values, a value that is not a ciphertext), 2 usage, I/O,
-//! KMS or broker error, or a keyset under which not one value of the topic
-//! decrypts (the wrong keyset).
+//! Exit codes: 0 done and clean, 1 findings (broken tombstones, split
+//! keys, undecryptable values, a value that is not a ciphertext), 2 usage,
+//! I/O, KMS or broker error, a keyset under which not one value of the
+//! topic decrypts (the wrong keyset), or a producer configuration that
+//! could reorder a key's records.
 #![forbid(unsafe_code)]
 
 mod keysets;
@@ -43,15 +44,16 @@ enum Command {
     /// its plaintext).
     Inspect(InspectArgs),
     /// Read a topic to its end and count tombstones, live keys, broken
-    /// tombstones (deletes written as values), undecryptable and plaintext
-    /// values.
-    Audit(TopicArgs),
-    /// Write a real tombstone for every broken tombstone `audit` finds
-    /// (a plan without `--apply`), then audit again.
+    /// tombstones (deletes written as values), split keys (another form of
+    /// the key still holds a value), undecryptable and plaintext values.
+    Audit(AuditArgs),
+    /// Write every broken tombstone `audit` finds as a real delete, and
+    /// every split key's newest state again, through the write rule (a
+    /// plan without `--apply`), then audit again.
     Repair(RepairArgs),
     /// Rewrite every live value under the keyset's primary key (and, with
-    /// `--key-keyset`, every key under its primary key), to finish a
-    /// rotation or encrypt plaintext values.
+    /// `--key-keyset`, every key under its primary key), through the write
+    /// rule, to finish a rotation or encrypt plaintext values.
     Reencrypt(ReencryptArgs),
 }
 
@@ -213,10 +215,11 @@ impl From<Aad> for AadPolicy {
 /// Which form of the record key a value is bound to.
 #[derive(ValueEnum, Clone, Copy, Debug, PartialEq, Eq)]
 enum ValueKey {
-    /// The key's bytes on the topic.
-    Wire,
-    /// The key's plaintext (decrypted with --key-keyset).
+    /// The key's plaintext (decrypted with --key-keyset; without it, the
+    /// key's bytes, the same).
     Plaintext,
+    /// The key's bytes on the topic (topics written that way before).
+    Wire,
 }
 
 /// What the topic commands share.
@@ -247,11 +250,12 @@ struct TopicArgs {
     /// called.
     #[arg(long, value_name = "NAME")]
     aad_name: Option<String>,
-    /// Which form of the record key values are bound to: `wire` (the key
-    /// as on the topic, as the typed clients write) or `plaintext` (the
-    /// decrypted key, as an `EncryptedStore` with encrypted keys writes;
-    /// needs --key-keyset).
-    #[arg(long, value_enum, default_value = "wire")]
+    /// Which form of the record key values are bound to: `plaintext` (the
+    /// decrypted key, as every writer binds them: the typed clients, an
+    /// `EncryptedStore`; without --key-keyset the key's bytes, the same) or
+    /// `wire` (the key's bytes on the topic, for topics written that way
+    /// before).
+    #[arg(long, value_enum, default_value = "plaintext")]
     value_key: ValueKey,
     /// The record keys' keyset (AES-SIV), when keys are encrypted too.
     #[arg(long, value_name = "FILE")]
@@ -265,10 +269,22 @@ struct TopicArgs {
 }
 
 #[derive(Args, Debug)]
+struct AuditArgs {
+    #[command(flatten)]
+    topic: TopicArgs,
+    /// Also list every key with its state (live, deleted, broken, split,
+    /// undecryptable, plaintext), sorted by partition and key. This prints
+    /// the topic's record keys (their plaintext, in hex, with
+    /// --key-keyset) to stdout.
+    #[arg(long)]
+    list_keys: bool,
+}
+
+#[derive(Args, Debug)]
 struct RepairArgs {
     #[command(flatten)]
     topic: TopicArgs,
-    /// Write the tombstones (without it: print the plan only).
+    /// Write (without it: print the plan only).
     #[arg(long)]
     apply: bool,
 }

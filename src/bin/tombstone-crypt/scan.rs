@@ -2,8 +2,20 @@
 //! its end (where librdkafka reports it), keep one small state per key
 //! (never the values), then write tombstones or rewritten values, but only
 //! if no partition grew meanwhile.
+//!
+//! **The reading rule.** A key's state in its partition is its record with
+//! the highest offset among all its forms on the wire (one per enabled key
+//! of the key keyset), as a consumer replaying the partition in order sees
+//! it. A key is *split* when another of its forms still holds a present
+//! value: a store restored from the topic looks under the primary form
+//! first and may read that value, and compaction keeps it.
+//!
+//! **The write rule.** Every write, of a tombstone or a value, goes through
+//! [`KeyForms::writes`]: a tombstone for each older enabled form first, then
+//! the record under the primary form, in the key's partition, in that
+//! order (see [`produce`]).
 
-use std::collections::{BTreeMap, BTreeSet, HashMap, HashSet};
+use std::collections::{BTreeMap, BTreeSet, HashMap, HashSet, VecDeque};
 use std::io::IsTerminal as _;
 use std::time::{Duration, Instant};
 
@@ -11,20 +23,20 @@ use indicatif::{ProgressBar, ProgressDrawTarget, ProgressStyle};
 use serde_json::json;
 use tombstone_crypt::rdkafka::config::ClientConfig;
 use tombstone_crypt::rdkafka::consumer::{BaseConsumer, Consumer as _};
-use tombstone_crypt::rdkafka::error::KafkaError;
+use tombstone_crypt::rdkafka::error::{KafkaError, RDKafkaErrorCode};
 use tombstone_crypt::rdkafka::message::Message as _;
-use tombstone_crypt::rdkafka::producer::{FutureProducer, FutureRecord};
+use tombstone_crypt::rdkafka::producer::{DeliveryFuture, FutureProducer, FutureRecord};
 use tombstone_crypt::rdkafka::{Offset, TopicPartitionList};
 use tombstone_crypt::{
     AadPolicy, Bytes, Context, DecryptingDeserializer, Deserializer as _,
-    DeterministicDeserializer, DeterministicSerializer, EncryptingSerializer, Keyset,
-    Serializer as _,
+    DeterministicDeserializer, DeterministicSerializer, EncryptingSerializer, KeyForms, KeyStatus,
+    Keyset, Serializer as _,
 };
 use zeroize::Zeroizing;
 
 use crate::{
-    fail, keysets, Fail, NullMarker, Outcome, Output, ReencryptArgs, RepairArgs, TopicArgs,
-    UnencryptedArg, ValueKey,
+    fail, keysets, AuditArgs, Fail, NullMarker, Outcome, Output, ReencryptArgs, RepairArgs,
+    TopicArgs, UnencryptedArg, ValueKey,
 };
 
 /// What a command reads a topic with.
@@ -36,6 +48,10 @@ struct Setup {
     value_key: ValueKey,
     keyset: Keyset,
     key_keyset: Option<Keyset>,
+    /// The key keyset with its disabled keys enabled: to recognize the
+    /// forms of a key under keys it no longer reads (`None` when it has no
+    /// disabled key).
+    widened_keys: Option<Keyset>,
     marker: NullMarker,
     aad: AadPolicy,
     config: ClientConfig,
@@ -61,11 +77,7 @@ fn setup(a: &TopicArgs) -> Result<Setup, Fail> {
         }
         None => None,
     };
-    if a.value_key == ValueKey::Plaintext && key_keyset.is_none() {
-        return Err(fail(
-            "--value-key plaintext needs --key-keyset (to decrypt the keys)",
-        ));
-    }
+    let widened_keys = key_keyset.as_ref().and_then(widened);
     let mut config = ClientConfig::new();
     config.set("bootstrap.servers", &a.bootstrap);
     for kv in &a.config {
@@ -80,6 +92,7 @@ fn setup(a: &TopicArgs) -> Result<Setup, Fail> {
         value_key: a.value_key,
         keyset,
         key_keyset,
+        widened_keys,
         marker: a.null_marker.clone(),
         aad: a.aad.into(),
         config,
@@ -87,7 +100,49 @@ fn setup(a: &TopicArgs) -> Result<Setup, Fail> {
     })
 }
 
-/// What the newest record of a key (or of one of its forms) is.
+/// `keys` with every disabled key enabled, if it has one.
+fn widened(keys: &Keyset) -> Option<Keyset> {
+    let disabled: Vec<_> = keys
+        .keys()
+        .filter(|&(_, status)| status == KeyStatus::Disabled)
+        .map(|(id, _)| id)
+        .collect();
+    if disabled.is_empty() {
+        return None;
+    }
+    let mut all = keys.clone();
+    for id in disabled {
+        all.enable(id).ok()?;
+    }
+    Some(all)
+}
+
+/// Whether `value` (a librdkafka boolean) is true.
+fn is_true(value: &str) -> bool {
+    matches!(
+        value.trim().to_ascii_lowercase().as_str(),
+        "true" | "t" | "1"
+    )
+}
+
+/// Refuses a producer configuration under which a retry could reorder a
+/// key's records (a value landing after the tombstone written after it):
+/// idempotence off with more than one request in flight. Order per key is
+/// the write rule.
+fn check_ordered(config: &ClientConfig) -> Result<(), Fail> {
+    let idempotent = config.get("enable.idempotence").is_none_or(is_true);
+    let one_in_flight = ["max.in.flight.requests.per.connection", "max.in.flight"]
+        .iter()
+        .any(|k| config.get(k).is_some_and(|v| v.trim() == "1"));
+    if idempotent || one_in_flight {
+        return Ok(());
+    }
+    Err(fail(
+        "-X enable.idempotence=false with more than one request in flight: a retried record could land after the next record of its key (a value after its delete). The commands write each key's records in order; leave idempotence on, or add -X max.in.flight.requests.per.connection=1",
+    ))
+}
+
+/// What a record (or the newest record of a key) is.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 enum Kind {
     Tombstone,
@@ -95,6 +150,8 @@ enum Kind {
     /// A present value that decrypts to the null marker: a delete that a
     /// broken layer wrote as a value.
     Broken,
+    /// A present value that does not decrypt, or whose record key does not
+    /// decrypt under the key keyset (a reader cannot read it).
     Undecryptable,
     Plaintext,
 }
@@ -106,33 +163,80 @@ struct Form {
     kind: Kind,
     /// The key id the value names (a ciphertext's).
     key_id: Option<u32>,
+    /// Whether the record key decrypts under the key keyset as given (a
+    /// reader reads it); always, without a key keyset.
+    readable: bool,
 }
 
-/// One key: each form of it on the wire (one, or several for keys
-/// encrypted under rotated deterministic keys) with its newest record, and
-/// the record that decides what the key is: the newest present value of
-/// any form (a restore keeps every form whose newest record is not a
-/// tombstone), else the newest tombstone.
+/// One key: each of its forms on the wire (one, or one per key of a
+/// rotated key keyset) with its newest record, and the record that decides
+/// the key's state by the reading rule: the newest of all its readable
+/// forms (of all its forms when none is readable).
 struct KeyState {
+    /// Whether the key's group is its plaintext, decrypted with the key
+    /// keyset (its forms can be computed).
+    encrypted: bool,
+    forms: BTreeMap<Vec<u8>, Form>,
+    /// The deciding record: its form, offset, kind and value key id.
+    wire: Vec<u8>,
     offset: i64,
     kind: Kind,
     key_id: Option<u32>,
-    forms: BTreeMap<Vec<u8>, Form>,
+    /// Another form than the deciding one still holds a present value.
+    split: bool,
 }
 
 impl KeyState {
     fn settle(&mut self) {
-        let present = self
+        let readable = self
             .forms
-            .values()
-            .filter(|f| f.kind != Kind::Tombstone)
-            .max_by_key(|f| f.offset);
-        let decides = present.or_else(|| self.forms.values().max_by_key(|f| f.offset));
-        if let Some(f) = decides.copied() {
-            self.offset = f.offset;
-            self.kind = f.kind;
-            self.key_id = f.key_id;
+            .iter()
+            .filter(|(_, f)| f.readable)
+            .max_by_key(|(_, f)| f.offset);
+        let decides = readable.or_else(|| self.forms.iter().max_by_key(|(_, f)| f.offset));
+        let Some((wire, f)) = decides else {
+            return;
+        };
+        self.wire.clone_from(wire);
+        self.offset = f.offset;
+        self.key_id = f.key_id;
+        self.kind = match f.kind {
+            Kind::Tombstone => Kind::Tombstone,
+            _ if !f.readable => Kind::Undecryptable,
+            kind => kind,
+        };
+        // A key no reader reads (no readable form) is undecryptable, not
+        // split.
+        self.split = f.readable
+            && self
+                .forms
+                .iter()
+                .any(|(w, g)| w != wire && g.kind != Kind::Tombstone);
+    }
+
+    /// The state `audit --list-keys` prints.
+    fn state_name(&self) -> &'static str {
+        if self.split {
+            return "split";
         }
+        match self.kind {
+            Kind::Tombstone => "deleted",
+            Kind::Live => "live",
+            Kind::Broken => "broken",
+            Kind::Undecryptable => "undecryptable",
+            Kind::Plaintext => "plaintext",
+        }
+    }
+
+    /// The forms seen on the wire that `forms` (the key's forms under the
+    /// enabled keys) does not reach and whose newest record is a present
+    /// value: under keys the key keyset no longer enables.
+    fn unreached<'a>(&'a self, forms: &'a KeyForms) -> impl Iterator<Item = &'a [u8]> + 'a {
+        self.forms
+            .iter()
+            .filter(|(_, f)| f.kind != Kind::Tombstone)
+            .map(|(w, _)| &w[..])
+            .filter(move |w| !forms.all().any(|f| f == *w))
     }
 }
 
@@ -184,6 +288,10 @@ impl Audit {
         self.keys.values().filter(|s| s.kind == kind).count() as u64
     }
 
+    fn split(&self) -> u64 {
+        self.keys.values().filter(|s| s.split).count() as u64
+    }
+
     fn live_keys(&self) -> u64 {
         self.keys
             .values()
@@ -192,10 +300,17 @@ impl Audit {
     }
 
     fn findings(&self) -> bool {
-        self.count(Kind::Broken) > 0 || self.count(Kind::Undecryptable) > 0
+        self.count(Kind::Broken) > 0 || self.count(Kind::Undecryptable) > 0 || self.split() > 0
     }
 
-    fn report(&self, topic: &str) -> (String, serde_json::Value) {
+    /// The keys in (partition, key) order.
+    fn sorted(&self) -> Vec<(&GroupKey, &KeyState)> {
+        let mut keys: Vec<_> = self.keys.iter().collect();
+        keys.sort_unstable_by(|a, b| a.0.cmp(b.0));
+        keys
+    }
+
+    fn report(&self, topic: &str, list_keys: bool) -> (String, serde_json::Value) {
         let undecryptable = self.by_key_id(Some(Kind::Undecryptable));
         let key_ids = self.by_key_id(None);
         let ids = |m: &BTreeMap<u32, u64>| {
@@ -203,7 +318,7 @@ impl Audit {
                 .map(|(k, v)| (k.to_string(), json!(v)))
                 .collect::<serde_json::Map<_, _>>()
         };
-        let json = json!({
+        let mut json = json!({
             "topic": topic,
             "partitions": self.partitions,
             "records": self.records,
@@ -212,6 +327,7 @@ impl Audit {
             "tombstones": self.tombstones,
             "live_keys": self.live_keys(),
             "broken_tombstones": self.count(Kind::Broken),
+            "split_keys": self.split(),
             "undecryptable": ids(&undecryptable),
             "undecryptable_record_keys": self.undecryptable_record_keys,
             "plaintext": self.plaintext,
@@ -229,7 +345,7 @@ impl Audit {
                     .join(", ")
             }
         };
-        let text = format!(
+        let mut text = format!(
             "topic              {topic} ({} partition{})\n\
              records            {}\n\
              without a key      {}\n\
@@ -237,6 +353,7 @@ impl Audit {
              tombstones         {}\n\
              live keys          {}\n\
              broken tombstones  {}\n\
+             split keys         {}\n\
              undecryptable      {}\n\
              plaintext values   {}\n\
              newest by key id   {}\n\
@@ -249,15 +366,34 @@ impl Audit {
             self.tombstones,
             self.live_keys(),
             self.count(Kind::Broken),
+            self.split(),
             per_id(&undecryptable),
             self.plaintext,
             per_id(&key_ids),
             per_id(&self.all_by_key_id),
         );
+        if list_keys {
+            let mut states = Vec::with_capacity(self.keys.len());
+            for ((partition, key), state) in self.sorted() {
+                let key = hex(key);
+                let name = state.state_name();
+                text.push_str(&format!("key {partition} {key} {name}\n"));
+                states.push(json!({"partition": partition, "key": key, "state": name}));
+            }
+            json["key_states"] = json!(states);
+        }
         (text, json)
     }
 }
 
+fn hex(bytes: &[u8]) -> String {
+    use std::fmt::Write as _;
+    let mut s = String::with_capacity(bytes.len() * 2);
+    for b in bytes {
+        let _ = write!(s, "{b:02x}");
+    }
+    s
+}
 /// A record as read.
 struct Rec<'a> {
     partition: i32,
@@ -417,9 +553,12 @@ fn key_id(v: &[u8]) -> u32 {
 /// The shortest ciphertext (AES-GCM: version, key id, nonce, tag).
 const MIN_CIPHERTEXT: usize = 5 + 12 + 16;
 
-/// What the value of record `r` is. A KMS error (the KMS down, or
-/// refusing a data key) fails the command: the value cannot be told apart.
-fn open_value(s: &Setup, r: &Rec<'_>, v: &[u8], plain_key: Option<&[u8]>) -> Result<Value, Fail> {
+/// What the value `v` of record `r` is, its associated data bound to
+/// `bound` (the bytes of the record key that `--value-key` names; `None`
+/// when they are unknown: a record key that does not decrypt). A KMS error
+/// (the KMS down, or refusing a data key) fails the command: the value
+/// cannot be told apart.
+fn open_value(s: &Setup, r: &Rec<'_>, v: &[u8], bound: Option<&[u8]>) -> Result<Value, Fail> {
     if !s.keyset.names_a_key(v) {
         // The version byte and room for a nonce and a tag, under a key
         // this keyset lacks: a ciphertext it cannot read, more likely
@@ -431,10 +570,6 @@ fn open_value(s: &Setup, r: &Rec<'_>, v: &[u8], plain_key: Option<&[u8]>) -> Res
     }
     let id = key_id(v);
     let de = DecryptingDeserializer::new(Bytes, s.keyset.clone()).with_aad(s.aad);
-    let bound = match s.value_key {
-        ValueKey::Wire => r.key,
-        ValueKey::Plaintext => plain_key,
-    };
     let ctx = value_context(&s.name, bound);
     match de.deserialize(&ctx, Some(v)) {
         Ok(Some(p)) => Ok(Value::Plain(Zeroizing::new(p), id)),
@@ -456,22 +591,66 @@ fn value_context<'a>(name: &'a str, key: Option<&'a [u8]>) -> Context<'a> {
     }
 }
 
-/// The plaintext of a record key (with a key keyset), else `None`.
-fn open_key(s: &Setup, k: &[u8]) -> Option<Vec<u8>> {
-    let kk = s.key_keyset.as_ref()?;
-    DeterministicDeserializer::new(Bytes, kk.clone())
-        .deserialize(&Context::new(&s.name), Some(k))
+/// A record key as the commands see it.
+struct RecordKey {
+    /// What groups its records: its plaintext when the key keyset (its
+    /// disabled keys included) decrypts it, else its bytes on the wire.
+    group: Vec<u8>,
+    /// Whether `group` is a plaintext decrypted with the key keyset.
+    encrypted: bool,
+    /// Whether it decrypts under the key keyset as given, as a reader's
+    /// does (always, without a key keyset).
+    readable: bool,
+}
+
+fn open_key(keys: &Keyset, name: &str, wire: &[u8]) -> Option<Vec<u8>> {
+    DeterministicDeserializer::new(Bytes, keys.clone())
+        .deserialize(&Context::new(name), Some(wire))
         .ok()
         .flatten()
 }
 
-/// A record key as the commands see it: what groups its records (its
-/// plaintext when a key keyset decrypts it, else its bytes on the wire),
-/// and its plaintext if it has one.
-fn key_of(s: &Setup, wire: &[u8]) -> (Vec<u8>, Option<Vec<u8>>) {
-    match open_key(s, wire) {
-        Some(plain) => (plain.clone(), Some(plain)),
-        None => (wire.to_vec(), None),
+fn key_of(s: &Setup, wire: &[u8]) -> RecordKey {
+    let Some(keys) = &s.key_keyset else {
+        return RecordKey {
+            group: wire.to_vec(),
+            encrypted: false,
+            readable: true,
+        };
+    };
+    if let Some(plain) = open_key(keys, &s.name, wire) {
+        return RecordKey {
+            group: plain,
+            encrypted: true,
+            readable: true,
+        };
+    }
+    match s
+        .widened_keys
+        .as_ref()
+        .and_then(|all| open_key(all, &s.name, wire))
+    {
+        Some(plain) => RecordKey {
+            group: plain,
+            encrypted: true,
+            readable: false,
+        },
+        None => RecordKey {
+            group: wire.to_vec(),
+            encrypted: false,
+            readable: false,
+        },
+    }
+}
+
+/// The bytes of a record key its value is bound to (`--value-key`): its
+/// plaintext (the same bytes as on the wire without a key keyset), or its
+/// bytes on the wire; `None` when its plaintext is unknown.
+fn bound<'a>(s: &Setup, key: &'a RecordKey, wire: &'a [u8]) -> Option<&'a [u8]> {
+    match s.value_key {
+        ValueKey::Wire => Some(wire),
+        ValueKey::Plaintext if key.encrypted || s.key_keyset.is_none() => Some(&key.group),
+        ValueKey::Plaintext => None,
     }
 }
 
@@ -483,8 +662,8 @@ fn scan(s: &Setup, quiet: bool) -> Result<Audit, Fail> {
             a.unkeyed += 1;
             return Ok(());
         };
-        let (group_key, plain_key) = key_of(s, wire);
-        if s.key_keyset.is_some() && plain_key.is_none() {
+        let key = key_of(s, wire);
+        if !key.readable {
             a.undecryptable_record_keys += 1;
         }
         let (kind, key_id) = match r.value {
@@ -492,7 +671,7 @@ fn scan(s: &Setup, quiet: bool) -> Result<Audit, Fail> {
                 a.tombstones += 1;
                 (Kind::Tombstone, None)
             }
-            Some(v) => match open_value(s, r, v, plain_key.as_deref())? {
+            Some(v) => match open_value(s, r, v, bound(s, &key, wire))? {
                 Value::Plain(p, id) => {
                     a.decrypted += 1;
                     if p.as_slice() == s.marker.bytes() {
@@ -518,12 +697,15 @@ fn scan(s: &Setup, quiet: bool) -> Result<Audit, Fail> {
         }
         let state = a
             .keys
-            .entry((r.partition, group_key))
+            .entry((r.partition, key.group))
             .or_insert_with(|| KeyState {
+                encrypted: key.encrypted,
+                forms: BTreeMap::new(),
+                wire: Vec::new(),
                 offset: r.offset,
                 kind,
                 key_id,
-                forms: BTreeMap::new(),
+                split: false,
             });
         state.forms.insert(
             wire.to_vec(),
@@ -531,6 +713,7 @@ fn scan(s: &Setup, quiet: bool) -> Result<Audit, Fail> {
                 offset: r.offset,
                 kind,
                 key_id,
+                readable: key.readable,
             },
         );
         Ok(())
@@ -546,17 +729,17 @@ fn scan(s: &Setup, quiet: bool) -> Result<Audit, Fail> {
         let named: Vec<u32> = a.undecryptable_ids.iter().copied().collect();
         let have: Vec<u32> = s.keyset.keys().map(|(id, _)| id.0).collect();
         return Err(fail(format!(
-            "no value of {} decrypts under this keyset: {} ciphertexts name key ids {named:?}, the keyset holds {have:?}; is it the topic's keyset, with the --aad it was written with?",
+            "no value of {} decrypts under this keyset: {} ciphertexts name key ids {named:?}, the keyset holds {have:?}; is it the topic's keyset, with the --aad (and --aad-name, --value-key) it was written with?",
             s.topic, a.undecryptable_values
         )));
     }
     Ok(a)
 }
 
-pub(crate) fn audit(args: &TopicArgs, out: &Output) -> Result<Outcome, Fail> {
-    let s = setup(args)?;
+pub(crate) fn audit(args: &AuditArgs, out: &Output) -> Result<Outcome, Fail> {
+    let s = setup(&args.topic)?;
     let a = scan(&s, out.quiet)?;
-    let (text, json) = a.report(&s.topic);
+    let (text, json) = a.report(&s.topic, args.list_keys);
     out.print(&text, &json)?;
     Ok(Outcome::of(a.findings()))
 }
@@ -597,114 +780,391 @@ fn check_unchanged(s: &Setup, a: &Audit) -> Result<(), Fail> {
 }
 
 /// The most records, and bytes, in flight at once: well under librdkafka's
-/// default queue (100,000 messages, 1 GiB), so a send never waits for room.
+/// default queue (100,000 messages, 1 GiB).
 const CHUNK_RECORDS: usize = 10_000;
 const CHUNK_BYTES: usize = 64 << 20;
 
-/// Produces `writes` to `topic` and waits for every acknowledgement, a
-/// chunk at a time, on a tokio runtime of its own (rdkafka's producer
-/// waits for queue room with tokio's timer).
+/// Records enqueued and not yet acknowledged, in the order they were.
+#[derive(Default)]
+struct InFlight {
+    deliveries: VecDeque<(usize, DeliveryFuture)>,
+    bytes: usize,
+}
+
+impl InFlight {
+    /// Waits for every record in flight, in order.
+    fn wait(&mut self, topic: &str, writes: &[Write], bar: &ProgressBar) -> Result<(), Fail> {
+        while let Some((i, delivery)) = self.deliveries.pop_front() {
+            match futures_executor::block_on(delivery) {
+                Ok(Ok(_)) => bar.inc(1),
+                Ok(Err((e, _))) => {
+                    bar.abandon();
+                    return Err(fail(format!(
+                        "writing to {topic}/{}: {e} (the records before it were acknowledged; run again to finish)",
+                        writes[i].partition
+                    )));
+                }
+                Err(_) => {
+                    bar.abandon();
+                    return Err(fail(format!(
+                        "writing to {topic}/{}: the producer stopped before the record was acknowledged (run again to finish)",
+                        writes[i].partition
+                    )));
+                }
+            }
+        }
+        self.bytes = 0;
+        Ok(())
+    }
+}
+
+/// Produces `writes` to `topic`, in order, and waits for every
+/// acknowledgement.
+///
+/// The order is explicit: each record is enqueued (`send_result`) only
+/// once the one before it is, and librdkafka keeps the enqueue order within
+/// a partition on an idempotent producer (or one with a single request in
+/// flight: [`check_ordered`]), so a key's records land in the order of
+/// the write rule. When the producer's queue is full, every record in
+/// flight is acknowledged before the next is enqueued: nothing is retried
+/// out of turn. At most [`CHUNK_RECORDS`] records (or about
+/// [`CHUNK_BYTES`]) are in flight at once.
 fn produce(s: &Setup, topic: &str, writes: &[Write], quiet: bool) -> Result<u64, Fail> {
     if writes.is_empty() {
         return Ok(0);
     }
+    check_ordered(&s.config)?;
     let producer = producer(s)?;
-    let runtime = tokio::runtime::Builder::new_current_thread()
-        .enable_time()
-        .build()
-        .map_err(|e| fail(format!("starting the producer's runtime: {e}")))?;
     let bar = progress(writes.len() as u64, quiet, "write");
-    let mut rest = writes;
-    while !rest.is_empty() {
-        let (mut n, mut bytes) = (0, 0);
-        while n < rest.len() && n < CHUNK_RECORDS && (n == 0 || bytes < CHUNK_BYTES) {
-            bytes += rest[n].key.len() + rest[n].value.as_ref().map_or(0, Vec::len);
-            n += 1;
-        }
-        let (chunk, tail) = rest.split_at(n);
-        rest = tail;
-        let sends = chunk.iter().map(|w| {
-            let mut r: FutureRecord<'_, [u8], [u8]> = FutureRecord::to(topic)
+    let mut in_flight = InFlight::default();
+    for (i, w) in writes.iter().enumerate() {
+        let mut full_since: Option<Instant> = None;
+        loop {
+            let mut record: FutureRecord<'_, [u8], [u8]> = FutureRecord::to(topic)
                 .partition(w.partition)
                 .key(&w.key[..]);
             if let Some(v) = &w.value {
-                r = r.payload(&v[..]);
+                record = record.payload(&v[..]);
             }
-            producer.send(r, s.timeout)
-        });
-        for (i, result) in runtime
-            .block_on(futures_util::future::join_all(sends))
-            .into_iter()
-            .enumerate()
-        {
-            if let Err((e, _)) = result {
-                bar.abandon();
-                return Err(fail(format!(
-                    "writing to {topic}/{}: {e} (the records before it were acknowledged; run again to finish)",
-                    chunk[i].partition
-                )));
+            match producer.send_result(record) {
+                Ok(delivery) => {
+                    in_flight.deliveries.push_back((i, delivery));
+                    in_flight.bytes += w.key.len() + w.value.as_ref().map_or(0, Vec::len);
+                    break;
+                }
+                Err((KafkaError::MessageProduction(RDKafkaErrorCode::QueueFull), _)) => {
+                    if in_flight.deliveries.is_empty() {
+                        // Nothing of ours to wait for: the queue is full of
+                        // what librdkafka still holds; wait a little.
+                        let since = *full_since.get_or_insert_with(Instant::now);
+                        if since.elapsed() > s.timeout {
+                            bar.abandon();
+                            return Err(fail(format!(
+                                "writing to {topic}/{}: the producer's queue stayed full for {} s",
+                                w.partition,
+                                s.timeout.as_secs()
+                            )));
+                        }
+                        std::thread::sleep(Duration::from_millis(5));
+                    } else {
+                        in_flight.wait(topic, writes, &bar)?;
+                    }
+                }
+                Err((e, _)) => {
+                    bar.abandon();
+                    return Err(fail(format!(
+                        "writing to {topic}/{}: {e} (the records before it were acknowledged; run again to finish)",
+                        w.partition
+                    )));
+                }
             }
-            bar.inc(1);
+        }
+        if in_flight.deliveries.len() >= CHUNK_RECORDS || in_flight.bytes >= CHUNK_BYTES {
+            in_flight.wait(topic, writes, &bar)?;
         }
     }
+    in_flight.wait(topic, writes, &bar)?;
     bar.finish_and_clear();
     Ok(writes.len() as u64)
 }
 
+/// What a command writes for one key, through the write rule.
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum Action {
+    /// A delete: the rule's tombstones.
+    Delete,
+    /// The value of the key's deciding record: as it is, or re-encrypted
+    /// (under the primary key, bound to the target's name and key).
+    Value { reencrypt: bool },
+}
+
+/// One key's write.
+struct Planned<'a> {
+    partition: i32,
+    state: &'a KeyState,
+    /// The key's forms in the target.
+    forms: KeyForms,
+    /// Forms of the key on the topic that the rule does not reach (under
+    /// keys the key keyset no longer enables) and that hold a present
+    /// value: tombstoned first, so that nothing of the key outlives
+    /// compaction.
+    unreached: Vec<Vec<u8>>,
+    action: Action,
+    /// The value to write (from the second read).
+    value: Option<Vec<u8>>,
+}
+
+impl Planned<'_> {
+    /// Tombstones for forms other than the primary.
+    fn old_forms(&self) -> u64 {
+        (self.unreached.len() + self.forms.write_count() - 1) as u64
+    }
+
+    fn tombstones(&self) -> u64 {
+        self.old_forms() + u64::from(self.action == Action::Delete)
+    }
+
+    /// The records of this write, in order.
+    fn writes(&self, out: &mut Vec<Write>) -> Result<(), Fail> {
+        let value = match self.action {
+            Action::Delete => None,
+            Action::Value { .. } => Some(self.value.as_deref().ok_or_else(|| {
+                fail("a value to write was not found on the second read (the topic changed?): run again")
+            })?),
+        };
+        for form in &self.unreached {
+            out.push(Write {
+                partition: self.partition,
+                key: form.clone(),
+                value: None,
+            });
+        }
+        for (key, value) in self.forms.writes(value) {
+            out.push(Write {
+                partition: self.partition,
+                key: key.to_vec(),
+                value: value.map(<[u8]>::to_vec),
+            });
+        }
+        Ok(())
+    }
+}
+
+/// Plans the writes of a command from the topic it read (`from`) to the
+/// topic it writes (`to`, maybe the same).
+struct Planner<'a> {
+    from: &'a Setup,
+    to: &'a Setup,
+    same: bool,
+    key_ser: Option<DeterministicSerializer<Bytes>>,
+}
+
+impl<'a> Planner<'a> {
+    fn new(from: &'a Setup, to: &'a Setup) -> Self {
+        Planner {
+            from,
+            to,
+            same: from.topic == to.topic,
+            key_ser: to
+                .key_keyset
+                .as_ref()
+                .map(|k| DeterministicSerializer::new(Bytes, k.clone())),
+        }
+    }
+
+    /// The forms of a key in the target: under every enabled key of the
+    /// key keyset, or (keys that are not encrypted, or do not decrypt) its
+    /// one form.
+    fn forms(&self, group: &[u8], state: &KeyState) -> Result<KeyForms, Fail> {
+        match (&self.key_ser, state.encrypted) {
+            (Some(ks), true) => Ok(ks.key_forms(&Context::new(&self.to.name), group)?),
+            _ => Ok(KeyForms::plain(group.to_vec())),
+        }
+    }
+
+    /// Whether the deciding value must be encrypted again to read in the
+    /// target: bound to another name, or to the key's bytes on the wire,
+    /// which change.
+    fn rebinds(&self, state: &KeyState, forms: &KeyForms) -> bool {
+        self.to.name != self.from.name
+            || (self.from.value_key == ValueKey::Wire && state.wire != forms.primary())
+    }
+
+    fn plan(
+        &self,
+        partition: i32,
+        state: &'a KeyState,
+        forms: KeyForms,
+        action: Action,
+    ) -> Planned<'a> {
+        let unreached = if self.same {
+            state.unreached(&forms).map(<[u8]>::to_vec).collect()
+        } else {
+            Vec::new()
+        };
+        Planned {
+            partition,
+            state,
+            forms,
+            unreached,
+            action,
+            value: None,
+        }
+    }
+
+    /// Reads the topic again for the values of the planned keys' deciding
+    /// records: as they are, or encrypted again (under the primary key,
+    /// bound to the target's name and to the key's bytes that
+    /// `--value-key` names).
+    fn read_values(&self, plan: &mut [Planned<'_>], quiet: bool) -> Result<(), Fail> {
+        let mut wanted: HashMap<(i32, i64), usize> = plan
+            .iter()
+            .enumerate()
+            .filter(|(_, p)| p.action != Action::Delete)
+            .map(|(i, p)| ((p.partition, p.state.offset), i))
+            .collect();
+        if wanted.is_empty() {
+            return Ok(());
+        }
+        let ser = EncryptingSerializer::new(Bytes, self.to.keyset.clone()).with_aad(self.to.aad);
+        let (from, to) = (self.from, self.to);
+        read_topic(from, quiet, "read values", |r| {
+            let Some(i) = wanted.remove(&(r.partition, r.offset)) else {
+                return Ok(());
+            };
+            let p = &mut plan[i];
+            let (Some(v), Some(wire)) = (r.value, r.key) else {
+                return Err(fail(format!(
+                    "{}/{} offset {} is no longer the value it was: run again",
+                    from.topic, r.partition, r.offset
+                )));
+            };
+            if p.action == (Action::Value { reencrypt: false }) {
+                p.value = Some(v.to_vec());
+                return Ok(());
+            }
+            let plaintext = match p.state.kind {
+                Kind::Plaintext => Zeroizing::new(v.to_vec()),
+                _ => {
+                    let bound = match from.value_key {
+                        ValueKey::Wire => wire,
+                        ValueKey::Plaintext => p.forms.plaintext(),
+                    };
+                    match open_value(from, r, v, Some(bound))? {
+                        Value::Plain(plaintext, _) => plaintext,
+                        _ => {
+                            return Err(fail(format!(
+                                "the value at {}/{} offset {} no longer decrypts: run again",
+                                from.topic, r.partition, r.offset
+                            )))
+                        }
+                    }
+                }
+            };
+            let bound = match to.value_key {
+                ValueKey::Wire => p.forms.primary(),
+                ValueKey::Plaintext => p.forms.plaintext(),
+            };
+            let ct = ser
+                .serialize(&value_context(&to.name, Some(bound)), Some(&plaintext[..]))?
+                .ok_or_else(|| fail("a present value encrypted to nothing"))?;
+            p.value = Some(ct);
+            Ok(())
+        })?;
+        if !wanted.is_empty() {
+            return Err(fail(format!(
+                "{} values to write were not found on the second read of {} (compacted meanwhile?): run again",
+                wanted.len(),
+                from.topic
+            )));
+        }
+        Ok(())
+    }
+
+    /// The records of `plan`, key by key, each key's in the rule's order.
+    fn writes(&self, plan: &[Planned<'_>]) -> Result<Vec<Write>, Fail> {
+        let mut writes = Vec::new();
+        for p in plan {
+            p.writes(&mut writes)?;
+        }
+        Ok(writes)
+    }
+}
+
 pub(crate) fn repair(args: &RepairArgs, out: &Output) -> Result<Outcome, Fail> {
     let s = setup(&args.topic)?;
+    if args.apply {
+        check_ordered(&s.config)?;
+    }
     let a = scan(&s, out.quiet)?;
-    let mut writes = Vec::new();
-    let mut broken = 0u64;
-    for ((partition, _), state) in &a.keys {
-        if state.kind != Kind::Broken {
+    let planner = Planner::new(&s, &s);
+    let mut plan = Vec::new();
+    let (mut broken, mut split, mut unrepaired) = (0u64, 0u64, 0u64);
+    for ((partition, group), state) in a.sorted() {
+        broken += u64::from(state.kind == Kind::Broken);
+        split += u64::from(state.split);
+        if state.kind != Kind::Broken && !state.split {
             continue;
         }
-        broken += 1;
-        // Every form of the key whose newest record is not already a
-        // tombstone gets one.
-        for (form, f) in &state.forms {
-            if f.kind != Kind::Tombstone {
-                writes.push(Write {
-                    partition: *partition,
-                    key: form.clone(),
-                    value: None,
-                });
+        // The key's state by the reading rule, written again through the
+        // write rule.
+        let forms = planner.forms(group, state)?;
+        let action = match state.kind {
+            Kind::Tombstone | Kind::Broken => Action::Delete,
+            Kind::Plaintext => Action::Value { reencrypt: false },
+            Kind::Live => Action::Value {
+                reencrypt: planner.rebinds(state, &forms),
+            },
+            Kind::Undecryptable if !planner.rebinds(state, &forms) => {
+                Action::Value { reencrypt: false }
             }
-        }
+            Kind::Undecryptable => {
+                unrepaired += 1;
+                continue;
+            }
+        };
+        plan.push(planner.plan(*partition, state, forms, action));
     }
-    writes.sort_by(|x, y| (x.partition, &x.key).cmp(&(y.partition, &y.key)));
-    let plan = writes.len() as u64;
-    let (before_text, before) = a.report(&s.topic);
+    let tombstones: u64 = plan.iter().map(Planned::tombstones).sum();
+    let values = plan.iter().filter(|p| p.action != Action::Delete).count() as u64;
+    let (before_text, before) = a.report(&s.topic, false);
+    let mut json = json!({"audit": before, "broken_keys": broken, "split_keys": split,
+        "unrepaired_split_keys": unrepaired, "tombstones_planned": tombstones,
+        "values_planned": values, "applied": args.apply});
+    let what = format!(
+        "{tombstones} tombstones and {values} values for {broken} broken and {split} split keys{}",
+        if unrepaired > 0 {
+            format!(" ({unrepaired} split keys whose newest value does not decrypt are left)")
+        } else {
+            String::new()
+        }
+    );
     if !args.apply {
-        let text = format!(
-            "{before_text}\nplan: {plan} tombstones for {broken} broken keys (run with --apply to write them)\n"
-        );
-        out.print(
-            &text,
-            &json!({"audit": before, "broken_keys": broken, "tombstones_planned": plan, "applied": false}),
-        )?;
+        let text = format!("{before_text}\nplan: {what} (run with --apply to write them)\n");
+        out.print(&text, &json)?;
         return Ok(Outcome::of(a.findings()));
     }
-    if plan > 0 {
+    planner.read_values(&mut plan, out.quiet)?;
+    let writes = planner.writes(&plan)?;
+    if !writes.is_empty() {
         check_unchanged(&s, &a)?;
     }
-    let written = produce(&s, &s.topic, &writes, out.quiet)?;
+    produce(&s, &s.topic, &writes, out.quiet)?;
     let after = scan(&s, out.quiet)?;
-    let (after_text, after_json) = after.report(&s.topic);
-    let text = format!(
-        "{before_text}\nwrote {written} tombstones for {broken} broken keys; the topic now:\n{after_text}"
-    );
-    out.print(
-        &text,
-        &json!({"audit": before, "broken_keys": broken, "tombstones_planned": plan,
-            "applied": true, "tombstones_written": written, "after": after_json}),
-    )?;
+    let (after_text, after_json) = after.report(&s.topic, false);
+    json["tombstones_written"] = json!(tombstones);
+    json["values_written"] = json!(values);
+    json["after"] = after_json;
+    let text = format!("{before_text}\nwrote {what}; the topic now:\n{after_text}");
+    out.print(&text, &json)?;
     Ok(Outcome::of(after.findings()))
 }
 
 pub(crate) fn reencrypt(args: &ReencryptArgs, out: &Output) -> Result<Outcome, Fail> {
     let s = setup(&args.topic)?;
+    if args.apply {
+        check_ordered(&s.config)?;
+    }
     let to = args.to_topic.clone().unwrap_or_else(|| s.topic.clone());
     let same = to == s.topic;
     // The target's associated-data name: the one given, else the topic
@@ -728,122 +1188,76 @@ pub(crate) fn reencrypt(args: &ReencryptArgs, out: &Output) -> Result<Outcome, F
         }
     }
     let primary = s.keyset.primary().0;
-    let ser = EncryptingSerializer::new(Bytes, s.keyset.clone()).with_aad(s.aad);
-    let key_ser = s
-        .key_keyset
-        .as_ref()
-        .map(|k| DeterministicSerializer::new(Bytes, k.clone()));
     let pass_through = args.unencrypted == UnencryptedArg::PassThrough;
-    let (mut values, mut old_forms, mut copied) = (0u64, 0u64, 0u64);
+    let planner = Planner::new(&s, &target);
+    let mut plan = Vec::new();
     let (mut skipped_broken, mut skipped_undecryptable, mut skipped_plaintext) = (0u64, 0u64, 0u64);
-    let mut writes = Vec::new();
-    // The second pass reads the values again (the first kept none): only
-    // each key's newest record is rewritten.
-    read_topic(&s, out.quiet, "reencrypt", |r| {
-        let Some(wire) = r.key else {
-            return Ok(());
-        };
-        let (group_key, plain_key) = key_of(&s, wire);
-        let Some(state) = a.keys.get(&(r.partition, group_key)) else {
-            return Ok(());
-        };
-        if state.offset != r.offset {
-            return Ok(());
-        }
-        // The key's new form on the wire.
-        let new_key = match (&key_ser, &plain_key) {
-            (Some(ks), Some(plain)) => ks
-                .serialize(&Context::new(&target.name), Some(&plain[..]))?
-                .ok_or_else(|| fail("a present key serialized to nothing"))?,
-            _ => wire.to_vec(),
-        };
-        let (plaintext, under_primary) = match (state.kind, r.value) {
-            (Kind::Tombstone, _) | (_, None) => {
-                if !same {
-                    writes.push(Write {
-                        partition: r.partition,
-                        key: new_key.clone(),
-                        value: None,
-                    });
-                    copied += 1;
-                }
-                (None, true)
-            }
-            (Kind::Broken, _) => {
+    for ((partition, group), state) in a.sorted() {
+        let forms = planner.forms(group, state)?;
+        let action = match state.kind {
+            // A deleted key is never published again: its tombstones are
+            // copied to another topic, and written again here only when
+            // another form still holds a value.
+            Kind::Tombstone if !same || state.split => Action::Delete,
+            Kind::Tombstone => continue,
+            Kind::Broken => {
                 skipped_broken += 1;
-                return Ok(());
+                continue;
             }
-            (Kind::Undecryptable, _) => {
+            Kind::Undecryptable => {
                 skipped_undecryptable += 1;
-                return Ok(());
+                continue;
             }
-            (Kind::Plaintext, Some(v)) if pass_through => (Some(Zeroizing::new(v.to_vec())), false),
-            (Kind::Plaintext, _) => {
+            Kind::Plaintext if pass_through => Action::Value { reencrypt: true },
+            Kind::Plaintext => {
                 skipped_plaintext += 1;
-                return Ok(());
+                continue;
             }
-            (Kind::Live, Some(v)) => match open_value(&s, r, v, plain_key.as_deref())? {
-                Value::Plain(p, id) => (Some(p), id == primary),
-                _ => {
-                    skipped_undecryptable += 1;
-                    return Ok(());
+            Kind::Live => {
+                let rekey = state.key_id != Some(primary);
+                let rebind = planner.rebinds(state, &forms);
+                let moved = state.wire != forms.primary();
+                if same && !(rekey || rebind || moved || state.split) {
+                    continue;
                 }
-            },
+                Action::Value {
+                    reencrypt: rekey || rebind,
+                }
+            }
         };
-        if let Some(plaintext) = plaintext {
-            if !same || !under_primary || new_key != wire {
-                let bound = match s.value_key {
-                    ValueKey::Wire => Some(&new_key[..]),
-                    ValueKey::Plaintext => plain_key.as_deref(),
-                };
-                let ctx = value_context(&target.name, bound);
-                let ct = ser.serialize(&ctx, Some(&plaintext[..]))?;
-                writes.push(Write {
-                    partition: r.partition,
-                    key: new_key.clone(),
-                    value: ct,
-                });
-                values += 1;
-            }
-        }
-        if same {
-            // Old forms of the key are deleted, so compaction forgets them
-            // and a restore sees the key once.
-            for (form, f) in &state.forms {
-                if f.kind != Kind::Tombstone && *form != new_key {
-                    writes.push(Write {
-                        partition: r.partition,
-                        key: form.clone(),
-                        value: None,
-                    });
-                    old_forms += 1;
-                }
-            }
-        }
-        Ok(())
-    })?;
+        plan.push(planner.plan(*partition, state, forms, action));
+    }
+    let values = plan.iter().filter(|p| p.action != Action::Delete).count() as u64;
+    let old_forms: u64 = plan.iter().map(Planned::old_forms).sum();
+    let deletes = plan.iter().filter(|p| p.action == Action::Delete).count() as u64;
+    let (copied, rewritten_deletes) = if same { (0, deletes) } else { (deletes, 0) };
+    let split = plan.iter().filter(|p| p.state.split).count() as u64;
+    let records: u64 = values + plan.iter().map(Planned::tombstones).sum::<u64>();
     let skipped = json!({"broken_tombstones": skipped_broken,
         "undecryptable": skipped_undecryptable, "plaintext": skipped_plaintext});
     let mut plan_text = format!(
-        "plan for {to}: {values} values to rewrite under key {primary}, {old_forms} old key forms to delete, {copied} tombstones to copy\n\
+        "plan for {to}: {values} values to write under key {primary}, {old_forms} old key forms to delete, {copied} tombstones to copy, {rewritten_deletes} deletes to write again ({split} split keys), {records} records\n\
          skipped: {skipped_broken} broken tombstones (run repair first), {skipped_undecryptable} undecryptable, {skipped_plaintext} plaintext values{}\n",
         if pass_through { "" } else { " (--unencrypted pass-through encrypts them)" }
     );
     let mut json = json!({"to_topic": to, "primary_key_id": primary, "values_to_rewrite": values,
-        "old_key_forms_to_delete": old_forms, "tombstones_to_copy": copied, "skipped": skipped,
-        "applied": args.apply});
+        "old_key_forms_to_delete": old_forms, "tombstones_to_copy": copied,
+        "deletes_to_rewrite": rewritten_deletes, "split_keys": split,
+        "records_to_write": records, "skipped": skipped, "applied": args.apply});
     let skipped_any = skipped_broken + skipped_undecryptable + skipped_plaintext > 0;
     if !args.apply {
         plan_text.push_str("(run with --apply to write)\n");
         out.print(&plan_text, &json)?;
-        return Ok(Outcome::of(skipped_any || !writes.is_empty()));
+        return Ok(Outcome::of(skipped_any || !plan.is_empty()));
     }
+    planner.read_values(&mut plan, out.quiet)?;
+    let writes = planner.writes(&plan)?;
     if same && !writes.is_empty() {
         check_unchanged(&s, &a)?;
     }
     let written = produce(&s, &to, &writes, out.quiet)?;
     let after = scan(&target, out.quiet)?;
-    let (after_text, after_json) = after.report(&to);
+    let (after_text, after_json) = after.report(&to, false);
     json["written"] = json!(written);
     json["after"] = after_json;
     plan_text.push_str(&format!("wrote {written} records; {to} now:\n{after_text}"));
