@@ -18,8 +18,12 @@
 //! per call.
 //!
 //! Scanning allocates nothing and waits on no lock the code under test could
-//! hold: the needles live in a fixed table of atomics, copied out under a
-//! spin lock held for that copy only, and the counters are atomics.
+//! hold: the needles live in a fixed table of atomics, read in place under
+//! a spin lock, and the counters are atomics. No copy of a needle is ever
+//! put on a stack: a thread's stack is reused by later threads, and a value
+//! moved from it into the heap carries its padding along, so a needle left
+//! on a stack could turn up in a block that never held a key. (The test
+//! using this should zeroize the needles it computes on its stack.)
 //!
 //! ```
 //! use freed_scan::{FreedScan, Session};
@@ -62,6 +66,8 @@ static COUNT: AtomicUsize = AtomicUsize::new(0);
 static LENS: [AtomicUsize; MAX_NEEDLES] = [const { AtomicUsize::new(0) }; MAX_NEEDLES];
 static BYTES: [AtomicU8; MAX_NEEDLES * MAX_NEEDLE_LEN] =
     [const { AtomicU8::new(0) }; MAX_NEEDLES * MAX_NEEDLE_LEN];
+/// Whether some needle starts with this byte.
+static FIRST: [AtomicBool; 256] = [const { AtomicBool::new(false) }; 256];
 
 static BLOCKS: AtomicUsize = AtomicUsize::new(0);
 static SCANNED: AtomicUsize = AtomicUsize::new(0);
@@ -99,34 +105,6 @@ fn unlock() {
     LOCK.store(false, Release);
 }
 
-/// A copy of the needle table, on the stack of the freeing thread.
-struct Needles {
-    n: usize,
-    lens: [usize; MAX_NEEDLES],
-    bytes: [[u8; MAX_NEEDLE_LEN]; MAX_NEEDLES],
-    first: [bool; 256],
-}
-
-fn snapshot() -> Needles {
-    let mut s = Needles {
-        n: 0,
-        lens: [0; MAX_NEEDLES],
-        bytes: [[0; MAX_NEEDLE_LEN]; MAX_NEEDLES],
-        first: [false; 256],
-    };
-    lock();
-    s.n = COUNT.load(Relaxed);
-    for j in 0..s.n {
-        s.lens[j] = LENS[j].load(Relaxed);
-        for k in 0..s.lens[j] {
-            s.bytes[j][k] = BYTES[j * MAX_NEEDLE_LEN + k].load(Relaxed);
-        }
-        s.first[usize::from(s.bytes[j][0])] = true;
-    }
-    unlock();
-    s
-}
-
 /// Adds `needles` to the table; every freed block is scanned for them from
 /// now on.
 ///
@@ -150,6 +128,7 @@ pub fn add_needles(needles: &[&[u8]]) {
                 BYTES[(at + j) * MAX_NEEDLE_LEN + k].store(b, Relaxed);
             }
             LENS[at + j].store(n.len(), Relaxed);
+            FIRST[usize::from(n[0])].store(true, Relaxed);
         }
         COUNT.store(at + needles.len(), Relaxed);
     }
@@ -163,6 +142,9 @@ pub fn clear_needles() {
     lock();
     for b in &BYTES {
         b.store(0, Relaxed);
+    }
+    for f in &FIRST {
+        f.store(false, Relaxed);
     }
     COUNT.store(0, Relaxed);
     unlock();
@@ -302,23 +284,29 @@ unsafe fn scan(ptr: *const u8, size: usize) {
     if size == 0 || !scanning() {
         return;
     }
-    let needles = snapshot();
-    BLOCKS.fetch_add(1, Relaxed);
-    SCANNED.fetch_add(size, Relaxed);
     // SAFETY: `i < size`, and the caller vouches for `size` bytes.
     let byte = |i: usize| unsafe { ptr.add(i).read_volatile() };
-    for i in 0..size {
-        let b = byte(i);
-        if !needles.first[usize::from(b)] {
+    let needle = |j: usize, k: usize| BYTES[j * MAX_NEEDLE_LEN + k].load(Relaxed);
+    let mut found = None;
+    lock();
+    let n = COUNT.load(Relaxed);
+    'block: for i in 0..size {
+        if !FIRST[usize::from(byte(i))].load(Relaxed) {
             continue;
         }
-        for j in 0..needles.n {
-            let (len, n) = (needles.lens[j], &needles.bytes[j]);
-            if n[0] == b && len <= size - i && (1..len).all(|k| byte(i + k) == n[k]) {
-                record(size, j);
-                return;
+        for (j, len) in LENS.iter().take(n).enumerate() {
+            let len = len.load(Relaxed);
+            if len <= size - i && (0..len).all(|k| byte(i + k) == needle(j, k)) {
+                found = Some(j);
+                break 'block;
             }
         }
+    }
+    unlock();
+    BLOCKS.fetch_add(1, Relaxed);
+    SCANNED.fetch_add(size, Relaxed);
+    if let Some(j) = found {
+        record(size, j);
     }
 }
 
