@@ -62,23 +62,96 @@ fn material_name(code: u64) -> &'static str {
     }
 }
 
+/// The bytes of a protobuf varint.
+fn varint_len(v: u64) -> usize {
+    // 7 bits a byte; 0 still takes one.
+    (64 - v.leading_zeros() as usize).div_ceil(7).max(1)
+}
+
+/// The bytes of a varint field as `Writer::uint` writes it (0 omitted).
+fn uint_len(field: u64, v: u64) -> usize {
+    if v == 0 {
+        0
+    } else {
+        varint_len(field << 3) + varint_len(v)
+    }
+}
+
+/// The bytes of a length-delimited field of `len` bytes.
+fn bytes_len(field: u64, len: usize) -> usize {
+    varint_len((field << 3) | 2) + varint_len(len as u64) + len
+}
+
+/// The bytes of a string field as `Writer::string` writes it (empty
+/// omitted).
+fn string_len(field: u64, s: &str) -> usize {
+    if s.is_empty() {
+        0
+    } else {
+        bytes_len(field, s.len())
+    }
+}
+
+/// A writer whose buffer holds exactly `len` bytes without growing: a
+/// buffer that grows while it holds a key leaves a copy of it in the block
+/// it was moved out of, which zeroizing never reaches.
+fn sized(len: usize) -> Writer {
+    Writer {
+        buf: Zeroizing::new(Vec::with_capacity(len)),
+    }
+}
+
 /// The binary `Keyset` proto of `keyset` (a secret: zeroized on drop).
+/// Every buffer that holds key bytes is sized exactly before the first
+/// byte is written, so none is reallocated.
 pub(crate) fn encode(keyset: &Keyset) -> Zeroizing<Vec<u8>> {
-    let mut out = Writer::new();
-    out.uint(1, u64::from(keyset.primary().0));
-    for e in keyset.entries() {
-        let (type_url, value, material) = e.primitive.key_data();
-        let mut data = Writer::new();
-        data.string(1, type_url)
-            .bytes(2, &value)
-            .uint(3, material_code(material));
-        let mut key = Writer::new();
+    /// One key's fields and the sizes of its two nested messages.
+    struct Part<'a> {
+        entry: &'a crate::keyset::Entry,
+        type_url: &'static str,
+        value: Zeroizing<Vec<u8>>,
+        material: u64,
+        data_len: usize,
+        key_len: usize,
+    }
+    let entries = keyset.entries();
+    let mut keys = Vec::with_capacity(entries.len());
+    for entry in entries {
+        let (type_url, value, material) = entry.primitive.key_data();
+        let material = material_code(material);
+        let data_len = string_len(1, type_url) + bytes_len(2, value.len()) + uint_len(3, material);
+        let key_len = bytes_len(1, data_len)
+            + uint_len(2, status_code(entry.status))
+            + uint_len(3, u64::from(entry.id.0))
+            + uint_len(4, 1);
+        keys.push(Part {
+            entry,
+            type_url,
+            value,
+            material,
+            data_len,
+            key_len,
+        });
+    }
+    let primary = u64::from(keyset.primary().0);
+    let total = uint_len(1, primary) + keys.iter().map(|k| bytes_len(2, k.key_len)).sum::<usize>();
+    let mut out = sized(total);
+    out.uint(1, primary);
+    for k in &keys {
+        let mut data = sized(k.data_len);
+        data.string(1, k.type_url)
+            .bytes(2, &k.value)
+            .uint(3, k.material);
+        debug_assert_eq!(data.buf.len(), k.data_len);
+        let mut key = sized(k.key_len);
         key.bytes(1, &data.buf)
-            .uint(2, status_code(e.status))
-            .uint(3, u64::from(e.id.0))
+            .uint(2, status_code(k.entry.status))
+            .uint(3, u64::from(k.entry.id.0))
             .uint(4, 1);
+        debug_assert_eq!(key.buf.len(), k.key_len);
         out.bytes(2, &key.buf);
     }
+    debug_assert_eq!(out.buf.len(), total);
     out.buf
 }
 
@@ -331,6 +404,47 @@ mod tests {
         let back = Keyset::from_parsed(decode(&bytes).unwrap(), None).unwrap();
         assert_eq!(back.to_tink_json(), ks.to_tink_json());
         assert_eq!(*encode(&back), *bytes);
+    }
+
+    #[test]
+    fn keysets_are_encoded_into_buffers_of_their_exact_size() {
+        let varints = [
+            0,
+            1,
+            127,
+            128,
+            16_383,
+            16_384,
+            u64::from(u32::MAX),
+            u64::MAX,
+        ];
+        for v in varints {
+            let mut w = Writer::new();
+            w.uint(1, v);
+            assert_eq!(w.buf.len(), uint_len(1, v), "{v}");
+        }
+        for len in [0, 1, 127, 128, 300, 16_384] {
+            let mut w = Writer::new();
+            w.bytes(2, &vec![7; len]);
+            assert_eq!(w.buf.len(), bytes_len(2, len), "{len}");
+        }
+        let mut ks = Keyset::generate();
+        for _ in 0..20 {
+            ks.rotate_with(KeyTemplate::aes128_gcm()).unwrap();
+            ks.rotate();
+        }
+        let first = ks.keys().next().unwrap().0;
+        ks.disable(first).unwrap();
+        for ks in [
+            Keyset::generate(),
+            ks,
+            Keyset::generate_with(KeyTemplate::aes256_siv()).unwrap(),
+        ] {
+            let bytes = encode(&ks);
+            assert_eq!(bytes.len(), bytes.capacity());
+            let back = Keyset::from_parsed(decode(&bytes).unwrap(), None).unwrap();
+            assert_eq!(back.to_tink_json(), ks.to_tink_json());
+        }
     }
 
     #[test]

@@ -5,13 +5,11 @@
 
 use std::sync::Arc;
 
-use base64::engine::general_purpose::STANDARD as BASE64;
-use base64::Engine as _;
 use serde::Deserialize;
 use zeroize::Zeroizing;
 
 use crate::error::Error;
-use crate::kms::http;
+use crate::kms::http::{self, Json};
 use crate::kms::{printable_uri, with_retries, KmsAead, KmsClient, KmsTimeouts};
 
 /// The URI scheme of Vault keys.
@@ -194,11 +192,7 @@ impl VaultAead {
 impl KmsAead for VaultAead {
     fn encrypt(&self, plaintext: &[u8], associated_data: &[u8]) -> Result<Vec<u8>, Error> {
         no_ad(associated_data, &self.uri)?;
-        let b64 = Zeroizing::new(BASE64.encode(plaintext));
-        let body = Zeroizing::new(
-            serde_json::to_vec(&serde_json::json!({"plaintext": b64.as_str(), "context": ""}))
-                .map_err(|e| Error::kms("encoding a Vault request", e))?,
-        );
+        let body = encrypt_body(plaintext)?;
         let answer = self.call(&self.encrypt_url, &body, "Vault transit encrypt")?;
         match answer.data.ciphertext {
             Some(c) if c.starts_with("vault:") => Ok(c.into_bytes()),
@@ -224,10 +218,7 @@ impl KmsAead for VaultAead {
                     printable_uri(&self.uri)
                 ))
             })?;
-        let body = Zeroizing::new(
-            serde_json::to_vec(&serde_json::json!({"ciphertext": text, "context": ""}))
-                .map_err(|e| Error::kms("encoding a Vault request", e))?,
-        );
+        let body = decrypt_body(text)?;
         let answer = self.call(&self.decrypt_url, &body, "Vault transit decrypt")?;
         let b64 = answer.data.plaintext.ok_or_else(|| {
             Error::kms_msg(format!(
@@ -235,21 +226,37 @@ impl KmsAead for VaultAead {
                 printable_uri(&self.uri)
             ))
         })?;
-        let mut out = Zeroizing::new(vec![0u8; b64.len() / 4 * 3 + 3]);
-        let n = BASE64
-            .decode_slice(b64.as_bytes(), &mut out[..])
-            .map_err(|e| {
-                Error::kms(
-                    format!(
-                        "Vault transit decrypt with {}: plaintext is not base64",
-                        printable_uri(&self.uri)
-                    ),
-                    e,
-                )
-            })?;
-        out.truncate(n);
-        Ok(out)
+        http::base64_zeroizing(b64.as_bytes()).map_err(|e| {
+            Error::kms(
+                format!(
+                    "Vault transit decrypt with {}: plaintext is not base64",
+                    printable_uri(&self.uri)
+                ),
+                e,
+            )
+        })
     }
+}
+
+/// The body of a transit encrypt request, `{"plaintext": base64,
+/// "context": ""}`. The plaintext is a data key or a whole keyset: the body
+/// is written once into a zeroized buffer of its exact size
+/// ([`http::json_body`]), never into a JSON value or a buffer that grows
+/// (whose old blocks would be freed with the key in them).
+fn encrypt_body(plaintext: &[u8]) -> Result<Zeroizing<Vec<u8>>, Error> {
+    http::json_body(&Json::Object(&[
+        ("plaintext", Json::Base64(plaintext)),
+        ("context", Json::Str("")),
+    ]))
+}
+
+/// The body of a transit decrypt request, `{"ciphertext": "vault:v1:...",
+/// "context": ""}` (no secret in it; written the same way).
+fn decrypt_body(ciphertext: &str) -> Result<Zeroizing<Vec<u8>>, Error> {
+    http::json_body(&Json::Object(&[
+        ("ciphertext", Json::Str(ciphertext)),
+        ("context", Json::Str("")),
+    ]))
 }
 
 /// Tink's Vault AEAD takes no associated data (Vault's `context` is for
@@ -267,7 +274,27 @@ fn no_ad(associated_data: &[u8], uri: &str) -> Result<(), Error> {
 
 #[cfg(test)]
 mod tests {
+    use base64::engine::general_purpose::STANDARD as BASE64;
+    use base64::Engine as _;
+
     use super::*;
+
+    #[test]
+    fn request_bodies_are_transit_json_of_their_exact_size() {
+        for pt in [&b""[..], b"k", b"ke", b"key", &[0xfb; 34], &[0xff; 1000]] {
+            let body = encrypt_body(pt).unwrap();
+            assert_eq!(body.len(), body.capacity());
+            let v: serde_json::Value = serde_json::from_slice(&body).unwrap();
+            assert_eq!(
+                v,
+                serde_json::json!({"plaintext": BASE64.encode(pt), "context": ""})
+            );
+        }
+        let text = "vault:v1:AbC+/=";
+        let body = decrypt_body(text).unwrap();
+        let v: serde_json::Value = serde_json::from_slice(&body).unwrap();
+        assert_eq!(v, serde_json::json!({"ciphertext": text, "context": ""}));
+    }
 
     #[test]
     fn uris() {

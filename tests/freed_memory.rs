@@ -1,0 +1,393 @@
+//! Key bytes never stay behind in freed memory: this binary's global
+//! allocator (`freed-scan`) looks into every block freed, and into the old
+//! block of every `realloc` (which always moves while it scans), for pieces
+//! of a key: its raw bytes and its base64 at each of the three alignments.
+//! Each test registers the keys it controls (a keyset's own AES keys, or
+//! the data key an envelope key hands its KMS to wrap, seen by a client
+//! wrapped around the real one), runs one path of the crate that handles
+//! them, drops everything, and asserts that no freed block held a piece.
+//!
+//! Paths: Tink's cleartext JSON keyset (read and written), Tink's encrypted
+//! keyset (the binary keyset proto, wrapped by a KMS), and an envelope key's
+//! data key wrapped and unwrapped by a KMS: the in-process `FakeKms`, and
+//! the loopback servers of `scripts/kms.sh` (OpenBao transit, moto's AWS
+//! KMS). Without their environment (`scripts/test.sh` sets it) the server
+//! tests fail, unless `TOMBSTONE_SKIP_KMS=1` says to skip them knowingly.
+//!
+//! `TOMBSTONE_FREED_SCAN_TRACE=1` (with `--nocapture`) prints a backtrace
+//! for every block found holding a key.
+
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::Arc;
+
+use base64::engine::general_purpose::STANDARD as BASE64;
+use base64::Engine as _;
+use freed_scan::{FreedScan, Report, Session};
+use rand::Rng as _;
+use tombstone_crypt::__fuzz::FakeKms;
+use tombstone_crypt::{Backend, Error, KeyTemplate, Keyset, KmsAead, KmsClient, KmsClients};
+use zeroize::Zeroizing;
+
+#[global_allocator]
+static ALLOC: FreedScan = FreedScan;
+
+/// Pieces of a 32-byte key: its 4 raw quarters (any 15 or more
+/// consecutive bytes of the key hold one), and for each alignment a in 0..3
+/// the base64 of `key[a + 6j..a + 6j + 6]` (8 characters) for j in 0..5 (a
+/// base64 text of 11 or more consecutive bytes of the key, at whatever
+/// offset, holds one).
+const PIECES: usize = 4 + 3 * 5;
+
+fn pieces(key: &[u8; 32], out: &mut [[u8; 8]; PIECES]) {
+    for (o, q) in out.iter_mut().zip(key.chunks_exact(8)) {
+        o.copy_from_slice(q);
+    }
+    let mut n = 4;
+    for a in 0..3 {
+        for j in 0..5 {
+            let from = a + 6 * j;
+            let len = BASE64
+                .encode_slice(&key[from..from + 6], &mut out[n])
+                .unwrap();
+            assert_eq!(len, 8);
+            n += 1;
+        }
+    }
+}
+
+/// Scans every freed block for the pieces of `key` from now on. The
+/// pieces are zeroized on this stack too: a later thread on the same stack
+/// could carry them into the heap (in a moved value's padding) and be
+/// found with a block that never held the key.
+fn watch(key: &[u8; 32]) {
+    let mut p = Zeroizing::new([[0u8; 8]; PIECES]);
+    pieces(key, &mut p);
+    let refs: [&[u8]; PIECES] = std::array::from_fn(|i| &p[i][..]);
+    freed_scan::add_needles(&refs);
+}
+
+fn session() -> Session {
+    let s = Session::start();
+    freed_scan::trace_hits(std::env::var_os("TOMBSTONE_FREED_SCAN_TRACE").is_some());
+    s
+}
+
+#[track_caller]
+fn assert_clean(report: &Report, what: &str) {
+    assert!(report.blocks_scanned > 0, "{what}: nothing was scanned");
+    assert_eq!(
+        report.blocks_with_needle, 0,
+        "{what}: freed blocks held key bytes (block sizes and needles: {:?}; \
+         TOMBSTONE_FREED_SCAN_TRACE=1 with --nocapture prints where they were freed)",
+        report.hits
+    );
+}
+
+fn random_key() -> Zeroizing<[u8; 32]> {
+    let mut k = Zeroizing::new([0u8; 32]);
+    rand::rng().fill_bytes(&mut k[..]);
+    k
+}
+
+const AES_GCM: &str = "type.googleapis.com/google.crypto.tink.AesGcmKey";
+
+/// Tink's cleartext JSON of AES-256-GCM keys with ids 1, 2, ... (the last
+/// one primary), written into one zeroized buffer sized up front.
+fn keyset_json(keys: &[&[u8; 32]]) -> Zeroizing<String> {
+    let mut json = Zeroizing::new(String::with_capacity(64 + 256 * keys.len()));
+    json.push_str(&format!("{{\"primaryKeyId\":{},\"key\":[", keys.len()));
+    for (i, key) in keys.iter().enumerate() {
+        let mut proto = Zeroizing::new([0u8; 34]);
+        proto[..2].copy_from_slice(&[0x1a, 0x20]);
+        proto[2..].copy_from_slice(&key[..]);
+        let mut b64 = Zeroizing::new([0u8; 48]);
+        BASE64.encode_slice(&proto[..], &mut b64[..]).unwrap();
+        if i > 0 {
+            json.push(',');
+        }
+        json.push_str("{\"keyData\":{\"typeUrl\":\"");
+        json.push_str(AES_GCM);
+        json.push_str("\",\"value\":\"");
+        json.push_str(std::str::from_utf8(&b64[..]).unwrap());
+        json.push_str("\",\"keyMaterialType\":\"SYMMETRIC\"},\"status\":\"ENABLED\",");
+        json.push_str(&format!(
+            "\"keyId\":{},\"outputPrefixType\":\"TINK\"}}",
+            i + 1
+        ));
+    }
+    json.push_str("]}");
+    assert!(json.len() <= json.capacity() && json.capacity() == 64 + 256 * keys.len());
+    json
+}
+
+/// Values encrypted under `keyset` decrypt under `back`, with the keys
+/// expanded for each backend (RustCrypto's round keys live in this
+/// process's heap).
+fn both_backends(keyset: &Keyset, back: &Keyset) {
+    for backend in [Backend::RustCrypto, Backend::DEFAULT] {
+        let (a, b) = (
+            keyset.clone().with_backend(backend),
+            back.clone().with_backend(backend),
+        );
+        let ct = a.encrypt(b"value", b"ad").unwrap();
+        assert_eq!(b.decrypt(&ct, b"ad").unwrap(), b"value");
+    }
+}
+
+/// Two AES-256-GCM keys the test knows, watched.
+fn watched_keyset() -> (Keyset, Zeroizing<String>) {
+    let (a, b) = (random_key(), random_key());
+    watch(&a);
+    watch(&b);
+    let json = keyset_json(&[&a, &b]);
+    (Keyset::from_tink_json(&json).unwrap(), json)
+}
+
+// ---------------------------------------------------------------------------
+// The scanner finds what it should (negative controls).
+
+#[test]
+fn a_copy_of_a_key_freed_without_zeroizing_is_found() {
+    let key = random_key();
+    let s = session();
+    watch(&key);
+
+    let copy = key.to_vec();
+    drop(copy);
+    assert_eq!(s.report().blocks_with_needle, 1, "the raw key");
+
+    // Its base64 inside Tink's key proto (the key at offset 2).
+    let mut proto = vec![0x1a, 0x20];
+    proto.reserve_exact(32);
+    proto.extend_from_slice(&key[..]);
+    let text = BASE64.encode(&proto);
+    drop(proto);
+    assert_eq!(s.report().blocks_with_needle, 2, "the proto");
+    drop(text);
+    assert_eq!(s.report().blocks_with_needle, 3, "its base64");
+
+    // A buffer that grows while holding the key leaves the old block.
+    let mut grown = Zeroizing::new(Vec::with_capacity(32));
+    grown.extend_from_slice(&key[..]);
+    grown.push(0);
+    assert_eq!(s.report().blocks_with_needle, 4, "a reallocation");
+    drop(grown);
+
+    // Zeroized copies are not found.
+    drop(Zeroizing::new(key.to_vec()));
+    drop(Zeroizing::new(BASE64.encode(&key[..])));
+    let r = s.finish();
+    assert_eq!(r.blocks_with_needle, 4, "{r:?}");
+}
+
+// ---------------------------------------------------------------------------
+// Keysets in the clear and encrypted.
+
+#[test]
+fn cleartext_keyset_json_leaves_no_key_in_freed_memory() {
+    let s = session();
+    let (keyset, json) = watched_keyset();
+    let out = Zeroizing::new(keyset.to_tink_json());
+    let back = Keyset::from_tink_json(&out).unwrap();
+    both_backends(&keyset, &back);
+    assert_eq!(*out, *json);
+    drop((keyset, back, out, json));
+    assert_clean(&s.finish(), "to_tink_json / from_tink_json");
+}
+
+/// Tink's JSON as some writers escape it: `\/` for `/`, `\u003d` for `=`,
+/// the first character of each key value as `\u0047`, and a field this
+/// crate ignores with escapes that stay (`\"`, `\\`, `\n`). serde_json
+/// would unescape a key value into its own scratch buffer, freed as it is.
+#[test]
+fn escaped_keyset_json_leaves_no_key_in_freed_memory() {
+    let s = session();
+    let (keyset, json) = watched_keyset();
+    let mut escaped = Zeroizing::new(String::with_capacity(6 * json.len() + 64));
+    escaped.push_str(r#"{"note":"a \"quoted\" \\ \n \u00e9 \u0022 text","#);
+    let mut rest = &json[1..];
+    while let Some(at) = rest.find("\"value\":\"G") {
+        escaped.push_str(&rest[..at]);
+        escaped.push_str("\"value\":\"\\u0047");
+        rest = &rest[at + 10..];
+    }
+    escaped.push_str(rest);
+    let mut out = Zeroizing::new(String::with_capacity(escaped.capacity()));
+    for c in escaped.chars() {
+        match c {
+            '/' => out.push_str("\\/"),
+            '=' => out.push_str("\\u003d"),
+            c => out.push(c),
+        }
+    }
+    assert!(out.len() <= out.capacity() && out.capacity() == escaped.capacity());
+    assert!(out.contains("\\u0047") && out.contains("\\/") && out.contains("\\u003d"));
+    let back = Keyset::from_tink_json(&out).unwrap();
+    assert_eq!(*Zeroizing::new(back.to_tink_json()), *json);
+    both_backends(&keyset, &back);
+    drop((keyset, back, out, escaped, json));
+    assert_clean(&s.finish(), "from_tink_json of escaped JSON");
+}
+
+/// A keyset the test knows, written encrypted by `kek_uri` and read back.
+fn encrypted_keyset_round_trip(kms: &KmsClients, kek_uri: &str, ad: &[u8], what: &str) {
+    let s = session();
+    let (keyset, json) = watched_keyset();
+    let sealed = keyset
+        .to_encrypted_tink_json_with(kek_uri, ad, kms)
+        .unwrap();
+    let back = Keyset::from_encrypted_tink_json_with(&sealed, kek_uri, ad, kms).unwrap();
+    both_backends(&keyset, &back);
+    drop((keyset, back, json));
+    assert_clean(&s.finish(), what);
+}
+
+#[test]
+fn encrypted_keyset_fake_kms_leaves_no_key_in_freed_memory() {
+    let kms = KmsClients::new().with(FakeKms::new());
+    encrypted_keyset_round_trip(&kms, "fake-kms://kek", b"ad", "encrypted keyset, FakeKms");
+}
+
+// ---------------------------------------------------------------------------
+// An envelope key's data key, wrapped and unwrapped by a KMS.
+
+/// A KMS client around another: what the envelope key asks it to wrap is
+/// Tink's `AesGcmKey` proto of a fresh data key (`1a 20` and 32 bytes),
+/// whose pieces it registers before passing the call on.
+#[derive(Debug)]
+struct Watching<C>(C);
+
+/// Data keys seen by [`Watching`] clients, and their unwrap calls.
+static DEKS_SEEN: AtomicUsize = AtomicUsize::new(0);
+static UNWRAPS: AtomicUsize = AtomicUsize::new(0);
+
+impl<C: KmsClient> KmsClient for Watching<C> {
+    fn supports(&self, key_uri: &str) -> bool {
+        self.0.supports(key_uri)
+    }
+
+    fn get_aead(&self, key_uri: &str) -> Result<Arc<dyn KmsAead>, Error> {
+        Ok(Arc::new(WatchingAead(self.0.get_aead(key_uri)?)))
+    }
+}
+
+#[derive(Debug)]
+struct WatchingAead(Arc<dyn KmsAead>);
+
+impl KmsAead for WatchingAead {
+    fn encrypt(&self, plaintext: &[u8], associated_data: &[u8]) -> Result<Vec<u8>, Error> {
+        if let [0x1a, 0x20, dek @ ..] = plaintext {
+            if let Ok(dek) = <&[u8; 32]>::try_from(dek) {
+                watch(dek);
+                DEKS_SEEN.fetch_add(1, Ordering::SeqCst);
+            }
+        }
+        self.0.encrypt(plaintext, associated_data)
+    }
+
+    fn decrypt(
+        &self,
+        ciphertext: &[u8],
+        associated_data: &[u8],
+    ) -> Result<Zeroizing<Vec<u8>>, Error> {
+        UNWRAPS.fetch_add(1, Ordering::SeqCst);
+        self.0.decrypt(ciphertext, associated_data)
+    }
+}
+
+/// A value encrypted under a fresh envelope key (one data key, wrapped by
+/// the KMS), then decrypted by another keyset read from the first's JSON
+/// (an empty cache: the data key is unwrapped by the KMS).
+fn envelope_round_trip(kms: impl KmsClient + 'static, kek_uri: &str, what: &str) {
+    let kms = KmsClients::new().with(Watching(kms));
+    let s = session();
+    let (seen, unwraps) = (
+        DEKS_SEEN.load(Ordering::SeqCst),
+        UNWRAPS.load(Ordering::SeqCst),
+    );
+    let writer =
+        Keyset::generate_with(KeyTemplate::kms_envelope(kek_uri).with_kms_clients(kms.clone()))
+            .unwrap();
+    let ct = writer.encrypt(b"value", b"ad").unwrap();
+    assert_eq!(DEKS_SEEN.load(Ordering::SeqCst), seen + 1, "one data key");
+    let reader = Keyset::from_tink_json_with(&writer.to_tink_json(), &kms).unwrap();
+    assert_eq!(reader.decrypt(&ct, b"ad").unwrap(), b"value");
+    assert_eq!(UNWRAPS.load(Ordering::SeqCst), unwraps + 1, "one unwrap");
+    drop((writer, reader, kms));
+    assert_clean(&s.finish(), what);
+}
+
+#[test]
+fn envelope_data_key_fake_kms_leaves_no_key_in_freed_memory() {
+    envelope_round_trip(FakeKms::new(), "fake-kms://kek", "envelope DEK, FakeKms");
+}
+
+// ---------------------------------------------------------------------------
+// The loopback KMS servers.
+
+/// A variable of `scripts/kms.sh`'s env file; `None` when
+/// `TOMBSTONE_SKIP_KMS` is set.
+#[cfg(any(feature = "vault", feature = "aws-kms"))]
+fn kms_env(name: &str) -> Option<String> {
+    if std::env::var_os("TOMBSTONE_SKIP_KMS").is_some() {
+        eprintln!("TOMBSTONE_SKIP_KMS is set: KMS server tests skipped");
+        return None;
+    }
+    Some(std::env::var(name).unwrap_or_else(|_| {
+        panic!(
+            "{name} is not set: run ./scripts/test.sh, or source the file \
+             `scripts/kms.sh start` prints (or set TOMBSTONE_SKIP_KMS=1)"
+        )
+    }))
+}
+
+#[cfg(feature = "vault")]
+#[test]
+fn encrypted_keyset_openbao_leaves_no_key_in_freed_memory() {
+    let Some(uri) = kms_env("TOMBSTONE_VAULT_KEY_URI") else {
+        return;
+    };
+    kms_env("VAULT_ADDR");
+    let kms = KmsClients::new().with(tombstone_crypt::VaultClient::from_env());
+    // Vault transit takes no associated data.
+    encrypted_keyset_round_trip(&kms, &uri, b"", "encrypted keyset, OpenBao");
+}
+
+#[cfg(feature = "vault")]
+#[test]
+fn envelope_data_key_openbao_leaves_no_key_in_freed_memory() {
+    let Some(uri) = kms_env("TOMBSTONE_VAULT_KEY_URI") else {
+        return;
+    };
+    kms_env("VAULT_ADDR");
+    envelope_round_trip(
+        tombstone_crypt::VaultClient::from_env(),
+        &uri,
+        "envelope DEK, OpenBao",
+    );
+}
+
+#[cfg(feature = "aws-kms")]
+#[test]
+fn encrypted_keyset_aws_kms_leaves_no_key_in_freed_memory() {
+    let Some(uri) = kms_env("TOMBSTONE_AWS_KEY_URI") else {
+        return;
+    };
+    kms_env("AWS_ENDPOINT_URL_KMS");
+    let kms = KmsClients::new().with(tombstone_crypt::AwsKmsClient::from_env());
+    encrypted_keyset_round_trip(&kms, &uri, b"keyset ad", "encrypted keyset, AWS KMS");
+}
+
+#[cfg(feature = "aws-kms")]
+#[test]
+fn envelope_data_key_aws_kms_leaves_no_key_in_freed_memory() {
+    let Some(uri) = kms_env("TOMBSTONE_AWS_KEY_URI") else {
+        return;
+    };
+    kms_env("AWS_ENDPOINT_URL_KMS");
+    envelope_round_trip(
+        tombstone_crypt::AwsKmsClient::from_env(),
+        &uri,
+        "envelope DEK, AWS KMS",
+    );
+}
