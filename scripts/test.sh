@@ -22,13 +22,15 @@ step "Python venv with tink and confluent-kafka (pinned with hashes, cached unde
 TOMBSTONE_TINK_PYTHON="$(bash scripts/tink-venv.sh | tail -n 1)"
 export TOMBSTONE_TINK_PYTHON
 
-step "broker: tansu on 127.0.0.1 (stopped on exit)"
-trap 'bash scripts/broker.sh stop >&2 || true' EXIT
+step "brokers: tansu on 127.0.0.1, in memory and compacting on SQLite (built once into target/tansu-sqlite; stopped on exit)"
+trap 'bash scripts/broker.sh stop-compacting >&2 || true; bash scripts/broker.sh stop >&2 || true' EXIT
 TOMBSTONE_KAFKA_BOOTSTRAP="$(bash scripts/broker.sh start | tail -n 1)"
 export TOMBSTONE_KAFKA_BOOTSTRAP
+TOMBSTONE_KAFKA_COMPACTING_BOOTSTRAP="$(bash scripts/broker.sh start-compacting | tail -n 1)"
+export TOMBSTONE_KAFKA_COMPACTING_BOOTSTRAP
 
 step "KMS servers: OpenBao 2.7.2 (transit) and moto (AWS KMS) on 127.0.0.1 (stopped on exit)"
-trap 'bash scripts/kms.sh stop >&2 || true; bash scripts/broker.sh stop >&2 || true' EXIT
+trap 'bash scripts/kms.sh stop >&2 || true; bash scripts/broker.sh stop-compacting >&2 || true; bash scripts/broker.sh stop >&2 || true' EXIT
 KMS_ENV="$(bash scripts/kms.sh start | tail -n 1)"
 # VAULT_ADDR, VAULT_TOKEN, AWS_* (loopback endpoint, dummy keys), the key URIs.
 # shellcheck disable=SC1090

@@ -1,5 +1,7 @@
 pub mod broker;
 #[cfg(feature = "kafka")]
+pub mod compacting;
+#[cfg(feature = "kafka")]
 pub mod kafka;
 pub mod naive;
 pub mod tink;

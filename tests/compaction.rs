@@ -1,0 +1,180 @@
+//! The compacting broker (`scripts/broker.sh start-compacting`, tansu 0.6.0
+//! on SQLite, `TOMBSTONE_KAFKA_COMPACTING_BOOTSTRAP`) compacts what it is
+//! given the way Kafka would, and the memory broker
+//! (`TOMBSTONE_KAFKA_BOOTSTRAP`), given the same writes, does not.
+//! `TOMBSTONE_SKIP_KAFKA=1` skips it, as the other Kafka tests.
+#![cfg(feature = "kafka")]
+
+mod common;
+
+use std::time::{Duration, Instant};
+
+use common::compacting::{
+    compacting_bootstrap, compaction_runs, create_topic_with, kafka_compact, read_all,
+    wait_compacted, watermarks, RawRecord,
+};
+use common::kafka::{client_config, fresh_topic};
+use tombstone_crypt::murmur2_partition;
+use tombstone_crypt::rdkafka::producer::{FutureProducer, FutureRecord};
+
+const PARTITIONS: i32 = 3;
+
+fn partition(key: &[u8]) -> i32 {
+    murmur2_partition(key, PARTITIONS as u32)
+}
+
+/// Writes (key, value) to the partition murmur2 gives the key, waiting for
+/// each; `None` is a tombstone.
+fn produce(producer: &FutureProducer, topic: &str, records: &[(Vec<u8>, Option<Vec<u8>>)]) {
+    for (k, v) in records {
+        let mut r: FutureRecord<'_, [u8], [u8]> =
+            FutureRecord::to(topic).key(&k[..]).partition(partition(k));
+        if let Some(v) = v {
+            r = r.payload(&v[..]);
+        }
+        let d = futures_executor::block_on(producer.send(r, Duration::from_secs(30)))
+            .unwrap_or_else(|(e, _)| panic!("produce to {topic}: {e}"));
+        assert_eq!(
+            d.partition,
+            partition(k),
+            "the explicit partition is respected"
+        );
+    }
+}
+
+fn idempotent_producer(bootstrap: &str) -> FutureProducer {
+    client_config(bootstrap)
+        .set("enable.idempotence", "true")
+        .set("linger.ms", "0")
+        .create()
+        .unwrap()
+}
+
+fn rec(partition: i32, offset: i64, key: &[u8], value: Option<&[u8]>) -> RawRecord {
+    RawRecord {
+        partition,
+        offset,
+        key: Some(key.to_vec()),
+        value: value.map(<[u8]>::to_vec),
+    }
+}
+
+/// A key written once, before the rest, in `alpha`'s partition: its record
+/// stays at offset 0, so the compaction leaves a gap after it (the case
+/// where the broker repeats records in a fetch response).
+fn first_key(alpha: &[u8]) -> Vec<u8> {
+    (0..)
+        .map(|n| format!("first-{n}").into_bytes())
+        .find(|k| partition(k) == partition(alpha))
+        .unwrap()
+}
+
+#[test]
+fn the_compacting_broker_keeps_the_newest_record_per_key_and_the_memory_one_keeps_all() {
+    let Some(memory) = common::kafka::bootstrap() else {
+        return;
+    };
+    let compacting = compacting_bootstrap();
+    let (alpha, beta, gamma) = (b"alpha".to_vec(), b"beta".to_vec(), b"gamma".to_vec());
+    let first = first_key(&alpha);
+    assert_ne!(partition(&alpha), partition(&beta), "keys chosen apart");
+    assert_eq!(partition(&alpha), partition(&gamma), "keys chosen together");
+
+    // The scenario: a key once, 5 values each of two keys, a tombstone for
+    // the first of them, one more key.
+    let mut writes = vec![(first.clone(), Some(b"f0".to_vec()))];
+    for i in 0..5 {
+        writes.push((alpha.clone(), Some(format!("a{i}").into_bytes())));
+        writes.push((beta.clone(), Some(format!("b{i}").into_bytes())));
+    }
+    writes.push((alpha.clone(), None));
+    writes.push((gamma.clone(), Some(b"g0".to_vec())));
+
+    // The same writes, with an idempotent producer, to a compacted topic on
+    // each broker (created through the admin API; delete.retention.ms=0
+    // would let Kafka drop the tombstone at its second cleaning) and to a
+    // topic without cleanup.policy on the compacting one.
+    let topic = fresh_topic("compacted");
+    let control = fresh_topic("memory-compacted");
+    let plain = fresh_topic("not-compacted");
+    let compacted_config = |bootstrap: &str, topic: &str| {
+        create_topic_with(
+            bootstrap,
+            topic,
+            PARTITIONS,
+            &[
+                ("cleanup.policy", "compact"),
+                ("delete.retention.ms", "0"),
+                ("min.compaction.lag.ms", "0"),
+            ],
+        );
+    };
+    compacted_config(&compacting, &topic);
+    compacted_config(&memory, &control);
+    common::kafka::create_topic(&compacting, &plain, PARTITIONS);
+
+    let on_compacting = idempotent_producer(&compacting);
+    let on_memory = idempotent_producer(&memory);
+    produce(&on_memory, &control, &writes);
+    produce(&on_compacting, &plain, &writes);
+    produce(&on_compacting, &topic, &writes);
+    let produced = Instant::now();
+
+    let runs = compaction_runs();
+    let c = wait_compacted(&compacting, &topic, Duration::from_secs(20));
+    let latency = produced.elapsed();
+    let (pa, pb) = (partition(&alpha), partition(&beta));
+    // Kafka's result: the newest record per key, the tombstone kept.
+    let expected = {
+        let mut e = vec![
+            rec(pa, 0, &first, Some(b"f0")),
+            rec(pa, 6, &alpha, None),
+            rec(pa, 7, &gamma, Some(b"g0")),
+            rec(pb, 4, &beta, Some(b"b4")),
+        ];
+        e.sort_by_key(|r| (r.partition, r.offset));
+        e
+    };
+    assert_eq!(c.records, expected);
+    assert_eq!(c.offsets, writes.len() as i64, "every write took an offset");
+    assert_eq!(compaction_runs(), runs + 1);
+    eprintln!(
+        "compacted {} records to {} within {latency:?} of the last produce ({} reads, first one \
+         {} records, {} repeated records dropped)",
+        c.offsets, c.after, c.reads, c.before, c.duplicates
+    );
+
+    // The log start offset moved where the first record went; the high
+    // watermarks stayed.
+    let w = watermarks(&compacting, &topic);
+    assert_eq!(w[&pa], (0, 8), "{w:?}");
+    assert_eq!(w[&pb], (4, 5), "{w:?}");
+
+    // The control: the memory broker returns every write, and so does the
+    // compacting one for a topic without cleanup.policy=compact.
+    for (bootstrap, t) in [(&memory, &control), (&compacting, &plain)] {
+        let all = read_all(bootstrap, t);
+        assert_eq!(all.len(), writes.len(), "{t} on {bootstrap}");
+        assert_eq!(kafka_compact(&all), expected, "{t} holds the same writes");
+        for (p, (low, _)) in watermarks(bootstrap, t) {
+            assert_eq!(low, 0, "{t}/{p}");
+        }
+    }
+
+    // A later write compacts the newest part of the log again, right away,
+    // and the tombstone survives that second cleaning (Kafka would drop it
+    // with delete.retention.ms=0). The idempotent producer keeps working
+    // after its earlier records were removed.
+    produce(
+        &on_compacting,
+        &topic,
+        &[(beta.clone(), Some(b"b5".to_vec()))],
+    );
+    let again = wait_compacted(&compacting, &topic, Duration::from_secs(20));
+    let mut expected = expected;
+    expected.retain(|r| r.key.as_deref() != Some(&beta[..]));
+    expected.push(rec(pb, 5, &beta, Some(b"b5")));
+    expected.sort_by_key(|r| (r.partition, r.offset));
+    assert_eq!(again.records, expected);
+    assert_eq!(compaction_runs(), runs + 2);
+}
