@@ -1914,6 +1914,16 @@ fn audit_list_keys_names_each_keys_state() {
         );
         assert!(text.lines().any(|l| l == line), "{line} in:\n{text}");
     }
+    // `--null-marker none`: an empty value is a value (a topic only this
+    // library's writers wrote).
+    let none = json_of(&cli(&[
+        &["--json"][..],
+        &args[..],
+        &["--null-marker", "none"][..],
+    ]
+    .concat()));
+    assert_eq!(none["broken_tombstones"], json!(0), "{none}");
+    assert_eq!(key_states(&none)["key-2"], "live");
     // Without --list-keys, no keys.
     let plain = json_of(&cli(&[&["--json"][..], &args[..7]].concat()));
     assert!(plain.get("key_states").is_none(), "{plain}");

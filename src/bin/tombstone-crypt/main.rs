@@ -168,14 +168,18 @@ pub(crate) enum NullMarker {
     JsonNull,
     /// These bytes.
     Bytes(Vec<u8>),
+    /// None: no value is a broken delete.
+    None,
 }
 
 impl NullMarker {
-    pub(crate) fn bytes(&self) -> &[u8] {
+    /// Whether the plaintext `value` is this marker.
+    pub(crate) fn matches(&self, value: &[u8]) -> bool {
         match self {
-            NullMarker::Empty => b"",
-            NullMarker::JsonNull => b"null",
-            NullMarker::Bytes(b) => b,
+            NullMarker::Empty => value.is_empty(),
+            NullMarker::JsonNull => value == b"null",
+            NullMarker::Bytes(b) => value == &b[..],
+            NullMarker::None => false,
         }
     }
 }
@@ -184,9 +188,10 @@ fn parse_marker(s: &str) -> Result<NullMarker, String> {
     match s {
         "empty" => Ok(NullMarker::Empty),
         "json-null" => Ok(NullMarker::JsonNull),
+        "none" => Ok(NullMarker::None),
         _ => match s.strip_prefix("hex:") {
             Some(h) => hex_decode(h).map(NullMarker::Bytes),
-            None => Err("expected empty, json-null or hex:HEX".into()),
+            None => Err("expected empty, json-null, hex:HEX or none".into()),
         },
     }
 }
@@ -238,7 +243,9 @@ struct TopicArgs {
     #[arg(long, value_name = "URI")]
     decrypt_with: Option<String>,
     /// The plaintext a broken layer wrote for a delete: `empty` (the
-    /// default), `json-null` (the four bytes `null`) or `hex:HEX`.
+    /// default), `json-null` (the four bytes `null`), `hex:HEX`, or `none`
+    /// (no value is a delete: a topic that only writers of this library
+    /// wrote, where an empty value is a value).
     #[arg(long, value_parser = parse_marker, default_value = "empty")]
     null_marker: NullMarker,
     /// The values' associated data.

@@ -674,7 +674,7 @@ fn scan(s: &Setup, quiet: bool) -> Result<Audit, Fail> {
             Some(v) => match open_value(s, r, v, bound(s, &key, wire))? {
                 Value::Plain(p, id) => {
                     a.decrypted += 1;
-                    if p.as_slice() == s.marker.bytes() {
+                    if s.marker.matches(&p) {
                         a.marker_values += 1;
                         (Kind::Broken, Some(id))
                     } else {
