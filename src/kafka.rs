@@ -382,10 +382,16 @@ impl KafkaChangelog {
             )
             .set("enable.auto.commit", "false")
             .set("enable.partition.eof", "true")
+            // Offset 0, not `Beginning`: librdkafka looks `Beginning` up
+            // with a ListOffsets request that it schedules about 0.5 s after
+            // the assignment, on every read. Below the log start offset (a
+            // compacted or truncated log) the broker answers out of range
+            // and this resets to the earliest offset.
+            .set("auto.offset.reset", "earliest")
             .create()
             .map_err(|e| kafka_err("consumer", e))?;
         let mut tpl = TopicPartitionList::new();
-        tpl.add_partition_offset(&self.topic, self.partition, Offset::Beginning)
+        tpl.add_partition_offset(&self.topic, self.partition, Offset::Offset(0))
             .map_err(|e| kafka_err("assign", e))?;
         consumer.assign(&tpl).map_err(|e| kafka_err("assign", e))?;
         Ok(consumer)
