@@ -373,9 +373,16 @@ impl KafkaChangelog {
     }
 
     fn consumer(&self) -> Result<BaseConsumer, Error> {
-        let consumer: BaseConsumer = self
-            .config
-            .clone()
+        let mut config = self.config.clone();
+        // A read runs to the end of the partition, where the broker holds
+        // the last, empty fetch for `fetch.wait.max.ms` (500 ms by
+        // default) before librdkafka can tell it reached the end: wait 50
+        // ms at most, unless the configuration says otherwise. A fetch with
+        // records to return never waits.
+        if config.get("fetch.wait.max.ms").is_none() {
+            config.set("fetch.wait.max.ms", "50");
+        }
+        let consumer: BaseConsumer = config
             .set(
                 "group.id",
                 format!("tombstone-crypt-restore-{}-{}", self.topic, self.partition),
