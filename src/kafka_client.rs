@@ -326,7 +326,15 @@ pub type UndecodableHook =
     Box<dyn Fn(&BorrowedMessage<'_>, &Error) -> Result<(), Error> + Send + Sync>;
 
 /// A typed consumer over rdkafka's `StreamConsumer`: every record is decoded
-/// with the topic and the record key as context.
+/// with the topic and the record key (its plaintext by default,
+/// [`KeyBinding`]) as context.
+///
+/// The reading rule: replayed in order, a key's state is its last record,
+/// whatever form of an encrypted key it came under. Writers that follow
+/// the write rule ([`KeyForms`](crate::KeyForms)) put the tombstones of a
+/// key's older forms before its record, so the last record of a write is
+/// the write itself, and a replaying consumer agrees with a store restored
+/// from the topic.
 ///
 /// A record that cannot be decoded (a value that does not decrypt, a
 /// plaintext value under [`Unencrypted::Reject`](crate::Unencrypted)) is
