@@ -1,8 +1,14 @@
 #!/usr/bin/env bash
 # The whole test suite, from a fresh clone: installs and starts what the tests
-# need (a Python venv with Google Tink and confluent-kafka, a loopback
-# Kafka-compatible broker, loopback KMS servers, cargo-fuzz), runs every
-# check, stops the broker and the KMS servers.
+# need (a Python venv with Google Tink and confluent-kafka, two loopback
+# Kafka-compatible brokers, one of them compacting, loopback KMS servers,
+# strace, cargo-fuzz), runs every check, stops the brokers and the KMS
+# servers.
+#
+# The compacting broker (tansu 0.6.0 with its SQLite engine) is built once
+# into target/tansu-sqlite; on a fresh clone that build runs in the
+# background at low priority from the start, and the suites that need it
+# (tests whose names contain "compacting_broker") run last.
 #
 #   FUZZ_SECONDS   seconds per fuzz target (default 20)
 set -euo pipefail
@@ -10,6 +16,14 @@ cd "$(dirname "$0")/.."
 
 step() { printf '\n==> %s\n' "$*" >&2; }
 started=$(date +%s)
+
+step "the compacting broker's binary: tansu 0.6.0 with SQLite, cached in target/tansu-sqlite (built in the background when missing)"
+mkdir -p target
+# Its own process group (setsid), so that an early exit stops cargo with it.
+setsid nice -n 15 bash scripts/broker.sh build-compacting >target/tansu-sqlite-build.log 2>&1 &
+tansu_build=$!
+stop_build() { kill -- "-$tansu_build" 2>/dev/null || true; }
+trap stop_build EXIT
 
 step "format"
 cargo fmt --all -- --check
@@ -22,22 +36,35 @@ step "Python venv with tink and confluent-kafka (pinned with hashes, cached unde
 TOMBSTONE_TINK_PYTHON="$(bash scripts/tink-venv.sh | tail -n 1)"
 export TOMBSTONE_TINK_PYTHON
 
-step "brokers: tansu on 127.0.0.1, in memory and compacting on SQLite (built once into target/tansu-sqlite; stopped on exit)"
-trap 'bash scripts/broker.sh stop-compacting >&2 || true; bash scripts/broker.sh stop >&2 || true' EXIT
+step "broker: tansu on 127.0.0.1, in memory (stopped on exit)"
+stop_all() {
+  stop_build
+  bash scripts/kms.sh stop >&2 || true
+  bash scripts/broker.sh stop-compacting >&2 || true
+  bash scripts/broker.sh stop >&2 || true
+}
+trap stop_all EXIT
 TOMBSTONE_KAFKA_BOOTSTRAP="$(bash scripts/broker.sh start | tail -n 1)"
 export TOMBSTONE_KAFKA_BOOTSTRAP
-TOMBSTONE_KAFKA_COMPACTING_BOOTSTRAP="$(bash scripts/broker.sh start-compacting | tail -n 1)"
-export TOMBSTONE_KAFKA_COMPACTING_BOOTSTRAP
+
+step "strace (tests/keyset_files.rs traces the keyset files' fsync calls)"
+if ! command -v strace >/dev/null; then
+  if [[ $(id -u) -eq 0 ]] && command -v apt-get >/dev/null; then
+    apt-get install -y -qq strace >&2 || { apt-get update -qq >&2 && apt-get install -y -qq strace >&2; }
+  else
+    echo "strace is missing: install it (apt-get install strace)" >&2
+    exit 1
+  fi
+fi
 
 step "KMS servers: OpenBao 2.7.2 (transit) and moto (AWS KMS) on 127.0.0.1 (stopped on exit)"
-trap 'bash scripts/kms.sh stop >&2 || true; bash scripts/broker.sh stop-compacting >&2 || true; bash scripts/broker.sh stop >&2 || true' EXIT
 KMS_ENV="$(bash scripts/kms.sh start | tail -n 1)"
 # VAULT_ADDR, VAULT_TOKEN, AWS_* (loopback endpoint, dummy keys), the key URIs.
 # shellcheck disable=SC1090
 source "$KMS_ENV"
 
-step "tests, all features (aws-lc backend, kafka, redb): unit, integration, doc"
-cargo test --all-features
+step "tests, all features (aws-lc backend, kafka, redb): unit, integration, doc (the compacting broker's come last)"
+cargo test --all-features -- --skip compacting_broker
 
 step "tests, default features (RustCrypto backend)"
 cargo test
@@ -47,5 +74,20 @@ cargo test --no-default-features --lib --tests
 
 step "fuzz smoke run: every target ${FUZZ_SECONDS:-20} s"
 bash scripts/fuzz.sh
+
+step "waiting for the compacting broker's binary"
+if ! wait "$tansu_build"; then
+  tail -n 40 target/tansu-sqlite-build.log >&2
+  echo "building the compacting broker failed (log: target/tansu-sqlite-build.log)" >&2
+  exit 1
+fi
+tail -n 3 target/tansu-sqlite-build.log >&2
+
+step "compacting broker: tansu on SQLite on 127.0.0.1, maintenance every 100 ms (stopped on exit)"
+TOMBSTONE_KAFKA_COMPACTING_BOOTSTRAP="$(bash scripts/broker.sh start-compacting | tail -n 1)"
+export TOMBSTONE_KAFKA_COMPACTING_BOOTSTRAP
+
+step "end-to-end suites on the compacting broker: the write and reading rules (${TOMBSTONE_E2E_CASES:-64} cases) and their negative controls, compaction itself"
+cargo test --all-features --test writers_model --test compaction -- --test-threads 4
 
 step "all green in $(( $(date +%s) - started )) s"
