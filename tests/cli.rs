@@ -1269,6 +1269,8 @@ type Producer =
     TypedProducer<[u8], [u8], DeterministicSerializer<Bytes>, EncryptingSerializer<Bytes>>;
 /// Each plaintext key's state; `None` deleted.
 type State = BTreeMap<Vec<u8>, Option<Vec<u8>>>;
+/// Live keys and their values.
+type Live = BTreeMap<Vec<u8>, Vec<u8>>;
 
 fn runtime() -> tokio::runtime::Runtime {
     tokio::runtime::Builder::new_current_thread()
@@ -1316,7 +1318,7 @@ fn state(entries: &[(&str, Option<&str>)]) -> State {
         .collect()
 }
 
-fn live(model: &State) -> BTreeMap<Vec<u8>, Vec<u8>> {
+fn live(model: &State) -> Live {
     model
         .iter()
         .filter_map(|(k, v)| Some((k.clone(), v.clone()?)))
@@ -1383,7 +1385,7 @@ fn restored(
     values: &Keyset,
     keys: &Keyset,
     names: &[&str],
-) -> (BTreeMap<Vec<u8>, Vec<u8>>, BTreeMap<Vec<u8>, Vec<u8>>) {
+) -> (Live, Live) {
     let (mut all, mut got) = (BTreeMap::new(), BTreeMap::new());
     for p in 0..partitions {
         let mut inner = MemoryStore::new();
@@ -1467,7 +1469,7 @@ impl KeyedTopic {
         )
     }
 
-    fn restored(&self, names: &[&str]) -> (BTreeMap<Vec<u8>, Vec<u8>>, BTreeMap<Vec<u8>, Vec<u8>>) {
+    fn restored(&self, names: &[&str]) -> (Live, Live) {
         restored(
             &self.bootstrap,
             &self.topic,

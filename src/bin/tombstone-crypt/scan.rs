@@ -728,8 +728,16 @@ fn scan(s: &Setup, quiet: bool) -> Result<Audit, Fail> {
         // full of findings.
         let named: Vec<u32> = a.undecryptable_ids.iter().copied().collect();
         let have: Vec<u32> = s.keyset.keys().map(|(id, _)| id.0).collect();
+        let keys = if a.undecryptable_record_keys > 0 {
+            format!(
+                " ({} record keys do not decrypt under --key-keyset either)",
+                a.undecryptable_record_keys
+            )
+        } else {
+            String::new()
+        };
         return Err(fail(format!(
-            "no value of {} decrypts under this keyset: {} ciphertexts name key ids {named:?}, the keyset holds {have:?}; is it the topic's keyset, with the --aad (and --aad-name, --value-key) it was written with?",
+            "no value of {} decrypts under this keyset: {} ciphertexts name key ids {named:?}, the keyset holds {have:?}{keys}; is it the topic's keyset, with the --aad (and --aad-name, --value-key) it was written with?",
             s.topic, a.undecryptable_values
         )));
     }
