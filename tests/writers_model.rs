@@ -76,6 +76,13 @@ enum Op {
     Reencrypt,
     /// `repair --apply` (nothing to repair on a topic written by the rule).
     Repair,
+    /// A stale writer: a producer still on the key keyset from before the
+    /// last rotation of record keys writes (a value, or a delete), then
+    /// `repair --apply`. Where the readers disagree after the stale write,
+    /// `audit` must report a finding; after the repair they all equal the
+    /// model, whose state for the key is the stale write (the reading
+    /// rule: the newest record decides).
+    StaleWrite(usize, Option<u8>),
 }
 
 fn op() -> impl Strategy<Value = Op> {
@@ -87,6 +94,8 @@ fn op() -> impl Strategy<Value = Op> {
         3 => Just(Op::RotateKeys),
         1 => Just(Op::Reencrypt),
         1 => Just(Op::Repair),
+        1 => (0..KEYS.len(), proptest::option::of(any::<u8>()))
+            .prop_map(|(k, v)| Op::StaleWrite(k, v)),
     ]
 }
 
@@ -112,6 +121,9 @@ struct World {
     dir: PathBuf,
     values: Keyset,
     keys: Keyset,
+    /// The key keyset before its last rotation, while its primary is still
+    /// enabled: what a stale writer holds.
+    stale_keys: Option<Keyset>,
     rule: WriteRule,
     producer: Producer,
     /// One store per partition, each with its changelog on that partition.
@@ -168,6 +180,7 @@ impl World {
             dir,
             values,
             keys,
+            stale_keys: None,
             rule,
             producer,
             stores,
@@ -253,8 +266,34 @@ impl World {
                 self.keysets_changed();
             }
             Op::RotateKeys => {
+                self.stale_keys = Some(self.keys.clone());
                 self.keys.rotate();
                 self.keysets_changed();
+            }
+            Op::StaleWrite(k, v) => {
+                let Some(stale) = self.stale_keys.clone() else {
+                    return Ok(()); // no rotation yet: nobody is stale
+                };
+                let key = KEYS[k].as_bytes();
+                let value = v.map(value_of);
+                let producer = Self::producer(&self.bootstrap, &self.values, &stale, self.rule);
+                self.runtime
+                    .block_on(producer.send(&self.topic, key, value.as_deref()))
+                    .unwrap();
+                self.model.insert(key.to_vec(), value);
+                // Readers that disagree now: audit must say so.
+                let replay = self.consumer_replay();
+                let (all, got) = self.restored();
+                let replayed_live: Model =
+                    replay.into_iter().filter(|(_, v)| v.is_some()).collect();
+                let disagree = replayed_live != all || replayed_live != got;
+                let (code, json) = self.cli(&["audit"]);
+                if disagree {
+                    prop_assert_eq!(code, 1, "stale write: readers disagree, audit: {}", json);
+                    prop_assert!(json["split_keys"].as_u64() > Some(0), "{}", json);
+                }
+                let (code, json) = self.cli(&["repair", "--apply"]);
+                prop_assert_eq!(code, 0, "repair after a stale write: {}", json);
             }
             Op::Reencrypt => {
                 let (code, json) = self.cli(&["reencrypt", "--apply"]);
@@ -273,6 +312,10 @@ impl World {
                         ks.disable(id).unwrap();
                     }
                 }
+                // A writer on the keyset before the rotation would now
+                // write under a disabled key: not a stale writer, a broken
+                // one (its keys do not decrypt).
+                self.stale_keys = None;
                 self.keysets_changed();
             }
             Op::Repair => {
