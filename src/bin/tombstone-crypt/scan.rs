@@ -449,6 +449,12 @@ fn consumer(s: &Setup) -> Result<BaseConsumer, Fail> {
         .set("enable.auto.commit", "false")
         .set("enable.partition.eof", "true")
         .set("auto.offset.reset", "earliest");
+    // Each read runs to the end of every partition, where the broker holds
+    // the last, empty fetch for fetch.wait.max.ms (500 ms by default): 50
+    // ms, unless -X says otherwise.
+    if s.config.get("fetch.wait.max.ms").is_none() {
+        config.set("fetch.wait.max.ms", "50");
+    }
     config
         .create()
         .map_err(|e| fail(format!("creating a consumer: {e}")))
@@ -487,7 +493,10 @@ fn read_topic(
     let mut remaining: HashSet<i32> = HashSet::new();
     let mut total = 0u64;
     for &(p, low, high) in &ends {
-        tpl.add_partition_offset(&s.topic, p, Offset::Beginning)
+        // Offset 0, which resets to the earliest offset when compaction
+        // has moved the log start: `Beginning` is looked up with a request
+        // that librdkafka schedules about 0.5 s after the assignment.
+        tpl.add_partition_offset(&s.topic, p, Offset::Offset(0))
             .map_err(|e| fail(format!("assigning {}/{p}: {e}", s.topic)))?;
         remaining.insert(p);
         total += u64::try_from(high - low).unwrap_or(0);
