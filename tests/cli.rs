@@ -21,7 +21,7 @@ use tombstone_crypt::{
     restore_from, Bytes, Context, DecryptingDeserializer, Deserializer as _,
     DeterministicDeserializer, DeterministicSerializer, EncryptedStore, EncryptingSerializer,
     KafkaChangelog, KeyValueStore as _, Keyset, MemoryStore, Serializer as _, TypedConsumer,
-    TypedProducer, Unencrypted, WriteRule,
+    Unencrypted, WriteRule,
 };
 
 fn cli(args: &[&str]) -> Output {
@@ -1265,8 +1265,7 @@ fn records_without_a_key_are_counted_and_left_alone() {
 // all its forms; every write is the tombstones of the older forms first,
 // then the record under the primary form.
 
-type Producer =
-    TypedProducer<[u8], [u8], DeterministicSerializer<Bytes>, EncryptingSerializer<Bytes>>;
+type Producer = common::kafka::SivProducer;
 /// Each plaintext key's state; `None` deleted.
 type State = BTreeMap<Vec<u8>, Option<Vec<u8>>>;
 /// Live keys and their values.
@@ -1295,15 +1294,7 @@ fn rotate(file: &str) -> Keyset {
     load(file)
 }
 
-fn typed_producer(bootstrap: &str, values: &Keyset, keys: &Keyset, rule: WriteRule) -> Producer {
-    TypedProducer::new(
-        &client_config(bootstrap),
-        DeterministicSerializer::new(Bytes, keys.clone()),
-        EncryptingSerializer::new(Bytes, values.clone()),
-    )
-    .unwrap()
-    .with_write_rule(rule)
-}
+use common::kafka::siv_producer as typed_producer;
 
 /// One write (`None`: a delete), acknowledged.
 fn send(rt: &tokio::runtime::Runtime, p: &Producer, topic: &str, key: &str, value: Option<&str>) {

@@ -9,26 +9,13 @@ mod common;
 use std::collections::BTreeMap;
 use std::time::Duration;
 
-use common::kafka::{bootstrap, client_config, create_topic, fresh_topic};
+use common::kafka::{bootstrap, client_config, create_topic, fresh_topic, siv_producer};
 use tombstone_crypt::rdkafka::{Offset, TopicPartitionList};
 use tombstone_crypt::{
     murmur2_partition, restore_from, Bytes, DecryptingDeserializer, DeterministicDeserializer,
-    DeterministicSerializer, EncryptedStore, EncryptingSerializer, KafkaChangelog, KeyTemplate,
-    KeyValueStore, Keyset, MemoryStore, TopicSettings, TypedConsumer, TypedProducer, WriteRule,
+    EncryptedStore, KafkaChangelog, KeyTemplate, KeyValueStore, Keyset, MemoryStore, TopicSettings,
+    TypedConsumer, WriteRule,
 };
-
-type Producer =
-    TypedProducer<[u8], [u8], DeterministicSerializer<Bytes>, EncryptingSerializer<Bytes>>;
-
-fn producer(bootstrap: &str, values: &Keyset, keys: &Keyset, rule: WriteRule) -> Producer {
-    TypedProducer::new(
-        &client_config(bootstrap),
-        DeterministicSerializer::new(Bytes, keys.clone()),
-        EncryptingSerializer::new(Bytes, values.clone()),
-    )
-    .unwrap()
-    .with_write_rule(rule)
-}
 
 const PARTITIONS: i32 = 3;
 
@@ -46,7 +33,7 @@ async fn a_rotation_of_the_key_keyset_never_moves_a_key_to_another_partition() {
     let names: Vec<String> = (0..24).map(|i| format!("customer-{i}")).collect();
     let mut landed: BTreeMap<&str, Vec<i32>> = BTreeMap::new();
     for _round in 0..2 {
-        let p = producer(&bootstrap, &values, &keys, WriteRule::FanOut);
+        let p = siv_producer(&bootstrap, &values, &keys, WriteRule::FanOut);
         for name in &names {
             let d = p.send(&topic, name.as_bytes(), Some(b"v")).await.unwrap();
             landed.entry(name).or_default().push(d.partition);
@@ -98,12 +85,12 @@ async fn resurrected(bootstrap: &str, rule: WriteRule) -> (Option<Vec<u8>>, Opti
     );
     let values = Keyset::generate();
     let mut keys = Keyset::generate_with(KeyTemplate::aes256_siv()).unwrap();
-    producer(bootstrap, &values, &keys, rule)
+    siv_producer(bootstrap, &values, &keys, rule)
         .send(&topic, b"bob", Some(b"before"))
         .await
         .unwrap();
     keys.rotate();
-    let d = producer(bootstrap, &values, &keys, rule)
+    let d = siv_producer(bootstrap, &values, &keys, rule)
         .send(&topic, b"bob", None)
         .await
         .unwrap();

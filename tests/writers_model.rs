@@ -42,16 +42,15 @@ use common::compacting::{
     compacting_bootstrap, compaction_runs, create_compacted_topic, kafka_compact, read_all,
     wait_compacted, RawRecord,
 };
-use common::kafka::{client_config, fresh_topic};
+use common::kafka::{client_config, fresh_topic, siv_producer, SivProducer};
 use proptest::prelude::*;
 use proptest::test_runner::{Config, TestCaseError, TestError, TestRunner};
 use tombstone_crypt::rdkafka::error::KafkaError;
 use tombstone_crypt::rdkafka::{Message as _, Offset, TopicPartitionList};
 use tombstone_crypt::{
     restore, restore_from, Bytes, ChangeLoggingStore, Context, DecryptingDeserializer,
-    Deserializer as _, DeterministicDeserializer, DeterministicSerializer, EncryptedStore,
-    EncryptingSerializer, Error, KafkaChangelog, KeyStatus, KeyTemplate, KeyValueStore, Keyset,
-    MemoryStore, Record, TypedConsumer, TypedProducer, WriteRule,
+    Deserializer as _, DeterministicDeserializer, EncryptedStore, Error, KafkaChangelog, KeyStatus,
+    KeyTemplate, KeyValueStore, Keyset, MemoryStore, Record, TypedConsumer, WriteRule,
 };
 
 const PARTITIONS: i32 = 3;
@@ -111,8 +110,6 @@ fn value_of(v: u8) -> Vec<u8> {
 
 type Model = BTreeMap<Vec<u8>, Option<Vec<u8>>>;
 type Store = EncryptedStore<ChangeLoggingStore<MemoryStore, KafkaChangelog>>;
-type Producer =
-    TypedProducer<[u8], [u8], DeterministicSerializer<Bytes>, EncryptingSerializer<Bytes>>;
 
 /// One case's topic, keysets and writers.
 struct World {
@@ -125,7 +122,7 @@ struct World {
     /// enabled: what a stale writer holds.
     stale_keys: Option<Keyset>,
     rule: WriteRule,
-    producer: Producer,
+    producer: SivProducer,
     /// One store per partition, each with its changelog on that partition.
     stores: Vec<Store>,
     runtime: tokio::runtime::Runtime,
@@ -156,7 +153,7 @@ impl World {
             .enable_all()
             .build()
             .unwrap();
-        let producer = Self::producer(&bootstrap, &values, &keys, rule);
+        let producer = siv_producer(&bootstrap, &values, &keys, rule);
         let stores = (0..PARTITIONS)
             .map(|p| {
                 let changelog = KafkaChangelog::with_config(config(&bootstrap), &topic)
@@ -191,16 +188,6 @@ impl World {
         world
     }
 
-    fn producer(bootstrap: &str, values: &Keyset, keys: &Keyset, rule: WriteRule) -> Producer {
-        TypedProducer::new(
-            &config(bootstrap),
-            DeterministicSerializer::new(Bytes, keys.clone()),
-            EncryptingSerializer::new(Bytes, values.clone()),
-        )
-        .unwrap()
-        .with_write_rule(rule)
-    }
-
     fn save_keysets(&self) {
         std::fs::write(self.dir.join("values.json"), self.values.to_tink_json()).unwrap();
         std::fs::write(self.dir.join("keys.json"), self.keys.to_tink_json()).unwrap();
@@ -209,7 +196,7 @@ impl World {
     /// Every writer takes the keysets as they are now.
     fn keysets_changed(&mut self) {
         self.save_keysets();
-        self.producer = Self::producer(&self.bootstrap, &self.values, &self.keys, self.rule);
+        self.producer = siv_producer(&self.bootstrap, &self.values, &self.keys, self.rule);
         for s in &mut self.stores {
             s.set_keyset(self.values.clone());
             s.set_key_keyset(self.keys.clone()).unwrap();
@@ -276,7 +263,7 @@ impl World {
                 };
                 let key = KEYS[k].as_bytes();
                 let value = v.map(value_of);
-                let producer = Self::producer(&self.bootstrap, &self.values, &stale, self.rule);
+                let producer = siv_producer(&self.bootstrap, &self.values, &stale, self.rule);
                 self.runtime
                     .block_on(producer.send(&self.topic, key, value.as_deref()))
                     .unwrap();

@@ -46,3 +46,30 @@ pub fn create_topic(bootstrap: &str, topic: &str, partitions: i32) {
         r.unwrap();
     }
 }
+
+/// A typed producer with record keys encrypted under `keys` (AES-SIV) and
+/// values under `values`, following `rule` (the write rule, or a broken one
+/// for a negative control).
+pub type SivProducer = tombstone_crypt::TypedProducer<
+    [u8],
+    [u8],
+    tombstone_crypt::DeterministicSerializer<tombstone_crypt::Bytes>,
+    tombstone_crypt::EncryptingSerializer<tombstone_crypt::Bytes>,
+>;
+
+/// A [`SivProducer`] for `bootstrap` (made inside a tokio runtime or not).
+pub fn siv_producer(
+    bootstrap: &str,
+    values: &tombstone_crypt::Keyset,
+    keys: &tombstone_crypt::Keyset,
+    rule: tombstone_crypt::WriteRule,
+) -> SivProducer {
+    use tombstone_crypt::{Bytes, DeterministicSerializer, EncryptingSerializer, TypedProducer};
+    TypedProducer::new(
+        &client_config(bootstrap),
+        DeterministicSerializer::new(Bytes, keys.clone()),
+        EncryptingSerializer::new(Bytes, values.clone()),
+    )
+    .unwrap()
+    .with_write_rule(rule)
+}
