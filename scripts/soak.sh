@@ -13,6 +13,12 @@
 #   scripts/soak.sh                          # 10^6 records over 10^5 keys
 #   RECORDS=200000 SMALL=50000 scripts/soak.sh
 #   PARTS=clients scripts/soak.sh            # only the typed clients
+#   PARTS=writers scripts/soak.sh            # only the end-to-end model suite
+#
+# The `writers` part (not in the default PARTS) runs tests/writers_model.rs
+# (the write and reading rules on the compacting broker, built and started
+# by scripts/broker.sh) with E2E_CASES cases (default 1024) instead of the
+# test command's 64; it needs no KMS server.
 #
 # Uses TOMBSTONE_KAFKA_BOOTSTRAP when set, else starts scripts/broker.sh
 # (and stops it on exit). Memory storage: the broker holds every record.
@@ -26,6 +32,30 @@ SEED="${SEED:-42}"
 CLIENT_RECORDS="${CLIENT_RECORDS:-100000}"
 CLIENT_ROUNDS="${CLIENT_ROUNDS:-3}"
 PARTS="${PARTS:-store clients}"
+E2E_CASES="${E2E_CASES:-1024}"
+
+if [[ " $PARTS " == *" writers "* ]]; then
+    own_broker=""
+    stop_writers() {
+        bash scripts/broker.sh stop-compacting >&2 || true
+        if [[ -n "$own_broker" ]]; then bash scripts/broker.sh stop >&2 || true; fi
+    }
+    trap stop_writers EXIT
+    memory="${TOMBSTONE_KAFKA_BOOTSTRAP:-}"
+    if [[ -z "$memory" ]]; then
+        own_broker=1
+        memory="$(bash scripts/broker.sh start | tail -n 1)"
+    fi
+    compacting="$(bash scripts/broker.sh start-compacting | tail -n 1)"
+    TOMBSTONE_KAFKA_BOOTSTRAP="$memory" TOMBSTONE_KAFKA_COMPACTING_BOOTSTRAP="$compacting" \
+        TOMBSTONE_E2E_CASES="$E2E_CASES" cargo test --all-features --test writers_model \
+        -- --test-threads 4 --nocapture every_writer 2>&1 \
+        | grep -E "cases in|^test |test result|minimal failing|panicked" >&2
+    stop_writers
+    trap - EXIT
+    PARTS="$(printf '%s\n' $PARTS | grep -vx writers | tr '\n' ' ' || true)"
+    [[ -n "${PARTS// /}" ]] || exit 0
+fi
 
 cargo build --release --example soak --features kafka >&2
 bin=target/release/examples/soak
