@@ -62,11 +62,13 @@ impl KafkaRecord {
 /// encrypted gives one record, left to the producer's partitioner.
 ///
 /// The value's context is the topic and the key bytes that `binding` names
-/// (the plaintext key by default: see [`KeyBinding`]).
+/// (the plaintext key by default: see [`KeyBinding`]). `partitions` is the
+/// topic's partition count; it chooses an encrypted key's partition.
 ///
 /// # Errors
 /// A serde failed; [`Error::InnerReturnedNone`] if the value serializer
-/// returned no bytes for a present value.
+/// returned no bytes for a present value; [`Error::Kafka`] if the key is
+/// encrypted and `partitions` is 0.
 pub fn encode_write<K, V, KS, VS>(
     topic: &str,
     partitions: u32,
@@ -103,6 +105,14 @@ where
         value_ser.serialize(&Context::new(topic).with_key(forms.bound(binding)), value)?;
     if value.is_some() && payload.is_none() {
         return Err(Error::InnerReturnedNone);
+    }
+    if forms.is_encrypted() && partitions == 0 {
+        return Err(Error::Kafka {
+            detail: format!(
+                "an encrypted key's partition is chosen from the partition count of {topic}, and 0 was given"
+            ),
+            cause: None,
+        });
     }
     let partition = forms.partition(partitions);
     Ok(forms
@@ -564,4 +574,34 @@ fn is_queue_full(e: &KafkaError) -> bool {
         e,
         KafkaError::MessageProduction(RDKafkaErrorCode::QueueFull)
     )
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::codec::{Bytes, Utf8};
+    use crate::keyset::Keyset;
+    use crate::primitive::KeyTemplate;
+    use crate::serde::{DeterministicSerializer, EncryptingSerializer};
+
+    #[test]
+    fn an_encrypted_key_needs_the_partition_count_and_a_plain_one_does_not() {
+        let values = EncryptingSerializer::new(Bytes, Keyset::generate());
+        let mut keys = Keyset::generate_with(KeyTemplate::aes256_siv()).unwrap();
+        keys.rotate();
+        let siv = DeterministicSerializer::new(Utf8, keys);
+        let b = KeyBinding::Plaintext;
+        assert!(encode_write("t", 0, b, &siv, &values, "k", Some(&b"v"[..])).is_err());
+        let records = encode_write("t", 3, b, &siv, &values, "k", Some(&b"v"[..])).unwrap();
+        assert_eq!(records.len(), 2);
+        assert!(records[0].payload.is_none() && records[1].payload.is_some());
+        let p = Some(crate::murmur2_partition(b"k", 3));
+        assert!(records.iter().all(|r| r.partition == p));
+        let plain = encode_write("t", 0, b, &Utf8, &values, "k", None).unwrap();
+        assert_eq!(plain.len(), 1);
+        assert_eq!(
+            (plain[0].partition, plain[0].payload.is_none()),
+            (None, true)
+        );
+    }
 }

@@ -248,9 +248,11 @@ where
             .key_ser
             .key_forms(&crate::context::Context::new(topic), key)?
             .with_rule(self.rule);
+        // The partition count chooses an encrypted key's partition; an
+        // explicit partition wins over it (and needs no lookup).
         let partitions = match (partition, forms.is_encrypted()) {
             (None, true) => self.partition_count(topic).await?,
-            _ => 0,
+            _ => 1,
         };
         let records = encode_forms(
             topic,
