@@ -4,7 +4,7 @@ use core::fmt;
 use std::error::Error as StdError;
 use std::sync::Arc;
 
-use crate::keyset::KeyId;
+use crate::key_id::KeyId;
 
 /// A failure from below the layer (a store, a changelog, a KMS), kept so that
 /// [`Error::source`](std::error::Error::source) can return it. Shared, so

@@ -1,4 +1,4 @@
-//! Keys, key ids, statuses and Tink's cleartext JSON keyset format.
+//! Keys, statuses and Tink's cleartext JSON keyset format.
 //! Nothing here knows about values, codecs or stores.
 
 use core::fmt;
@@ -12,23 +12,13 @@ use zeroize::Zeroizing;
 
 use crate::cipher::Backend;
 use crate::error::{Error, KeysetErrorKind};
+use crate::key_id::KeyId;
 use crate::kms::dek::DekPolicy;
 use crate::kms::KmsClients;
 use crate::primitive::{printable, Family, KeyTemplate, Primitive};
 
 /// The most keys a keyset may hold (a bound on hostile keyset JSON).
 pub const MAX_KEYS: usize = 4096;
-
-/// A key's id: the 32-bit number that Tink writes, big-endian, after the
-/// version byte of every ciphertext.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash)]
-pub struct KeyId(pub u32);
-
-impl fmt::Display for KeyId {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        write!(f, "{}", self.0)
-    }
-}
 
 /// A key's status, as in Tink.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]

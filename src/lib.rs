@@ -12,6 +12,7 @@ mod error;
 mod kafka;
 #[cfg(feature = "kafka")]
 mod kafka_client;
+mod key_id;
 mod keyset;
 mod keyset_proto;
 mod kms;
@@ -34,7 +35,8 @@ pub use crate::kafka::{decode_message, encode_write, KafkaChangelog, KafkaRecord
 pub use crate::kafka_client::{
     ConsumedRecord, Delivered, RecordHeaders, TypedConsumer, TypedProducer, UndecodableHook,
 };
-pub use crate::keyset::{KeyId, KeyStatus, Keyset, MAX_KEYS};
+pub use crate::key_id::KeyId;
+pub use crate::keyset::{KeyStatus, Keyset, MAX_KEYS};
 #[cfg(feature = "aws-kms")]
 #[cfg_attr(docsrs, doc(cfg(feature = "aws-kms")))]
 pub use crate::kms::aws::{AwsCredentials, AwsKmsClient};

@@ -2,7 +2,8 @@ use super::{Entry, KeyValueStore};
 use crate::codec::Bytes;
 use crate::context::{AadPolicy, Context};
 use crate::error::Error;
-use crate::keyset::{KeyId, Keyset};
+use crate::key_id::KeyId;
+use crate::keyset::Keyset;
 use crate::record_key::{KeyForms, WriteRule};
 use crate::serde::{
     DecryptingDeserializer, Deserializer as _, EncryptingSerializer, Serializer as _,
