@@ -438,3 +438,14 @@ impl PartialEq for Error {
 }
 
 impl Eq for Error {}
+
+/// A value from the input, cut short and stripped of control characters, for
+/// an error message (only used for fields that hold no secrets).
+pub(crate) fn printable(s: &str) -> String {
+    printable_long(s, 64)
+}
+
+/// [`printable`] with a longer limit (key URIs).
+pub(crate) fn printable_long(s: &str, max: usize) -> String {
+    s.chars().filter(|c| !c.is_control()).take(max).collect()
+}

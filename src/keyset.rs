@@ -6,16 +6,17 @@ use std::sync::Arc;
 
 use base64::engine::general_purpose::STANDARD as BASE64;
 use base64::Engine as _;
-use rand::{Rng as _, TryRng as _};
+use rand::Rng as _;
 use serde::{Deserialize, Serialize};
 use zeroize::Zeroizing;
 
 use crate::cipher::Backend;
+use crate::error::printable;
 use crate::error::{Error, KeysetErrorKind};
 use crate::key_id::KeyId;
 use crate::kms::dek::DekPolicy;
 use crate::kms::KmsClients;
-use crate::primitive::{printable, Family, KeyTemplate, Primitive};
+use crate::primitive::{Family, KeyTemplate, Primitive};
 
 /// The most keys a keyset may hold (a bound on hostile keyset JSON).
 pub const MAX_KEYS: usize = 4096;
@@ -131,19 +132,6 @@ impl fmt::Debug for Keyset {
             .field("keys (id, status, type)", &Keys(&self.inner.keys))
             .field("backend", &self.inner.backend)
             .finish_non_exhaustive()
-    }
-}
-
-/// Fills `out` with key bytes from the OS.
-///
-/// # Panics
-/// If the operating system cannot provide randomness at all.
-pub(crate) fn fill_from_os(out: &mut [u8]) {
-    // Keys come straight from the OS; values' nonces use a thread-local CSPRNG.
-    if rand::rngs::SysRng.try_fill_bytes(out).is_err() {
-        // Fall back to the OS-seeded thread RNG, which panics only if the OS
-        // cannot provide randomness at all.
-        rand::rng().fill_bytes(out);
     }
 }
 

@@ -18,6 +18,7 @@ mod keyset_proto;
 mod kms;
 mod primitive;
 mod proto;
+mod random;
 mod record_key;
 mod serde;
 mod store;

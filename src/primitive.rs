@@ -9,7 +9,7 @@
 use zeroize::Zeroizing;
 
 use crate::cipher::{AesGcmKey, AesSivKey, Backend, NONCE_LEN, SIV_KEY_LEN, SIV_LEN, TAG_LEN};
-use crate::error::{Error, KeysetErrorKind};
+use crate::error::{printable, Error, KeysetErrorKind};
 use crate::kms::dek::{DekPolicy, EnvelopeKey};
 use crate::kms::KmsClients;
 
@@ -71,7 +71,7 @@ impl Primitive {
         match &template.kind {
             &TemplateKind::AesGcm { key_len } => {
                 let mut bytes = Zeroizing::new([0u8; 32]);
-                crate::keyset::fill_from_os(&mut bytes[..]);
+                crate::random::fill_from_os(&mut bytes[..]);
                 Ok(Primitive::AesGcm(AesGcmKey::new(
                     &bytes[..usize::from(key_len)],
                     backend,
@@ -79,7 +79,7 @@ impl Primitive {
             }
             TemplateKind::AesSiv => {
                 let mut bytes = Zeroizing::new([0u8; SIV_KEY_LEN]);
-                crate::keyset::fill_from_os(&mut bytes[..]);
+                crate::random::fill_from_os(&mut bytes[..]);
                 Ok(Primitive::AesSiv(AesSivKey::new(&bytes[..])?))
             }
             TemplateKind::KmsEnvelope {
@@ -363,17 +363,6 @@ fn check_material(
             format!("key material type {:?} is not {want}", printable(t)),
         )),
     }
-}
-
-/// A value from the input, cut short and stripped of control characters, for
-/// an error message (only used for fields that hold no secrets).
-pub(crate) fn printable(s: &str) -> String {
-    printable_long(s, 64)
-}
-
-/// [`printable`] with a longer limit (key URIs).
-pub(crate) fn printable_long(s: &str, max: usize) -> String {
-    s.chars().filter(|c| !c.is_control()).take(max).collect()
 }
 
 /// How to make a key: its type and parameters, as Tink's key templates.

@@ -535,7 +535,7 @@ impl EnvelopeKey {
         // Its age counts from before the KMS call.
         let made = s.now();
         let mut bytes = Zeroizing::new([0u8; 32]);
-        crate::keyset::fill_from_os(&mut bytes[..]);
+        crate::random::fill_from_os(&mut bytes[..]);
         let bytes = &bytes[..usize::from(s.dek_len)];
         let proto = crate::primitive::aes_gcm_key_proto(bytes);
         let edek = s.remote.encrypt(&proto, b"").map_err(|e| {

@@ -435,7 +435,7 @@ fn retryable(status: u16) -> bool {
 /// A short, printable excerpt of a KMS error body (it never holds key
 /// material: those are only in successful answers).
 fn excerpt(body: &str) -> String {
-    crate::primitive::printable_long(body, 300)
+    crate::error::printable_long(body, 300)
 }
 
 /// Deserializes an optional string into a zeroized buffer (a KMS answer's

@@ -165,7 +165,7 @@ fn no_client(key_uri: &str) -> Error {
 
 /// A key URI, cut short and stripped of control characters, for errors.
 pub(crate) fn printable_uri(uri: &str) -> String {
-    crate::primitive::printable_long(uri, 200)
+    crate::error::printable_long(uri, 200)
 }
 
 static REGISTRY: RwLock<Vec<Arc<dyn KmsClient>>> = RwLock::new(Vec::new());
