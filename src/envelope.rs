@@ -19,7 +19,7 @@ use crate::error::Error;
 use crate::key_id::KeyId;
 use crate::keyset::{Entry, Keyset};
 use crate::kms::dek::{EnvelopeKey, MAX_EDEK_LEN};
-use crate::primitive::{Primitive, PREFIX_LEN};
+use crate::primitive::{Primitive, KMS_MIN_LEN, PREFIX_LEN};
 use crate::serde::BlockingWork;
 
 /// The version byte of Tink's output prefix TINK.
@@ -32,10 +32,6 @@ const HEADER_LEN: usize = PREFIX_LEN + NONCE_LEN;
 ///
 /// [`EncryptingSerializer::size_hint`]: crate::Serializer::size_hint
 pub const OVERHEAD: usize = HEADER_LEN + TAG_LEN;
-
-/// The shortest envelope ciphertext: prefix, EDEK length, a one-byte EDEK,
-/// nonce and tag.
-pub(crate) const KMS_MIN_LEN: usize = PREFIX_LEN + 4 + 1 + NONCE_LEN + TAG_LEN;
 
 /// The shape of a non-empty associated data.
 struct AadLayout<'a> {

@@ -12,6 +12,7 @@ use crate::cipher::{AesGcmKey, AesSivKey, Backend, NONCE_LEN, SIV_KEY_LEN, SIV_L
 use crate::error::{printable, Error, KeysetErrorKind};
 use crate::kms::dek::{DekPolicy, EnvelopeKey};
 use crate::kms::KmsClients;
+use crate::proto::{key_proto, parse_key_proto};
 
 /// Tink's type URL prefix.
 const TYPE_URL_PREFIX: &str = "type.googleapis.com/google.crypto.tink.";
@@ -51,6 +52,10 @@ impl Family {
 
 /// Bytes of the output prefix TINK: the version byte and the key id.
 pub(crate) const PREFIX_LEN: usize = 5;
+
+/// The shortest envelope ciphertext: prefix, EDEK length, a one-byte EDEK,
+/// nonce and tag.
+pub(crate) const KMS_MIN_LEN: usize = PREFIX_LEN + 4 + 1 + NONCE_LEN + TAG_LEN;
 
 /// What a key does, with its material: one expanded primitive per key.
 #[derive(Clone)]
@@ -147,7 +152,7 @@ impl Primitive {
         match self {
             Primitive::AesGcm(_) => PREFIX_LEN + NONCE_LEN + TAG_LEN,
             Primitive::AesSiv(_) => PREFIX_LEN + SIV_LEN,
-            Primitive::KmsEnvelope(_) => crate::envelope::KMS_MIN_LEN,
+            Primitive::KmsEnvelope(_) => KMS_MIN_LEN,
         }
     }
 
@@ -156,9 +161,7 @@ impl Primitive {
     #[inline]
     pub(crate) fn overhead(&self) -> usize {
         match self {
-            Primitive::KmsEnvelope(k) => {
-                (crate::envelope::KMS_MIN_LEN - 1).saturating_add(k.edek_len_hint().max(1))
-            }
+            Primitive::KmsEnvelope(k) => (KMS_MIN_LEN - 1).saturating_add(k.edek_len_hint().max(1)),
             other => other.min_ciphertext_len(),
         }
     }
@@ -341,16 +344,6 @@ fn parse_envelope_proto(proto: &[u8]) -> Result<(String, u8), String> {
     }
 }
 
-/// The `AesGcmKey` proto of a DEK, `1a len key` (what a KMS wraps).
-pub(crate) fn aes_gcm_key_proto(key: &[u8]) -> Zeroizing<Vec<u8>> {
-    Zeroizing::new(key_proto(0x1a, key))
-}
-
-/// The key of an `AesGcmKey` proto (version 0, explicit or not).
-pub(crate) fn parse_aes_gcm_key_proto(proto: &[u8]) -> Result<&[u8], String> {
-    parse_key_proto(proto, "AesGcmKey", 0x1a)
-}
-
 fn check_material(
     material_type: Option<&str>,
     want: &'static str,
@@ -498,124 +491,5 @@ impl KeyTemplate {
 impl Default for KeyTemplate {
     fn default() -> Self {
         KeyTemplate::aes256_gcm()
-    }
-}
-
-/// Encodes Tink's `AesGcmKey` or `AesSivKey` proto `{ version = 0,
-/// key_value }`, the key value under `tag` (`0x1a`: field 3 of `AesGcmKey`;
-/// `0x12`: field 2 of `AesSivKey`). Version 0 is the proto3 default and is
-/// omitted, as Tink itself writes it.
-fn key_proto(tag: u8, key: &[u8]) -> Vec<u8> {
-    let mut out = Vec::with_capacity(2 + key.len());
-    out.push(tag);
-    // AES keys are 16, 32 or 64 bytes: one varint byte.
-    out.push(key.len() as u8);
-    out.extend_from_slice(key);
-    out
-}
-
-/// Decodes such a proto: `version` (field 1, varint, must be 0) and the key
-/// value (length-delimited, under `key_tag`). Any other field is rejected.
-fn parse_key_proto<'a>(proto: &'a [u8], name: &str, key_tag: u8) -> Result<&'a [u8], String> {
-    let mut rest = proto;
-    let mut key = None;
-    while let Some((&tag, tail)) = rest.split_first() {
-        rest = tail;
-        match tag {
-            0x08 => {
-                let (version, tail) = read_varint(rest)?;
-                rest = tail;
-                if version != 0 {
-                    return Err(format!(
-                        "{name} version {version} is not supported (only 0)"
-                    ));
-                }
-            }
-            t if t == key_tag => {
-                let (len, tail) = read_varint(rest)?;
-                let len = usize::try_from(len)
-                    .ok()
-                    .filter(|&l| l <= tail.len())
-                    .ok_or_else(|| format!("{name} key_value runs past the end"))?;
-                if key.is_some() {
-                    return Err(format!("{name} key_value appears twice"));
-                }
-                key = Some(&tail[..len]);
-                rest = &tail[len..];
-            }
-            other => {
-                return Err(format!("{name} has an unexpected field tag 0x{other:02x}"));
-            }
-        }
-    }
-    key.ok_or_else(|| format!("{name} has no key_value"))
-}
-
-/// A protobuf varint of at most 64 bits; one that overflows is an error.
-fn read_varint(input: &[u8]) -> Result<(u64, &[u8]), String> {
-    let mut value = 0u64;
-    for (i, &b) in input.iter().enumerate().take(10) {
-        // The tenth byte holds bit 63 only.
-        if i == 9 && b > 1 {
-            break;
-        }
-        value |= u64::from(b & 0x7f) << (7 * i);
-        if b & 0x80 == 0 {
-            return Ok((value, &input[i + 1..]));
-        }
-    }
-    Err("malformed varint".into())
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn proto_accepts_explicit_version_zero() {
-        let mut p = vec![0x08, 0x00];
-        p.extend(key_proto(0x1a, &[7u8; 32]));
-        assert_eq!(
-            parse_key_proto(&p, "AesGcmKey", 0x1a).unwrap(),
-            &[7u8; 32][..]
-        );
-        let mut p = vec![0x08, 0x00];
-        p.extend(key_proto(0x12, &[7u8; 64]));
-        assert_eq!(
-            parse_key_proto(&p, "AesSivKey", 0x12).unwrap(),
-            &[7u8; 64][..]
-        );
-        // The other type's field number is refused.
-        assert!(parse_key_proto(&p, "AesGcmKey", 0x1a).is_err());
-    }
-
-    fn parse_key_gcm(p: &[u8]) -> Result<&[u8], String> {
-        parse_key_proto(p, "AesGcmKey", 0x1a)
-    }
-
-    #[test]
-    fn proto_rejects_bad_shapes() {
-        assert!(parse_key_gcm(&[]).is_err());
-        assert!(parse_key_gcm(&[0x08, 0x01, 0x1a, 0x00]).is_err());
-        assert!(parse_key_gcm(&[0x1a, 0x21, 0x00]).is_err());
-        assert!(parse_key_gcm(&[
-            0x1a, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0x01
-        ])
-        .is_err());
-        assert!(parse_key_gcm(&[0x12, 0x00]).is_err());
-    }
-
-    #[test]
-    fn varints_that_overflow_64_bits_are_rejected() {
-        // 2^64 would wrap to 0 if the tenth byte's high bits were dropped.
-        let overflow = [0x80, 0x80, 0x80, 0x80, 0x80, 0x80, 0x80, 0x80, 0x80, 0x02];
-        assert!(read_varint(&overflow).is_err());
-        let mut version = vec![0x08];
-        version.extend_from_slice(&overflow);
-        version.extend(key_proto(0x1a, &[7u8; 32]));
-        assert!(parse_key_gcm(&version).is_err());
-        // u64::MAX is the largest varint and still reads.
-        let max = [0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0x01];
-        assert_eq!(read_varint(&max).unwrap().0, u64::MAX);
     }
 }

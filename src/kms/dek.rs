@@ -537,7 +537,7 @@ impl EnvelopeKey {
         let mut bytes = Zeroizing::new([0u8; 32]);
         crate::random::fill_from_os(&mut bytes[..]);
         let bytes = &bytes[..usize::from(s.dek_len)];
-        let proto = crate::primitive::aes_gcm_key_proto(bytes);
+        let proto = crate::proto::aes_gcm_key_proto(bytes);
         let edek = s.remote.encrypt(&proto, b"").map_err(|e| {
             wrap(
                 format!(
@@ -677,7 +677,7 @@ impl EnvelopeKey {
         // Its TTL counts from before the KMS call.
         let unwrapped_at = s.now();
         let unwrapped = s.remote.decrypt(edek, b"").and_then(|proto| {
-            let key = crate::primitive::parse_aes_gcm_key_proto(&proto).map_err(|why| {
+            let key = crate::proto::parse_aes_gcm_key_proto(&proto).map_err(|why| {
                 Error::kms_msg(format!("the unwrapped data key is not an AesGcmKey: {why}"))
             })?;
             AesGcmKey::new(key, s.backend)
