@@ -6,8 +6,8 @@
 //! wrappers implement only the present-value methods, so none of them can
 //! turn a `None` into bytes, or bytes into a `None`.
 
-use crate::context::{AadPolicy, Context};
-use crate::envelope::{self, AadBuf, MAX_PREALLOC};
+use crate::context::{AadBuf, AadPolicy, Context};
+use crate::envelope::{self, MAX_PREALLOC};
 use crate::error::Error;
 use crate::keyset::Keyset;
 use crate::record_key::KeyForms;
