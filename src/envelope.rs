@@ -20,7 +20,7 @@ use crate::key_id::KeyId;
 use crate::keyset::{Entry, Keyset};
 use crate::kms::dek::{EnvelopeKey, MAX_EDEK_LEN};
 use crate::primitive::{Primitive, KMS_MIN_LEN, PREFIX_LEN};
-use crate::serde::BlockingWork;
+use crate::work::BlockingWork;
 
 /// The version byte of Tink's output prefix TINK.
 pub(crate) const VERSION: u8 = 0x01;

@@ -22,7 +22,8 @@ use rdkafka::TopicPartitionList;
 use crate::error::Error;
 use crate::kafka::{decode_message, encode_forms};
 use crate::record_key::{KeyBinding, WriteRule};
-use crate::serde::{BlockingWork, Deserializer, Serializer};
+use crate::serde::{Deserializer, Serializer};
+use crate::work::BlockingWork;
 
 fn kafka_err<E: std::error::Error + Send + Sync + 'static>(what: &str, e: E) -> Error {
     Error::Kafka {

@@ -22,6 +22,7 @@ mod random;
 mod record_key;
 mod serde;
 mod store;
+mod work;
 
 pub use crate::cipher::Backend;
 pub use crate::codec::{Bincode, Bytes, Json, Utf8, BINCODE_DECODE_LIMIT};
@@ -51,8 +52,8 @@ pub use crate::primitive::KeyTemplate;
 pub use crate::record_key::WriteRule;
 pub use crate::record_key::{murmur2, murmur2_partition, KeyBinding, KeyForms};
 pub use crate::serde::{
-    BlockingWork, DecryptingDeserializer, Deserializer, DeterministicDeserializer,
-    DeterministicSerializer, EncryptingSerializer, Serializer, Unencrypted,
+    DecryptingDeserializer, Deserializer, DeterministicDeserializer, DeterministicSerializer,
+    EncryptingSerializer, Serializer, Unencrypted,
 };
 #[cfg(feature = "redb")]
 #[cfg_attr(docsrs, doc(cfg(feature = "redb")))]
@@ -61,6 +62,7 @@ pub use crate::store::{
     compact, restore, restore_from, ChangeLoggingStore, Changelog, EncryptedStore, Entry,
     KeyValueStore, MemoryChangelog, MemoryStore, Record, TypedStore,
 };
+pub use crate::work::BlockingWork;
 /// The rdkafka crate this one is built on (feature `kafka`), for its
 /// `ClientConfig`, producers and consumers.
 #[cfg(feature = "kafka")]
