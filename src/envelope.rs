@@ -17,7 +17,6 @@ use zeroize::Zeroize as _;
 use crate::cipher::{AesGcmKey, NONCE_LEN, SIV_LEN, TAG_LEN};
 use crate::error::Error;
 use crate::key_id::KeyId;
-use crate::keyset::{Entry, Keyset};
 use crate::kms::dek::{EnvelopeKey, MAX_EDEK_LEN};
 use crate::primitive::{Primitive, KMS_MIN_LEN, PREFIX_LEN};
 use crate::work::BlockingWork;
@@ -37,8 +36,24 @@ pub const OVERHEAD: usize = HEADER_LEN + TAG_LEN;
 /// huge or wrong hint costs a regrowth, never a huge allocation.
 pub(crate) const MAX_PREALLOC: usize = 1 << 20;
 
+/// What the wire format needs from a set of keys: the key to seal under,
+/// the key a ciphertext's key id names, and the shortest ciphertext of any
+/// key. [`Keyset`](crate::Keyset) implements it, in `keyset.rs` above this
+/// module: the format is handed its keys and never sees a keyset.
+pub(crate) trait Keys {
+    /// The primary key: its id and its primitive.
+    fn primary_key(&self) -> (KeyId, &Primitive);
+
+    /// The key that may decrypt a value under `id`: an enabled key, or
+    /// [`Error::UnknownKeyId`] / [`Error::KeyDisabled`].
+    fn decrypting_key(&self, id: KeyId) -> Result<&Primitive, Error>;
+
+    /// The shortest ciphertext any of the keys writes.
+    fn min_ciphertext_len(&self) -> usize;
+}
+
 /// Appends the ciphertext of a present value under the primary key of
-/// `keyset` to `out`.
+/// `keys` to `out`.
 ///
 /// `write_plaintext` appends the plaintext to the buffer it is given; the
 /// buffer already holds the header, and room for `size_hint` bytes (at most
@@ -48,21 +63,19 @@ pub(crate) const MAX_PREALLOC: usize = 1 << 20;
 /// plaintext is left behind.
 #[inline]
 pub(crate) fn seal_into(
-    keyset: &Keyset,
+    keys: &impl Keys,
     aad: &[u8],
     out: &mut Vec<u8>,
     size_hint: usize,
     write_plaintext: impl FnOnce(&mut Vec<u8>) -> Result<(), Error>,
 ) -> Result<(), Error> {
     let start = out.len();
-    let entry = keyset.primary_entry();
-    let sealed = match &entry.primitive {
-        Primitive::AesGcm(key) => seal_gcm(entry.id, key, aad, out, size_hint, write_plaintext),
-        Primitive::KmsEnvelope(key) => {
-            seal_envelope(entry.id, key, aad, out, size_hint, write_plaintext)
-        }
+    let (id, primitive) = keys.primary_key();
+    let sealed = match primitive {
+        Primitive::AesGcm(key) => seal_gcm(id, key, aad, out, size_hint, write_plaintext),
+        Primitive::KmsEnvelope(key) => seal_envelope(id, key, aad, out, size_hint, write_plaintext),
         Primitive::AesSiv(_) => Err(Error::WrongKeyType {
-            key_id: entry.id,
+            key_id: id,
             operation:
                 "encrypt with a randomized AEAD (it is deterministic: use it for record keys)",
         }),
@@ -177,15 +190,15 @@ fn split_edek(len: usize, rest: &[u8]) -> Result<(&[u8], &[u8]), Error> {
 }
 
 /// Checks what every ciphertext starts with, in this order: the length
-/// against the keyset's shortest ciphertext, the version byte, the key id
-/// (an enabled key of the keyset). Returns the key and the bytes after the
+/// against the keys' shortest ciphertext, the version byte, the key id
+/// (an enabled key of `keys`). Returns the key and the bytes after the
 /// prefix.
 #[inline]
-fn parse_prefix<'k, 'd>(
-    keyset: &'k Keyset,
+fn parse_prefix<'k, 'd, K: Keys>(
+    keys: &'k K,
     data: &'d [u8],
-) -> Result<(KeyId, &'k Entry, &'d [u8]), Error> {
-    let min = keyset.min_ciphertext_len();
+) -> Result<(KeyId, &'k Primitive, &'d [u8]), Error> {
+    let min = keys.min_ciphertext_len();
     let truncated = || Error::Truncated {
         len: data.len(),
         min,
@@ -202,20 +215,20 @@ fn parse_prefix<'k, 'd>(
     let id = KeyId(u32::from_be_bytes([
         prefix[1], prefix[2], prefix[3], prefix[4],
     ]));
-    Ok((id, keyset.decrypting_entry(id)?, rest))
+    Ok((id, keys.decrypting_key(id)?, rest))
 }
 
 /// Decrypts a ciphertext with whichever enabled key its key id names; the
 /// body is copied once, into the buffer that is returned, and decrypted
 /// there. On any failure no plaintext is returned.
 ///
-/// The checks run in this order: the length against the keyset's shortest
+/// The checks run in this order: the length against the keys' shortest
 /// ciphertext, the version byte, the key id, then the key's own format and
 /// authentication.
 #[inline]
-pub(crate) fn open(keyset: &Keyset, aad: &[u8], data: &[u8]) -> Result<Vec<u8>, Error> {
-    let (id, entry, rest) = parse_prefix(keyset, data)?;
-    match &entry.primitive {
+pub(crate) fn open(keys: &impl Keys, aad: &[u8], data: &[u8]) -> Result<Vec<u8>, Error> {
+    let (id, primitive, rest) = parse_prefix(keys, data)?;
+    match primitive {
         Primitive::AesGcm(key) => open_gcm(key, aad, data.len(), rest),
         Primitive::KmsEnvelope(key) => open_envelope(key, aad, data.len(), rest),
         // A keyset holds one family of keys; a deterministic ciphertext is
@@ -227,11 +240,11 @@ pub(crate) fn open(keyset: &Keyset, aad: &[u8], data: &[u8]) -> Result<Vec<u8>, 
     }
 }
 
-/// The KMS call that sealing the next value under `keyset`'s primary key
+/// The KMS call that sealing the next value under the primary key of `keys`
 /// would make (a new DEK is due), as work for a blocking thread; `None`
 /// when sealing makes no KMS call.
-pub(crate) fn blocking_work_to_seal(keyset: &Keyset) -> Option<BlockingWork> {
-    match &keyset.primary_entry().primitive {
+pub(crate) fn blocking_work_to_seal(keys: &impl Keys) -> Option<BlockingWork> {
+    match keys.primary_key().1 {
         Primitive::KmsEnvelope(key) if key.writer_needs_kms() => {
             let key = key.clone();
             Some(BlockingWork::new(move || key.prepare_writer()))
@@ -243,9 +256,9 @@ pub(crate) fn blocking_work_to_seal(keyset: &Keyset) -> Option<BlockingWork> {
 /// The KMS call that opening `data` would make (its DEK is not cached), as
 /// work for a blocking thread; `None` when opening makes no KMS call, or
 /// `data` is malformed (opening it reports why, without calling the KMS).
-pub(crate) fn blocking_work_to_open(keyset: &Keyset, data: &[u8]) -> Option<BlockingWork> {
-    let (_, entry, rest) = parse_prefix(keyset, data).ok()?;
-    let Primitive::KmsEnvelope(key) = &entry.primitive else {
+pub(crate) fn blocking_work_to_open(keys: &impl Keys, data: &[u8]) -> Option<BlockingWork> {
+    let (_, primitive, rest) = parse_prefix(keys, data).ok()?;
+    let Primitive::KmsEnvelope(key) = primitive else {
         return None;
     };
     let (edek, _) = split_edek(data.len(), rest).ok()?;
@@ -258,32 +271,33 @@ pub(crate) fn blocking_work_to_open(keyset: &Keyset, data: &[u8]) -> Option<Bloc
 }
 
 /// Appends the deterministic ciphertext of a present plaintext under the
-/// primary key of `keyset` (which must be deterministic) to `out`:
+/// primary key of `keys` (which must be deterministic) to `out`:
 /// `0x01 | key id | SIV (16) | ciphertext`, AES-SIV with exactly one
 /// associated-data component, `ad` (even when empty, as Tink does).
 /// On error `out` is zeroized and cut back to its length on entry.
 pub(crate) fn seal_deterministic_into(
-    keyset: &Keyset,
+    keys: &impl Keys,
     ad: &[u8],
     out: &mut Vec<u8>,
     size_hint: usize,
     write_plaintext: impl FnOnce(&mut Vec<u8>) -> Result<(), Error>,
 ) -> Result<(), Error> {
-    let entry = keyset.primary_entry();
-    seal_deterministic_with(entry, ad, out, size_hint, write_plaintext)
+    let (id, primitive) = keys.primary_key();
+    seal_deterministic_with(id, primitive, ad, out, size_hint, write_plaintext)
 }
 
-/// [`seal_deterministic_into`] under the key `entry`.
+/// [`seal_deterministic_into`] under the key `primitive`, whose id is `id`.
 pub(crate) fn seal_deterministic_with(
-    entry: &Entry,
+    id: KeyId,
+    primitive: &Primitive,
     ad: &[u8],
     out: &mut Vec<u8>,
     size_hint: usize,
     write_plaintext: impl FnOnce(&mut Vec<u8>) -> Result<(), Error>,
 ) -> Result<(), Error> {
-    let Primitive::AesSiv(key) = &entry.primitive else {
+    let Primitive::AesSiv(key) = primitive else {
         return Err(Error::WrongKeyType {
-            key_id: entry.id,
+            key_id: id,
             operation: "encrypt deterministically (it is a randomized AEAD: use it for values)",
         });
     };
@@ -291,7 +305,7 @@ pub(crate) fn seal_deterministic_with(
     let sealed = (|| {
         out.reserve((PREFIX_LEN + SIV_LEN).saturating_add(size_hint.min(MAX_PREALLOC)));
         out.push(VERSION);
-        out.extend_from_slice(&entry.id.0.to_be_bytes());
+        out.extend_from_slice(&id.0.to_be_bytes());
         out.extend_from_slice(&[0; SIV_LEN]);
         let body = out.len();
         write_plaintext(out)?;
@@ -311,12 +325,12 @@ pub(crate) fn seal_deterministic_with(
 /// Decrypts a deterministic ciphertext under the enabled key its key id
 /// names. The checks run in the order of [`open`].
 pub(crate) fn open_deterministic(
-    keyset: &Keyset,
+    keys: &impl Keys,
     ad: &[u8],
     data: &[u8],
 ) -> Result<Vec<u8>, Error> {
-    let (id, entry, rest) = parse_prefix(keyset, data)?;
-    let Primitive::AesSiv(key) = &entry.primitive else {
+    let (id, primitive, rest) = parse_prefix(keys, data)?;
+    let Primitive::AesSiv(key) = primitive else {
         return Err(Error::WrongKeyType {
             key_id: id,
             operation: "decrypt deterministically (it is a randomized AEAD)",

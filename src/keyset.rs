@@ -11,6 +11,7 @@ use serde::{Deserialize, Serialize};
 use zeroize::Zeroizing;
 
 use crate::cipher::Backend;
+use crate::envelope::Keys;
 use crate::error::printable;
 use crate::error::{Error, KeysetErrorKind};
 use crate::key_id::KeyId;
@@ -503,7 +504,8 @@ impl Keyset {
             .map(|entry| {
                 let mut out = Vec::new();
                 crate::envelope::seal_deterministic_with(
-                    entry,
+                    entry.id,
+                    &entry.primitive,
                     associated_data,
                     &mut out,
                     plaintext.len(),
@@ -577,27 +579,6 @@ impl Keyset {
     #[inline]
     pub(crate) fn primary_overhead(&self) -> usize {
         self.primary_entry().primitive.overhead()
-    }
-
-    /// The shortest ciphertext any key of the keyset writes.
-    #[inline]
-    pub(crate) fn min_ciphertext_len(&self) -> usize {
-        self.inner.min_len
-    }
-
-    /// The key that may decrypt a value under `id`.
-    #[inline]
-    pub(crate) fn decrypting_entry(&self, id: KeyId) -> Result<&Entry, Error> {
-        // The primary first: nearly every value is under it.
-        let primary = self.primary_entry();
-        if primary.id == id {
-            return Ok(primary);
-        }
-        match self.inner.keys.iter().find(|e| e.id == id) {
-            Some(e) if e.status == KeyStatus::Enabled => Ok(e),
-            Some(_) => Err(Error::KeyDisabled(id)),
-            None => Err(Error::UnknownKeyId(id)),
-        }
     }
 
     /// Reads a keyset in Tink's cleartext JSON keyset format.
@@ -834,6 +815,37 @@ impl Keyset {
         };
         serde_json::to_writer(&mut out, &ks).expect("a keyset always serializes");
         String::from_utf8(out).expect("serde_json writes UTF-8")
+    }
+}
+
+/// The keys the wire format seals and opens with (`envelope.rs`, below
+/// this module, is handed them and never sees a keyset).
+impl Keys for Keyset {
+    #[inline]
+    fn primary_key(&self) -> (KeyId, &Primitive) {
+        let entry = self.primary_entry();
+        (entry.id, &entry.primitive)
+    }
+
+    /// The key that may decrypt a value under `id`.
+    #[inline]
+    fn decrypting_key(&self, id: KeyId) -> Result<&Primitive, Error> {
+        // The primary first: nearly every value is under it.
+        let primary = self.primary_entry();
+        if primary.id == id {
+            return Ok(&primary.primitive);
+        }
+        match self.inner.keys.iter().find(|e| e.id == id) {
+            Some(e) if e.status == KeyStatus::Enabled => Ok(&e.primitive),
+            Some(_) => Err(Error::KeyDisabled(id)),
+            None => Err(Error::UnknownKeyId(id)),
+        }
+    }
+
+    /// The shortest ciphertext any key of the keyset writes.
+    #[inline]
+    fn min_ciphertext_len(&self) -> usize {
+        self.inner.min_len
     }
 }
 
