@@ -8,6 +8,8 @@ mod codec;
 mod context;
 mod envelope;
 mod error;
+#[cfg(feature = "test-hooks")]
+mod fake_kms;
 #[cfg(feature = "kafka")]
 mod kafka;
 #[cfg(feature = "kafka")]
@@ -82,7 +84,7 @@ pub mod __fuzz {
     use crate::cipher::{AesGcmKey, Backend, NONCE_LEN, TAG_LEN};
     use crate::Error;
 
-    pub use crate::kms::fake::{FakeKms, FAKE_KMS_SCHEME};
+    pub use crate::fake_kms::{FakeKms, FAKE_KMS_SCHEME};
 
     /// AES-GCM encryption with an explicit nonce on `backend`:
     /// `ciphertext | tag`.

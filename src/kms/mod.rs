@@ -25,8 +25,6 @@ use crate::error::Error;
 #[cfg(feature = "aws-kms")]
 pub(crate) mod aws;
 pub(crate) mod dek;
-#[cfg(feature = "test-hooks")]
-pub(crate) mod fake;
 #[cfg(any(feature = "aws-kms", feature = "vault"))]
 pub(crate) mod http;
 #[cfg(feature = "vault")]

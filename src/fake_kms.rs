@@ -1,6 +1,9 @@
 //! An in-process KMS for tests, benches and fuzzing (feature `test-hooks`):
 //! `fake-kms://NAME` keys, AES-GCM under a key that lives in this process,
 //! calls counted, and a switch that makes it fail as a KMS that is down.
+//! It wraps with a [`Keyset`] and reaches into the envelope key's clock, so
+//! it sits on top of the layers, beside the other test hooks, not among the
+//! KMS clients.
 
 use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
 use std::sync::Arc;
