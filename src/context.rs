@@ -54,7 +54,7 @@ impl<'a> Context<'a> {
     /// [`Keyset::decrypt`](crate::Keyset::decrypt).
     ///
     /// # Errors
-    /// [`Error::ContextTooLong`](crate::Error::ContextTooLong) if the topic
+    /// [`Error::ContextTooLong`] if the topic
     /// or the key is longer than 2^32 - 1 bytes.
     ///
     /// ```

@@ -1,6 +1,6 @@
 //! The wire format (Tink's AEAD output with output prefix TINK) of each key
-//! type, over the cipher backend. The associated data is encoded by
-//! `context.rs`, beneath this module.
+//! type, over the cipher backend. The associated data comes in as bytes
+//! (`context.rs` encodes it), the keys through the [`Keys`] trait.
 //!
 //! ```text
 //! AES-GCM:  0x01 | key_id (u32 BE) | nonce (12) | ciphertext | tag (16)
@@ -8,8 +8,8 @@
 //! KMS envelope: 0x01 | key_id | u32be(len EDEK) | EDEK | nonce (12) | ciphertext | tag (16)
 //! ```
 //!
-//! Nothing here knows about stores, codecs or Kafka, and nothing here ever
-//! sees a tombstone: callers pass present values only.
+//! Nothing here knows about keysets, stores, codecs or Kafka, and nothing
+//! here ever sees a tombstone: callers pass present values only.
 
 use rand::Rng as _;
 use zeroize::Zeroize as _;
