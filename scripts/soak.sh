@@ -47,10 +47,16 @@ if [[ " $PARTS " == *" writers "* ]]; then
         memory="$(bash scripts/broker.sh start | tail -n 1)"
     fi
     compacting="$(bash scripts/broker.sh start-compacting | tail -n 1)"
-    TOMBSTONE_KAFKA_BOOTSTRAP="$memory" TOMBSTONE_KAFKA_COMPACTING_BOOTSTRAP="$compacting" \
+    log=target/soak-writers.log
+    if ! TOMBSTONE_KAFKA_BOOTSTRAP="$memory" TOMBSTONE_KAFKA_COMPACTING_BOOTSTRAP="$compacting" \
         TOMBSTONE_E2E_CASES="$E2E_CASES" cargo test --all-features --test writers_model \
-        -- --test-threads 4 --nocapture every_writer 2>&1 \
-        | grep -E "cases in|^test |test result|minimal failing|panicked" >&2
+        -- --test-threads 4 --nocapture every_writer >"$log" 2>&1; then
+        grep -E "cases in|^test |test result" "$log" >&2
+        grep -B2 -A40 "minimal failing input" "$log" >&2 || tail -n 60 "$log" >&2
+        echo "the end-to-end suite failed; whole output: $log" >&2
+        exit 1
+    fi
+    grep -E "cases in|^test |test result" "$log" >&2
     stop_writers
     trap - EXIT
     PARTS="$(printf '%s\n' $PARTS | grep -vx writers | tr '\n' ' ' || true)"
