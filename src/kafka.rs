@@ -115,15 +115,20 @@ where
         });
     }
     let partition = forms.partition(partitions);
-    Ok(forms
-        .writes(payload.as_deref())
-        .map(|(key, payload)| KafkaRecord {
+    // One record of the write carries the payload: the rule is asked with
+    // a stand-in, and the payload is moved into that record, not copied.
+    let stand_in: Option<&[u8]> = payload.as_ref().map(|_| &[][..]);
+    let mut payload = payload;
+    let mut records = Vec::with_capacity(forms.write_count());
+    for (key, value) in forms.writes(stand_in) {
+        records.push(KafkaRecord {
             topic: topic.to_owned(),
             key: key.to_vec(),
-            payload: payload.map(<[u8]>::to_vec),
+            payload: value.and_then(|_| payload.take()),
             partition,
-        })
-        .collect())
+        });
+    }
+    Ok(records)
 }
 
 /// Decodes a consumed message into `(key, Option<value>)` through any

@@ -139,9 +139,9 @@ pub enum WriteRule {
 #[derive(Clone, PartialEq, Eq)]
 pub struct KeyForms {
     plaintext: Vec<u8>,
-    primary: Vec<u8>,
-    older: Vec<Vec<u8>>,
-    encrypted: bool,
+    /// The forms under the enabled keys, the primary's first; empty when
+    /// the key is not encrypted (its one form is its plaintext).
+    forms: Vec<Vec<u8>>,
     rule: WriteRule,
 }
 
@@ -150,8 +150,8 @@ impl core::fmt::Debug for KeyForms {
     fn fmt(&self, f: &mut core::fmt::Formatter<'_>) -> core::fmt::Result {
         f.debug_struct("KeyForms")
             .field("plaintext_len", &self.plaintext.len())
-            .field("older", &self.older.len())
-            .field("encrypted", &self.encrypted)
+            .field("older", &self.older().len())
+            .field("encrypted", &self.is_encrypted())
             .finish_non_exhaustive()
     }
 }
@@ -160,10 +160,8 @@ impl KeyForms {
     /// A key that is not encrypted: one form, its bytes.
     pub fn plain(bytes: Vec<u8>) -> Self {
         KeyForms {
-            primary: bytes.clone(),
             plaintext: bytes,
-            older: Vec::new(),
-            encrypted: false,
+            forms: Vec::new(),
             rule: WriteRule::FanOut,
         }
     }
@@ -174,13 +172,12 @@ impl KeyForms {
     /// # Errors
     /// [`Error::Encryption`] if `forms` is empty.
     pub fn encrypted(plaintext: Vec<u8>, forms: Vec<Vec<u8>>) -> Result<Self, Error> {
-        let mut forms = forms.into_iter();
-        let primary = forms.next().ok_or(Error::Encryption)?;
+        if forms.is_empty() {
+            return Err(Error::Encryption);
+        }
         Ok(KeyForms {
             plaintext,
-            primary,
-            older: forms.collect(),
-            encrypted: true,
+            forms,
             rule: WriteRule::FanOut,
         })
     }
@@ -200,29 +197,29 @@ impl KeyForms {
     /// The key's form on the wire under the primary key (its plaintext when
     /// it is not encrypted).
     pub fn primary(&self) -> &[u8] {
-        &self.primary
+        self.forms.first().unwrap_or(&self.plaintext)
     }
 
     /// The key's forms under the other enabled keys, oldest last.
     pub fn older(&self) -> &[Vec<u8>] {
-        &self.older
+        self.forms.get(1..).unwrap_or_default()
     }
 
     /// Whether the key is encrypted.
     pub fn is_encrypted(&self) -> bool {
-        self.encrypted
+        !self.forms.is_empty()
     }
 
     /// Every form on the wire, the primary's first.
     pub fn all(&self) -> impl Iterator<Item = &[u8]> {
-        core::iter::once(&self.primary[..]).chain(self.older.iter().map(Vec::as_slice))
+        core::iter::once(self.primary()).chain(self.older().iter().map(Vec::as_slice))
     }
 
     /// The bytes a value's associated data binds for `binding`.
     pub fn bound(&self, binding: KeyBinding) -> &[u8] {
         match binding {
             KeyBinding::Plaintext => &self.plaintext,
-            KeyBinding::Wire => &self.primary,
+            KeyBinding::Wire => self.primary(),
         }
     }
 
@@ -232,7 +229,7 @@ impl KeyForms {
     /// producer with the Java client's default partitioner agrees); for a
     /// key that is not encrypted, `None` (the producer's partitioner).
     pub fn partition(&self, partitions: u32) -> Option<i32> {
-        self.encrypted
+        self.is_encrypted()
             .then(|| murmur2_partition(&self.plaintext, partitions))
     }
 
@@ -247,10 +244,10 @@ impl KeyForms {
     ) -> impl Iterator<Item = (&'a [u8], Option<&'a [u8]>)> + 'a {
         let older = match self.rule {
             WriteRule::PrimaryOnly => &[][..],
-            _ => &self.older[..],
+            _ => self.older(),
         };
         let tombstones = older.iter().map(|f| (&f[..], None));
-        let record = core::iter::once((&self.primary[..], value));
+        let record = core::iter::once((self.primary(), value));
         let (before, after) = match self.rule {
             WriteRule::ValueFirst => (None, Some(tombstones)),
             _ => (Some(tombstones), None),
@@ -266,7 +263,7 @@ impl KeyForms {
     pub fn write_count(&self) -> usize {
         match self.rule {
             WriteRule::PrimaryOnly => 1,
-            _ => 1 + self.older.len(),
+            _ => 1 + self.older().len(),
         }
     }
 }
