@@ -506,8 +506,10 @@ impl Changelog for KafkaChangelog {
     /// per batch, not per record. A record whose offset is not above the
     /// last one applied is skipped: one such broker (tansu 0.6.0 on SQLite)
     /// answered a fetch after compaction with the kept records several
-    /// times over. Fails when no record arrives for the timeout (30 s),
-    /// however long the whole read takes.
+    /// times over. A transient consumer error (a broker connection down
+    /// for a moment: [`is_transient_kafka_error`]) is waited out. Fails when
+    /// no record arrives for the timeout (30 s), however long the whole read
+    /// takes.
     fn replay(&self, apply: &mut dyn FnMut(Record) -> Result<(), Error>) -> Result<u64, Error> {
         let consumer = self.consumer()?;
         let mut last_progress = Instant::now();
@@ -524,6 +526,9 @@ impl Changelog for KafkaChangelog {
             match consumer.poll(Duration::from_millis(200)) {
                 None => {}
                 Some(Err(KafkaError::PartitionEOF(_))) => return Ok(n),
+                // librdkafka reconnects; the progress deadline above bounds
+                // how long that may take.
+                Some(Err(e)) if is_transient_kafka_error(&e) => {}
                 Some(Err(e)) => return Err(kafka_err("consume", e)),
                 Some(Ok(m)) => {
                     last_progress = Instant::now();
@@ -572,6 +577,41 @@ impl Changelog for KafkaChangelog {
         self.flushed = self.appended;
         Ok(())
     }
+}
+
+/// Whether a consumer error is one librdkafka recovers from by itself: a
+/// broker connection that dropped or is not up yet ("all broker
+/// connections are down" is reported between the bootstrap connection
+/// closing and the partition leader's opening), a request that timed out, a
+/// leader that moved. A reader that meets one goes on polling; its progress
+/// deadline, not the error, decides when to give up. Every other error is
+/// final.
+///
+/// ```
+/// use tombstone_crypt::is_transient_kafka_error;
+/// use tombstone_crypt::rdkafka::error::{KafkaError, RDKafkaErrorCode};
+///
+/// let down = KafkaError::MessageConsumption(RDKafkaErrorCode::AllBrokersDown);
+/// assert!(is_transient_kafka_error(&down));
+/// let denied = KafkaError::MessageConsumption(RDKafkaErrorCode::TopicAuthorizationFailed);
+/// assert!(!is_transient_kafka_error(&denied));
+/// ```
+pub fn is_transient_kafka_error(e: &KafkaError) -> bool {
+    use RDKafkaErrorCode as C;
+    matches!(
+        e,
+        KafkaError::MessageConsumption(
+            C::AllBrokersDown
+                | C::BrokerTransportFailure
+                | C::Resolve
+                | C::OperationTimedOut
+                | C::RequestTimedOut
+                | C::NetworkException
+                | C::BrokerNotAvailable
+                | C::LeaderNotAvailable
+                | C::NotLeaderForPartition
+        )
+    )
 }
 
 fn is_queue_full(e: &KafkaError) -> bool {

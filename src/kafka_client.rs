@@ -470,7 +470,10 @@ where
     ///
     /// # Errors
     /// [`Error::Kafka`] from the consumer; [`Error::Record`] for a record
-    /// that does not decode.
+    /// that does not decode. A Kafka error whose cause
+    /// [`is_transient_kafka_error`](crate::is_transient_kafka_error) says is
+    /// transient (a broker connection down for a moment) is one librdkafka
+    /// recovers from: call `recv` again.
     pub async fn recv(&self) -> Result<ConsumedRecord<K, V>, Error> {
         loop {
             let m = self

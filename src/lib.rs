@@ -33,7 +33,10 @@ pub use crate::envelope::OVERHEAD;
 pub use crate::error::{Cause, Error, KeysetErrorKind};
 #[cfg(feature = "kafka")]
 #[cfg_attr(docsrs, doc(cfg(feature = "kafka")))]
-pub use crate::kafka::{decode_message, encode_write, KafkaChangelog, KafkaRecord, TopicSettings};
+pub use crate::kafka::{
+    decode_message, encode_write, is_transient_kafka_error, KafkaChangelog, KafkaRecord,
+    TopicSettings,
+};
 #[cfg(feature = "kafka")]
 #[cfg_attr(docsrs, doc(cfg(feature = "kafka")))]
 pub use crate::kafka_client::{

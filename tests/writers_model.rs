@@ -416,6 +416,13 @@ impl World {
                             at_end.insert(*p);
                         }
                     }
+                    // A broker connection down for a moment: librdkafka
+                    // reconnects (the deadline above bounds it).
+                    Ok(Err(Error::Kafka {
+                        cause: Some(cause), ..
+                    })) if cause
+                        .downcast_ref::<KafkaError>()
+                        .is_some_and(tombstone_crypt::is_transient_kafka_error) => {}
                     Ok(Err(e)) => panic!("replay of {}: {e}", self.topic),
                 }
             }

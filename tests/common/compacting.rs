@@ -101,6 +101,8 @@ pub fn read_all_counted(bootstrap: &str, topic: &str) -> ReadBack {
             Some(Err(KafkaError::PartitionEOF(p))) => {
                 at_end.insert(p);
             }
+            // A broker connection down for a moment: librdkafka reconnects.
+            Some(Err(e)) if tombstone_crypt::is_transient_kafka_error(&e) => {}
             Some(Err(e)) => panic!("consume {topic}: {e}"),
             Some(Ok(m)) => {
                 let (p, offset) = (m.partition(), m.offset());

@@ -524,6 +524,18 @@ fn read_topic(
                 last_progress = Instant::now();
                 remaining.remove(&p);
             }
+            // librdkafka reconnects by itself (a broker connection down
+            // for a moment); give up only when that outlasts the timeout.
+            Some(Err(e)) if tombstone_crypt::is_transient_kafka_error(&e) => {
+                if last_progress.elapsed() > s.timeout {
+                    bar.abandon();
+                    return Err(fail(format!(
+                        "reading {}: {e}, and no record for {} s",
+                        s.topic,
+                        s.timeout.as_secs()
+                    )));
+                }
+            }
             Some(Err(e)) => {
                 bar.abandon();
                 return Err(fail(format!("reading {}: {e}", s.topic)));
