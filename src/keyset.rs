@@ -882,44 +882,14 @@ fn decode_base64(text: &str) -> Option<Zeroizing<Vec<u8>>> {
     None
 }
 
-/// `json` in a zeroized buffer of its size, with each JSON escape that
-/// stands for a printable ASCII character other than `"` and `\` (`\/`,
-/// `\u0041`) replaced by that character, in place. Other escapes and other
-/// bytes are kept, so valid JSON stays the same JSON and stays UTF-8.
+/// `json` in a zeroized buffer of its size, with each JSON escape in a
+/// string that stands for a printable ASCII character other than `"` and
+/// `\` (`\/`, `\u0041`) replaced by that character, in place: the same
+/// JSON, which serde_json then reads without unescaping key material into
+/// its scratch buffer.
 fn unescape_printable(json: &str) -> Zeroizing<Vec<u8>> {
     let mut buf = Zeroizing::new(json.as_bytes().to_vec());
-    let printable = |hex: Option<&[u8]>| -> Option<u8> {
-        let hex = hex.filter(|h| h.iter().all(u8::is_ascii_hexdigit))?;
-        let c = hex.iter().fold(0u32, |n, &h| {
-            n * 16 + char::from(h).to_digit(16).unwrap_or(0)
-        });
-        u8::try_from(c)
-            .ok()
-            .filter(|c| (0x20..0x7f).contains(c) && *c != b'"' && *c != b'\\')
-    };
-    let (mut r, mut w) = (0, 0);
-    while r < buf.len() {
-        let undone = match (buf[r], buf.get(r + 1)) {
-            (b'\\', Some(b'/')) => Some((b'/', 2)),
-            (b'\\', Some(b'u')) => printable(buf.get(r + 2..r + 6)).map(|c| (c, 6)),
-            _ => None,
-        };
-        let n = match undone {
-            Some((c, len)) => {
-                buf[w] = c;
-                r += len;
-                w += 1;
-                continue;
-            }
-            // Another escape (`\\`, `\"`, `\n`, `\u0000`, ...): both bytes.
-            None if buf[r] == b'\\' && r + 1 < buf.len() => 2,
-            None => 1,
-        };
-        buf.copy_within(r..r + n, w);
-        r += n;
-        w += n;
-    }
-    buf.truncate(w);
+    crate::json_text::unescape_printable(&mut buf);
     buf
 }
 

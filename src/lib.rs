@@ -10,6 +10,7 @@ mod envelope;
 mod error;
 #[cfg(feature = "test-hooks")]
 mod fake_kms;
+mod json_text;
 #[cfg(feature = "kafka")]
 mod kafka;
 #[cfg(feature = "kafka")]
