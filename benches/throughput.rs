@@ -404,7 +404,7 @@ fn siv(c: &mut Criterion) {
 fn envelope(c: &mut Criterion) {
     const N: usize = 1024;
     let kms = tombstone_crypt::__fuzz::FakeKms::new();
-    let clients = tombstone_crypt::KmsClients::new().with(kms);
+    let clients = tombstone_crypt::kms::KmsClients::new().with(kms);
     let writer = Keyset::generate_with(
         KeyTemplate::kms_envelope("fake-kms://bench").with_kms_clients(clients.clone()),
     )

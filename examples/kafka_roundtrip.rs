@@ -9,14 +9,14 @@
 //! Produces five orders and deletes two (tombstones: no payload at all),
 //! then consumes the topic back and prints each record, decrypted.
 
-use tombstone_crypt::rdkafka::admin::{AdminClient, AdminOptions, NewTopic, TopicReplication};
-use tombstone_crypt::rdkafka::client::DefaultClientContext;
-use tombstone_crypt::rdkafka::config::ClientConfig;
-use tombstone_crypt::rdkafka::{Offset, TopicPartitionList};
-use tombstone_crypt::{
-    Bincode, DecryptingDeserializer, EncryptingSerializer, Error, Keyset, TypedConsumer,
-    TypedProducer, Utf8,
+use tombstone_crypt::kafka::rdkafka::admin::{
+    AdminClient, AdminOptions, NewTopic, TopicReplication,
 };
+use tombstone_crypt::kafka::rdkafka::client::DefaultClientContext;
+use tombstone_crypt::kafka::rdkafka::config::ClientConfig;
+use tombstone_crypt::kafka::rdkafka::{Offset, TopicPartitionList};
+use tombstone_crypt::kafka::{TypedConsumer, TypedProducer};
+use tombstone_crypt::{Bincode, DecryptingDeserializer, EncryptingSerializer, Error, Keyset, Utf8};
 
 #[derive(serde::Serialize, serde::Deserialize, Debug)]
 struct Order {

@@ -16,9 +16,9 @@
 mod naive;
 
 use naive::NaiveSerde;
-use tombstone_crypt::{
-    Bincode, ChangeLoggingStore, Error, KafkaChangelog, Keyset, MemoryStore, TypedStore, Utf8,
-};
+use tombstone_crypt::kafka::KafkaChangelog;
+use tombstone_crypt::store::{ChangeLoggingStore, MemoryStore, TypedStore};
+use tombstone_crypt::{Bincode, Error, Keyset, Utf8};
 
 #[derive(serde::Serialize, serde::Deserialize, Debug, Clone)]
 struct Event {

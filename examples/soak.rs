@@ -21,10 +21,11 @@ use std::collections::hash_map::DefaultHasher;
 use std::hash::{Hash as _, Hasher as _};
 use std::time::Instant;
 
-use tombstone_crypt::{
-    restore_from, ChangeLoggingStore, EncryptedStore, Error, KafkaChangelog, KeyValueStore, Keyset,
-    MemoryStore,
+use tombstone_crypt::kafka::KafkaChangelog;
+use tombstone_crypt::store::{
+    restore_from, ChangeLoggingStore, EncryptedStore, KeyValueStore, MemoryStore,
 };
+use tombstone_crypt::{Error, Keyset};
 
 struct Rng(u64);
 
@@ -85,10 +86,10 @@ fn clients(
     encrypted: bool,
     keyset: Keyset,
 ) -> Result<(), Error> {
-    use tombstone_crypt::rdkafka::config::ClientConfig;
+    use tombstone_crypt::kafka::rdkafka::config::ClientConfig;
+    use tombstone_crypt::kafka::{TypedConsumer, TypedProducer};
     use tombstone_crypt::{
         Bytes, DecryptingDeserializer, Deserializer, EncryptingSerializer, Serializer,
-        TypedConsumer, TypedProducer,
     };
     async fn run<VS, VD>(
         config: ClientConfig,
@@ -127,8 +128,8 @@ fn clients(
         let mut config = config;
         config.set("group.id", format!("soak-{topic}"));
         let consumer = TypedConsumer::new(&config, Bytes, vd)?;
-        let mut tpl = tombstone_crypt::rdkafka::TopicPartitionList::new();
-        tpl.add_partition_offset(topic, 0, tombstone_crypt::rdkafka::Offset::Beginning)
+        let mut tpl = tombstone_crypt::kafka::rdkafka::TopicPartitionList::new();
+        tpl.add_partition_offset(topic, 0, tombstone_crypt::kafka::rdkafka::Offset::Beginning)
             .map_err(|e| Error::changelog("assign", e))?;
         consumer.assign(&tpl)?;
         let started = Instant::now();

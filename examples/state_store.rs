@@ -12,10 +12,10 @@ mod naive;
 use std::path::Path;
 
 use naive::NaiveSerde;
-use tombstone_crypt::{
-    compact, restore, Bincode, ChangeLoggingStore, Changelog, DecryptingDeserializer,
-    EncryptingSerializer, Error, Keyset, MemoryChangelog, RedbStore, TypedStore, Utf8,
+use tombstone_crypt::store::{
+    compact, restore, ChangeLoggingStore, Changelog, MemoryChangelog, RedbStore, TypedStore,
 };
+use tombstone_crypt::{Bincode, DecryptingDeserializer, EncryptingSerializer, Error, Keyset, Utf8};
 
 #[derive(serde::Serialize, serde::Deserialize, Debug, Clone)]
 struct Event {

@@ -1,5 +1,27 @@
-//! Plain inner codecs: no crypto, no keys. Each implements only the
-//! present-value methods; the traits' provided methods map `None` to `None`.
+//! Codecs: the plain inner serdes that turn a value into bytes and back,
+//! with no crypto and no keys. Wrap one in an
+//! [`EncryptingSerializer`](crate::EncryptingSerializer) /
+//! [`DecryptingDeserializer`](crate::DecryptingDeserializer) to encrypt
+//! what it writes.
+//!
+//! - [`Bytes`]: bytes as they are; [`Utf8`]: strings;
+//! - [`Json`]: any serde type as JSON; [`Bincode`]: as bincode 2, decoding
+//!   at most [`BINCODE_DECODE_LIMIT`] bytes of allocations.
+//!
+//! Each implements only the present-value methods; the traits' provided
+//! methods map `None` (a tombstone) to `None` without calling the codec.
+//!
+//! ```
+//! use tombstone_crypt::{Context, Deserializer, Json, Serializer};
+//!
+//! let ctx = Context::new("orders");
+//! let bytes = Json::<Vec<u32>>::new().serialize(&ctx, Some(&vec![1, 2]))?;
+//! assert_eq!(bytes.as_deref(), Some(&b"[1,2]"[..]));
+//! let back: Option<Vec<u32>> = Json::new().deserialize(&ctx, bytes.as_deref())?;
+//! assert_eq!(back, Some(vec![1, 2]));
+//! assert_eq!(Json::<Vec<u32>>::new().serialize(&ctx, None)?, None); // a tombstone
+//! # Ok::<(), tombstone_crypt::Error>(())
+//! ```
 
 use core::fmt;
 use core::marker::PhantomData;

@@ -1,4 +1,20 @@
-//! The crate's one error type.
+//! The crate's one error type, [`Error`], with what it may carry: the
+//! [`Cause`] from below the layer (a store, a changelog, a KMS, Kafka) and,
+//! for a keyset that did not load, its [`KeysetErrorKind`].
+//!
+//! No error, and no `Debug` of one, holds key bytes, plaintext or
+//! ciphertext: a message quotes input only as far as it is printable and
+//! short.
+//!
+//! ```
+//! use tombstone_crypt::error::KeysetErrorKind;
+//! use tombstone_crypt::{Error, Keyset};
+//!
+//! match Keyset::from_tink_json("{\"primaryKeyId\": 1}") {
+//!     Err(Error::Keyset { kind, .. }) => assert_eq!(kind, KeysetErrorKind::Json),
+//!     other => panic!("{other:?}"),
+//! }
+//! ```
 
 use core::fmt;
 use std::error::Error as StdError;
@@ -125,7 +141,7 @@ pub enum Error {
     /// A change-logging store refuses to serve: an append or a flush failed
     /// earlier, so the store and its changelog may disagree. Rebuild it from
     /// the changelog with
-    /// [`ChangeLoggingStore::recover`](crate::ChangeLoggingStore::recover).
+    /// [`ChangeLoggingStore::recover`](crate::store::ChangeLoggingStore::recover).
     NeedsRestore,
     /// A key management service (KMS) failed or refused (down, slow,
     /// denied, no client for a key URI), or an envelope ciphertext's
@@ -186,7 +202,7 @@ impl Error {
         }
     }
 
-    /// A store error for a [`KeyValueStore`](crate::KeyValueStore) written
+    /// A store error for a [`KeyValueStore`](crate::store::KeyValueStore) written
     /// outside this crate: what it was doing, and the error that stopped it
     /// (returned by `source()`).
     ///
@@ -207,7 +223,7 @@ impl Error {
         }
     }
 
-    /// A changelog error for a [`Changelog`](crate::Changelog) written
+    /// A changelog error for a [`Changelog`](crate::store::Changelog) written
     /// outside this crate, with the error that caused it.
     pub fn changelog(
         detail: impl Into<String>,
@@ -228,8 +244,8 @@ impl Error {
         }
     }
 
-    /// A KMS error for a [`KmsClient`](crate::KmsClient) or
-    /// [`KmsAead`](crate::KmsAead) written outside this crate: what it was
+    /// A KMS error for a [`KmsClient`](crate::kms::KmsClient) or
+    /// [`KmsAead`](crate::kms::KmsAead) written outside this crate: what it was
     /// doing, and the error that stopped it (returned by `source()`).
     pub fn kms(
         detail: impl Into<String>,

@@ -4,79 +4,48 @@
 #![cfg_attr(not(test), warn(clippy::unwrap_used))]
 
 mod cipher;
-mod codec;
+pub mod codec;
 mod context;
 mod envelope;
-mod error;
+pub mod error;
 #[cfg(feature = "test-hooks")]
 mod fake_kms;
 mod json_text;
 #[cfg(feature = "kafka")]
-mod kafka;
-#[cfg(feature = "kafka")]
-mod kafka_client;
+#[cfg_attr(docsrs, doc(cfg(feature = "kafka")))]
+pub mod kafka;
 mod key_id;
 mod keyset;
 mod keyset_proto;
-mod kms;
+pub mod kms;
 mod primitive;
 mod proto;
 mod random;
-mod record_key;
+pub mod record_key;
 mod serde;
-mod store;
+pub mod store;
 mod work;
 
+// The root: what every user needs. The feature areas are the public
+// modules above (`codec`, `error`, `kafka`, `kms`, `record_key`, `store`)
+// and `format`.
 pub use crate::cipher::Backend;
-pub use crate::codec::{Bincode, Bytes, Json, Utf8, BINCODE_DECODE_LIMIT};
+pub use crate::codec::{Bincode, Bytes, Json, Utf8};
 pub use crate::context::{AadPolicy, Context};
-pub use crate::envelope::OVERHEAD;
-pub use crate::error::{Cause, Error, KeysetErrorKind};
-#[cfg(feature = "kafka")]
-#[cfg_attr(docsrs, doc(cfg(feature = "kafka")))]
-pub use crate::kafka::{
-    decode_message, encode_write, is_transient_kafka_error, KafkaChangelog, KafkaRecord,
-    TopicSettings,
-};
-#[cfg(feature = "kafka")]
-#[cfg_attr(docsrs, doc(cfg(feature = "kafka")))]
-pub use crate::kafka_client::{
-    ConsumedRecord, Delivered, RecordHeaders, TypedConsumer, TypedProducer, UndecodableHook,
-};
+pub use crate::error::Error;
 pub use crate::key_id::KeyId;
 pub use crate::keyset::{KeyStatus, Keyset, MAX_KEYS};
-#[cfg(feature = "aws-kms")]
-#[cfg_attr(docsrs, doc(cfg(feature = "aws-kms")))]
-pub use crate::kms::aws::{AwsCredentials, AwsKmsClient};
-pub use crate::kms::dek::{DekPolicy, MAX_DEK_VALUES, MAX_EDEK_LEN};
-#[cfg(feature = "vault")]
-#[cfg_attr(docsrs, doc(cfg(feature = "vault")))]
-pub use crate::kms::vault::VaultClient;
-pub use crate::kms::{register_kms_client, KmsAead, KmsClient, KmsClients, KmsTimeouts};
 pub use crate::primitive::KeyTemplate;
-#[doc(hidden)]
-pub use crate::record_key::WriteRule;
-pub use crate::record_key::{murmur2, murmur2_partition, KeyBinding, KeyForms};
 pub use crate::serde::{
     DecryptingDeserializer, Deserializer, DeterministicDeserializer, DeterministicSerializer,
     EncryptingSerializer, Serializer, Unencrypted,
 };
-#[cfg(feature = "redb")]
-#[cfg_attr(docsrs, doc(cfg(feature = "redb")))]
-pub use crate::store::RedbStore;
-pub use crate::store::{
-    compact, restore, restore_from, ChangeLoggingStore, Changelog, EncryptedStore, Entry,
-    KeyValueStore, MemoryChangelog, MemoryStore, Record, TypedStore,
-};
 pub use crate::work::BlockingWork;
-/// The rdkafka crate this one is built on (feature `kafka`), for its
-/// `ClientConfig`, producers and consumers.
-#[cfg(feature = "kafka")]
-#[cfg_attr(docsrs, doc(cfg(feature = "kafka")))]
-pub use rdkafka;
 
 #[doc = include_str!("../docs/FORMAT.md")]
-pub mod format {}
+pub mod format {
+    pub use crate::envelope::OVERHEAD;
+}
 
 /// Test hooks (cargo feature `test-hooks`, never for production): the
 /// AES-GCM core with an explicit nonce, for the fuzz targets, the

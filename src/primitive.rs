@@ -421,10 +421,10 @@ impl KeyTemplate {
     /// under data keys (DEKs) that the KMS wraps, each used up to the limits
     /// of a [`DekPolicy`] (default: [`DekPolicy::default`]).
     ///
-    /// The URI's [`KmsClient`](crate::KmsClient) is looked up when a key is
+    /// The URI's [`KmsClient`](crate::kms::KmsClient) is looked up when a key is
     /// made from the template: in the clients given with
     /// [`with_kms_clients`](KeyTemplate::with_kms_clients), else in the
-    /// process-wide registry ([`register_kms_client`](crate::register_kms_client))
+    /// process-wide registry ([`register_kms_client`](crate::kms::register_kms_client))
     /// and the built-in clients (features `aws-kms`, `vault`).
     ///
     /// # Security

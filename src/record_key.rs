@@ -25,6 +25,25 @@
 //! under the new key and disable the old ones, and writes are one record
 //! again.
 //!
+//! ```
+//! use tombstone_crypt::record_key::KeyBinding;
+//! use tombstone_crypt::{Context, DeterministicSerializer, KeyTemplate, Keyset, Serializer, Utf8};
+//!
+//! let mut keys = Keyset::generate_with(KeyTemplate::aes256_siv())?;
+//! keys.rotate(); // a new primary; the old key stays enabled
+//! let ser = DeterministicSerializer::new(Utf8, keys);
+//! let forms = ser.key_forms(&Context::new("orders"), "alice")?;
+//! assert_eq!(forms.all().count(), 2);
+//! // A delete: a tombstone under the old form first, then under the primary,
+//! // both in the partition of the plaintext key.
+//! let writes: Vec<_> = forms.writes(None).collect();
+//! assert_eq!(writes.len(), 2);
+//! assert_eq!(writes[1].0, forms.primary());
+//! assert_eq!(forms.partition(6), Some(tombstone_crypt::record_key::murmur2_partition(b"alice", 6)));
+//! assert_eq!(forms.bound(KeyBinding::Plaintext), b"alice");
+//! # Ok::<(), tombstone_crypt::Error>(())
+//! ```
+//!
 //! [`DeterministicSerializer`]: crate::DeterministicSerializer
 
 use crate::error::Error;
@@ -81,7 +100,7 @@ pub fn murmur2_partition(key: &[u8], partitions: u32) -> i32 {
 /// a topic must make the same choice:
 ///
 /// - [`Plaintext`](KeyBinding::Plaintext) (the default, and what
-///   [`EncryptedStore`](crate::EncryptedStore) always does): the value is
+///   [`EncryptedStore`](crate::store::EncryptedStore) always does): the value is
 ///   bound to the key as its codec writes it, before encryption. A key can
 ///   then be re-encrypted under a new key-keyset key (a rotation) without
 ///   touching its value, and a value still cannot be moved to another key.

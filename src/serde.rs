@@ -145,7 +145,7 @@ pub trait Deserializer<T> {
 
     /// Deserializes present bytes as a **record key**, with the key's
     /// plaintext bytes (what a value bound with
-    /// [`KeyBinding::Plaintext`](crate::KeyBinding) binds): by default the
+    /// [`KeyBinding::Plaintext`](crate::record_key::KeyBinding) binds): by default the
     /// bytes themselves; [`DeterministicDeserializer`] decrypts them once
     /// and returns the plaintext.
     ///
@@ -265,7 +265,7 @@ impl<T: ?Sized, S: Serializer<T>> Serializer<T> for EncryptingSerializer<S> {
     }
 
     /// A new data key's KMS call, when the primary is a KMS envelope key
-    /// and a new DEK is due (see [`DekPolicy`](crate::DekPolicy)).
+    /// and a new DEK is due (see [`DekPolicy`](crate::kms::DekPolicy)).
     fn blocking_work(&self) -> Option<BlockingWork> {
         BlockingWork::both(
             self.inner.blocking_work(),
@@ -341,7 +341,9 @@ impl<D> DecryptingDeserializer<D> {
     /// ciphertexts ([`Unencrypted::Reject`] by default).
     ///
     /// ```
-    /// use tombstone_crypt::{Context, DecryptingDeserializer, Deserializer, Keyset, Unencrypted, Utf8};
+    /// use tombstone_crypt::{
+    ///     Context, DecryptingDeserializer, Deserializer, Keyset, Unencrypted, Utf8,
+    /// };
     ///
     /// let keyset = Keyset::generate();
     /// let ctx = Context::new("orders").with_key(b"o-1");

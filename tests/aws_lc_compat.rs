@@ -9,9 +9,10 @@ use aes_gcm::aead::{AeadInOut, KeyInit};
 use aes_gcm::{Aes128Gcm, Aes256Gcm, Nonce};
 use base64::engine::general_purpose::STANDARD as B64;
 use base64::Engine as _;
+use tombstone_crypt::format::OVERHEAD;
 use tombstone_crypt::{
     AadPolicy, Backend, Bytes, Context, DecryptingDeserializer, Deserializer, EncryptingSerializer,
-    Keyset, Serializer, OVERHEAD,
+    Keyset, Serializer,
 };
 
 const POLICIES: [AadPolicy; 3] = [AadPolicy::TopicAndKey, AadPolicy::Topic, AadPolicy::None];

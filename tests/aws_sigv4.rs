@@ -14,7 +14,7 @@ use std::path::PathBuf;
 use std::process::{Command, Stdio};
 
 use serde_json::{json, Value};
-use tombstone_crypt::{AwsCredentials, AwsKmsClient, KmsClient as _, KmsTimeouts};
+use tombstone_crypt::kms::{AwsCredentials, AwsKmsClient, KmsClient as _, KmsTimeouts};
 
 /// The venv's python; panics (the test fails) when there is none.
 fn python() -> PathBuf {

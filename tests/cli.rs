@@ -14,14 +14,17 @@ use std::time::Duration;
 use common::kafka::{bootstrap, client_config, fresh_topic};
 use common::tink::{hex, peer, python, unhex};
 use serde_json::{json, Value};
-use tombstone_crypt::rdkafka::admin::{AdminClient, AdminOptions, NewTopic, TopicReplication};
-use tombstone_crypt::rdkafka::client::DefaultClientContext;
-use tombstone_crypt::rdkafka::producer::{FutureProducer, FutureRecord};
+use tombstone_crypt::kafka::rdkafka::admin::{
+    AdminClient, AdminOptions, NewTopic, TopicReplication,
+};
+use tombstone_crypt::kafka::rdkafka::client::DefaultClientContext;
+use tombstone_crypt::kafka::rdkafka::producer::{FutureProducer, FutureRecord};
+use tombstone_crypt::kafka::{KafkaChangelog, TypedConsumer};
+use tombstone_crypt::record_key::WriteRule;
+use tombstone_crypt::store::{restore_from, EncryptedStore, KeyValueStore as _, MemoryStore};
 use tombstone_crypt::{
-    restore_from, Bytes, Context, DecryptingDeserializer, Deserializer as _,
-    DeterministicDeserializer, DeterministicSerializer, EncryptedStore, EncryptingSerializer,
-    KafkaChangelog, KeyValueStore as _, Keyset, MemoryStore, Serializer as _, TypedConsumer,
-    Unencrypted, WriteRule,
+    Bytes, Context, DecryptingDeserializer, Deserializer as _, DeterministicDeserializer,
+    DeterministicSerializer, EncryptingSerializer, Keyset, Serializer as _, Unencrypted,
 };
 
 fn cli(args: &[&str]) -> Output {
@@ -241,7 +244,7 @@ fn counts(report: &Value) -> Value {
 }
 
 fn end_offsets(bootstrap: &str, topic: &str, partitions: i32) -> Vec<i64> {
-    use tombstone_crypt::rdkafka::consumer::{BaseConsumer, Consumer as _};
+    use tombstone_crypt::kafka::rdkafka::consumer::{BaseConsumer, Consumer as _};
     let c: BaseConsumer = client_config(bootstrap).create().unwrap();
     (0..partitions)
         .map(|p| {
@@ -744,7 +747,7 @@ fn bad_input_is_exit_2_with_a_message() {
 /// in the new form, and the old key can be disabled.
 #[test]
 fn reencrypt_rewrites_old_forms_of_encrypted_keys() {
-    use tombstone_crypt::murmur2_partition;
+    use tombstone_crypt::record_key::murmur2_partition;
     let Some(bootstrap) = bootstrap() else { return };
     let dir = Dir::new("keyforms");
     let topic = fresh_topic("cli-keyforms");
@@ -935,7 +938,7 @@ fn audit_reads_envelope_values_and_a_kms_outage_is_exit_2() {
         &f,
     ]);
     assert_eq!(code(&out), 0, "{}", String::from_utf8_lossy(&out.stderr));
-    tombstone_crypt::register_kms_client(tombstone_crypt::VaultClient::from_env());
+    tombstone_crypt::kms::register_kms_client(tombstone_crypt::kms::VaultClient::from_env());
     let keyset = load(&f);
     let topic = fresh_topic("cli-envelope");
     create_compacted(&bootstrap, &topic, 1);
@@ -1076,7 +1079,7 @@ fn reencrypt_to_another_topic_binds_values_to_it() {
 /// disabled reads whole.
 #[test]
 fn a_stores_changelog_is_audited_and_reencrypted_under_the_stores_name() {
-    use tombstone_crypt::ChangeLoggingStore;
+    use tombstone_crypt::store::ChangeLoggingStore;
     let Some(bootstrap) = bootstrap() else { return };
     let dir = Dir::new("store");
     let topic = fresh_topic("cli-store-changelog");
@@ -1319,8 +1322,8 @@ fn live(model: &State) -> Live {
 /// A `TypedConsumer` replaying every partition in order: the last record
 /// of each plaintext key.
 fn replay(bootstrap: &str, topic: &str, partitions: i32, values: &Keyset, keys: &Keyset) -> State {
-    use tombstone_crypt::rdkafka::error::KafkaError;
-    use tombstone_crypt::rdkafka::{Offset, TopicPartitionList};
+    use tombstone_crypt::kafka::rdkafka::error::KafkaError;
+    use tombstone_crypt::kafka::rdkafka::{Offset, TopicPartitionList};
     // The stream consumer starts its tasks on the runtime it is made in.
     let rt = runtime();
     let _in_runtime = rt.enter();

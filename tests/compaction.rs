@@ -14,8 +14,8 @@ use common::compacting::{
     wait_compacted, watermarks, RawRecord,
 };
 use common::kafka::{client_config, fresh_topic};
-use tombstone_crypt::murmur2_partition;
-use tombstone_crypt::rdkafka::producer::{FutureProducer, FutureRecord};
+use tombstone_crypt::kafka::rdkafka::producer::{FutureProducer, FutureRecord};
+use tombstone_crypt::record_key::murmur2_partition;
 
 const PARTITIONS: i32 = 3;
 

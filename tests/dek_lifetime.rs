@@ -12,9 +12,10 @@ use std::sync::{Mutex, MutexGuard, PoisonError};
 use std::time::Duration;
 
 use tombstone_crypt::__fuzz::FakeKms;
+use tombstone_crypt::kms::{DekPolicy, KmsClients};
 use tombstone_crypt::{
-    Bytes, Context, DecryptingDeserializer, DekPolicy, Deserializer as _, EncryptingSerializer,
-    KeyTemplate, Keyset, KmsClients, Serializer as _,
+    Bytes, Context, DecryptingDeserializer, Deserializer as _, EncryptingSerializer, KeyTemplate,
+    Keyset, Serializer as _,
 };
 
 const URI: &str = "fake-kms://tests/dek-lifetime";

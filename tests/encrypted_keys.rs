@@ -13,10 +13,13 @@ use common::tink::{hex, peer, python, unhex};
 use proptest::prelude::*;
 use proptest::test_runner::{Config, TestCaseError, TestError, TestRunner};
 use serde_json::{json, Value};
+use tombstone_crypt::store::{
+    compact, restore, ChangeLoggingStore, Changelog, EncryptedStore, KeyValueStore,
+    MemoryChangelog, MemoryStore,
+};
 use tombstone_crypt::{
-    compact, restore, AadPolicy, ChangeLoggingStore, Changelog, Context, Deserializer,
-    DeterministicDeserializer, DeterministicSerializer, EncryptedStore, Error, KeyId, KeyTemplate,
-    KeyValueStore, Keyset, MemoryChangelog, MemoryStore, Serializer, Utf8,
+    AadPolicy, Context, Deserializer, DeterministicDeserializer, DeterministicSerializer, Error,
+    KeyId, KeyTemplate, Keyset, Serializer, Utf8,
 };
 
 const NAME: &str = "users";

@@ -4,17 +4,18 @@
 
 use std::error::Error as _;
 
-use tombstone_crypt::{
-    Bincode, ChangeLoggingStore, Changelog, Context, Deserializer, EncryptedStore, Error, Json,
-    KeyId, KeyValueStore, Keyset, KeysetErrorKind, MemoryStore, Record, Serializer,
+use tombstone_crypt::error::KeysetErrorKind;
+use tombstone_crypt::store::{
+    ChangeLoggingStore, Changelog, EncryptedStore, KeyValueStore, MemoryStore, Record,
 };
+use tombstone_crypt::{Bincode, Context, Deserializer, Error, Json, KeyId, Keyset, Serializer};
 
 #[cfg(feature = "redb")]
 #[test]
 fn opening_a_directory_as_a_database_keeps_the_io_error() {
     let dir = std::env::temp_dir().join(format!("tc-errors-{}", std::process::id()));
     std::fs::create_dir_all(&dir).unwrap();
-    let err = tombstone_crypt::RedbStore::open(&dir).unwrap_err();
+    let err = tombstone_crypt::store::RedbStore::open(&dir).unwrap_err();
     assert!(matches!(err, Error::Store { .. }), "{err:?}");
     assert!(
         err.to_string().starts_with("store failed: redb: open"),

@@ -10,10 +10,11 @@ use std::collections::BTreeMap;
 
 use proptest::prelude::*;
 use proptest::test_runner::{Config, TestCaseError, TestError, TestRunner};
-use tombstone_crypt::{
-    restore, ChangeLoggingStore, Changelog, EncryptedStore, Entry, Error, KeyValueStore, Keyset,
-    MemoryStore, Record,
+use tombstone_crypt::store::{
+    restore, ChangeLoggingStore, Changelog, EncryptedStore, Entry, KeyValueStore, MemoryStore,
+    Record,
 };
+use tombstone_crypt::{Error, Keyset};
 
 const NAME: &str = "faults";
 
@@ -412,8 +413,10 @@ fn a_failed_delete_append_makes_the_store_refuse_until_recovered() {
 #[test]
 fn restore_refuses_the_wrong_layer_and_a_non_empty_store() {
     let keyset = Keyset::generate();
-    let mut source =
-        ChangeLoggingStore::new(MemoryStore::new(), tombstone_crypt::MemoryChangelog::new());
+    let mut source = ChangeLoggingStore::new(
+        MemoryStore::new(),
+        tombstone_crypt::store::MemoryChangelog::new(),
+    );
     {
         let mut enc = EncryptedStore::new(&mut source, NAME, keyset.clone());
         enc.put(b"k", Some(b"v")).unwrap();
@@ -427,8 +430,10 @@ fn restore_refuses_the_wrong_layer_and_a_non_empty_store() {
     ));
     assert!(wrong.inner().is_empty());
     // Through a change-logging store: every record logged twice.
-    let mut logging =
-        ChangeLoggingStore::new(MemoryStore::new(), tombstone_crypt::MemoryChangelog::new());
+    let mut logging = ChangeLoggingStore::new(
+        MemoryStore::new(),
+        tombstone_crypt::store::MemoryChangelog::new(),
+    );
     assert!(matches!(
         restore(&mut logging, &records),
         Err(Error::Store { .. })

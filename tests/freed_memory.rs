@@ -25,7 +25,8 @@ use base64::Engine as _;
 use freed_scan::{FreedScan, Report, Session};
 use rand::Rng as _;
 use tombstone_crypt::__fuzz::FakeKms;
-use tombstone_crypt::{Backend, Error, KeyTemplate, Keyset, KmsAead, KmsClient, KmsClients};
+use tombstone_crypt::kms::{KmsAead, KmsClient, KmsClients};
+use tombstone_crypt::{Backend, Error, KeyTemplate, Keyset};
 use zeroize::Zeroizing;
 
 #[global_allocator]
@@ -348,7 +349,7 @@ fn encrypted_keyset_openbao_leaves_no_key_in_freed_memory() {
         return;
     };
     kms_env("VAULT_ADDR");
-    let kms = KmsClients::new().with(tombstone_crypt::VaultClient::from_env());
+    let kms = KmsClients::new().with(tombstone_crypt::kms::VaultClient::from_env());
     // Vault transit takes no associated data.
     encrypted_keyset_round_trip(&kms, &uri, b"", "encrypted keyset, OpenBao");
 }
@@ -361,7 +362,7 @@ fn envelope_data_key_openbao_leaves_no_key_in_freed_memory() {
     };
     kms_env("VAULT_ADDR");
     envelope_round_trip(
-        tombstone_crypt::VaultClient::from_env(),
+        tombstone_crypt::kms::VaultClient::from_env(),
         &uri,
         "envelope DEK, OpenBao",
     );
@@ -374,7 +375,7 @@ fn encrypted_keyset_aws_kms_leaves_no_key_in_freed_memory() {
         return;
     };
     kms_env("AWS_ENDPOINT_URL_KMS");
-    let kms = KmsClients::new().with(tombstone_crypt::AwsKmsClient::from_env());
+    let kms = KmsClients::new().with(tombstone_crypt::kms::AwsKmsClient::from_env());
     encrypted_keyset_round_trip(&kms, &uri, b"keyset ad", "encrypted keyset, AWS KMS");
 }
 
@@ -386,7 +387,7 @@ fn envelope_data_key_aws_kms_leaves_no_key_in_freed_memory() {
     };
     kms_env("AWS_ENDPOINT_URL_KMS");
     envelope_round_trip(
-        tombstone_crypt::AwsKmsClient::from_env(),
+        tombstone_crypt::kms::AwsKmsClient::from_env(),
         &uri,
         "envelope DEK, AWS KMS",
     );

@@ -17,16 +17,19 @@ use std::process::Command;
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use common::naive::NaiveSerde;
-use tombstone_crypt::rdkafka::config::ClientConfig;
-use tombstone_crypt::rdkafka::consumer::{BaseConsumer, Consumer as _};
-use tombstone_crypt::rdkafka::error::KafkaError;
-use tombstone_crypt::rdkafka::producer::{BaseProducer, Producer as _};
-use tombstone_crypt::rdkafka::{Offset, TopicPartitionList};
-use tombstone_crypt::{
-    compact, decode_message, encode_write, restore, Bytes, ChangeLoggingStore, Changelog,
-    DecryptingDeserializer, EncryptedStore, EncryptingSerializer, KafkaChangelog, KeyBinding,
-    KeyId, KeyValueStore, Keyset, MemoryStore, Record, TypedStore, Utf8, OVERHEAD,
+use tombstone_crypt::format::OVERHEAD;
+use tombstone_crypt::kafka::rdkafka::config::ClientConfig;
+use tombstone_crypt::kafka::rdkafka::consumer::{BaseConsumer, Consumer as _};
+use tombstone_crypt::kafka::rdkafka::error::KafkaError;
+use tombstone_crypt::kafka::rdkafka::producer::{BaseProducer, Producer as _};
+use tombstone_crypt::kafka::rdkafka::{Offset, TopicPartitionList};
+use tombstone_crypt::kafka::{decode_message, encode_write, KafkaChangelog};
+use tombstone_crypt::record_key::KeyBinding;
+use tombstone_crypt::store::{
+    compact, restore, ChangeLoggingStore, Changelog, EncryptedStore, KeyValueStore, MemoryStore,
+    Record, TypedStore,
 };
+use tombstone_crypt::{Bytes, DecryptingDeserializer, EncryptingSerializer, KeyId, Keyset, Utf8};
 
 fn bootstrap() -> Option<String> {
     if std::env::var_os("TOMBSTONE_SKIP_KAFKA").is_some() {
@@ -76,7 +79,7 @@ fn consume_plain(bootstrap: &str, topic: &str) -> Vec<(Vec<u8>, Option<Vec<u8>>)
             Some(Err(KafkaError::PartitionEOF(_))) => return out,
             Some(Err(e)) => panic!("consume: {e}"),
             Some(Ok(m)) => {
-                use tombstone_crypt::rdkafka::Message as _;
+                use tombstone_crypt::kafka::rdkafka::Message as _;
                 out.push((m.key().unwrap().to_vec(), m.payload().map(<[u8]>::to_vec)));
             }
         }
@@ -397,8 +400,10 @@ fn negative_control_the_naive_layer_resurrects_deleted_keys_from_kafka() {
 
 /// Creates `topic` with `partitions` partitions.
 fn create_topic(bootstrap: &str, topic: &str, partitions: i32) {
-    use tombstone_crypt::rdkafka::admin::{AdminClient, AdminOptions, NewTopic, TopicReplication};
-    use tombstone_crypt::rdkafka::client::DefaultClientContext;
+    use tombstone_crypt::kafka::rdkafka::admin::{
+        AdminClient, AdminOptions, NewTopic, TopicReplication,
+    };
+    use tombstone_crypt::kafka::rdkafka::client::DefaultClientContext;
     let admin: AdminClient<DefaultClientContext> = config(bootstrap).create().unwrap();
     let new = NewTopic::new(topic, partitions, TopicReplication::Fixed(1));
     let results =
@@ -415,7 +420,7 @@ fn consume_partitions(
     topic: &str,
     partitions: i32,
 ) -> Vec<(i32, Vec<u8>, Option<Vec<u8>>)> {
-    use tombstone_crypt::rdkafka::Message as _;
+    use tombstone_crypt::kafka::rdkafka::Message as _;
     let consumer: BaseConsumer = config(bootstrap)
         .set("group.id", format!("all-{topic}"))
         .set("enable.partition.eof", "true")
@@ -462,9 +467,9 @@ fn consume_partitions(
 /// bytes (the producer's default), the rotation moves keys.
 #[test]
 fn an_encrypted_key_keeps_its_partition_across_a_rotation() {
+    use tombstone_crypt::record_key::murmur2_partition;
     use tombstone_crypt::{
-        murmur2_partition, Deserializer as _, DeterministicDeserializer, DeterministicSerializer,
-        KeyTemplate,
+        Deserializer as _, DeterministicDeserializer, DeterministicSerializer, KeyTemplate,
     };
     let Some(bootstrap) = bootstrap() else { return };
     const PARTITIONS: i32 = 3;
@@ -533,7 +538,7 @@ fn an_encrypted_key_keeps_its_partition_across_a_rotation() {
     for name in &names {
         java_like
             .send(
-                tombstone_crypt::rdkafka::producer::BaseRecord::to(&plain)
+                tombstone_crypt::kafka::rdkafka::producer::BaseRecord::to(&plain)
                     .key(name.as_bytes())
                     .payload("x"),
             )
@@ -599,7 +604,7 @@ fn an_encrypted_key_keeps_its_partition_across_a_rotation() {
 /// store, with no old form of a rewritten or deleted key left.
 #[test]
 fn encrypted_keys_through_a_changelog_topic_survive_a_rotation() {
-    use tombstone_crypt::rdkafka::consumer::BaseConsumer;
+    use tombstone_crypt::kafka::rdkafka::consumer::BaseConsumer;
     use tombstone_crypt::{DeterministicDeserializer, KeyTemplate};
     let Some(bootstrap) = bootstrap() else { return };
     let name = topic("siv-changelog");

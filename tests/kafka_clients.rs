@@ -13,10 +13,10 @@ use std::time::Duration;
 
 use common::kafka::{bootstrap, client_config, create_topic, fresh_topic};
 use serde_json::Value;
-use tombstone_crypt::rdkafka::{Offset, TopicPartitionList};
+use tombstone_crypt::kafka::rdkafka::{Offset, TopicPartitionList};
+use tombstone_crypt::kafka::{TypedConsumer, TypedProducer};
 use tombstone_crypt::{
-    Bytes, DecryptingDeserializer, EncryptingSerializer, Error, Keyset, TypedConsumer,
-    TypedProducer, Unencrypted, Utf8,
+    Bytes, DecryptingDeserializer, EncryptingSerializer, Error, Keyset, Unencrypted, Utf8,
 };
 
 type Producer = TypedProducer<str, [u8], Utf8, EncryptingSerializer<Bytes>>;
@@ -240,7 +240,7 @@ async fn a_wrong_keyset_is_an_error_naming_the_record_never_a_skip() {
 async fn an_undecodable_hook_gets_the_raw_record_and_the_consumer_goes_on() {
     use futures_util::StreamExt as _;
     use std::sync::{Arc, Mutex};
-    use tombstone_crypt::rdkafka::Message as _;
+    use tombstone_crypt::kafka::rdkafka::Message as _;
     use tombstone_crypt::{Context, Deserializer as _};
 
     let Some(bootstrap) = bootstrap() else { return };
@@ -305,7 +305,8 @@ async fn an_undecodable_hook_gets_the_raw_record_and_the_consumer_goes_on() {
             assert_eq!(plain.as_ref(), Some(&foreign[offset].1));
         }
     };
-    let as_sent = |r: tombstone_crypt::ConsumedRecord<String, Vec<u8>>| (r.offset, r.key, r.value);
+    let as_sent =
+        |r: tombstone_crypt::kafka::ConsumedRecord<String, Vec<u8>>| (r.offset, r.key, r.value);
 
     // recv
     let seen: Seen = Arc::default();
@@ -430,7 +431,7 @@ async fn a_plaintext_topic_migrates_with_pass_through_and_is_refused_by_default(
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_consumer_group_of_two_splits_the_partitions_and_sees_each_record_once() {
-    use tombstone_crypt::rdkafka::consumer::Consumer as _;
+    use tombstone_crypt::kafka::rdkafka::consumer::Consumer as _;
     let Some(bootstrap) = bootstrap() else { return };
     let topic = fresh_topic("group");
     create_topic(&bootstrap, &topic, 3);
@@ -558,7 +559,8 @@ fn envelope_producer(
     kek_uri: &str,
     max_values: u64,
 ) -> (tombstone_crypt::__fuzz::FakeKms, Keyset, Producer) {
-    use tombstone_crypt::{DekPolicy, KeyTemplate, KmsClients};
+    use tombstone_crypt::kms::{DekPolicy, KmsClients};
+    use tombstone_crypt::KeyTemplate;
     let kms = tombstone_crypt::__fuzz::FakeKms::new();
     let keyset = Keyset::generate_with(
         KeyTemplate::kms_envelope(kek_uri)
@@ -598,7 +600,8 @@ fn outside_a_tokio_runtime_the_kms_call_runs_inline() {
 
 #[tokio::test(flavor = "current_thread")]
 async fn kms_calls_run_off_the_runtime_worker() {
-    use tombstone_crypt::{Context, DekPolicy, Serializer as _};
+    use tombstone_crypt::kms::DekPolicy;
+    use tombstone_crypt::{Context, Serializer as _};
     let Some(bootstrap) = bootstrap() else { return };
     let topic = fresh_topic("kms-async");
     create_topic(&bootstrap, &topic, 1);

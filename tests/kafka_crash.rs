@@ -15,9 +15,9 @@ use std::process::{Command, Stdio};
 use std::sync::mpsc;
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
-use tombstone_crypt::{
-    ChangeLoggingStore, EncryptedStore, KafkaChangelog, KeyValueStore, Keyset, RedbStore,
-};
+use tombstone_crypt::kafka::KafkaChangelog;
+use tombstone_crypt::store::{ChangeLoggingStore, EncryptedStore, KeyValueStore, RedbStore};
+use tombstone_crypt::Keyset;
 
 const KILLS: usize = 20;
 const KEYS: u32 = 8;

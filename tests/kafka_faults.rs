@@ -16,11 +16,12 @@ use std::error::Error as _;
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
 use common::broker::PrivateBroker;
-use tombstone_crypt::rdkafka::config::ClientConfig;
-use tombstone_crypt::{
-    compact, ChangeLoggingStore, Changelog, EncryptedStore, Error, KafkaChangelog, KeyValueStore,
-    Keyset, MemoryStore,
+use tombstone_crypt::kafka::rdkafka::config::ClientConfig;
+use tombstone_crypt::kafka::KafkaChangelog;
+use tombstone_crypt::store::{
+    compact, ChangeLoggingStore, Changelog, EncryptedStore, KeyValueStore, MemoryStore,
 };
+use tombstone_crypt::{Error, Keyset};
 
 fn skip() -> bool {
     std::env::var_os("TOMBSTONE_SKIP_KAFKA").is_some()
@@ -40,7 +41,7 @@ type Store = EncryptedStore<ChangeLoggingStore<MemoryStore, KafkaChangelog>>;
 fn compacted_view(store: &Store, keyset: &Keyset, name: &str) -> BTreeMap<Vec<u8>, Vec<u8>> {
     let records = compact(&store.inner().changelog().records().unwrap());
     let mut fresh = MemoryStore::new();
-    tombstone_crypt::restore(&mut fresh, &records).unwrap();
+    tombstone_crypt::store::restore(&mut fresh, &records).unwrap();
     EncryptedStore::new(fresh, name, keyset.clone())
         .all()
         .unwrap()
@@ -203,8 +204,10 @@ fn a_refused_append_is_recovered_from_the_log() {
 
 #[test]
 fn an_existing_topic_that_is_not_compacted_is_refused() {
-    use tombstone_crypt::rdkafka::admin::{AdminClient, AdminOptions, NewTopic, TopicReplication};
-    use tombstone_crypt::rdkafka::client::DefaultClientContext;
+    use tombstone_crypt::kafka::rdkafka::admin::{
+        AdminClient, AdminOptions, NewTopic, TopicReplication,
+    };
+    use tombstone_crypt::kafka::rdkafka::client::DefaultClientContext;
     if skip() {
         return;
     }
@@ -244,7 +247,8 @@ fn an_empty_changelog_replays_to_nothing() {
 /// partitions of one topic, each restored from its own partition alone.
 #[test]
 fn a_changelog_per_partition_restores_each_store_alone() {
-    use tombstone_crypt::{restore_from, TopicSettings};
+    use tombstone_crypt::kafka::TopicSettings;
+    use tombstone_crypt::store::restore_from;
     if skip() {
         return;
     }

@@ -3,9 +3,10 @@
 
 use base64::engine::general_purpose::STANDARD as B64;
 use base64::Engine as _;
+use tombstone_crypt::error::KeysetErrorKind;
 use tombstone_crypt::{
     Bytes, Context, DecryptingDeserializer, Deserializer, EncryptingSerializer, Error, KeyId,
-    KeyStatus, Keyset, KeysetErrorKind, Serializer,
+    KeyStatus, Keyset, Serializer,
 };
 
 const TYPE_URL: &str = "type.googleapis.com/google.crypto.tink.AesGcmKey";

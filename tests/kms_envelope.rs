@@ -7,9 +7,11 @@ use std::error::Error as _;
 use std::time::Duration;
 
 use tombstone_crypt::__fuzz::FakeKms;
+use tombstone_crypt::error::KeysetErrorKind;
+use tombstone_crypt::kms::{DekPolicy, KmsClients};
 use tombstone_crypt::{
-    Bytes, Context, DecryptingDeserializer, DekPolicy, Deserializer, EncryptingSerializer, Error,
-    KeyTemplate, Keyset, KeysetErrorKind, KmsClients, Serializer,
+    Bytes, Context, DecryptingDeserializer, Deserializer, EncryptingSerializer, Error, KeyTemplate,
+    Keyset, Serializer,
 };
 
 const URI: &str = "fake-kms://tests/kek-1";
@@ -329,7 +331,7 @@ fn the_reader_cache_is_bounded() {
 #[test]
 fn registered_clients_serve_from_tink_json() {
     let kms = FakeKms::new();
-    tombstone_crypt::register_kms_client(kms.clone());
+    tombstone_crypt::kms::register_kms_client(kms.clone());
     let keyset = Keyset::generate_with(KeyTemplate::kms_envelope("fake-kms://registered")).unwrap();
     let ct = keyset.encrypt(b"x", b"").unwrap();
     let back = Keyset::from_tink_json(&keyset.to_tink_json()).unwrap();
@@ -418,7 +420,7 @@ fn threads_waiting_on_a_failing_kms_share_its_answer() {
 
 #[test]
 fn stores_use_envelope_keysets_unchanged_and_deletes_never_call_the_kms() {
-    use tombstone_crypt::{
+    use tombstone_crypt::store::{
         compact, restore, ChangeLoggingStore, Changelog as _, EncryptedStore, KeyValueStore as _,
         MemoryChangelog, MemoryStore,
     };
@@ -545,8 +547,8 @@ fn wrapped_keys_outside_1_to_max_edek_len_are_refused() {
     let ctx = Context::new("t").with_key(b"k");
     for (len, ok) in [
         (0, false),
-        (tombstone_crypt::MAX_EDEK_LEN + 1, false),
-        (tombstone_crypt::MAX_EDEK_LEN, true),
+        (tombstone_crypt::kms::MAX_EDEK_LEN + 1, false),
+        (tombstone_crypt::kms::MAX_EDEK_LEN, true),
         (1, true),
     ] {
         kms.set_wrapped_len(Some(len));

@@ -12,9 +12,8 @@ use std::sync::Mutex;
 use std::time::{Duration, Instant};
 
 use serde_json::{json, Value};
-use tombstone_crypt::{
-    DekPolicy, Error, KeyTemplate, Keyset, KmsClients, KmsTimeouts, VaultClient,
-};
+use tombstone_crypt::kms::{DekPolicy, KmsClients, KmsTimeouts, VaultClient};
+use tombstone_crypt::{Error, KeyTemplate, Keyset};
 
 /// The servers are shared: a test that pauses one holds this.
 static SERVERS: Mutex<()> = Mutex::new(());
@@ -234,8 +233,8 @@ fn moto_paused_mid_stream() {
         return;
     };
     let _g = lock();
-    let clients =
-        KmsClients::new().with(tombstone_crypt::AwsKmsClient::from_env().with_timeouts(fast()));
+    let clients = KmsClients::new()
+        .with(tombstone_crypt::kms::AwsKmsClient::from_env().with_timeouts(fast()));
     let writer = Keyset::generate_with(
         KeyTemplate::kms_envelope(&uri)
             .with_kms_clients(clients.clone())

@@ -2,10 +2,12 @@
 //! decode is refused when written, not discovered at every later read; a
 //! keyset never grows past what its JSON can be imported with.
 
+use tombstone_crypt::codec::BINCODE_DECODE_LIMIT;
+use tombstone_crypt::error::KeysetErrorKind;
+use tombstone_crypt::store::{MemoryStore, TypedStore};
 use tombstone_crypt::{
     Bincode, Bytes, Context, DecryptingDeserializer, Deserializer, EncryptingSerializer, Error,
-    KeyTemplate, Keyset, KeysetErrorKind, MemoryStore, Serializer, TypedStore,
-    BINCODE_DECODE_LIMIT, MAX_KEYS,
+    KeyTemplate, Keyset, Serializer, MAX_KEYS,
 };
 
 fn ctx() -> Context<'static> {

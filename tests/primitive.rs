@@ -2,9 +2,10 @@
 //! against the serde wrappers, with the associated data written out by hand
 //! from docs/FORMAT.md; key templates; backends chosen per keyset.
 
+use tombstone_crypt::format::OVERHEAD;
 use tombstone_crypt::{
     AadPolicy, Backend, Bytes, Context, DecryptingDeserializer, Deserializer, EncryptingSerializer,
-    Error, KeyTemplate, Keyset, Serializer, OVERHEAD,
+    Error, KeyTemplate, Keyset, Serializer,
 };
 
 /// docs/FORMAT.md, "Associated data", written the plain way.

@@ -120,7 +120,8 @@ fn many_rotations_give_unique_ids_and_all_values_stay_readable() {
 /// decrypt and new ones are still bound to the topic only.
 #[test]
 fn set_keyset_keeps_the_stores_aad_policy() {
-    use tombstone_crypt::{AadPolicy, EncryptedStore, KeyValueStore, MemoryStore};
+    use tombstone_crypt::store::{EncryptedStore, KeyValueStore, MemoryStore};
+    use tombstone_crypt::AadPolicy;
     let mut keyset = Keyset::generate();
     let mut store =
         EncryptedStore::new(MemoryStore::new(), "s", keyset.clone()).with_aad(AadPolicy::Topic);

@@ -7,11 +7,13 @@
 //! test fails when its behaviour is broken. Public API only.
 #![cfg(feature = "redb")]
 
+use tombstone_crypt::store::{
+    restore, ChangeLoggingStore, Changelog, EncryptedStore, Entry, KeyValueStore, MemoryChangelog,
+    MemoryStore, Record, RedbStore, TypedStore,
+};
 use tombstone_crypt::{
-    restore, AadPolicy, Bytes, ChangeLoggingStore, Changelog, Context, DecryptingDeserializer,
-    Deserializer, DeterministicDeserializer, DeterministicSerializer, EncryptedStore, Entry, Error,
-    KeyTemplate, KeyValueStore, Keyset, MemoryChangelog, MemoryStore, Record, RedbStore,
-    Serializer, TypedStore, Unencrypted, Utf8,
+    AadPolicy, Bytes, Context, DecryptingDeserializer, Deserializer, DeterministicDeserializer,
+    DeterministicSerializer, Error, KeyTemplate, Keyset, Serializer, Unencrypted, Utf8,
 };
 
 fn siv() -> Keyset {

@@ -11,10 +11,13 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 use common::naive::{NaiveBytesStore, NaiveSerde};
 use proptest::prelude::*;
 use proptest::test_runner::{Config, TestCaseError, TestError, TestRunner};
+use tombstone_crypt::format::OVERHEAD;
+use tombstone_crypt::store::{
+    compact, restore, ChangeLoggingStore, Changelog, EncryptedStore, KeyValueStore,
+    MemoryChangelog, MemoryStore, Record, TypedStore,
+};
 use tombstone_crypt::{
-    compact, restore, Bincode, Bytes, ChangeLoggingStore, Changelog, DecryptingDeserializer,
-    EncryptedStore, EncryptingSerializer, Error, KeyValueStore, Keyset, MemoryChangelog,
-    MemoryStore, Record, TypedStore, Utf8, OVERHEAD,
+    Bincode, Bytes, DecryptingDeserializer, EncryptingSerializer, Error, Keyset, Utf8,
 };
 
 const NAME: &str = "events-store";
@@ -88,7 +91,7 @@ fn fresh(backend: Backend) -> Box<dyn KeyValueStore> {
             let n = FILES.fetch_add(1, Ordering::Relaxed);
             let path = dir.join(format!("{n}.redb"));
             let _ = std::fs::remove_file(&path);
-            Box::new(tombstone_crypt::RedbStore::open(path).unwrap())
+            Box::new(tombstone_crypt::store::RedbStore::open(path).unwrap())
         }
     }
 }
@@ -545,10 +548,10 @@ impl KeyValueStore for Recording {
         self.writes.push((key.to_vec(), None));
         self.inner.delete(key)
     }
-    fn all(&self) -> Result<Vec<tombstone_crypt::Entry>, Error> {
+    fn all(&self) -> Result<Vec<tombstone_crypt::store::Entry>, Error> {
         self.inner.all()
     }
-    fn range(&self, from: &[u8], to: &[u8]) -> Result<Vec<tombstone_crypt::Entry>, Error> {
+    fn range(&self, from: &[u8], to: &[u8]) -> Result<Vec<tombstone_crypt::store::Entry>, Error> {
         self.inner.range(from, to)
     }
     fn flush(&mut self) -> Result<(), Error> {

@@ -1,9 +1,10 @@
 //! Every single-bit flip, every truncation and every extension of a
 //! ciphertext is rejected, with a clear error and no plaintext.
 
+use tombstone_crypt::format::OVERHEAD;
 use tombstone_crypt::{
     Bytes, Context, DecryptingDeserializer, Deserializer, EncryptingSerializer, Error, KeyId,
-    Keyset, Serializer, OVERHEAD,
+    Keyset, Serializer,
 };
 
 fn setup(value: &[u8]) -> (Vec<u8>, DecryptingDeserializer<Bytes>, Keyset) {

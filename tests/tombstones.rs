@@ -5,9 +5,11 @@ use std::cell::Cell;
 use std::rc::Rc;
 
 use serde::{Deserialize, Serialize};
+use tombstone_crypt::format::OVERHEAD;
+use tombstone_crypt::store::{MemoryStore, TypedStore};
 use tombstone_crypt::{
     Bincode, Bytes, Context, DecryptingDeserializer, Deserializer, EncryptingSerializer, Error,
-    Json, Keyset, MemoryStore, Serializer, TypedStore, Utf8, OVERHEAD,
+    Json, Keyset, Serializer, Utf8,
 };
 
 #[derive(Serialize, Deserialize, Debug, PartialEq, Clone, Default)]

@@ -10,11 +10,12 @@ use std::collections::BTreeMap;
 use std::time::Duration;
 
 use common::kafka::{bootstrap, client_config, create_topic, fresh_topic, siv_producer};
-use tombstone_crypt::rdkafka::{Offset, TopicPartitionList};
+use tombstone_crypt::kafka::rdkafka::{Offset, TopicPartitionList};
+use tombstone_crypt::kafka::{KafkaChangelog, TopicSettings, TypedConsumer};
+use tombstone_crypt::record_key::{murmur2_partition, WriteRule};
+use tombstone_crypt::store::{restore_from, EncryptedStore, KeyValueStore, MemoryStore};
 use tombstone_crypt::{
-    murmur2_partition, restore_from, Bytes, DecryptingDeserializer, DeterministicDeserializer,
-    EncryptedStore, KafkaChangelog, KeyTemplate, KeyValueStore, Keyset, MemoryStore, TopicSettings,
-    TypedConsumer, WriteRule,
+    Bytes, DecryptingDeserializer, DeterministicDeserializer, KeyTemplate, Keyset,
 };
 
 const PARTITIONS: i32 = 3;

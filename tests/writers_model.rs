@@ -45,12 +45,16 @@ use common::compacting::{
 use common::kafka::{client_config, fresh_topic, siv_producer, SivProducer};
 use proptest::prelude::*;
 use proptest::test_runner::{Config, TestCaseError, TestError, TestRunner};
-use tombstone_crypt::rdkafka::error::KafkaError;
-use tombstone_crypt::rdkafka::{Message as _, Offset, TopicPartitionList};
+use tombstone_crypt::kafka::rdkafka::error::KafkaError;
+use tombstone_crypt::kafka::rdkafka::{Message as _, Offset, TopicPartitionList};
+use tombstone_crypt::kafka::{KafkaChangelog, TypedConsumer};
+use tombstone_crypt::record_key::WriteRule;
+use tombstone_crypt::store::{
+    restore, restore_from, ChangeLoggingStore, EncryptedStore, KeyValueStore, MemoryStore, Record,
+};
 use tombstone_crypt::{
-    restore, restore_from, Bytes, ChangeLoggingStore, Context, DecryptingDeserializer,
-    Deserializer as _, DeterministicDeserializer, EncryptedStore, Error, KafkaChangelog, KeyStatus,
-    KeyTemplate, KeyValueStore, Keyset, MemoryStore, Record, TypedConsumer, WriteRule,
+    Bytes, Context, DecryptingDeserializer, Deserializer as _, DeterministicDeserializer, Error,
+    KeyStatus, KeyTemplate, Keyset,
 };
 
 const PARTITIONS: i32 = 3;
@@ -134,7 +138,7 @@ struct World {
 static COMPACTED_CASES: AtomicU64 = AtomicU64::new(0);
 static REMOVED_RECORDS: AtomicU64 = AtomicU64::new(0);
 
-fn config(bootstrap: &str) -> tombstone_crypt::rdkafka::ClientConfig {
+fn config(bootstrap: &str) -> tombstone_crypt::kafka::rdkafka::ClientConfig {
     let mut c = client_config(bootstrap);
     c.set("fetch.wait.max.ms", "20");
     c
@@ -204,7 +208,7 @@ impl World {
     }
 
     fn store_for(&mut self, key: &[u8]) -> &mut Store {
-        let p = tombstone_crypt::murmur2_partition(key, PARTITIONS as u32);
+        let p = tombstone_crypt::record_key::murmur2_partition(key, PARTITIONS as u32);
         &mut self.stores[p as usize]
     }
 
@@ -422,7 +426,7 @@ impl World {
                         cause: Some(cause), ..
                     })) if cause
                         .downcast_ref::<KafkaError>()
-                        .is_some_and(tombstone_crypt::is_transient_kafka_error) => {}
+                        .is_some_and(tombstone_crypt::kafka::is_transient_kafka_error) => {}
                     Ok(Err(e)) => panic!("replay of {}: {e}", self.topic),
                 }
             }

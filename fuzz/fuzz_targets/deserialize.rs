@@ -20,10 +20,11 @@
 
 use libfuzzer_sys::fuzz_target;
 use tombstone_crypt::__fuzz::aes_gcm_open;
+use tombstone_crypt::format::OVERHEAD;
 use tombstone_crypt::{
     AadPolicy, Bincode, Bytes, Context, DecryptingDeserializer, Deserializer as _,
     DeterministicDeserializer, DeterministicSerializer, EncryptingSerializer, Error, KeyId,
-    KeyStatus, Keyset, Serializer as _, Utf8, OVERHEAD,
+    KeyStatus, Keyset, Serializer as _, Utf8,
 };
 use tombstone_crypt_fuzz::{context, key_bytes, keyset, policy, siv_keyset, Small, SIV_PRIMARY};
 

@@ -14,7 +14,8 @@ use std::sync::OnceLock;
 
 use libfuzzer_sys::fuzz_target;
 use tombstone_crypt::__fuzz::FakeKms;
-use tombstone_crypt::{DekPolicy, Error, KeyTemplate, Keyset, KmsClients};
+use tombstone_crypt::kms::{DekPolicy, KmsClients};
+use tombstone_crypt::{Error, KeyTemplate, Keyset};
 
 const AD: &[u8] = b"orders/o-1";
 

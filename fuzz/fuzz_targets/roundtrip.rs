@@ -11,9 +11,10 @@
 
 use libfuzzer_sys::fuzz_target;
 use tombstone_crypt::__fuzz::aes_gcm_open;
+use tombstone_crypt::format::OVERHEAD;
 use tombstone_crypt::{
     AadPolicy, Bincode, Bytes, Context, DecryptingDeserializer, Deserializer as _,
-    EncryptingSerializer, Error, Serializer as _, OVERHEAD,
+    EncryptingSerializer, Error, Serializer as _,
 };
 use tombstone_crypt_fuzz::{key_bytes, keyset, RoundtripInput};
 

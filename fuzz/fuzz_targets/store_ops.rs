@@ -12,10 +12,13 @@
 use std::collections::BTreeMap;
 
 use libfuzzer_sys::fuzz_target;
+use tombstone_crypt::format::OVERHEAD;
+use tombstone_crypt::store::{
+    compact, restore, ChangeLoggingStore, Changelog as _, KeyValueStore as _, MemoryChangelog,
+    MemoryStore, Record, TypedStore,
+};
 use tombstone_crypt::{
-    compact, restore, AadPolicy, Bytes, ChangeLoggingStore, Changelog as _, DecryptingDeserializer,
-    EncryptingSerializer, KeyValueStore as _, Keyset, MemoryChangelog, MemoryStore, Record,
-    TypedStore, Utf8, OVERHEAD,
+    AadPolicy, Bytes, DecryptingDeserializer, EncryptingSerializer, Keyset, Utf8,
 };
 use tombstone_crypt_fuzz::{keyset, store_key, Op, StoreInput, MAX_OPS};
 
@@ -25,7 +28,7 @@ type Logged = ChangeLoggingStore<MemoryStore, MemoryChangelog>;
 type Model = BTreeMap<String, Vec<u8>>;
 type View = Vec<(String, Option<Vec<u8>>)>;
 
-fn typed<S: tombstone_crypt::KeyValueStore>(
+fn typed<S: tombstone_crypt::store::KeyValueStore>(
     store: S,
     keyset: &Keyset,
     policy: AadPolicy,

@@ -115,7 +115,7 @@ pub const MAX_DEK_VALUES: u64 = 1 << 32;
 ///
 /// ```
 /// use std::time::Duration;
-/// use tombstone_crypt::DekPolicy;
+/// use tombstone_crypt::kms::DekPolicy;
 ///
 /// let p = DekPolicy::default().with_max_values(1000).with_max_age(Duration::from_secs(60));
 /// assert_eq!(p.max_values(), 1000);

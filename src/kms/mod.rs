@@ -11,7 +11,30 @@
 //!   environment.
 //!
 //! The clients built in are behind cargo features: `aws-kms`
-//! (`aws-kms://arn:aws:kms:...`) and `vault` (`hcvault://HOST/MOUNT/keys/NAME`).
+//! (`AwsKmsClient`, `aws-kms://arn:aws:kms:...`) and `vault`
+//! (`VaultClient`, `hcvault://HOST/MOUNT/keys/NAME`), both with
+//! [`KmsTimeouts`].
+//!
+//! An envelope key ([`KeyTemplate::kms_envelope`](crate::KeyTemplate::kms_envelope))
+//! encrypts values under data keys (DEKs) wrapped by a KMS key; a writer
+//! reuses a DEK and a reader caches unwrapped ones as its [`DekPolicy`]
+//! says, so the KMS is called once per DEK, not per value.
+//!
+//! ```no_run
+//! # #[cfg(feature = "vault")] {
+//! use std::time::Duration;
+//! use tombstone_crypt::kms::{DekPolicy, KmsClients, VaultClient};
+//! use tombstone_crypt::{KeyTemplate, Keyset};
+//!
+//! // VAULT_ADDR and VAULT_TOKEN from the environment.
+//! let kms = KmsClients::new().with(VaultClient::from_env());
+//! let template = KeyTemplate::kms_envelope("hcvault://vault:8200/transit/keys/orders")
+//!     .with_kms_clients(kms)
+//!     .with_dek_policy(DekPolicy::default().with_max_age(Duration::from_secs(3600)));
+//! let keyset = Keyset::generate_with(template)?; // no KMS call until a value is written
+//! # }
+//! # Ok::<(), tombstone_crypt::Error>(())
+//! ```
 
 use core::fmt;
 use std::panic::{RefUnwindSafe, UnwindSafe};
@@ -29,6 +52,14 @@ pub(crate) mod dek;
 pub(crate) mod http;
 #[cfg(feature = "vault")]
 pub(crate) mod vault;
+
+#[cfg(feature = "aws-kms")]
+#[cfg_attr(docsrs, doc(cfg(feature = "aws-kms")))]
+pub use aws::{AwsCredentials, AwsKmsClient};
+pub use dek::{DekPolicy, MAX_DEK_VALUES, MAX_EDEK_LEN};
+#[cfg(feature = "vault")]
+#[cfg_attr(docsrs, doc(cfg(feature = "vault")))]
+pub use vault::VaultClient;
 
 /// A key held by a KMS, as an AEAD: Tink's "remote AEAD". The key never
 /// leaves the KMS; this crate asks it to wrap and unwrap data keys (DEKs)
@@ -64,7 +95,8 @@ pub trait KmsAead: Send + Sync + UnwindSafe + RefUnwindSafe + fmt::Debug {
 ///
 /// ```
 /// use std::sync::Arc;
-/// use tombstone_crypt::{Error, KmsAead, KmsClient};
+/// use tombstone_crypt::Error;
+/// use tombstone_crypt::kms::{KmsAead, KmsClient};
 ///
 /// #[derive(Debug)]
 /// struct MyKms;

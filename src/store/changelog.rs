@@ -67,7 +67,7 @@ pub trait Changelog {
 /// dropped (as they are once `delete.retention.ms` has passed).
 ///
 /// ```
-/// use tombstone_crypt::{compact, Record};
+/// use tombstone_crypt::store::{compact, Record};
 ///
 /// let r = |offset, key: &[u8], value: Option<&[u8]>| Record {
 ///     offset,
@@ -101,7 +101,7 @@ pub fn compact(records: &[Record]) -> Vec<Record> {
 /// The store failed; [`Error::Store`] if `store` is not empty (a restore
 /// over old state would keep keys the log deleted) or is a layer that must
 /// not be restored into ([`KeyValueStore::accepts_restore`]: an
-/// [`EncryptedStore`](crate::EncryptedStore) would encrypt the ciphertext
+/// [`EncryptedStore`](crate::store::EncryptedStore) would encrypt the ciphertext
 /// again, a [`ChangeLoggingStore`] would log every record twice).
 pub fn restore<S: KeyValueStore + ?Sized>(
     store: &mut S,

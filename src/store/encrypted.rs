@@ -21,7 +21,8 @@ use crate::serde::{
 /// by them.
 ///
 /// ```
-/// use tombstone_crypt::{EncryptedStore, KeyValueStore, Keyset, MemoryStore};
+/// use tombstone_crypt::Keyset;
+/// use tombstone_crypt::store::{EncryptedStore, KeyValueStore, MemoryStore};
 ///
 /// let mut store = EncryptedStore::new(MemoryStore::new(), "events", Keyset::generate());
 /// store.put(b"k", Some(b"secret"))?;
@@ -91,7 +92,8 @@ impl<S: KeyValueStore> EncryptedStore<S> {
     /// [`KeyTemplate::aes256_siv`]: crate::KeyTemplate::aes256_siv
     ///
     /// ```
-    /// use tombstone_crypt::{EncryptedStore, KeyTemplate, KeyValueStore, Keyset, MemoryStore};
+    /// use tombstone_crypt::{KeyTemplate, Keyset};
+    /// use tombstone_crypt::store::{EncryptedStore, KeyValueStore, MemoryStore};
     ///
     /// let mut keys = Keyset::generate_with(KeyTemplate::aes256_siv())?;
     /// let mut store = EncryptedStore::new(MemoryStore::new(), "users", Keyset::generate())

@@ -6,7 +6,7 @@ use crate::error::Error;
 /// An in-memory bytes store on a `BTreeMap`.
 ///
 /// ```
-/// use tombstone_crypt::{KeyValueStore, MemoryStore};
+/// use tombstone_crypt::store::{KeyValueStore, MemoryStore};
 ///
 /// let mut store = MemoryStore::new();
 /// store.put(b"a", Some(b"1"))?;

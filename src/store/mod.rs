@@ -11,6 +11,34 @@
 //!
 //! (or a `TypedStore` with an encrypting value serde directly over a
 //! `ChangeLoggingStore`: the same bytes reach the changelog).
+//!
+//! A delete is a tombstone all the way down: the changelog gets a record
+//! with no value, never ciphertext, so compaction forgets the key and a
+//! restore ([`restore`], [`restore_from`]) does not bring it back. The
+//! changelog here is in memory ([`MemoryChangelog`]); a Kafka topic is
+//! `kafka::KafkaChangelog` (feature `kafka`); a store on disk is
+//! `RedbStore` (feature `redb`).
+//!
+//! ```
+//! use tombstone_crypt::store::{
+//!     compact, restore, ChangeLoggingStore, EncryptedStore, KeyValueStore, MemoryChangelog,
+//!     MemoryStore,
+//! };
+//! use tombstone_crypt::Keyset;
+//!
+//! let logged = ChangeLoggingStore::new(MemoryStore::new(), MemoryChangelog::new());
+//! let mut store = EncryptedStore::new(logged, "orders-store", Keyset::generate());
+//! store.put(b"o-1", Some(b"book"))?;
+//! store.put(b"o-1", None)?; // delete
+//! store.flush()?;
+//!
+//! let log = store.inner().changelog().as_slice();
+//! assert_eq!(log.last().unwrap().value, None); // a tombstone, not ciphertext
+//! let mut fresh = MemoryStore::new();
+//! restore(&mut fresh, &compact(log))?;
+//! assert_eq!(fresh.get(b"o-1")?, None); // the delete survived
+//! # Ok::<(), tombstone_crypt::Error>(())
+//! ```
 
 mod changelog;
 mod encrypted;

@@ -18,7 +18,7 @@ const TABLE: TableDefinition<'_, &[u8], &[u8]> = TableDefinition::new("kv");
 /// so far durable, as flushing a Kafka Streams store does.
 ///
 /// ```
-/// use tombstone_crypt::{KeyValueStore, RedbStore};
+/// use tombstone_crypt::store::{KeyValueStore, RedbStore};
 ///
 /// let dir = std::env::temp_dir().join(format!("tc-doc-{}", std::process::id()));
 /// std::fs::create_dir_all(&dir).map_err(|e| tombstone_crypt::Error::store("create dir", e))?;

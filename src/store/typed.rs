@@ -31,9 +31,8 @@ where
 /// The value serde's [`Context`] is the store name and the serialized key.
 ///
 /// ```
-/// use tombstone_crypt::{
-///     Bincode, DecryptingDeserializer, EncryptingSerializer, Keyset, MemoryStore, TypedStore, Utf8,
-/// };
+/// use tombstone_crypt::{Bincode, DecryptingDeserializer, EncryptingSerializer, Keyset, Utf8};
+/// use tombstone_crypt::store::{MemoryStore, TypedStore};
 ///
 /// let keyset = Keyset::generate();
 /// let mut store = TypedStore::new(

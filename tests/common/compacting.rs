@@ -8,11 +8,13 @@ use std::collections::{BTreeMap, HashMap};
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::{Duration, Instant};
 
-use tombstone_crypt::rdkafka::admin::{AdminClient, AdminOptions, NewTopic, TopicReplication};
-use tombstone_crypt::rdkafka::client::DefaultClientContext;
-use tombstone_crypt::rdkafka::consumer::{BaseConsumer, Consumer as _};
-use tombstone_crypt::rdkafka::error::KafkaError;
-use tombstone_crypt::rdkafka::{Message as _, Offset, TopicPartitionList};
+use tombstone_crypt::kafka::rdkafka::admin::{
+    AdminClient, AdminOptions, NewTopic, TopicReplication,
+};
+use tombstone_crypt::kafka::rdkafka::client::DefaultClientContext;
+use tombstone_crypt::kafka::rdkafka::consumer::{BaseConsumer, Consumer as _};
+use tombstone_crypt::kafka::rdkafka::error::KafkaError;
+use tombstone_crypt::kafka::rdkafka::{Message as _, Offset, TopicPartitionList};
 
 use super::kafka::{client_config, fresh_topic};
 
@@ -102,7 +104,7 @@ pub fn read_all_counted(bootstrap: &str, topic: &str) -> ReadBack {
                 at_end.insert(p);
             }
             // A broker connection down for a moment: librdkafka reconnects.
-            Some(Err(e)) if tombstone_crypt::is_transient_kafka_error(&e) => {}
+            Some(Err(e)) if tombstone_crypt::kafka::is_transient_kafka_error(&e) => {}
             Some(Err(e)) => panic!("consume {topic}: {e}"),
             Some(Ok(m)) => {
                 let (p, offset) = (m.partition(), m.offset());

@@ -4,9 +4,11 @@
 
 use std::time::{SystemTime, UNIX_EPOCH};
 
-use tombstone_crypt::rdkafka::admin::{AdminClient, AdminOptions, NewTopic, TopicReplication};
-use tombstone_crypt::rdkafka::client::DefaultClientContext;
-use tombstone_crypt::rdkafka::config::ClientConfig;
+use tombstone_crypt::kafka::rdkafka::admin::{
+    AdminClient, AdminOptions, NewTopic, TopicReplication,
+};
+use tombstone_crypt::kafka::rdkafka::client::DefaultClientContext;
+use tombstone_crypt::kafka::rdkafka::config::ClientConfig;
 
 /// The shared broker (`TOMBSTONE_KAFKA_BOOTSTRAP`); `None` when
 /// `TOMBSTONE_SKIP_KAFKA` is set.
@@ -50,7 +52,7 @@ pub fn create_topic(bootstrap: &str, topic: &str, partitions: i32) {
 /// A typed producer with record keys encrypted under `keys` (AES-SIV) and
 /// values under `values`, following `rule` (the write rule, or a broken one
 /// for a negative control).
-pub type SivProducer = tombstone_crypt::TypedProducer<
+pub type SivProducer = tombstone_crypt::kafka::TypedProducer<
     [u8],
     [u8],
     tombstone_crypt::DeterministicSerializer<tombstone_crypt::Bytes>,
@@ -62,9 +64,10 @@ pub fn siv_producer(
     bootstrap: &str,
     values: &tombstone_crypt::Keyset,
     keys: &tombstone_crypt::Keyset,
-    rule: tombstone_crypt::WriteRule,
+    rule: tombstone_crypt::record_key::WriteRule,
 ) -> SivProducer {
-    use tombstone_crypt::{Bytes, DeterministicSerializer, EncryptingSerializer, TypedProducer};
+    use tombstone_crypt::kafka::TypedProducer;
+    use tombstone_crypt::{Bytes, DeterministicSerializer, EncryptingSerializer};
     TypedProducer::new(
         &client_config(bootstrap),
         DeterministicSerializer::new(Bytes, keys.clone()),

@@ -7,9 +7,10 @@
 //! use them for anything else.
 #![allow(dead_code)]
 
+use tombstone_crypt::store::{Entry, KeyValueStore};
 use tombstone_crypt::{
-    Bytes, Context, DecryptingDeserializer, Deserializer, EncryptingSerializer, Entry, Error,
-    KeyValueStore, Keyset, Serializer,
+    Bytes, Context, DecryptingDeserializer, Deserializer, EncryptingSerializer, Error, Keyset,
+    Serializer,
 };
 
 /// A value serde that turns every delete into a write.

@@ -5,7 +5,8 @@ use std::io::Write as _;
 use std::path::{Path, PathBuf};
 
 use serde_json::json;
-use tombstone_crypt::{AwsKmsClient, KeyId, KeyStatus, KeyTemplate, Keyset, VaultClient};
+use tombstone_crypt::kms::{AwsKmsClient, VaultClient};
+use tombstone_crypt::{KeyId, KeyStatus, KeyTemplate, Keyset};
 use zeroize::Zeroizing;
 
 use crate::{fail, Fail, InArgs, KeyOp, KeysetCommand, OutArgs, Outcome, Output, Template};
@@ -14,8 +15,8 @@ use crate::{fail, Fail, InArgs, KeyOp, KeysetCommand, OutArgs, Outcome, Output, 
 /// (`hcvault://`, `VAULT_ADDR` and `VAULT_TOKEN`) and AWS KMS
 /// (`aws-kms://`, the usual `AWS_*` variables).
 pub(crate) fn register_kms_clients() {
-    tombstone_crypt::register_kms_client(VaultClient::from_env());
-    tombstone_crypt::register_kms_client(AwsKmsClient::from_env());
+    tombstone_crypt::kms::register_kms_client(VaultClient::from_env());
+    tombstone_crypt::kms::register_kms_client(AwsKmsClient::from_env());
 }
 
 /// The most bytes a keyset file may have (a keyset of `MAX_KEYS` keys is

@@ -21,16 +21,17 @@ use std::time::{Duration, Instant};
 
 use indicatif::{ProgressBar, ProgressDrawTarget, ProgressStyle};
 use serde_json::json;
-use tombstone_crypt::rdkafka::config::ClientConfig;
-use tombstone_crypt::rdkafka::consumer::{BaseConsumer, Consumer as _};
-use tombstone_crypt::rdkafka::error::{KafkaError, RDKafkaErrorCode};
-use tombstone_crypt::rdkafka::message::Message as _;
-use tombstone_crypt::rdkafka::producer::{DeliveryFuture, FutureProducer, FutureRecord};
-use tombstone_crypt::rdkafka::{Offset, TopicPartitionList};
+use tombstone_crypt::kafka::rdkafka::config::ClientConfig;
+use tombstone_crypt::kafka::rdkafka::consumer::{BaseConsumer, Consumer as _};
+use tombstone_crypt::kafka::rdkafka::error::{KafkaError, RDKafkaErrorCode};
+use tombstone_crypt::kafka::rdkafka::message::Message as _;
+use tombstone_crypt::kafka::rdkafka::producer::{DeliveryFuture, FutureProducer, FutureRecord};
+use tombstone_crypt::kafka::rdkafka::{Offset, TopicPartitionList};
+use tombstone_crypt::record_key::KeyForms;
 use tombstone_crypt::{
     AadPolicy, Bytes, Context, DecryptingDeserializer, Deserializer as _,
-    DeterministicDeserializer, DeterministicSerializer, EncryptingSerializer, KeyForms, KeyStatus,
-    Keyset, Serializer as _,
+    DeterministicDeserializer, DeterministicSerializer, EncryptingSerializer, KeyStatus, Keyset,
+    Serializer as _,
 };
 use zeroize::Zeroizing;
 
@@ -416,7 +417,7 @@ fn end_offsets(consumer: &BaseConsumer, s: &Setup) -> Result<Vec<(i32, i64, i64)
         return Err(fail(format!(
             "the topic {}: {}",
             s.topic,
-            tombstone_crypt::rdkafka::error::RDKafkaErrorCode::from(e)
+            tombstone_crypt::kafka::rdkafka::error::RDKafkaErrorCode::from(e)
         )));
     }
     if t.partitions().is_empty() {
@@ -526,7 +527,7 @@ fn read_topic(
             }
             // librdkafka reconnects by itself (a broker connection down
             // for a moment); give up only when that outlasts the timeout.
-            Some(Err(e)) if tombstone_crypt::is_transient_kafka_error(&e) => {
+            Some(Err(e)) if tombstone_crypt::kafka::is_transient_kafka_error(&e) => {
                 if last_progress.elapsed() > s.timeout {
                     bar.abandon();
                     return Err(fail(format!(

@@ -1,6 +1,6 @@
 //! Typed async Kafka clients over rdkafka's `FutureProducer` and
 //! `StreamConsumer` (feature `kafka`), built on the sans-IO
-//! [`encode_write`](crate::encode_write) / [`decode_message`](crate::decode_message).
+//! [`encode_write`](crate::kafka::encode_write) / [`decode_message`](crate::kafka::decode_message).
 //!
 //! A `None` value is produced with no payload at all (Kafka's null), with
 //! its headers; a consumed record without a payload is `None` without
@@ -19,8 +19,8 @@ use rdkafka::message::{BorrowedMessage, Header, Headers as _, Message as _, Owne
 use rdkafka::producer::{FutureProducer, FutureRecord, Producer as _};
 use rdkafka::TopicPartitionList;
 
+use super::record::{decode_message, encode_forms};
 use crate::error::Error;
-use crate::kafka::{decode_message, encode_forms};
 use crate::record_key::{KeyBinding, WriteRule};
 use crate::serde::{Deserializer, Serializer};
 use crate::work::BlockingWork;
@@ -69,7 +69,7 @@ pub type RecordHeaders = Vec<(String, Option<Vec<u8>>)>;
 /// [`DeterministicSerializer`](crate::DeterministicSerializer)) into an
 /// rdkafka `FutureProducer`.
 ///
-/// Every send follows the write rule (see [`KeyForms`](crate::KeyForms)):
+/// Every send follows the write rule (see [`KeyForms`](crate::record_key::KeyForms)):
 /// with a key encrypted under a key keyset with several enabled keys, a
 /// tombstone for each older form of the key goes first, then the record
 /// under the primary form, all to the partition of the **plaintext** key
@@ -334,7 +334,7 @@ pub type UndecodableHook =
 ///
 /// The reading rule: replayed in order, a key's state is its last record,
 /// whatever form of an encrypted key it came under. Writers that follow
-/// the write rule ([`KeyForms`](crate::KeyForms)) put the tombstones of a
+/// the write rule ([`KeyForms`](crate::record_key::KeyForms)) put the tombstones of a
 /// key's older forms before its record, so the last record of a write is
 /// the write itself, and a replaying consumer agrees with a store restored
 /// from the topic.
@@ -418,8 +418,9 @@ where
     /// when `recv` returns the next one.
     ///
     /// ```no_run
-    /// # use tombstone_crypt::{Bytes, DecryptingDeserializer, Error, Keyset, TypedConsumer, Utf8};
-    /// # use tombstone_crypt::rdkafka::{ClientConfig, Message as _};
+    /// # use tombstone_crypt::{Bytes, DecryptingDeserializer, Error, Keyset, Utf8};
+    /// # use tombstone_crypt::kafka::TypedConsumer;
+    /// # use tombstone_crypt::kafka::rdkafka::{ClientConfig, Message as _};
     /// # fn demo(config: &ClientConfig, keyset: Keyset) -> Result<(), Error> {
     /// let consumer: TypedConsumer<String, Vec<u8>, _, _> =
     ///     TypedConsumer::new(config, Utf8, DecryptingDeserializer::new(Bytes, keyset))?
@@ -471,7 +472,7 @@ where
     /// # Errors
     /// [`Error::Kafka`] from the consumer; [`Error::Record`] for a record
     /// that does not decode. A Kafka error whose cause
-    /// [`is_transient_kafka_error`](crate::is_transient_kafka_error) says is
+    /// [`is_transient_kafka_error`](crate::kafka::is_transient_kafka_error) says is
     /// transient (a broker connection down for a moment) is one librdkafka
     /// recovers from: call `recv` again.
     pub async fn recv(&self) -> Result<ConsumedRecord<K, V>, Error> {

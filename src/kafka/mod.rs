@@ -1,0 +1,45 @@
+//! Kafka (feature `kafka`, on rdkafka with the bundled librdkafka): records
+//! through the write rule, typed async clients, and a store changelog on a
+//! topic.
+//!
+//! - [`encode_write`] / [`decode_message`]: one write's records (tombstones
+//!   for an encrypted key's older forms first, then the record, all to the
+//!   partition of the key's plaintext) and a consumed message back to a key
+//!   and a value, sans IO, for any producer or consumer;
+//! - [`TypedProducer`] / [`TypedConsumer`]: rdkafka's `FutureProducer` and
+//!   `StreamConsumer` with serdes on both sides; KMS calls run on tokio's
+//!   blocking pool;
+//! - [`KafkaChangelog`]: a [`Changelog`](crate::store::Changelog) on a
+//!   compacted topic, for [`ChangeLoggingStore`](crate::store::ChangeLoggingStore)
+//!   and restores.
+//!
+//! A tombstone reaches the broker as a record **with no payload at all**
+//! (Kafka's null value), never as an empty payload; a consumed record
+//! without a payload is `None` without calling the value deserializer.
+//!
+//! ```
+//! use tombstone_crypt::kafka::encode_write;
+//! use tombstone_crypt::record_key::KeyBinding;
+//! use tombstone_crypt::{Bytes, EncryptingSerializer, Keyset, Utf8};
+//!
+//! let values = EncryptingSerializer::new(Bytes, Keyset::generate());
+//! let put = encode_write("orders", 0, KeyBinding::Plaintext, &Utf8, &values, "k", Some(&b"v"[..]))?;
+//! assert!(put[0].payload.is_some());
+//! let delete = encode_write("orders", 0, KeyBinding::Plaintext, &Utf8, &values, "k", None)?;
+//! assert!(delete[0].payload.is_none()); // a tombstone stays a tombstone
+//! # Ok::<(), tombstone_crypt::Error>(())
+//! ```
+
+mod changelog;
+mod client;
+mod record;
+
+pub use changelog::{is_transient_kafka_error, KafkaChangelog, TopicSettings};
+pub use client::{
+    ConsumedRecord, Delivered, RecordHeaders, TypedConsumer, TypedProducer, UndecodableHook,
+};
+pub use record::{decode_message, encode_write, KafkaRecord};
+
+/// The rdkafka crate this one is built on, for its `ClientConfig`,
+/// producers and consumers.
+pub use rdkafka;
