@@ -8,6 +8,8 @@
 //! (`scripts/tink-venv.sh` makes it). Without it these tests fail.
 #![cfg(feature = "aws-kms")]
 
+mod common;
+
 use std::io::{BufRead as _, BufReader, Read as _, Write as _};
 use std::net::TcpListener;
 use std::path::PathBuf;
@@ -18,18 +20,10 @@ use tombstone_crypt::kms::{AwsCredentials, AwsKmsClient, KmsClient as _, KmsTime
 
 /// The venv's python; panics (the test fails) when there is none.
 fn python() -> PathBuf {
-    let path = std::env::var_os("TOMBSTONE_TINK_PYTHON")
-        .map(PathBuf::from)
-        .unwrap_or_else(|| {
-            PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("target/venv/bin/python")
-        });
-    assert!(
-        path.exists(),
-        "no test venv at {} (botocore, from moto, signs the reference requests): \
+    common::tink::venv_python(
+        "botocore, from moto, signs the reference requests: \
          run ./scripts/test.sh or scripts/tink-venv.sh, or set TOMBSTONE_TINK_PYTHON",
-        path.display()
-    );
-    path
+    )
 }
 
 /// Signs each case with botocore: a KMS client made for the case's region

@@ -8,14 +8,17 @@
 //! slept; the KMS calls and the DEKs held are counted. The clock and the
 //! count are process-wide, so every test here holds one lock.
 
+mod common;
+
 use std::sync::{Mutex, MutexGuard, PoisonError};
 use std::time::Duration;
 
+use common::envelope::envelope_keyset;
 use tombstone_crypt::__fuzz::FakeKms;
 use tombstone_crypt::kms::{DekPolicy, KmsClients};
 use tombstone_crypt::{
-    Bytes, Context, DecryptingDeserializer, Deserializer as _, EncryptingSerializer, KeyTemplate,
-    Keyset, Serializer as _,
+    Bytes, Context, DecryptingDeserializer, Deserializer as _, EncryptingSerializer, Keyset,
+    Serializer as _,
 };
 
 const URI: &str = "fake-kms://tests/dek-lifetime";
@@ -29,15 +32,7 @@ fn serial() -> MutexGuard<'static, ()> {
 }
 
 fn setup(policy: DekPolicy) -> (FakeKms, KmsClients, Keyset) {
-    let kms = FakeKms::new();
-    let clients = KmsClients::new().with(kms.clone());
-    let keyset = Keyset::generate_with(
-        KeyTemplate::kms_envelope(URI)
-            .with_kms_clients(clients.clone())
-            .with_dek_policy(policy),
-    )
-    .unwrap();
-    (kms, clients, keyset)
+    envelope_keyset(URI, policy)
 }
 
 /// The EDEK of an envelope ciphertext.

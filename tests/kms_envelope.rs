@@ -3,9 +3,12 @@
 //! one unwrap per DEK per reader, no KMS call for a tombstone, a KMS that
 //! is down, hostile envelopes.
 
+mod common;
+
 use std::error::Error as _;
 use std::time::Duration;
 
+use common::envelope::envelope_keyset;
 use tombstone_crypt::__fuzz::FakeKms;
 use tombstone_crypt::error::KeysetErrorKind;
 use tombstone_crypt::kms::{DekPolicy, KmsClients};
@@ -17,15 +20,7 @@ use tombstone_crypt::{
 const URI: &str = "fake-kms://tests/kek-1";
 
 fn setup(policy: DekPolicy) -> (FakeKms, KmsClients, Keyset) {
-    let kms = FakeKms::new();
-    let clients = KmsClients::new().with(kms.clone());
-    let keyset = Keyset::generate_with(
-        KeyTemplate::kms_envelope(URI)
-            .with_kms_clients(clients.clone())
-            .with_dek_policy(policy),
-    )
-    .unwrap();
-    (kms, clients, keyset)
+    envelope_keyset(URI, policy)
 }
 
 /// `(key id, EDEK, nonce|ct|tag)` of an envelope ciphertext.

@@ -5,9 +5,10 @@
 //! `TOMBSTONE_SKIP_KMS=1` says to skip them knowingly.
 #![cfg(all(feature = "aws-kms", feature = "vault"))]
 
-use std::io::Write as _;
+mod common;
+
 use std::path::PathBuf;
-use std::process::{Command, Stdio};
+use std::process::Command;
 use std::sync::Mutex;
 use std::time::{Duration, Instant};
 
@@ -39,27 +40,7 @@ fn root() -> PathBuf {
 /// Runs the Tink KMS peer; its stdout.
 fn peer(args: &[&str], input: &str) -> String {
     let py = std::env::var("TOMBSTONE_KMS_VENV_PYTHON").expect("TOMBSTONE_KMS_VENV_PYTHON");
-    let mut child = Command::new(py)
-        .arg(root().join("tests/interop/tink_kms_peer.py"))
-        .args(args)
-        .stdin(Stdio::piped())
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .spawn()
-        .expect("start the Tink KMS peer");
-    child
-        .stdin
-        .take()
-        .unwrap()
-        .write_all(input.as_bytes())
-        .unwrap();
-    let out = child.wait_with_output().unwrap();
-    assert!(
-        out.status.success(),
-        "tink_kms_peer {args:?} failed: {}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-    String::from_utf8(out.stdout).unwrap()
+    common::tink::run_script(&py.into(), "tests/interop/tink_kms_peer.py", args, input)
 }
 
 fn kms_sh(cmd: &str) {

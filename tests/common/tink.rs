@@ -13,30 +13,41 @@ pub fn python() -> Option<PathBuf> {
         eprintln!("TOMBSTONE_SKIP_INTEROP is set: Tink interop skipped");
         return None;
     }
+    Some(venv_python(
+        "run ./scripts/test.sh (or scripts/tink-venv.sh), or set TOMBSTONE_SKIP_INTEROP=1",
+    ))
+}
+
+/// The test venv's python (`TOMBSTONE_TINK_PYTHON`, else
+/// `target/venv/bin/python`); panics, saying `hint`, when there is none.
+pub fn venv_python(hint: &str) -> PathBuf {
     let path = std::env::var_os("TOMBSTONE_TINK_PYTHON")
         .map(PathBuf::from)
         .unwrap_or_else(|| {
             PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("target/venv/bin/python")
         });
-    assert!(
-        path.exists(),
-        "no Tink venv at {}: run ./scripts/test.sh (or scripts/tink-venv.sh), or set TOMBSTONE_SKIP_INTEROP=1",
-        path.display()
-    );
-    Some(path)
+    assert!(path.exists(), "no test venv at {}: {hint}", path.display());
+    path
 }
 
 /// Runs the peer with `args`, `input` on its stdin; its stdout.
 pub fn peer(py: &PathBuf, args: &[&str], input: &str) -> String {
-    let script = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("tests/interop/tink_peer.py");
+    run_script(py, "tests/interop/tink_peer.py", args, input)
+}
+
+/// Runs the python script `script` (a path from the crate root) with
+/// `args`, `input` on its stdin; its stdout. Panics (the test fails) when
+/// it exits with an error, showing its stderr.
+pub fn run_script(py: &PathBuf, script: &str, args: &[&str], input: &str) -> String {
+    let path = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join(script);
     let mut child = Command::new(py)
-        .arg(script)
+        .arg(path)
         .args(args)
         .stdin(Stdio::piped())
         .stdout(Stdio::piped())
         .stderr(Stdio::piped())
         .spawn()
-        .expect("start the Tink peer");
+        .unwrap_or_else(|e| panic!("start {script}: {e}"));
     child
         .stdin
         .take()
@@ -46,7 +57,7 @@ pub fn peer(py: &PathBuf, args: &[&str], input: &str) -> String {
     let out = child.wait_with_output().unwrap();
     assert!(
         out.status.success(),
-        "tink_peer {args:?} failed: {}",
+        "{script} {args:?} failed: {}",
         String::from_utf8_lossy(&out.stderr)
     );
     String::from_utf8(out.stdout).unwrap()
