@@ -16,7 +16,6 @@ mod json_text;
 pub mod kafka;
 mod key_id;
 mod keyset;
-mod keyset_proto;
 pub mod kms;
 mod primitive;
 mod proto;

@@ -17,7 +17,8 @@ use crate::kms::dek::DekPolicy;
 use crate::primitive::{Family, KeyTemplate, Primitive};
 
 mod encrypt;
-pub(crate) mod tink_json;
+mod encrypted;
+mod tink_json;
 
 /// The most keys a keyset may hold (a bound on hostile keyset JSON).
 pub const MAX_KEYS: usize = 4096;

@@ -1,7 +1,7 @@
 //! Tink's cleartext JSON keyset format: reading it
 //! ([`Keyset::from_tink_json`]) and writing it ([`Keyset::to_tink_json`]),
 //! the serde structs of Tink's keyset fields (which the binary proto of an
-//! encrypted keyset, in `keyset_proto`, is decoded into too), and
+//! encrypted keyset, in `keyset/encrypted.rs`, is decoded into too), and
 //! `Keyset::from_parsed`, which checks those fields and makes a keyset of
 //! them. Key values pass through zeroized buffers only (base64, JSON
 //! escapes, the written text), sized once so that none is reallocated.

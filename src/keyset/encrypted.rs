@@ -12,8 +12,8 @@ use serde::{Deserialize, Serialize};
 use zeroize::Zeroizing;
 
 use crate::error::{Error, KeysetErrorKind};
-use crate::keyset::tink_json::{TinkKeyDataIn, TinkKeyIn, TinkKeysetIn};
-use crate::keyset::{KeyStatus, Keyset, MAX_KEYS};
+use super::tink_json::{TinkKeyDataIn, TinkKeyIn, TinkKeysetIn};
+use super::{KeyStatus, Keyset, MAX_KEYS};
 use crate::kms::{printable_uri, KmsClients};
 use crate::proto::{fields, Value, Writer};
 
