@@ -4,4 +4,5 @@ pub mod compacting;
 #[cfg(feature = "kafka")]
 pub mod kafka;
 pub mod naive;
+pub mod root;
 pub mod tink;

@@ -15,9 +15,7 @@ pub fn python() -> Option<PathBuf> {
     }
     let path = std::env::var_os("TOMBSTONE_TINK_PYTHON")
         .map(PathBuf::from)
-        .unwrap_or_else(|| {
-            PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("target/venv/bin/python")
-        });
+        .unwrap_or_else(|| super::root::repo_root().join("target/venv/bin/python"));
     assert!(
         path.exists(),
         "no Tink venv at {}: run ./scripts/test.sh (or scripts/tink-venv.sh), or set TOMBSTONE_SKIP_INTEROP=1",
@@ -28,7 +26,7 @@ pub fn python() -> Option<PathBuf> {
 
 /// Runs the peer with `args`, `input` on its stdin; its stdout.
 pub fn peer(py: &PathBuf, args: &[&str], input: &str) -> String {
-    let script = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("tests/interop/tink_peer.py");
+    let script = super::root::repo_root().join("tests/interop/tink_peer.py");
     let mut child = Command::new(py)
         .arg(script)
         .args(args)
