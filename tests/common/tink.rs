@@ -6,16 +6,19 @@ use std::io::Write as _;
 use std::path::PathBuf;
 use std::process::{Command, Stdio};
 
-/// The venv's python: `TOMBSTONE_TINK_PYTHON`, else `target/venv/bin/python`;
-/// `None` (the test returns early) only when `TOMBSTONE_SKIP_INTEROP` is set.
+/// The venv's python: `TOMBSTONE_TINK_PYTHON`, else `target/venv/bin/python`
+/// (a relative path from the repository's root, whichever package's tests
+/// run); `None` (the test returns early) only when `TOMBSTONE_SKIP_INTEROP`
+/// is set.
 pub fn python() -> Option<PathBuf> {
     if std::env::var_os("TOMBSTONE_SKIP_INTEROP").is_some() {
         eprintln!("TOMBSTONE_SKIP_INTEROP is set: Tink interop skipped");
         return None;
     }
-    let path = std::env::var_os("TOMBSTONE_TINK_PYTHON")
-        .map(PathBuf::from)
-        .unwrap_or_else(|| super::root::repo_root().join("target/venv/bin/python"));
+    let path = super::root::repo_root().join(
+        std::env::var_os("TOMBSTONE_TINK_PYTHON")
+            .map_or_else(|| PathBuf::from("target/venv/bin/python"), PathBuf::from),
+    );
     assert!(
         path.exists(),
         "no Tink venv at {}: run ./scripts/test.sh (or scripts/tink-venv.sh), or set TOMBSTONE_SKIP_INTEROP=1",
