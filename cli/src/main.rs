@@ -9,8 +9,16 @@
 //! could reorder a key's records.
 #![forbid(unsafe_code)]
 
+mod audit;
+mod key_state;
 mod keysets;
-mod scan;
+mod plan;
+mod read;
+mod record;
+mod reencrypt;
+mod repair;
+mod report;
+mod write;
 
 use std::io::Write as _;
 use std::path::PathBuf;
@@ -387,9 +395,9 @@ fn main() -> ExitCode {
     let result = match cli.command {
         Command::Keyset(k) => keysets::run(k, &out),
         Command::Inspect(a) => inspect(a, &out),
-        Command::Audit(a) => scan::audit(&a, &out),
-        Command::Repair(a) => scan::repair(&a, &out),
-        Command::Reencrypt(a) => scan::reencrypt(&a, &out),
+        Command::Audit(a) => audit::audit(&a, &out),
+        Command::Repair(a) => repair::repair(&a, &out),
+        Command::Reencrypt(a) => reencrypt::reencrypt(&a, &out),
     };
     match result {
         Ok(Outcome::Clean) => ExitCode::SUCCESS,
