@@ -11,6 +11,12 @@ use crate::record::{bound, key_of, open_value, Value};
 use crate::report::Audit;
 use crate::{fail, AuditArgs, Fail, Outcome, Output};
 
+/// Reads the topic of `s` to its end and settles each key's state by the
+/// reading rule.
+///
+/// # Errors
+/// A read that fails, a KMS error on a value, or a keyset under which not
+/// one value decrypts (the wrong keyset, `--aad` or `--value-key`).
 pub(crate) fn scan(s: &Setup, quiet: bool) -> Result<Audit, Fail> {
     let mut a = Audit::default();
     let highs = read_topic(s, quiet, "audit", |r| {
@@ -101,6 +107,7 @@ pub(crate) fn scan(s: &Setup, quiet: bool) -> Result<Audit, Fail> {
     Ok(a)
 }
 
+/// `tombstone-crypt audit`: the report of [`scan`]; findings are exit 1.
 pub(crate) fn audit(args: &AuditArgs, out: &Output) -> Result<Outcome, Fail> {
     let s = setup(&args.topic)?;
     let a = scan(&s, out.quiet)?;

@@ -15,7 +15,9 @@ use tombstone_crypt::KeyForms;
 /// What a record (or the newest record of a key) is.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub(crate) enum Kind {
+    /// A tombstone (no value at all).
     Tombstone,
+    /// A present value that decrypts to something else than the marker.
     Live,
     /// A present value that decrypts to the null marker: a delete that a
     /// broken layer wrote as a value.
@@ -23,13 +25,16 @@ pub(crate) enum Kind {
     /// A present value that does not decrypt, or whose record key does not
     /// decrypt under the key keyset (a reader cannot read it).
     Undecryptable,
+    /// A present value that is not a ciphertext of the keyset.
     Plaintext,
 }
 
 /// The newest record of one form of a key on the wire.
 #[derive(Clone, Copy)]
 pub(crate) struct Form {
+    /// Its offset.
     pub(crate) offset: i64,
+    /// What it is.
     pub(crate) kind: Kind,
     /// The key id the value names (a ciphertext's).
     pub(crate) key_id: Option<u32>,
@@ -46,17 +51,24 @@ pub(crate) struct KeyState {
     /// Whether the key's group is its plaintext, decrypted with the key
     /// keyset (its forms can be computed).
     pub(crate) encrypted: bool,
+    /// Each form on the wire, with its newest record.
     pub(crate) forms: BTreeMap<Vec<u8>, Form>,
     /// The deciding record: its form, offset, kind and value key id.
     pub(crate) wire: Vec<u8>,
+    /// The deciding record's offset.
     pub(crate) offset: i64,
+    /// What the deciding record is (undecryptable when no form is
+    /// readable).
     pub(crate) kind: Kind,
+    /// The key id the deciding value names.
     pub(crate) key_id: Option<u32>,
     /// Another form than the deciding one still holds a present value.
     pub(crate) split: bool,
 }
 
 impl KeyState {
+    /// Picks the deciding record (the newest readable form, else the newest
+    /// form) and whether the key is split; called once every record is in.
     pub(crate) fn settle(&mut self) {
         let readable = self
             .forms

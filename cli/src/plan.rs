@@ -28,12 +28,17 @@ pub(crate) enum Action {
     Delete,
     /// The value of the key's deciding record: as it is, or re-encrypted
     /// (under the primary key, bound to the target's name and key).
-    Value { reencrypt: bool },
+    Value {
+        /// Whether to encrypt it again.
+        reencrypt: bool,
+    },
 }
 
 /// One key's write.
 pub(crate) struct Planned<'a> {
+    /// The key's partition (kept in the target).
     pub(crate) partition: i32,
+    /// The key's state by the reading rule.
     pub(crate) state: &'a KeyState,
     /// The key's forms in the target.
     pub(crate) forms: KeyForms,
@@ -42,6 +47,7 @@ pub(crate) struct Planned<'a> {
     /// value: tombstoned first, so that nothing of the key outlives
     /// compaction.
     pub(crate) unreached: Vec<Vec<u8>>,
+    /// What is written for the key.
     pub(crate) action: Action,
     /// The value to write (from the second read).
     pub(crate) value: Option<Vec<u8>>,
@@ -53,6 +59,7 @@ impl Planned<'_> {
         (self.unreached.len() + self.forms.write_count() - 1) as u64
     }
 
+    /// Every tombstone of this write (the older forms', and the delete's).
     pub(crate) fn tombstones(&self) -> u64 {
         self.old_forms() + u64::from(self.action == Action::Delete)
     }
@@ -86,13 +93,18 @@ impl Planned<'_> {
 /// Plans the writes of a command from the topic it read (`from`) to the
 /// topic it writes (`to`, maybe the same).
 pub(crate) struct Planner<'a> {
+    /// The topic read.
     from: &'a Setup,
+    /// The topic written (maybe the same).
     to: &'a Setup,
+    /// Whether they are the same topic.
     same: bool,
+    /// The target's key encryption (with `--key-keyset`).
     key_ser: Option<DeterministicSerializer<Bytes>>,
 }
 
 impl<'a> Planner<'a> {
+    /// A planner from `from` to `to`.
     pub(crate) fn new(from: &'a Setup, to: &'a Setup) -> Self {
         Planner {
             from,
@@ -123,6 +135,8 @@ impl<'a> Planner<'a> {
             || (self.from.value_key == ValueKey::Wire && state.wire != forms.primary())
     }
 
+    /// The write of one key: `action` through its forms, after tombstones
+    /// for its unreached forms (on the topic itself only).
     pub(crate) fn plan(
         &self,
         partition: i32,

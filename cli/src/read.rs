@@ -20,22 +20,36 @@ use crate::{fail, keysets, Fail, NullMarker, TopicArgs, ValueKey};
 /// What a command reads a topic with.
 #[derive(Clone)]
 pub(crate) struct Setup {
+    /// The topic (`--topic`).
     pub(crate) topic: String,
     /// The name the associated data binds to (`--aad-name`, else the topic).
     pub(crate) name: String,
+    /// Which bytes of the record key values are bound to (`--value-key`).
     pub(crate) value_key: ValueKey,
+    /// The values' keyset (`--keyset`).
     pub(crate) keyset: Keyset,
+    /// The record keys' keyset (`--key-keyset`).
     pub(crate) key_keyset: Option<Keyset>,
     /// The key keyset with its disabled keys enabled: to recognize the
     /// forms of a key under keys it no longer reads (`None` when it has no
     /// disabled key).
     pub(crate) widened_keys: Option<Keyset>,
+    /// What a broken delete decrypts to (`--null-marker`).
     pub(crate) marker: NullMarker,
+    /// The values' associated data (`--aad`).
     pub(crate) aad: AadPolicy,
+    /// The brokers and the `-X` settings.
     pub(crate) config: ClientConfig,
+    /// How long a read may go without a record (`--timeout`).
     pub(crate) timeout: Duration,
 }
 
+/// Loads the keysets and builds the client configuration of a topic
+/// command.
+///
+/// # Errors
+/// A keyset that does not load, a deterministic `--keyset`, a
+/// `--key-keyset` that is not deterministic, a `-X` without `=`.
 pub(crate) fn setup(a: &TopicArgs) -> Result<Setup, Fail> {
     let keyset = keysets::load(&a.keyset, a.decrypt_with.as_deref())?;
     if keyset.is_deterministic() {
@@ -97,9 +111,13 @@ fn widened(keys: &Keyset) -> Option<Keyset> {
 
 /// A record as read.
 pub(crate) struct Rec<'a> {
+    /// Its partition.
     pub(crate) partition: i32,
+    /// Its offset.
     pub(crate) offset: i64,
+    /// Its key, if it has one.
     pub(crate) key: Option<&'a [u8]>,
+    /// Its value; `None` for a tombstone.
     pub(crate) value: Option<&'a [u8]>,
 }
 
@@ -143,6 +161,8 @@ pub(crate) fn end_offsets(
     Ok(out)
 }
 
+/// A consumer of its own group that reads from the first offset and
+/// reports each partition's end.
 pub(crate) fn consumer(s: &Setup) -> Result<BaseConsumer, Fail> {
     let mut config = s.config.clone();
     config
@@ -164,6 +184,8 @@ pub(crate) fn consumer(s: &Setup) -> Result<BaseConsumer, Fail> {
         .map_err(|e| fail(format!("creating a consumer: {e}")))
 }
 
+/// A progress bar of `total` records on stderr, hidden with `--quiet` or
+/// when stderr is not a terminal.
 pub(crate) fn progress(total: u64, quiet: bool, what: &str) -> ProgressBar {
     let bar = ProgressBar::with_draw_target(Some(total), ProgressDrawTarget::stderr());
     if quiet || !std::io::stderr().is_terminal() {

@@ -14,11 +14,15 @@ use crate::{fail, Fail, ValueKey};
 
 /// What a present value is, and its plaintext when it decrypts.
 pub(crate) enum Value {
+    /// It decrypts: its plaintext, and the key id it names.
     Plain(Zeroizing<Vec<u8>>, u32),
+    /// A ciphertext that does not decrypt, under the key id it names.
     Undecryptable(u32),
+    /// Not a ciphertext of the keyset (a plaintext value).
     NotCiphertext,
 }
 
+/// The key id a ciphertext names (bytes 1 to 4; `v` has at least 5).
 fn key_id(v: &[u8]) -> u32 {
     u32::from_be_bytes([v[1], v[2], v[3], v[4]])
 }
@@ -62,6 +66,8 @@ pub(crate) fn open_value(
     }
 }
 
+/// The context a value is bound to: `name` and, when known, the key's
+/// bytes.
 pub(crate) fn value_context<'a>(name: &'a str, key: Option<&'a [u8]>) -> Context<'a> {
     match key {
         Some(k) => Context::new(name).with_key(k),
@@ -81,6 +87,7 @@ pub(crate) struct RecordKey {
     pub(crate) readable: bool,
 }
 
+/// The plaintext of a record key under `keys`, if it decrypts.
 fn open_key(keys: &Keyset, name: &str, wire: &[u8]) -> Option<Vec<u8>> {
     DeterministicDeserializer::new(Bytes, keys.clone())
         .deserialize(&Context::new(name), Some(wire))
@@ -88,6 +95,8 @@ fn open_key(keys: &Keyset, name: &str, wire: &[u8]) -> Option<Vec<u8>> {
         .flatten()
 }
 
+/// The record key `wire` as the commands see it: decrypted under the key
+/// keyset, else under its disabled keys too, else its bytes.
 pub(crate) fn key_of(s: &Setup, wire: &[u8]) -> RecordKey {
     let Some(keys) = &s.key_keyset else {
         return RecordKey {

@@ -12,6 +12,8 @@ use crate::read::{consumer, end_offsets, setup, Setup};
 use crate::write::{check_ordered, check_unchanged, produce};
 use crate::{fail, Fail, Outcome, Output, ReencryptArgs, UnencryptedArg};
 
+/// `tombstone-crypt reencrypt`: exit 1 while anything is left to write or
+/// was skipped.
 pub(crate) fn reencrypt(args: &ReencryptArgs, out: &Output) -> Result<Outcome, Fail> {
     let s = setup(&args.topic)?;
     if args.apply {

@@ -11,6 +11,7 @@ use crate::read::setup;
 use crate::write::{check_ordered, check_unchanged, produce};
 use crate::{Fail, Outcome, Output, RepairArgs};
 
+/// `tombstone-crypt repair`: exit 1 while findings are left.
 pub(crate) fn repair(args: &RepairArgs, out: &Output) -> Result<Outcome, Fail> {
     let s = setup(&args.topic)?;
     if args.apply {

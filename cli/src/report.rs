@@ -12,25 +12,33 @@ use crate::key_state::{GroupKey, KeyState, Kind};
 /// The audit of a topic.
 #[derive(Default)]
 pub(crate) struct Audit {
+    /// The topic's partition count.
     pub(crate) partitions: usize,
+    /// Each partition's end offset before the read.
     pub(crate) highs: Vec<(i32, i64)>,
+    /// Records read.
     pub(crate) records: u64,
     /// Records without a key: compaction never touches them, so the
     /// commands count them and leave them alone.
     pub(crate) unkeyed: u64,
+    /// Tombstones read.
     pub(crate) tombstones: u64,
+    /// Present values that are not ciphertexts.
     pub(crate) plaintext: u64,
+    /// Values that decrypt to the null marker.
     pub(crate) marker_values: u64,
     /// Records whose key does not decrypt under the key keyset.
     pub(crate) undecryptable_record_keys: u64,
-    /// Present values that decrypted, and those that did not.
+    /// Present values that decrypted.
     pub(crate) decrypted: u64,
+    /// Present values that did not decrypt.
     pub(crate) undecryptable_values: u64,
     /// The key ids those name.
     pub(crate) undecryptable_ids: BTreeSet<u32>,
     /// Every present value (not only each key's newest) by the key id it
     /// names: what a consumer replaying the whole topic needs.
     pub(crate) all_by_key_id: BTreeMap<u32, u64>,
+    /// Each key's state.
     pub(crate) keys: HashMap<GroupKey, KeyState>,
 }
 
@@ -49,14 +57,18 @@ impl Audit {
         m
     }
 
+    /// Keys whose deciding record is of `kind`.
     fn count(&self, kind: Kind) -> u64 {
         self.keys.values().filter(|s| s.kind == kind).count() as u64
     }
 
+    /// Split keys.
     fn split(&self) -> u64 {
         self.keys.values().filter(|s| s.split).count() as u64
     }
 
+    /// Keys whose deciding record is a present value that is not a broken
+    /// delete.
     fn live_keys(&self) -> u64 {
         self.keys
             .values()
@@ -64,6 +76,7 @@ impl Audit {
             .count() as u64
     }
 
+    /// Broken tombstones, undecryptable deciding values or split keys.
     pub(crate) fn findings(&self) -> bool {
         self.count(Kind::Broken) > 0 || self.count(Kind::Undecryptable) > 0 || self.split() > 0
     }
@@ -75,6 +88,8 @@ impl Audit {
         keys
     }
 
+    /// The report, as text and as JSON; with `list_keys`, each key's state
+    /// (its plaintext in hex).
     pub(crate) fn report(&self, topic: &str, list_keys: bool) -> (String, serde_json::Value) {
         let undecryptable = self.by_key_id(Some(Kind::Undecryptable));
         let key_ids = self.by_key_id(None);
@@ -151,6 +166,7 @@ impl Audit {
     }
 }
 
+/// Lowercase hex.
 fn hex(bytes: &[u8]) -> String {
     use std::fmt::Write as _;
     let mut s = String::with_capacity(bytes.len() * 2);

@@ -43,11 +43,15 @@ pub(crate) fn check_ordered(config: &ClientConfig) -> Result<(), Fail> {
 
 /// A record to write.
 pub(crate) struct Write {
+    /// The key's partition.
     pub(crate) partition: i32,
+    /// The record key, as on the wire.
     pub(crate) key: Vec<u8>,
+    /// The value; `None` for a tombstone.
     pub(crate) value: Option<Vec<u8>>,
 }
 
+/// A producer with `-X`'s settings, idempotent unless they say otherwise.
 fn producer(s: &Setup) -> Result<FutureProducer, Fail> {
     let mut config = s.config.clone();
     if config.get("enable.idempotence").is_none() {
@@ -76,15 +80,19 @@ pub(crate) fn check_unchanged(s: &Setup, a: &Audit) -> Result<(), Fail> {
     Ok(())
 }
 
-/// The most records, and bytes, in flight at once: well under librdkafka's
-/// default queue (100,000 messages, 1 GiB).
+/// The most records in flight at once: well under librdkafka's default
+/// queue (100,000 messages).
 const CHUNK_RECORDS: usize = 10_000;
+/// About the most bytes in flight at once: well under librdkafka's default
+/// queue (1 GiB).
 const CHUNK_BYTES: usize = 64 << 20;
 
 /// Records enqueued and not yet acknowledged, in the order they were.
 #[derive(Default)]
 struct InFlight {
+    /// Each record's index in the writes, and its delivery.
     deliveries: VecDeque<(usize, DeliveryFuture)>,
+    /// Their keys' and values' bytes.
     bytes: usize,
 }
 
