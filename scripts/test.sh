@@ -47,7 +47,7 @@ trap stop_all EXIT
 TOMBSTONE_KAFKA_BOOTSTRAP="$(bash scripts/broker.sh start | tail -n 1)"
 export TOMBSTONE_KAFKA_BOOTSTRAP
 
-step "strace (tests/keyset_files.rs traces the keyset files' fsync calls)"
+step "strace (cli/tests/keyset_files.rs traces the keyset files' fsync calls)"
 if ! command -v strace >/dev/null; then
   if [[ $(id -u) -eq 0 ]] && command -v apt-get >/dev/null; then
     apt-get install -y -qq strace >&2 || { apt-get update -qq >&2 && apt-get install -y -qq strace >&2; }
