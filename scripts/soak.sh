@@ -15,7 +15,7 @@
 #   PARTS=clients scripts/soak.sh            # only the typed clients
 #   PARTS=writers scripts/soak.sh            # only the end-to-end model suite
 #
-# The `writers` part (not in the default PARTS) runs tests/writers_model.rs
+# The `writers` part (not in the default PARTS) runs cli/tests/writers_model.rs
 # (the write and reading rules on the compacting broker, built and started
 # by scripts/broker.sh) with E2E_CASES cases (default 1024) instead of the
 # test command's 64; it needs no KMS server.
@@ -49,7 +49,7 @@ if [[ " $PARTS " == *" writers "* ]]; then
     compacting="$(bash scripts/broker.sh start-compacting | tail -n 1)"
     log=target/soak-writers.log
     if ! TOMBSTONE_KAFKA_BOOTSTRAP="$memory" TOMBSTONE_KAFKA_COMPACTING_BOOTSTRAP="$compacting" \
-        TOMBSTONE_E2E_CASES="$E2E_CASES" cargo test --all-features --test writers_model \
+        TOMBSTONE_E2E_CASES="$E2E_CASES" cargo test --workspace --all-features --test writers_model \
         -- --test-threads 4 --nocapture every_writer >"$log" 2>&1; then
         grep -E "cases in|^test |test result" "$log" >&2
         grep -B2 -A40 "minimal failing input" "$log" >&2 || tail -n 60 "$log" >&2

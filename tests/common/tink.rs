@@ -6,8 +6,10 @@ use std::io::Write as _;
 use std::path::PathBuf;
 use std::process::{Command, Stdio};
 
-/// The venv's python: `TOMBSTONE_TINK_PYTHON`, else `target/venv/bin/python`;
-/// `None` (the test returns early) only when `TOMBSTONE_SKIP_INTEROP` is set.
+/// The venv's python: `TOMBSTONE_TINK_PYTHON`, else `target/venv/bin/python`
+/// (a relative path from the repository's root, whichever package's tests
+/// run); `None` (the test returns early) only when `TOMBSTONE_SKIP_INTEROP`
+/// is set.
 pub fn python() -> Option<PathBuf> {
     if std::env::var_os("TOMBSTONE_SKIP_INTEROP").is_some() {
         eprintln!("TOMBSTONE_SKIP_INTEROP is set: Tink interop skipped");
@@ -18,14 +20,14 @@ pub fn python() -> Option<PathBuf> {
     ))
 }
 
-/// The test venv's python (`TOMBSTONE_TINK_PYTHON`, else
-/// `target/venv/bin/python`); panics, saying `hint`, when there is none.
+/// The test venv's python (`TOMBSTONE_TINK_PYTHON`, read from the
+/// repository's root when relative, else `target/venv/bin/python`); panics,
+/// saying `hint`, when there is none.
 pub fn venv_python(hint: &str) -> PathBuf {
-    let path = std::env::var_os("TOMBSTONE_TINK_PYTHON")
-        .map(PathBuf::from)
-        .unwrap_or_else(|| {
-            PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("target/venv/bin/python")
-        });
+    let path = super::root::repo_root().join(
+        std::env::var_os("TOMBSTONE_TINK_PYTHON")
+            .map_or_else(|| PathBuf::from("target/venv/bin/python"), PathBuf::from),
+    );
     assert!(path.exists(), "no test venv at {}: {hint}", path.display());
     path
 }
@@ -39,7 +41,7 @@ pub fn peer(py: &PathBuf, args: &[&str], input: &str) -> String {
 /// `args`, `input` on its stdin; its stdout. Panics (the test fails) when
 /// it exits with an error, showing its stderr.
 pub fn run_script(py: &PathBuf, script: &str, args: &[&str], input: &str) -> String {
-    let path = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join(script);
+    let path = super::root::repo_root().join(script);
     let mut child = Command::new(py)
         .arg(path)
         .args(args)

@@ -7,10 +7,27 @@
 //! I/O, KMS or broker error, a keyset under which not one value of the
 //! topic decrypts (the wrong keyset), or a producer configuration that
 //! could reorder a key's records.
+//!
+//! It uses the library through its public API only. Its files, bottom up:
+//! `keysets` (keyset files and the `keyset` commands), `read` (reading a
+//! topic), `record` (what a record's key and value are), `key_state` (the
+//! reading rule), `report` (what an audit found), `audit`, `write`
+//! (producing in order), `plan` (the write rule, key by key), `repair` and
+//! `reencrypt`; this file holds the arguments, `inspect` and the exit codes.
 #![forbid(unsafe_code)]
+// The lints live in Cargo.toml's [lints]; this one is allowed in tests.
+#![cfg_attr(not(test), warn(clippy::unwrap_used))]
 
+mod audit;
+mod key_state;
 mod keysets;
-mod scan;
+mod plan;
+mod read;
+mod record;
+mod reencrypt;
+mod repair;
+mod report;
+mod write;
 
 use std::io::Write as _;
 use std::path::PathBuf;
@@ -31,10 +48,12 @@ struct Cli {
     /// No progress bar (it is also hidden when stderr is not a terminal).
     #[arg(long, short, global = true)]
     quiet: bool,
+    /// The command.
     #[command(subcommand)]
     command: Command,
 }
 
+/// The commands.
 #[derive(Subcommand, Debug)]
 enum Command {
     /// Make, rotate and list keysets (Tink JSON files).
@@ -71,6 +90,7 @@ enum Template {
     KmsEnvelope,
 }
 
+/// `keyset` subcommands.
 #[derive(Subcommand, Debug)]
 enum KeysetCommand {
     /// A new keyset with one key.
@@ -82,12 +102,14 @@ enum KeysetCommand {
         /// (`aws-kms://arn:...`, `hcvault://host/transit/keys/name`).
         #[arg(long)]
         kek_uri: Option<String>,
+        /// Where the keyset goes.
         #[command(flatten)]
         out: OutArgs,
     },
     /// Add a key of the primary's type (or `--template`) and make it the
     /// primary.
     Rotate {
+        /// The keyset file.
         #[command(flatten)]
         file: InArgs,
         /// The new key's type (default: the primary's).
@@ -96,11 +118,13 @@ enum KeysetCommand {
         /// For a `kms-envelope` template: the KMS key.
         #[arg(long)]
         kek_uri: Option<String>,
+        /// Where the keyset goes.
         #[command(flatten)]
         out: OutArgs,
     },
     /// Key ids, statuses, types and the primary (never key material).
     List {
+        /// The keyset file.
         #[command(flatten)]
         file: InArgs,
     },
@@ -114,6 +138,7 @@ enum KeysetCommand {
     Promote(KeyOp),
 }
 
+/// The keyset file a `keyset` command reads.
 #[derive(Args, Debug)]
 struct InArgs {
     /// The keyset file (Tink JSON, cleartext or encrypted).
@@ -125,6 +150,7 @@ struct InArgs {
     decrypt_with: Option<String>,
 }
 
+/// Where a `keyset` command writes the keyset.
 #[derive(Args, Debug)]
 struct OutArgs {
     /// Where to write the keyset (default: stdout for `new`, the input
@@ -136,17 +162,21 @@ struct OutArgs {
     encrypt_with: Option<String>,
 }
 
+/// The arguments of `keyset enable|disable|destroy|promote`.
 #[derive(Args, Debug)]
 struct KeyOp {
+    /// The keyset file.
     #[command(flatten)]
     file: InArgs,
     /// The key id (as `keyset list` prints it).
     #[arg(long)]
     key_id: u32,
+    /// Where the keyset goes.
     #[command(flatten)]
     out: OutArgs,
 }
 
+/// The arguments of `inspect`.
 #[derive(Args, Debug)]
 struct InspectArgs {
     /// The ciphertext in hex; `-` or nothing reads hex from stdin.
@@ -184,6 +214,7 @@ impl NullMarker {
     }
 }
 
+/// Parses `--null-marker`.
 fn parse_marker(s: &str) -> Result<NullMarker, String> {
     match s {
         "empty" => Ok(NullMarker::Empty),
@@ -275,8 +306,10 @@ struct TopicArgs {
     timeout: u64,
 }
 
+/// The arguments of `audit`.
 #[derive(Args, Debug)]
 struct AuditArgs {
+    /// The topic and how to read it.
     #[command(flatten)]
     topic: TopicArgs,
     /// Also list every key with its state (live, deleted, broken, split,
@@ -287,8 +320,10 @@ struct AuditArgs {
     list_keys: bool,
 }
 
+/// The arguments of `repair`.
 #[derive(Args, Debug)]
 struct RepairArgs {
+    /// The topic and how to read it.
     #[command(flatten)]
     topic: TopicArgs,
     /// Write (without it: print the plan only).
@@ -305,8 +340,10 @@ enum UnencryptedArg {
     PassThrough,
 }
 
+/// The arguments of `reencrypt`.
 #[derive(Args, Debug)]
 struct ReencryptArgs {
+    /// The topic and how to read it.
     #[command(flatten)]
     topic: TopicArgs,
     /// Write to this topic instead (with as many partitions: each record
@@ -347,6 +384,7 @@ pub(crate) fn chain(e: &dyn std::error::Error) -> String {
     s
 }
 
+/// A [`Fail`] with `msg`.
 pub(crate) fn fail(msg: impl Into<String>) -> Fail {
     Fail(msg.into())
 }
@@ -354,7 +392,9 @@ pub(crate) fn fail(msg: impl Into<String>) -> Fail {
 /// How a command ended when it did not fail.
 #[derive(Debug, PartialEq, Eq)]
 pub(crate) enum Outcome {
+    /// Done, nothing found: exit 0.
     Clean,
+    /// Findings: exit 1.
     Findings,
 }
 
@@ -387,9 +427,9 @@ fn main() -> ExitCode {
     let result = match cli.command {
         Command::Keyset(k) => keysets::run(k, &out),
         Command::Inspect(a) => inspect(a, &out),
-        Command::Audit(a) => scan::audit(&a, &out),
-        Command::Repair(a) => scan::repair(&a, &out),
-        Command::Reencrypt(a) => scan::reencrypt(&a, &out),
+        Command::Audit(a) => audit::audit(&a, &out),
+        Command::Repair(a) => repair::repair(&a, &out),
+        Command::Reencrypt(a) => reencrypt::reencrypt(&a, &out),
     };
     match result {
         Ok(Outcome::Clean) => ExitCode::SUCCESS,
@@ -403,7 +443,9 @@ fn main() -> ExitCode {
 
 /// Where results go.
 pub(crate) struct Output {
+    /// `--json`: JSON instead of text.
     pub(crate) json: bool,
+    /// `--quiet`: no progress bar.
     pub(crate) quiet: bool,
 }
 
@@ -422,6 +464,7 @@ impl Output {
     }
 }
 
+/// Decodes hex digits (whitespace between them ignored).
 pub(crate) fn hex_decode(s: &str) -> Result<Vec<u8>, String> {
     let s: String = s.chars().filter(|c| !c.is_ascii_whitespace()).collect();
     if s.len() % 2 != 0 {
@@ -442,6 +485,7 @@ pub(crate) fn hex_decode(s: &str) -> Result<Vec<u8>, String> {
 /// The most hex text `inspect` reads from stdin (a ciphertext of 64 MiB).
 const MAX_INSPECT_HEX: u64 = 128 << 20;
 
+/// `tombstone-crypt inspect`: exit 1 when the bytes are not a ciphertext.
 fn inspect(a: InspectArgs, out: &Output) -> Result<Outcome, Fail> {
     let text = match a.hex.as_deref() {
         Some(h) if h != "-" => h.to_owned(),

@@ -23,6 +23,8 @@ pub(crate) fn register_kms_clients() {
 /// far smaller).
 const MAX_KEYSET_FILE: u64 = 16 << 20;
 
+/// Reads a keyset file (at most [`MAX_KEYSET_FILE`] bytes) into a buffer
+/// that is zeroized when dropped.
 fn read_secret(path: &Path) -> Result<Zeroizing<String>, Fail> {
     let file = std::fs::File::open(path)
         .map_err(|e| fail(format!("reading the keyset {}: {e}", path.display())))?;
@@ -150,12 +152,15 @@ fn sync_dir_of(_path: &Path) -> std::io::Result<()> {
     Ok(())
 }
 
+/// The temporary file beside `path` that a keyset is written to first.
 fn tmp_path(path: &Path) -> PathBuf {
     let mut name = path.file_name().unwrap_or_default().to_os_string();
     name.push(format!(".tmp-{}", std::process::id()));
     path.with_file_name(name)
 }
 
+/// The key template of `--template` (and `--kek-uri`, for
+/// `kms-envelope` only).
 fn template(t: Template, kek_uri: Option<&str>) -> Result<KeyTemplate, Fail> {
     match (t, kek_uri) {
         (Template::Aes256Gcm, None) => Ok(KeyTemplate::aes256_gcm()),
@@ -171,6 +176,7 @@ fn template(t: Template, kek_uri: Option<&str>) -> Result<KeyTemplate, Fail> {
     }
 }
 
+/// The short name of a key's type, from its Tink type URL.
 pub(crate) fn type_name(url: &str) -> &'static str {
     match url.rsplit('.').next() {
         Some("AesGcmKey") => "aes-gcm",
@@ -180,6 +186,7 @@ pub(crate) fn type_name(url: &str) -> &'static str {
     }
 }
 
+/// A key status as Tink's JSON spells it.
 pub(crate) fn status_name(s: KeyStatus) -> &'static str {
     match s {
         KeyStatus::Enabled => "ENABLED",
@@ -212,6 +219,7 @@ fn listing(keyset: &Keyset) -> (String, serde_json::Value) {
     (text, json!({"primary_key_id": primary.0, "keys": keys}))
 }
 
+/// `tombstone-crypt keyset ...`.
 pub(crate) fn run(cmd: KeysetCommand, out: &Output) -> Result<Outcome, Fail> {
     match cmd {
         KeysetCommand::New {
@@ -267,6 +275,8 @@ pub(crate) fn run(cmd: KeysetCommand, out: &Output) -> Result<Outcome, Fail> {
     Ok(Outcome::Clean)
 }
 
+/// Loads `--in`, applies `f` to `--key-id`, writes the keyset back and
+/// lists it.
 fn key_op(
     op: KeyOp,
     out: &Output,

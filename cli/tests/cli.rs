@@ -2,7 +2,6 @@
 //! Tink reads and uses, `inspect`, and `audit`/`repair`/`reencrypt` against
 //! the loopback broker on a topic a naive layer wrote; bad input is exit 2
 //! with a message, never a panic.
-#![cfg(feature = "cli")]
 
 mod common;
 

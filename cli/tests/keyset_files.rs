@@ -8,7 +8,7 @@
 //! Proven on the system calls: the binary runs under `strace`, and after
 //! the rename or link an `fsync` must hit a file descriptor opened on the
 //! keyset's directory. Needs `strace` (Linux).
-#![cfg(all(feature = "cli", target_os = "linux"))]
+#![cfg(target_os = "linux")]
 
 use std::collections::HashMap;
 use std::path::{Path, PathBuf};

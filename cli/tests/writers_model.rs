@@ -28,7 +28,6 @@
 //!
 //! `TOMBSTONE_E2E_CASES` sets the number of cases (64 by default;
 //! `scripts/soak.sh` runs more).
-#![cfg(all(feature = "kafka", feature = "cli"))]
 
 mod common;
 

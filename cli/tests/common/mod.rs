@@ -1,0 +1,19 @@
+//! The library's test helpers (`tests/common/` at the repository's root),
+//! shared, not copied: each module is the library's file. Listed here
+//! rather than through the library's `common/mod.rs`, which gates the
+//! Kafka helpers on the library's `kafka` feature (this crate always has
+//! Kafka).
+#![allow(dead_code)]
+
+#[path = "../../../tests/common/broker.rs"]
+pub mod broker;
+#[path = "../../../tests/common/compacting.rs"]
+pub mod compacting;
+#[path = "../../../tests/common/kafka.rs"]
+pub mod kafka;
+#[path = "../../../tests/common/naive.rs"]
+pub mod naive;
+#[path = "../../../tests/common/root.rs"]
+pub mod root;
+#[path = "../../../tests/common/tink.rs"]
+pub mod tink;
