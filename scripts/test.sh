@@ -32,6 +32,12 @@ cargo fmt --manifest-path fuzz/Cargo.toml -- --check
 step "clippy (all features)"
 cargo clippy --workspace --all-targets --all-features -- -D warnings
 
+step "the library's own dependencies hold no command-line crate (clap, indicatif: cli/ only)"
+if cargo tree -p tombstone-crypt -e normal --all-features --prefix none | grep -E '^(clap|indicatif) v'; then
+  echo "the library depends on a command-line crate: it belongs in cli/Cargo.toml" >&2
+  exit 1
+fi
+
 step "Python venv with tink and confluent-kafka (pinned with hashes, cached under target/venv)"
 TOMBSTONE_TINK_PYTHON="$(bash scripts/tink-venv.sh | tail -n 1)"
 export TOMBSTONE_TINK_PYTHON
