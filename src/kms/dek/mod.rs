@@ -31,205 +31,10 @@ use crate::cipher::{AesGcmKey, Backend};
 use crate::error::Error;
 use crate::kms::{printable_uri, KmsAead, KmsClients};
 
-/// The clock DEK ages are measured on, and (feature `test-hooks`) a way to
-/// move it and to count the DEKs held: tests of expiry without sleeping.
-pub(crate) mod hooks {
-    use std::time::Instant;
-    #[cfg(feature = "test-hooks")]
-    use std::{
-        sync::atomic::{AtomicU64, AtomicUsize, Ordering},
-        time::Duration,
-    };
+pub(crate) mod hooks;
+mod policy;
 
-    #[cfg(feature = "test-hooks")]
-    static SKEW_NANOS: AtomicU64 = AtomicU64::new(0);
-    #[cfg(feature = "test-hooks")]
-    static HELD: AtomicUsize = AtomicUsize::new(0);
-
-    /// Now: the monotonic clock.
-    #[cfg(not(feature = "test-hooks"))]
-    #[inline]
-    pub(crate) fn now() -> Instant {
-        Instant::now()
-    }
-
-    /// Now: the monotonic clock, moved forward by [`advance_clock`].
-    #[cfg(feature = "test-hooks")]
-    #[inline]
-    pub(crate) fn now() -> Instant {
-        let now = Instant::now();
-        let skew = Duration::from_nanos(SKEW_NANOS.load(Ordering::Relaxed));
-        now.checked_add(skew).unwrap_or(now)
-    }
-
-    /// Moves the clock of every envelope key in the process forward.
-    #[cfg(feature = "test-hooks")]
-    pub(crate) fn advance_clock(by: Duration) {
-        let by = u64::try_from(by.as_nanos()).unwrap_or(u64::MAX);
-        let _ = SKEW_NANOS.fetch_update(Ordering::Relaxed, Ordering::Relaxed, |s| {
-            Some(s.saturating_add(by))
-        });
-    }
-
-    /// DEKs (unwrapped data keys) held by the envelope keys of the process.
-    #[cfg(feature = "test-hooks")]
-    pub(crate) fn deks_in_memory() -> usize {
-        HELD.load(Ordering::SeqCst)
-    }
-
-    /// One DEK held by an envelope key (shared by the writer's DEK and its
-    /// cache entry): counted under `test-hooks`, nothing otherwise.
-    pub(crate) struct Held(());
-
-    impl Held {
-        pub(crate) fn new() -> Self {
-            #[cfg(feature = "test-hooks")]
-            HELD.fetch_add(1, Ordering::SeqCst);
-            Held(())
-        }
-    }
-
-    #[cfg(feature = "test-hooks")]
-    impl Drop for Held {
-        fn drop(&mut self) {
-            HELD.fetch_sub(1, Ordering::SeqCst);
-        }
-    }
-}
-
-/// The longest encrypted DEK (EDEK) accepted in a ciphertext or from a KMS.
-/// AWS KMS blobs are under 300 bytes, Vault's `vault:v1:...` about 90.
-pub const MAX_EDEK_LEN: usize = 4096;
-
-/// The most values one DEK may ever encrypt: 2^32, NIST SP 800-38D's bound
-/// for random 96-bit nonces.
-pub const MAX_DEK_VALUES: u64 = 1 << 32;
-
-/// When a writer replaces its data key (DEK), and how many unwrapped DEKs a
-/// reader keeps and for how long. A DEK is replaced when it has encrypted
-/// `max_values` values, or `max_bytes` bytes of plaintext, or is `max_age`
-/// old, whichever comes first. A reader's unwrapped DEK is used for
-/// `cache_ttl` (by default `max_age`) from its unwrap, then unwrapped again
-/// through the KMS. Expired DEKs are dropped (zeroized) on the next use of
-/// their key. See SECURITY.md for the defaults' reasons.
-///
-/// ```
-/// use std::time::Duration;
-/// use tombstone_crypt::kms::DekPolicy;
-///
-/// let p = DekPolicy::default().with_max_values(1000).with_max_age(Duration::from_secs(60));
-/// assert_eq!(p.max_values(), 1000);
-/// assert_eq!(p.cache_ttl(), Duration::from_secs(60));
-/// let p = p.with_cache_ttl(Duration::from_secs(600));
-/// assert_eq!((p.max_age(), p.cache_ttl()), (Duration::from_secs(60), Duration::from_secs(600)));
-/// assert_eq!(DekPolicy::default().with_max_values(u64::MAX).max_values(), 1 << 32);
-/// ```
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub struct DekPolicy {
-    max_values: u64,
-    max_bytes: u64,
-    max_age: Duration,
-    cache_capacity: usize,
-    /// `None`: `max_age`.
-    cache_ttl: Option<Duration>,
-}
-
-impl Default for DekPolicy {
-    /// 2^20 values, 2^32 bytes (4 GiB), one hour; a reader cache of 1024
-    /// DEKs, each kept for one hour (the `max_age`).
-    fn default() -> Self {
-        DekPolicy {
-            max_values: 1 << 20,
-            max_bytes: 1 << 32,
-            max_age: Duration::from_secs(3600),
-            cache_capacity: 1024,
-            cache_ttl: None,
-        }
-    }
-}
-
-impl DekPolicy {
-    /// At most `n` values per DEK, clamped to 1..=2^32
-    /// ([`MAX_DEK_VALUES`]).
-    #[must_use]
-    pub fn with_max_values(self, n: u64) -> Self {
-        DekPolicy {
-            max_values: n.clamp(1, MAX_DEK_VALUES),
-            ..self
-        }
-    }
-
-    /// At most `n` plaintext bytes per DEK (checked before each value, so
-    /// the last value may cross it), at least 1.
-    #[must_use]
-    pub fn with_max_bytes(self, n: u64) -> Self {
-        DekPolicy {
-            max_bytes: n.max(1),
-            ..self
-        }
-    }
-
-    /// A DEK older than `age` (counted from its making, before the KMS
-    /// call that wraps it) encrypts no more, and the writer drops it on the
-    /// next use of the key. Unless [`with_cache_ttl`](Self::with_cache_ttl)
-    /// says otherwise, readers keep an unwrapped DEK this long too.
-    /// `Duration::ZERO`: a new DEK per value.
-    #[must_use]
-    pub fn with_max_age(self, age: Duration) -> Self {
-        DekPolicy {
-            max_age: age,
-            ..self
-        }
-    }
-
-    /// A reader keeps at most `n` unwrapped DEKs per envelope key (at least
-    /// 1); the least recently used is evicted and zeroized.
-    #[must_use]
-    pub fn with_cache_capacity(self, n: usize) -> Self {
-        DekPolicy {
-            cache_capacity: n.max(1),
-            ..self
-        }
-    }
-
-    /// A reader uses an unwrapped DEK for `ttl` from its unwrap (counted
-    /// from the KMS call), however often it is used, then drops it
-    /// (zeroized) and unwraps it again through the KMS for the next value
-    /// under it. Default: the `max_age`. `Duration::ZERO`: one KMS call per
-    /// value read.
-    #[must_use]
-    pub fn with_cache_ttl(self, ttl: Duration) -> Self {
-        DekPolicy {
-            cache_ttl: Some(ttl),
-            ..self
-        }
-    }
-
-    /// Values per DEK.
-    pub fn max_values(&self) -> u64 {
-        self.max_values
-    }
-
-    /// Plaintext bytes per DEK.
-    pub fn max_bytes(&self) -> u64 {
-        self.max_bytes
-    }
-
-    /// Age of a DEK after which it encrypts no more.
-    pub fn max_age(&self) -> Duration {
-        self.max_age
-    }
-
-    /// Unwrapped DEKs a reader keeps.
-    pub fn cache_capacity(&self) -> usize {
-        self.cache_capacity
-    }
-
-    /// How long a reader uses an unwrapped DEK (the `max_age` unless set).
-    pub fn cache_ttl(&self) -> Duration {
-        self.cache_ttl.unwrap_or(self.max_age)
-    }
-}
+pub use policy::{DekPolicy, MAX_DEK_VALUES, MAX_EDEK_LEN};
 
 /// A `KmsEnvelopeAeadKey`: its KEK URI, its DEK size, and the shared state
 /// (the KMS AEAD, the writer's DEK, the reader cache). Clones share the
@@ -282,17 +87,17 @@ impl WriterDek {
     /// Takes one value's turn if the DEK is within its limits at `now`.
     #[inline]
     fn take(&self, policy: &DekPolicy, now: u64) -> bool {
-        if now >= self.expires || self.bytes.load(Ordering::Relaxed) >= policy.max_bytes {
+        if now >= self.expires || self.bytes.load(Ordering::Relaxed) >= policy.max_bytes() {
             return false;
         }
-        self.values.fetch_add(1, Ordering::Relaxed) < policy.max_values
+        self.values.fetch_add(1, Ordering::Relaxed) < policy.max_values()
     }
 
     /// Whether the DEK still has a turn at `now`, without taking it.
     fn has_turn(&self, policy: &DekPolicy, now: u64) -> bool {
         now < self.expires
-            && self.bytes.load(Ordering::Relaxed) < policy.max_bytes
-            && self.values.load(Ordering::Relaxed) < policy.max_values
+            && self.bytes.load(Ordering::Relaxed) < policy.max_bytes()
+            && self.values.load(Ordering::Relaxed) < policy.max_values()
     }
 
     /// Counts `n` plaintext bytes encrypted under this DEK.
@@ -558,7 +363,7 @@ impl EnvelopeKey {
         let dek = Arc::new(WriterDek {
             key: Arc::clone(&key),
             edek: edek.into_boxed_slice(),
-            expires: made.saturating_add(nanos(s.policy.max_age)),
+            expires: made.saturating_add(nanos(s.policy.max_age())),
             values: AtomicU64::new(turns_taken),
             bytes: AtomicU64::new(0),
             held: Arc::new(hooks::Held::new()),
@@ -590,7 +395,7 @@ impl EnvelopeKey {
 
     /// Evicts the least recently used entries until one more fits.
     fn make_room(&self, cache: &mut Cache, incoming: &[u8]) {
-        let cap = self.state.policy.cache_capacity;
+        let cap = self.state.policy.cache_capacity();
         while cache.len() >= cap && !cache.contains_key(incoming) {
             let oldest = cache
                 .iter()
