@@ -25,9 +25,10 @@ tansu_build=$!
 stop_build() { kill -- "-$tansu_build" 2>/dev/null || true; }
 trap stop_build EXIT
 
-step "format"
+step "format; the crate root's re-exports (25 at most: the rest is in modules)"
 cargo fmt --all -- --check
 cargo fmt --manifest-path fuzz/Cargo.toml -- --check
+python3 scripts/root-names.py 25
 
 step "clippy (all features)"
 cargo clippy --workspace --all-targets --all-features -- -D warnings
