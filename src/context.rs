@@ -110,7 +110,9 @@ fn aad_layout<'a>(policy: AadPolicy, ctx: &Context<'a>) -> Result<Option<AadLayo
         None => 0,
         Some(k) => {
             len_u32(k.len())?;
-            k.len().checked_add(4).ok_or(Error::ContextTooLong)?
+            k.len()
+                .checked_add(4)
+                .ok_or_else(|| Error::ContextTooLong)?
         }
     };
     let len = ctx
@@ -118,7 +120,7 @@ fn aad_layout<'a>(policy: AadPolicy, ctx: &Context<'a>) -> Result<Option<AadLayo
         .len()
         .checked_add(5)
         .and_then(|n| n.checked_add(key_part))
-        .ok_or(Error::ContextTooLong)?;
+        .ok_or_else(|| Error::ContextTooLong)?;
     Ok(Some(AadLayout { len, key }))
 }
 

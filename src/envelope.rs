@@ -167,10 +167,12 @@ fn open_envelope(key: &EnvelopeKey, aad: &[u8], len: usize, rest: &[u8]) -> Resu
 /// opening and for [`blocking_work_to_open`] alike. `len` is the whole
 /// ciphertext's length, for the error.
 fn split_edek(len: usize, rest: &[u8]) -> Result<(&[u8], &[u8]), Error> {
-    let (n, rest) = rest.split_first_chunk::<4>().ok_or(Error::Truncated {
-        len,
-        min: KMS_MIN_LEN,
-    })?;
+    let (n, rest) = rest
+        .split_first_chunk::<4>()
+        .ok_or_else(|| Error::Truncated {
+            len,
+            min: KMS_MIN_LEN,
+        })?;
     let n = u32::from_be_bytes(*n);
     let edek_len = usize::try_from(n)
         .ok()
@@ -338,7 +340,7 @@ pub(crate) fn open_deterministic(
     };
     let (siv, body) = rest
         .split_first_chunk::<SIV_LEN>()
-        .ok_or(Error::Truncated {
+        .ok_or_else(|| Error::Truncated {
             len: data.len(),
             min: PREFIX_LEN + SIV_LEN,
         })?;
