@@ -12,8 +12,8 @@
 //! no second key schedule to keep in memory or to zeroize. Both backends check
 //! the tag themselves, in constant time; nothing here compares tags by hand.
 
-#[cfg(feature = "aws-lc")]
-use std::sync::Arc;
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::{Arc, Mutex};
 
 use aes_gcm::aead::{AeadInOut, KeyInit};
 use aes_gcm::{Aes128Gcm, Aes256Gcm, Nonce, Tag};
@@ -241,11 +241,51 @@ pub(crate) const SIV_LEN: usize = 16;
 
 /// One AES-SIV key (RFC 5297, CMAC-AES-256 and CTR-AES-256): deterministic
 /// authenticated encryption, for record keys. Its bytes are zeroized on
-/// drop; the cipher is built for each call (RustCrypto's `Siv` needs
-/// `&mut` and is not `Clone`) and zeroizes its own key copy when dropped.
+/// drop.
+///
+/// RustCrypto's `Siv` needs `&mut` for every call and is not `Clone`, and
+/// building one expands the CMAC key and derives its subkeys. So each key
+/// keeps a few built ciphers in [`SivPool`], shared by its clones: a call
+/// takes its thread's slot without waiting (`try_lock`) and builds a cipher
+/// for that call only when the slot is busy. No thread ever waits on
+/// another, and two threads use two slots on two cache lines.
 #[derive(Clone)]
 pub(crate) struct AesSivKey {
     bytes: Zeroizing<Vec<u8>>,
+    pool: Arc<SivPool>,
+}
+
+type Siv = aes_siv::siv::Aes256Siv;
+
+/// Built AES-SIV ciphers of one key, one slot per thread slot (see
+/// [`thread_slot`]), each built on first use. Every `Siv` zeroizes its key
+/// copy and its CMAC state when dropped, with the key's last clone.
+struct SivPool {
+    slots: Box<[Padded<Mutex<Option<Siv>>>]>,
+}
+
+/// Aligns its contents to 128 bytes (two 64-byte lines: what adjacent-line
+/// prefetching pulls in together), so that no two slots share a cache line.
+#[repr(align(128))]
+struct Padded<T>(T);
+
+/// Slots per key: enough for every core twice over (threads map to slots
+/// round-robin), at least 4, at most 64. A slot costs 128 bytes until it is
+/// used, about 1 KiB after.
+fn pool_slots() -> usize {
+    std::thread::available_parallelism()
+        .map_or(4, |n| n.get().saturating_mul(2))
+        .clamp(4, 64)
+}
+
+/// This thread's slot number: threads are numbered round-robin the first
+/// time they encrypt or decrypt a record key.
+fn thread_slot() -> usize {
+    static NEXT: AtomicUsize = AtomicUsize::new(0);
+    thread_local! {
+        static SLOT: usize = NEXT.fetch_add(1, Ordering::Relaxed);
+    }
+    SLOT.with(|s| *s)
 }
 
 impl AesSivKey {
@@ -260,8 +300,12 @@ impl AesSivKey {
                 ),
             ));
         }
+        let slots = (0..pool_slots())
+            .map(|_| Padded(Mutex::new(None)))
+            .collect();
         Ok(AesSivKey {
             bytes: Zeroizing::new(bytes.to_vec()),
+            pool: Arc::new(SivPool { slots }),
         })
     }
 
@@ -270,17 +314,34 @@ impl AesSivKey {
         &self.bytes
     }
 
-    fn cipher(&self) -> Result<aes_siv::siv::Aes256Siv, Error> {
+    fn build(&self) -> Result<Siv, Error> {
         use aes_siv::KeyInit as _;
-        aes_siv::siv::Aes256Siv::new_from_slice(&self.bytes).map_err(|_| Error::Encryption)
+        Siv::new_from_slice(&self.bytes).map_err(|_| Error::Encryption)
+    }
+
+    /// Runs `f` on a built cipher of this key: this thread's slot's, or,
+    /// when another thread holds that slot, one built for this call.
+    #[inline]
+    fn with_cipher<R>(&self, f: impl FnOnce(&mut Siv) -> R) -> Result<R, Error> {
+        let slot = &self.pool.slots[thread_slot() % self.pool.slots.len()].0;
+        // A poisoned slot (a panic while it was held) is only busy: its
+        // cipher is not trusted again, and this call builds its own.
+        if let Ok(mut held) = slot.try_lock() {
+            if held.is_none() {
+                *held = Some(self.build()?);
+            }
+            if let Some(siv) = held.as_mut() {
+                return Ok(f(siv));
+            }
+        }
+        Ok(f(&mut self.build()?))
     }
 
     /// Encrypts `buf` in place with exactly one associated-data component
     /// (`ad`, even when empty, as Tink does) and returns the synthetic IV.
     pub(crate) fn seal_in_place(&self, ad: &[u8], buf: &mut [u8]) -> Result<[u8; SIV_LEN], Error> {
         let tag = self
-            .cipher()?
-            .encrypt_inout_detached([ad], buf.into())
+            .with_cipher(|siv| siv.encrypt_inout_detached([ad], buf.into()))?
             .map_err(|_| Error::Encryption)?;
         Ok(tag.into())
     }
@@ -295,8 +356,7 @@ impl AesSivKey {
         siv: &[u8; SIV_LEN],
     ) -> Result<(), Error> {
         let tag = aes_siv::Tag::from(*siv);
-        self.cipher()?
-            .decrypt_inout_detached([ad], buf.into(), &tag)
+        self.with_cipher(|siv| siv.decrypt_inout_detached([ad], buf.into(), &tag))?
             .map_err(|_| Error::Decryption)
     }
 }

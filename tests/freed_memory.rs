@@ -324,6 +324,55 @@ fn envelope_data_key_fake_kms_leaves_no_key_in_freed_memory() {
 }
 
 // ---------------------------------------------------------------------------
+// AES-SIV: the ciphers each key keeps built, one per thread slot.
+
+/// Tink's cleartext JSON of one AES-SIV key (id 1), the 64 bytes `cmac`
+/// then `ctr`, in one zeroized buffer sized up front.
+fn siv_keyset_json(cmac: &[u8; 32], ctr: &[u8; 32]) -> Zeroizing<String> {
+    let mut proto = Zeroizing::new([0u8; 66]);
+    proto[..2].copy_from_slice(&[0x12, 0x40]);
+    proto[2..34].copy_from_slice(&cmac[..]);
+    proto[34..].copy_from_slice(&ctr[..]);
+    let mut b64 = Zeroizing::new([0u8; 88]);
+    BASE64.encode_slice(&proto[..], &mut b64[..]).unwrap();
+    let mut json = Zeroizing::new(String::with_capacity(512));
+    json.push_str("{\"primaryKeyId\":1,\"key\":[{\"keyData\":{\"typeUrl\":\"");
+    json.push_str("type.googleapis.com/google.crypto.tink.AesSivKey");
+    json.push_str("\",\"value\":\"");
+    json.push_str(std::str::from_utf8(&b64[..]).unwrap());
+    json.push_str("\",\"keyMaterialType\":\"SYMMETRIC\"},\"status\":\"ENABLED\",");
+    json.push_str("\"keyId\":1,\"outputPrefixType\":\"TINK\"}]}");
+    assert!(json.capacity() == 512);
+    json
+}
+
+#[test]
+fn aes_siv_ciphers_kept_per_thread_leave_no_key_in_freed_memory() {
+    let s = session();
+    let (cmac, ctr) = (random_key(), random_key());
+    watch(&cmac);
+    watch(&ctr);
+    let json = siv_keyset_json(&cmac, &ctr);
+    let keyset = Keyset::from_tink_json(&json).unwrap();
+    let copy = keyset.clone();
+    // Four threads at once on two clones: each fills its slot, and threads
+    // that find their slot busy build a cipher for one call.
+    std::thread::scope(|scope| {
+        for t in 0..4u8 {
+            let keys = if t % 2 == 0 { &keyset } else { &copy };
+            scope.spawn(move || {
+                for i in 0..200u8 {
+                    let ct = keys.encrypt_deterministically(&[t, i], b"ad").unwrap();
+                    assert_eq!(keys.decrypt_deterministically(&ct, b"ad").unwrap(), [t, i]);
+                }
+            });
+        }
+    });
+    drop((keyset, copy, json));
+    assert_clean(&s.finish(), "AES-SIV ciphers");
+}
+
+// ---------------------------------------------------------------------------
 // The loopback KMS servers.
 
 /// A variable of `scripts/kms.sh`'s env file; `None` when
