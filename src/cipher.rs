@@ -259,10 +259,15 @@ type Siv = aes_siv::siv::Aes256Siv;
 
 /// Built AES-SIV ciphers of one key, one slot per thread slot (see
 /// [`thread_slot`]), each built on first use. Every `Siv` zeroizes its key
-/// copy and its CMAC state when dropped, with the key's last clone.
+/// copy and its CMAC state when dropped, with the key's last clone. Boxed:
+/// an empty slot is a null pointer (no uninitialized payload copied into
+/// the heap), and an unused slot costs its 128 bytes only.
 struct SivPool {
-    slots: Box<[Padded<Mutex<Option<Siv>>>]>,
+    slots: Box<[Padded<Slot>]>,
 }
+
+/// One slot: empty until a thread first uses it.
+type Slot = Mutex<Option<Box<Siv>>>;
 
 /// Aligns its contents to 128 bytes (two 64-byte lines: what adjacent-line
 /// prefetching pulls in together), so that no two slots share a cache line.
@@ -271,7 +276,7 @@ struct Padded<T>(T);
 
 /// Slots per key: enough for every core twice over (threads map to slots
 /// round-robin), at least 4, at most 64. A slot costs 128 bytes until it is
-/// used, about 1 KiB after.
+/// used, about 1 KiB more after.
 fn pool_slots() -> usize {
     std::thread::available_parallelism()
         .map_or(4, |n| n.get().saturating_mul(2))
@@ -328,7 +333,7 @@ impl AesSivKey {
         // cipher is not trusted again, and this call builds its own.
         if let Ok(mut held) = slot.try_lock() {
             if held.is_none() {
-                *held = Some(self.build()?);
+                *held = Some(Box::new(self.build()?));
             }
             if let Some(siv) = held.as_mut() {
                 return Ok(f(siv));

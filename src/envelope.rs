@@ -89,6 +89,159 @@ pub(crate) fn seal_into(
     sealed
 }
 
+/// The bytes the primary key of `keys` writes before the plaintext: what
+/// a buffer for [`seal_in_place`] leaves free at its front. An envelope
+/// key's depends on its current EDEK (a hint: a new DEK may wrap to
+/// another length).
+pub(crate) fn header_len(keys: &impl Keys) -> usize {
+    match keys.primary_key().1 {
+        Primitive::AesGcm(_) => HEADER_LEN,
+        Primitive::KmsEnvelope(key) => {
+            (PREFIX_LEN + 4 + NONCE_LEN).saturating_add(key.edek_len_hint().max(1))
+        }
+        Primitive::AesSiv(_) => PREFIX_LEN + SIV_LEN,
+    }
+}
+
+/// Encrypts the plaintext `buf[head..]` where it lies, under the primary
+/// key of `keys`: the header is written into `buf[..head]` and the tag
+/// appended, so `buf` becomes the ciphertext without the plaintext being
+/// copied. When `head` is not the header's length the plaintext is moved
+/// once to make it fit; when `buf` has no spare capacity for the tag it
+/// grows. On any error `buf` is zeroized and emptied: no plaintext is left
+/// in it.
+pub(crate) fn seal_in_place(
+    keys: &impl Keys,
+    aad: &[u8],
+    buf: &mut Vec<u8>,
+    head: usize,
+) -> Result<(), Error> {
+    let sealed = seal_in_place_unguarded(keys, aad, buf, head);
+    if sealed.is_err() {
+        buf.zeroize();
+    }
+    sealed
+}
+
+fn seal_in_place_unguarded(
+    keys: &impl Keys,
+    aad: &[u8],
+    buf: &mut Vec<u8>,
+    head: usize,
+) -> Result<(), Error> {
+    if head > buf.len() {
+        return Err(Error::Headroom {
+            head,
+            len: buf.len(),
+        });
+    }
+    let (id, primitive) = keys.primary_key();
+    let mut nonce = [0u8; NONCE_LEN];
+    match primitive {
+        Primitive::AesGcm(key) => {
+            rand::rng().fill_bytes(&mut nonce);
+            make_room(buf, head, HEADER_LEN);
+            buf[0] = VERSION;
+            buf[1..PREFIX_LEN].copy_from_slice(&id.0.to_be_bytes());
+            buf[PREFIX_LEN..HEADER_LEN].copy_from_slice(&nonce);
+            let tag = key.seal_in_place(&nonce, aad, &mut buf[HEADER_LEN..])?;
+            buf.extend_from_slice(&tag);
+        }
+        Primitive::KmsEnvelope(key) => {
+            let dek = key.writer_dek()?;
+            let edek_len = u32::try_from(dek.edek.len()).map_err(|_| Error::Encryption)?;
+            rand::rng().fill_bytes(&mut nonce);
+            let nonce_at = PREFIX_LEN + 4 + dek.edek.len();
+            let body = nonce_at + NONCE_LEN;
+            make_room(buf, head, body);
+            buf[0] = VERSION;
+            buf[1..PREFIX_LEN].copy_from_slice(&id.0.to_be_bytes());
+            buf[PREFIX_LEN..PREFIX_LEN + 4].copy_from_slice(&edek_len.to_be_bytes());
+            buf[PREFIX_LEN + 4..nonce_at].copy_from_slice(&dek.edek);
+            buf[nonce_at..body].copy_from_slice(&nonce);
+            dek.add_bytes(buf.len() - body);
+            let tag = dek.key.seal_in_place(&nonce, aad, &mut buf[body..])?;
+            buf.extend_from_slice(&tag);
+        }
+        Primitive::AesSiv(_) => {
+            return Err(Error::WrongKeyType {
+                key_id: id,
+                operation:
+                    "encrypt with a randomized AEAD (it is deterministic: use it for record keys)",
+            })
+        }
+    }
+    Ok(())
+}
+
+/// Makes `buf[..want]` the room for a header of `want` bytes in front of
+/// the plaintext `buf[head..]` (moving it only when `head != want`), with
+/// spare capacity for the tag.
+fn make_room(buf: &mut Vec<u8>, head: usize, want: usize) {
+    if head > want {
+        buf.drain(..head - want);
+    } else if head < want {
+        buf.splice(0..0, std::iter::repeat_n(0, want - head));
+    }
+    buf.reserve(TAG_LEN);
+}
+
+/// Decrypts the ciphertext in `buf` where it lies, under whichever enabled
+/// key its key id names, with the checks of [`open`]; then moves the
+/// plaintext to the front of `buf` and cuts it to the plaintext (no
+/// allocation). On any error `buf` is zeroized and emptied.
+pub(crate) fn open_in_place(keys: &impl Keys, aad: &[u8], buf: &mut Vec<u8>) -> Result<(), Error> {
+    let opened = open_in_place_unguarded(keys, aad, buf);
+    if opened.is_err() {
+        buf.zeroize();
+    }
+    opened
+}
+
+fn open_in_place_unguarded(keys: &impl Keys, aad: &[u8], buf: &mut Vec<u8>) -> Result<(), Error> {
+    let (id, primitive, _) = parse_prefix(keys, buf)?;
+    match primitive {
+        Primitive::AesGcm(key) => open_gcm_in_place(key, aad, buf, PREFIX_LEN),
+        Primitive::KmsEnvelope(key) => {
+            let (edek, _) = split_edek(buf.len(), &buf[PREFIX_LEN..])?;
+            let nonce_at = PREFIX_LEN + 4 + edek.len();
+            let dek = key.reader_dek(edek)?;
+            open_gcm_in_place(&dek, aad, buf, nonce_at)
+        }
+        Primitive::AesSiv(_) => Err(Error::WrongKeyType {
+            key_id: id,
+            operation: "decrypt with a randomized AEAD (it is deterministic)",
+        }),
+    }
+}
+
+/// `nonce | ciphertext | tag` at `buf[nonce_at..]` under an AES-GCM key,
+/// decrypted in place and moved to the front of `buf`.
+fn open_gcm_in_place(
+    key: &AesGcmKey,
+    aad: &[u8],
+    buf: &mut Vec<u8>,
+    nonce_at: usize,
+) -> Result<(), Error> {
+    let len = buf.len();
+    let body = nonce_at + NONCE_LEN;
+    if len < body + TAG_LEN {
+        return Err(Error::Truncated {
+            len,
+            min: body + TAG_LEN,
+        });
+    }
+    let end = len - TAG_LEN;
+    let mut nonce = [0u8; NONCE_LEN];
+    nonce.copy_from_slice(&buf[nonce_at..body]);
+    let mut tag = [0u8; TAG_LEN];
+    tag.copy_from_slice(&buf[end..]);
+    key.open_in_place(&nonce, aad, &mut buf[body..end], &tag)?;
+    buf.copy_within(body..end, 0);
+    buf.truncate(end - body);
+    Ok(())
+}
+
 /// `0x01 | key id | nonce | ciphertext | tag` for an AES-GCM key.
 #[inline]
 fn seal_gcm(

@@ -69,6 +69,14 @@ pub enum Error {
     /// The cipher refused to encrypt (the value or the associated data is
     /// longer than AES-GCM allows).
     Encryption,
+    /// An in-place encryption was told that the first `head` bytes of a
+    /// buffer are room for the header, but the buffer holds only `len`.
+    Headroom {
+        /// The room the caller said the buffer starts with.
+        head: usize,
+        /// The buffer's length.
+        len: usize,
+    },
     /// An inner codec failed to encode or decode a value.
     Codec {
         /// The codec's name (`"bincode"`, `"json"`, `"utf8"`, ...).
@@ -296,6 +304,10 @@ impl fmt::Display for Error {
             Error::KeyDisabled(id) => write!(f, "key id {id} is disabled"),
             Error::Decryption => f.write_str("decryption failed"),
             Error::Encryption => f.write_str("encryption failed: value too long for AES-GCM"),
+            Error::Headroom { head, len } => write!(
+                f,
+                "in-place encryption: {head} bytes of room for the header asked for, but the buffer holds {len}"
+            ),
             Error::Codec { codec, detail } => write!(f, "{codec} codec failed: {detail}"),
             Error::InnerReturnedNone => f.write_str(
                 "inner serde returned no value for a present value (a present value never becomes a tombstone)",
@@ -358,7 +370,10 @@ impl PartialEq for Error {
     fn eq(&self, other: &Self) -> bool {
         use Error as E;
         match (self, other) {
-            (E::Truncated { len: a, min: b }, E::Truncated { len: c, min: d }) => a == c && b == d,
+            (E::Truncated { len: a, min: b }, E::Truncated { len: c, min: d })
+            | (E::Headroom { head: a, len: b }, E::Headroom { head: c, len: d }) => {
+                a == c && b == d
+            }
             (E::UnknownKeyId(a), E::UnknownKeyId(b))
             | (E::KeyDisabled(a), E::KeyDisabled(b))
             | (E::KeyNotFound(a), E::KeyNotFound(b))

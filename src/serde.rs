@@ -239,6 +239,76 @@ impl<S> EncryptingSerializer<S> {
     pub fn aad_policy(&self) -> AadPolicy {
         self.aad
     }
+
+    /// The room to leave at the front of a buffer for
+    /// [`encrypt_owned`](EncryptingSerializer::encrypt_owned): see
+    /// [`Keyset::header_len`].
+    pub fn header_len(&self) -> usize {
+        self.keyset.header_len()
+    }
+
+    /// An empty plaintext buffer for
+    /// [`encrypt_owned`](EncryptingSerializer::encrypt_owned): its first
+    /// [`header_len`](EncryptingSerializer::header_len) bytes are the room
+    /// for the header (zeros), and it has capacity for `capacity` bytes of
+    /// plaintext (at most 1 MiB reserved up front) and the tag.
+    pub fn plaintext_buffer(&self, capacity: usize) -> Vec<u8> {
+        let head = self.header_len();
+        let mut buf = Vec::with_capacity(
+            head.saturating_add(capacity.min(MAX_PREALLOC))
+                .saturating_add(crate::format::OVERHEAD),
+        );
+        buf.resize(head, 0);
+        buf
+    }
+
+    /// Encrypts a value its caller already serialized into a buffer it owns,
+    /// where it lies (no copy): the plaintext is `value[head..]` (for
+    /// instance after a [`plaintext_buffer`](EncryptingSerializer::plaintext_buffer)),
+    /// bound to `ctx` as [`serialize`](Serializer::serialize) binds it,
+    /// and the same buffer comes back as the ciphertext. The inner codec is
+    /// not called. A tombstone (`None`) is `Ok(None)`, untouched.
+    ///
+    /// # Errors
+    /// As [`Keyset::encrypt_in_place`]; [`Error::ContextTooLong`]. On any
+    /// error the buffer is zeroized before it is dropped.
+    ///
+    /// ```
+    /// use tombstone_crypt::{Bytes, Context, DecryptingDeserializer, EncryptingSerializer, Keyset};
+    ///
+    /// let keyset = Keyset::generate();
+    /// let ser = EncryptingSerializer::new(Bytes, keyset.clone());
+    /// let de = DecryptingDeserializer::new(Bytes, keyset);
+    /// let ctx = Context::new("events").with_key(b"k1");
+    ///
+    /// let mut buf = ser.plaintext_buffer(5);
+    /// let head = buf.len();
+    /// buf.extend_from_slice(b"hello"); // a codec writes here
+    /// let ct = ser.encrypt_owned(&ctx, Some(buf), head)?;
+    /// assert_eq!(de.decrypt_owned(&ctx, ct)?, Some(b"hello".to_vec()));
+    /// assert_eq!(ser.encrypt_owned(&ctx, None, 0)?, None); // a tombstone stays one
+    /// # Ok::<(), tombstone_crypt::Error>(())
+    /// ```
+    pub fn encrypt_owned(
+        &self,
+        ctx: &Context<'_>,
+        value: Option<Vec<u8>>,
+        head: usize,
+    ) -> Result<Option<Vec<u8>>, Error> {
+        let Some(mut buf) = value else {
+            return Ok(None);
+        };
+        let mut aad = AadBuf::new();
+        let aad = match aad.encode(self.aad, ctx) {
+            Ok(aad) => aad,
+            Err(e) => {
+                zeroize::Zeroize::zeroize(&mut buf);
+                return Err(e);
+            }
+        };
+        self.keyset.encrypt_in_place(&mut buf, head, aad)?;
+        Ok(Some(buf))
+    }
 }
 
 impl<T: ?Sized, S: Serializer<T>> Serializer<T> for EncryptingSerializer<S> {
@@ -377,6 +447,39 @@ impl<D> DecryptingDeserializer<D> {
     /// The associated-data policy.
     pub fn aad_policy(&self) -> AadPolicy {
         self.aad
+    }
+
+    /// Decrypts a value whose bytes the caller owns, where they lie (no
+    /// allocation), bound to `ctx` as [`deserialize`](Deserializer::deserialize)
+    /// binds it, and returns the plaintext bytes in the same buffer; the
+    /// inner codec is not called. A tombstone (`None`) is `Ok(None)`; bytes
+    /// that are not a ciphertext of the keyset under
+    /// [`Unencrypted::PassThrough`] come back as they are.
+    ///
+    /// # Errors
+    /// As [`Keyset::decrypt_in_place`]; [`Error::ContextTooLong`]. On any
+    /// error the buffer is zeroized before it is dropped.
+    pub fn decrypt_owned(
+        &self,
+        ctx: &Context<'_>,
+        data: Option<Vec<u8>>,
+    ) -> Result<Option<Vec<u8>>, Error> {
+        let Some(mut buf) = data else {
+            return Ok(None);
+        };
+        if self.unencrypted == Unencrypted::PassThrough && !self.keyset.names_a_key(&buf) {
+            return Ok(Some(buf));
+        }
+        let mut aad = AadBuf::new();
+        let aad = match aad.encode(self.aad, ctx) {
+            Ok(aad) => aad,
+            Err(e) => {
+                zeroize::Zeroize::zeroize(&mut buf);
+                return Err(e);
+            }
+        };
+        self.keyset.decrypt_in_place(&mut buf, aad)?;
+        Ok(Some(buf))
     }
 }
 

@@ -373,6 +373,69 @@ fn aes_siv_ciphers_kept_per_thread_leave_no_key_in_freed_memory() {
 }
 
 // ---------------------------------------------------------------------------
+// The owned-buffer path: a failed in-place encryption or decryption leaves
+// no plaintext behind.
+
+#[test]
+fn in_place_errors_leave_no_plaintext_in_freed_memory() {
+    let s = session();
+    let secret = random_key();
+    watch(&secret);
+    let with_secret = |head: usize| {
+        let mut buf = Vec::with_capacity(head + 32 + 16);
+        buf.resize(head, 0);
+        buf.extend_from_slice(&secret[..]);
+        buf
+    };
+
+    // The control: a buffer emptied without zeroizing is found.
+    let mut control = with_secret(17);
+    control.clear();
+    drop(control);
+    assert_eq!(s.report().blocks_with_needle, 1, "the control");
+
+    // Refused: a deterministic keyset, too much room asked for, a KMS
+    // that is down.
+    let siv = Keyset::generate_with(KeyTemplate::aes256_siv()).unwrap();
+    let mut buf = with_secret(17);
+    assert!(siv.encrypt_in_place(&mut buf, 17, b"ad").is_err());
+    drop(buf);
+    let keyset = Keyset::generate();
+    let mut buf = with_secret(0);
+    assert!(keyset.encrypt_in_place(&mut buf, 33, b"ad").is_err());
+    drop(buf);
+    let kms = FakeKms::new();
+    let clients = KmsClients::new().with(kms.clone());
+    let envelope = Keyset::generate_with(
+        KeyTemplate::kms_envelope("fake-kms://in-place").with_kms_clients(clients),
+    )
+    .unwrap();
+    kms.set_down(true);
+    let mut buf = with_secret(40);
+    assert!(envelope.encrypt_in_place(&mut buf, 40, b"ad").is_err());
+    drop(buf);
+
+    // A ciphertext with a flipped tag bit, on each backend (aws-lc
+    // decrypts while it authenticates).
+    for backend in [Backend::RustCrypto, Backend::DEFAULT] {
+        let keyset = Keyset::generate().with_backend(backend);
+        let mut buf = with_secret(17);
+        keyset.encrypt_in_place(&mut buf, 17, b"ad").unwrap();
+        let last = buf.len() - 1;
+        buf[last] ^= 1;
+        assert_eq!(
+            keyset.decrypt_in_place(&mut buf, b"ad"),
+            Err(Error::Decryption)
+        );
+        drop(buf);
+    }
+    drop((siv, keyset, envelope, kms));
+    let r = s.finish();
+    assert!(r.blocks_scanned > 0);
+    assert_eq!(r.blocks_with_needle, 1, "only the control: {:?}", r.hits);
+}
+
+// ---------------------------------------------------------------------------
 // The loopback KMS servers.
 
 /// A variable of `scripts/kms.sh`'s env file; `None` when

@@ -51,6 +51,64 @@ impl Keyset {
         crate::envelope::open(self, associated_data, ciphertext)
     }
 
+    /// The bytes the primary key's ciphertext puts before the plaintext (17
+    /// for AES-GCM: version byte, key id, nonce): the room to leave at the
+    /// front of a buffer for [`encrypt_in_place`](Keyset::encrypt_in_place).
+    /// An envelope key's depends on the length of its current wrapped DEK.
+    pub fn header_len(&self) -> usize {
+        crate::envelope::header_len(self)
+    }
+
+    /// Encrypts the plaintext `buf[head..]` where it lies, for a caller who
+    /// owns the buffer (a codec's output): the header is written into the
+    /// first `head` bytes and the tag appended, so `buf` becomes exactly
+    /// what [`encrypt`](Keyset::encrypt) returns, with no copy of the
+    /// plaintext and no allocation when `head` is
+    /// [`header_len`](Keyset::header_len) and `buf` has 16 bytes of spare
+    /// capacity. Any other `head` costs one move of the plaintext; too
+    /// little capacity, one regrowth.
+    ///
+    /// # Errors
+    /// As [`encrypt`](Keyset::encrypt); [`Error::Headroom`] if `head` is
+    /// longer than `buf`; [`Error::WrongKeyType`] for a deterministic
+    /// keyset. On any error `buf` is zeroized and emptied: no plaintext is
+    /// left in it.
+    ///
+    /// ```
+    /// use tombstone_crypt::Keyset;
+    ///
+    /// let keyset = Keyset::generate();
+    /// let head = keyset.header_len();
+    /// let mut buf = Vec::with_capacity(head + 5 + 16);
+    /// buf.resize(head, 0);
+    /// buf.extend_from_slice(b"hello"); // a codec writes here
+    /// keyset.encrypt_in_place(&mut buf, head, b"ad")?;
+    /// assert_eq!(keyset.decrypt(&buf, b"ad")?, b"hello");
+    /// keyset.decrypt_in_place(&mut buf, b"ad")?;
+    /// assert_eq!(buf, b"hello");
+    /// # Ok::<(), tombstone_crypt::Error>(())
+    /// ```
+    pub fn encrypt_in_place(
+        &self,
+        buf: &mut Vec<u8>,
+        head: usize,
+        associated_data: &[u8],
+    ) -> Result<(), Error> {
+        crate::envelope::seal_in_place(self, associated_data, buf, head)
+    }
+
+    /// Decrypts the ciphertext in `buf` where it lies, with the checks of
+    /// [`decrypt`](Keyset::decrypt); `buf` becomes the plaintext (moved to
+    /// its front: no allocation).
+    ///
+    /// # Errors
+    /// As [`decrypt`](Keyset::decrypt). On any error `buf` is zeroized and
+    /// emptied: keep a copy of the bytes first if a failed record must be
+    /// kept (a dead-letter topic, say).
+    pub fn decrypt_in_place(&self, buf: &mut Vec<u8>, associated_data: &[u8]) -> Result<(), Error> {
+        crate::envelope::open_in_place(self, associated_data, buf)
+    }
+
     /// Encrypts `plaintext` deterministically under the primary key, which
     /// must be an AES-SIV key: Tink's `DeterministicAead`, byte for byte
     /// (`0x01 | key id | SIV | ciphertext`, one associated-data component).
