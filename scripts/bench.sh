@@ -6,6 +6,12 @@
 #   scripts/bench.sh                  # three brief runs (about 5 minutes)
 #   ROUNDS=5 scripts/bench.sh         # five runs
 #   BENCH_ARGS='--measurement-time 5' ROUNDS=1 scripts/bench.sh
+#   PEERS=0 scripts/bench.sh          # without the peers' run at the end
+#
+# Then, unless PEERS=0, it runs scripts/bench-peers.sh (the same ROUNDS and
+# BENCH_ARGS): the layer beside Tink's Rust port, the raw primitives in
+# place, the envelope key and two threads, whose tables it prints and
+# whose plot it writes to target/bench-peers/peers.svg.
 #
 # Ratios are what matter: absolute times move with whatever else the machine
 # runs, but both sides of a ratio are measured back to back, and the median
@@ -156,3 +162,9 @@ if missed:
 else:
     print("\nall targets met in this run")
 PY
+
+if [[ "${PEERS:-1}" != 0 ]]; then
+    echo
+    echo "==> beside the peers (scripts/bench-peers.sh)"
+    scripts/bench-peers.sh
+fi
