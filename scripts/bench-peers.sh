@@ -1,12 +1,19 @@
 #!/usr/bin/env bash
 # Runs bench-peers/ (the layer beside tink-aead, tink-daead and the raw
-# primitives, one process per round) in alternating rounds and prints the
-# ratios: ours / tink-aead on each backend, layer / raw primitive, and
-# DeterministicSerializer / tink-daead, per size, for encrypt and decrypt.
+# primitives, one process per bench per round) in alternating rounds and
+# prints the ratios: ours / tink-aead on each backend, layer / raw
+# primitive, and DeterministicSerializer / tink-daead, per size, for
+# encrypt and decrypt; the in-place group of benches/peers.rs (ours / raw
+# aws-lc-rs); the KMS envelope (benches/envelope.rs: ours / layer and ours /
+# tink-aead with no KMS delay; with a 1 ms KMS round trip, time and KMS
+# calls per 10^4 values); and 2 threads against 1 on one keyset
+# (benches/threads.rs).
 #
-#   scripts/bench-peers.sh                 # three rounds (about 2 minutes each)
+#   scripts/bench-peers.sh                 # three rounds (about 3 minutes each)
 #   ROUNDS=5 scripts/bench-peers.sh
+#   BENCHES=envelope,threads scripts/bench-peers.sh   # some of peers, envelope, threads
 #   BENCH_ARGS='--warm-up-time 1 --measurement-time 3' scripts/bench-peers.sh
+#   THREADS_SECS=2 scripts/bench-peers.sh  # seconds per thread count and case
 #
 # Each id's time in a round is its fastest sample (criterion's
 # new/sample.json: the least time / iters), which a neighbour's load
@@ -15,14 +22,31 @@
 # "ratio" is each side's fastest round against the other's; "spread" is the
 # least and the greatest of the per-round ratios.
 #
+# The threads bench runs one round of its own per round here (1 and 2
+# threads, THREADS_SECS each, default 1 s); its best round counts, for each
+# thread count. The envelope bench's 1 ms figures are wall-clock times
+# (Instant), the fastest round counts.
+#
 # Writes, under target/bench-peers/: table.md (what is printed), peers.csv
-# (one row per ratio) and peers.svg (ratio against size, one line per peer).
+# (one row per ratio), peers.svg (ratio against size, one line per peer),
+# envelope_kms.csv (the 1 ms rows) and threads.csv.
 # The package has its own workspace and lockfile; its first build compiles
 # the Tink crates (a few minutes on 2 cores).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
 ROUNDS="${ROUNDS:-3}"
+BENCHES="${BENCHES:-peers,envelope,threads}"
+IFS=', ' read -r -a BENCH_LIST <<<"$BENCHES"
+for b in "${BENCH_LIST[@]}"; do
+    case "$b" in
+    peers | envelope | threads) ;;
+    *)
+        echo "BENCHES: unknown bench '$b' (peers, envelope, threads)" >&2
+        exit 2
+        ;;
+    esac
+done
 BENCH_ARGS="${BENCH_ARGS:---warm-up-time 0.5 --measurement-time 1}"
 export CARGO_TARGET_DIR="${CARGO_TARGET_DIR:-$PWD/target}"
 OUT=target/bench-peers
@@ -31,27 +55,46 @@ mkdir -p "$OUT" "$CRITERION_HOME"
 SAMPLES="$(mktemp -d)"
 trap 'rm -rf "$SAMPLES"' EXIT
 
-GROUPS_=(encrypt decrypt det_encrypt det_decrypt)
-(cd bench-peers && cargo bench --bench peers --no-run) >"$SAMPLES/build.log" 2>&1 || {
+# Criterion groups whose samples are kept (in_place: benches/peers.rs, when
+# it has it; a group not measured is skipped).
+GROUPS_=(encrypt decrypt det_encrypt det_decrypt in_place envelope envelope_decrypt)
+BUILD_ARGS=()
+for b in "${BENCH_LIST[@]}"; do BUILD_ARGS+=(--bench "$b"); done
+(cd bench-peers && cargo bench "${BUILD_ARGS[@]}" --no-run) >"$SAMPLES/build.log" 2>&1 || {
     cat "$SAMPLES/build.log" >&2
     exit 1
 }
 for round in $(seq 1 "$ROUNDS"); do
     order=forward
     if ((round % 2 == 0)); then order=reverse; fi
-    printf '==> peers round %s of %s (%s)\n' "$round" "$ROUNDS" "$order" >&2
+    mkdir -p "$SAMPLES/$round"
     (cd "$CRITERION_HOME" && rm -rf "${GROUPS_[@]}")
-    # shellcheck disable=SC2086 # BENCH_ARGS is a list of words
-    (cd bench-peers && PEERS_ORDER="$order" cargo bench --bench peers -- --noplot $BENCH_ARGS) \
-        >"$SAMPLES/log.$round" 2>&1 || {
-        cat "$SAMPLES/log.$round" >&2
-        exit 1
-    }
-    (cd "$CRITERION_HOME" && find "${GROUPS_[@]}" -path '*/new/sample.json' |
-        while read -r f; do
-            mkdir -p "$SAMPLES/$round/$(dirname "$f")"
-            cp "$f" "$SAMPLES/$round/$f"
-        done)
+    for bench in "${BENCH_LIST[@]}"; do
+        printf '==> %s round %s of %s (%s)\n' "$bench" "$round" "$ROUNDS" "$order" >&2
+        log="$SAMPLES/log.$bench.$round"
+        case "$bench" in
+        threads)
+            (cd bench-peers && PEERS_ORDER="$order" THREADS_ROUNDS=1 \
+                THREADS_OUT="$SAMPLES/$round/threads.json" cargo bench --bench threads) \
+                >"$log" 2>&1
+            ;;
+        *)
+            # shellcheck disable=SC2086 # BENCH_ARGS is a list of words
+            (cd bench-peers && PEERS_ORDER="$order" \
+                ENVELOPE_KMS_OUT="$SAMPLES/$round/envelope_kms.json" \
+                cargo bench --bench "$bench" -- --noplot $BENCH_ARGS) >"$log" 2>&1
+            ;;
+        esac || {
+            cat "$log" >&2
+            exit 1
+        }
+    done
+    (cd "$CRITERION_HOME" && for g in "${GROUPS_[@]}"; do
+        if [[ -d "$g" ]]; then find "$g" -path '*/new/sample.json'; fi
+    done | while read -r f; do
+        mkdir -p "$SAMPLES/$round/$(dirname "$f")"
+        cp "$f" "$SAMPLES/$round/$f"
+    done)
 done
 
 MACHINE="$(nproc) cores, $(sed -n 's/^model name[[:space:]]*: //p' /proc/cpuinfo | head -1), load $(cut -d' ' -f1-3 /proc/loadavg) at the end; $(rustc --version | cut -d' ' -f1-2)"
@@ -124,6 +167,7 @@ for label, num, den, groups, sizes in COMPARISONS:
     say("")
     say(f"### {label}")
     say("")
+    header = len(lines)
     say(f"| size | op | {num} | {den} | ratio | spread | goal |")
     say("|---:|---|---:|---:|---:|---|---|")
     for n in sizes:
@@ -144,6 +188,166 @@ for label, num, den, groups, sizes in COMPARISONS:
                 f"{lo:.2f}-{hi:.2f} | {mark} |")
             rows.append([label, num, den, op, n, f"{a:.1f}", f"{b:.1f}", f"{r:.4f}",
                          f"{lo:.4f}", f"{hi:.4f}", "" if g is None else f"{g:.2f}"])
+    if len(lines) == header + 2:
+        del lines[header:]
+        say("not measured.")
+
+# The in-place group of benches/peers.rs: ours / raw aws-lc-rs.
+IN_PLACE_SIZES = [1024, 16384, 65536]
+IN_PLACE_GOAL = 1.11  # raw / ours >= 0.90
+say("")
+say("### in place: ours (aws-lc) / raw aws-lc-rs")
+say("")
+in_place = [(n, compare(f"in_place/ours_aws_lc/{n}", f"in_place/raw_aws_lc/{n}"))
+            for n in IN_PLACE_SIZES]
+if all(c is None for _, c in in_place):
+    say("not measured (no `in_place` group in this run).")
+else:
+    say("| size | ours_aws_lc | raw_aws_lc | ratio | spread | raw / ours | goal |")
+    say("|---:|---:|---:|---:|---|---:|---|")
+    for n, c in in_place:
+        if c is None:
+            say(f"| {size_name(n)} | not measured | | | | | |")
+            continue
+        a, b, r, lo, hi = c
+        ok = r <= IN_PLACE_GOAL
+        if not ok:
+            missed.append(f"in_place {size_name(n)}: ours / raw {r:.2f} > {IN_PLACE_GOAL:.2f}")
+        say(f"| {size_name(n)} | {fmt_time(a)} | {fmt_time(b)} | {r:.2f} | {lo:.2f}-{hi:.2f} | "
+            f"{1 / r:.2f} | <= {IN_PLACE_GOAL:.2f} {'ok' if ok else 'MISS'} |")
+        rows.append(["in place: ours / raw aws-lc-rs", "ours_aws_lc", "raw_aws_lc", "in_place",
+                     n, f"{a:.1f}", f"{b:.1f}", f"{r:.4f}", f"{lo:.4f}", f"{hi:.4f}",
+                     f"{IN_PLACE_GOAL:.2f}"])
+
+# benches/envelope.rs, no KMS delay: ours / layer, ours / tink.
+ENV_SIZES = [100, 1024]
+ENV_GOAL = 1.05  # ours_envelope / ours_layer at 1 KiB
+say("")
+say("### KMS envelope, no KMS delay (warm DEK)")
+say("")
+env_rows = []
+for n in ENV_SIZES:
+    for group in ("envelope", "envelope_decrypt"):
+        ours = per_round(f"{group}/ours_envelope/{n}")
+        if ours is None:
+            continue
+        lay = compare(f"{group}/ours_envelope/{n}", f"{group}/ours_layer/{n}")
+        tnk = compare(f"{group}/ours_envelope/{n}", f"{group}/tink_envelope/{n}")
+        env_rows.append((n, group, min(ours), lay, tnk))
+if not env_rows:
+    say("not measured.")
+else:
+    say("| size | op | ours_envelope | ours_layer | tink_envelope | ours / layer | spread | "
+        "ours / tink | spread | goal (ours / layer) |")
+    say("|---:|---|---:|---:|---:|---:|---|---:|---|---|")
+    for n, group, ours, lay, tnk in env_rows:
+        op = "decrypt" if group.endswith("decrypt") else "encrypt"
+        cells = [size_name(n), op, fmt_time(ours)]
+        cells.append(fmt_time(lay[1]) if lay else "-")
+        cells.append(fmt_time(tnk[1]) if tnk else "-")
+        for c in (lay, tnk):
+            cells += [f"{c[2]:.2f}", f"{c[3]:.2f}-{c[4]:.2f}"] if c else ["-", "-"]
+        mark = ""
+        if n == 1024 and lay:
+            ok = lay[2] <= ENV_GOAL
+            mark = f"<= {ENV_GOAL:.2f} " + ("ok" if ok else "MISS")
+            if not ok:
+                missed.append(f"envelope {op} 1 KiB: ours / layer {lay[2]:.2f} > {ENV_GOAL:.2f}")
+        cells.append(mark)
+        say("| " + " | ".join(cells) + " |")
+        for label, den, c in (("envelope: ours / layer", "ours_layer", lay),
+                              ("envelope: ours / tink-aead", "tink_envelope", tnk)):
+            if c:
+                rows.append([label, "ours_envelope", den, op, n, f"{c[0]:.1f}", f"{c[1]:.1f}",
+                             f"{c[2]:.4f}", f"{c[3]:.4f}", f"{c[4]:.4f}",
+                             f"{ENV_GOAL:.2f}" if den == "ours_layer" and n == 1024 else ""])
+
+# benches/envelope.rs, 1 ms KMS round trip: per 10^4 values, fastest round.
+def load_rounds(name):
+    got = []
+    for r in range(1, rounds + 1):
+        try:
+            with open(os.path.join(samples, str(r), name)) as f:
+                got.append(json.load(f))
+        except FileNotFoundError:
+            pass
+    return got
+
+kms_runs = load_rounds("envelope_kms.json")
+say("")
+if not kms_runs:
+    say("### KMS envelope, 1 ms KMS round trip")
+    say("")
+    say("not measured.")
+else:
+    k0 = kms_runs[0]
+    say(f"### KMS envelope, {k0['delay_ms']} ms KMS round trip, {size_name(k0['size_bytes'])} "
+        f"values, per {k0['values']} values")
+    say("")
+    best = {}
+    for run in kms_runs:
+        for row in run["rows"]:
+            key = (row["side"], row["op"])
+            b = best.get(key)
+            if b is None or row["secs_per_1e4"] < b["secs_per_1e4"]:
+                best[key] = row
+    say(f"Fastest of {len(kms_runs)} round(s). Tink runs fewer values and is scaled "
+        "(each of its values is one KMS call); \"measured\" says how many.")
+    say("")
+    say("| side | DEK reuse limit | op | measured | time per 10^4 | KMS calls per 10^4 | "
+        "tink / this |")
+    say("|---|---:|---|---:|---:|---:|---:|")
+    kms_csv = []
+    for (side, op), row in best.items():
+        tink = best.get(("tink_envelope", op))
+        speedup = f"{tink['secs_per_1e4'] / row['secs_per_1e4']:.0f}x" if tink else "-"
+        limit = "none" if side == "tink_envelope" else f"{row['dek_limit']}"
+        say(f"| {side} | {limit} | {op} | {row['measured_values']} | "
+            f"{row['secs_per_1e4'] * 1000:.1f} ms | {row['kms_calls_per_1e4']:.0f} | {speedup} |")
+        kms_csv.append([side, row["dek_limit"], op, row["measured_values"],
+                        f"{row['secs_per_1e4']:.6f}", f"{row['kms_calls_per_1e4']:.1f}"])
+    with open(os.path.join(out, "envelope_kms.csv"), "w") as f:
+        f.write("side,dek_limit,op,measured_values,secs_per_1e4,kms_calls_per_1e4\n")
+        for r in kms_csv:
+            f.write(",".join(str(x) for x in r) + "\n")
+
+# benches/threads.rs: each thread count's best round.
+THREADS_GOAL = 1.8
+thread_runs = load_rounds("threads.json")
+say("")
+say("### 2 threads / 1 thread, one shared keyset (values per second)")
+say("")
+if not thread_runs:
+    say("not measured.")
+else:
+    t0 = thread_runs[0]
+    say(f"Best of {len(thread_runs)} round(s) of {t0['secs']} s per thread count; "
+        f"{t0['cores']} cores.")
+    say("")
+    say("| case | 1 thread | 2 threads | ratio | spread | goal |")
+    say("|---|---:|---:|---:|---|---|")
+    cases = {}
+    for run in thread_runs:
+        for row in run["rows"]:
+            cases.setdefault(row["case"], []).append((row["one_thread"], row["two_threads"]))
+    threads_csv = []
+    for case, vals in cases.items():
+        one = max(v[0] for v in vals)
+        two = max(v[1] for v in vals)
+        per = [b / a for a, b in vals]
+        r = two / one
+        ok = r >= THREADS_GOAL
+        if not ok:
+            missed.append(f"threads {case}: 2 / 1 thread {r:.2f} < {THREADS_GOAL:.2f}")
+        say(f"| {case} | {one / 1e6:.2f} M/s | {two / 1e6:.2f} M/s | {r:.2f} | "
+            f"{min(per):.2f}-{max(per):.2f} | >= {THREADS_GOAL:.2f} {'ok' if ok else 'MISS'} |")
+        threads_csv.append([case, f"{one:.0f}", f"{two:.0f}", f"{r:.4f}",
+                            f"{min(per):.4f}", f"{max(per):.4f}"])
+    with open(os.path.join(out, "threads.csv"), "w") as f:
+        f.write("case,one_thread_per_s,two_threads_per_s,ratio,ratio_min,ratio_max\n")
+        for r in threads_csv:
+            f.write(",".join(r) + "\n")
+
 say("")
 if missed:
     say("Goals missed in this run:")
@@ -220,5 +424,6 @@ if series:
     svg.append("</svg>")
     with open(os.path.join(out, "peers.svg"), "w") as f:
         f.write("\n".join(svg) + "\n")
-print(f"\nwrote {out}/table.md, {out}/peers.csv, {out}/peers.svg", file=sys.stderr)
+print(f"\nwrote {out}/table.md, {out}/peers.csv, {out}/peers.svg (and envelope_kms.csv, "
+      "threads.csv when measured)", file=sys.stderr)
 PY

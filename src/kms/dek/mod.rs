@@ -426,9 +426,13 @@ impl EnvelopeKey {
                 Some(slot) => {
                     // LRU-ish: a hit is stamped with the current tick
                     // (only misses advance it), so one shared counter is
-                    // not written by every value.
-                    slot.last_used
-                        .store(s.tick.load(Ordering::Relaxed), Ordering::Relaxed);
+                    // not written by every value; and only when the stamp
+                    // changes, so threads reading under one DEK do not
+                    // pass its slot's cache line back and forth.
+                    let tick = s.tick.load(Ordering::Relaxed);
+                    if slot.last_used.load(Ordering::Relaxed) != tick {
+                        slot.last_used.store(tick, Ordering::Relaxed);
+                    }
                     if let Some(k) = slot.live(now) {
                         return Ok(Arc::clone(k));
                     }
