@@ -147,8 +147,7 @@ fn seal_in_place_unguarded(
             let tag = key.seal_in_place(&nonce, aad, &mut buf[HEADER_LEN..])?;
             buf.extend_from_slice(&tag);
         }
-        Primitive::KmsEnvelope(key) => {
-            let dek = key.writer_dek()?;
+        Primitive::KmsEnvelope(key) => key.with_writer_dek(|dek| {
             let edek_len = u32::try_from(dek.edek.len()).map_err(|_| Error::Encryption)?;
             rand::rng().fill_bytes(&mut nonce);
             let nonce_at = PREFIX_LEN + 4 + dek.edek.len();
@@ -162,7 +161,8 @@ fn seal_in_place_unguarded(
             dek.add_bytes(buf.len() - body);
             let tag = dek.key.seal_in_place(&nonce, aad, &mut buf[body..])?;
             buf.extend_from_slice(&tag);
-        }
+            Ok(())
+        })?,
         Primitive::AesSiv(_) => {
             return Err(Error::WrongKeyType {
                 key_id: id,
@@ -205,13 +205,46 @@ fn open_in_place_unguarded(keys: &impl Keys, aad: &[u8], buf: &mut Vec<u8>) -> R
         Primitive::KmsEnvelope(key) => {
             let (edek, _) = split_edek(buf.len(), &buf[PREFIX_LEN..])?;
             let nonce_at = PREFIX_LEN + 4 + edek.len();
-            let dek = key.reader_dek(edek)?;
-            open_gcm_in_place(&dek, aad, buf, nonce_at)
+            // The EDEK borrows the buffer the DEK decrypts: copied out
+            // first (it is public), on the stack for any real KMS's.
+            let edek = EdekCopy::new(edek);
+            key.with_reader_dek(edek.as_slice(), |dek| {
+                open_gcm_in_place(dek, aad, buf, nonce_at)
+            })
         }
         Primitive::AesSiv(_) => Err(Error::WrongKeyType {
             key_id: id,
             operation: "decrypt with a randomized AEAD (it is deterministic)",
         }),
+    }
+}
+
+/// A copy of an EDEK (public bytes): on the stack up to 512 bytes (every
+/// real KMS's), else on the heap. It lives on the stack for one call:
+/// the large variant is the point.
+#[allow(clippy::large_enum_variant)]
+enum EdekCopy {
+    Stack([u8; 512], usize),
+    Heap(Vec<u8>),
+}
+
+impl EdekCopy {
+    fn new(edek: &[u8]) -> Self {
+        let mut stack = [0u8; 512];
+        match stack.get_mut(..edek.len()) {
+            Some(to) => {
+                to.copy_from_slice(edek);
+                EdekCopy::Stack(stack, edek.len())
+            }
+            None => EdekCopy::Heap(edek.to_vec()),
+        }
+    }
+
+    fn as_slice(&self) -> &[u8] {
+        match self {
+            EdekCopy::Stack(b, n) => &b[..*n],
+            EdekCopy::Heap(v) => v,
+        }
     }
 }
 
@@ -281,26 +314,27 @@ fn seal_envelope(
     size_hint: usize,
     write_plaintext: impl FnOnce(&mut Vec<u8>) -> Result<(), Error>,
 ) -> Result<(), Error> {
-    let dek = key.writer_dek()?;
-    let edek_len = u32::try_from(dek.edek.len()).map_err(|_| Error::Encryption)?;
-    let mut nonce = [0u8; NONCE_LEN];
-    rand::rng().fill_bytes(&mut nonce);
-    out.reserve(
-        (PREFIX_LEN + 4 + NONCE_LEN + TAG_LEN)
-            .saturating_add(dek.edek.len())
-            .saturating_add(size_hint.min(MAX_PREALLOC)),
-    );
-    out.push(VERSION);
-    out.extend_from_slice(&id.0.to_be_bytes());
-    out.extend_from_slice(&edek_len.to_be_bytes());
-    out.extend_from_slice(&dek.edek);
-    out.extend_from_slice(&nonce);
-    let body = out.len();
-    write_plaintext(out)?;
-    dek.add_bytes(out.len() - body);
-    let tag = dek.key.seal_in_place(&nonce, aad, &mut out[body..])?;
-    out.extend_from_slice(&tag);
-    Ok(())
+    key.with_writer_dek(|dek| {
+        let edek_len = u32::try_from(dek.edek.len()).map_err(|_| Error::Encryption)?;
+        let mut nonce = [0u8; NONCE_LEN];
+        rand::rng().fill_bytes(&mut nonce);
+        out.reserve(
+            (PREFIX_LEN + 4 + NONCE_LEN + TAG_LEN)
+                .saturating_add(dek.edek.len())
+                .saturating_add(size_hint.min(MAX_PREALLOC)),
+        );
+        out.push(VERSION);
+        out.extend_from_slice(&id.0.to_be_bytes());
+        out.extend_from_slice(&edek_len.to_be_bytes());
+        out.extend_from_slice(&dek.edek);
+        out.extend_from_slice(&nonce);
+        let body = out.len();
+        write_plaintext(out)?;
+        dek.add_bytes(out.len() - body);
+        let tag = dek.key.seal_in_place(&nonce, aad, &mut out[body..])?;
+        out.extend_from_slice(&tag);
+        Ok(())
+    })
 }
 
 /// `u32be(len EDEK) | EDEK | nonce | ciphertext | tag` under an envelope
@@ -310,8 +344,7 @@ fn seal_envelope(
 #[inline]
 fn open_envelope(key: &EnvelopeKey, aad: &[u8], len: usize, rest: &[u8]) -> Result<Vec<u8>, Error> {
     let (edek, rest) = split_edek(len, rest)?;
-    let dek = key.reader_dek(edek)?;
-    open_gcm(&dek, aad, len, rest)
+    key.with_reader_dek(edek, |dek| open_gcm(dek, aad, len, rest))
 }
 
 /// Splits what follows an envelope ciphertext's prefix into the EDEK and

@@ -282,3 +282,40 @@ fn the_cache_ttl_is_its_own_setting() {
         assert_eq!(kms.decrypt_calls(), i);
     }
 }
+
+/// An entry evicted from a reader's cache (capacity one) leaves memory at
+/// once, even the one read last (the cache's lock-free most recent entry
+/// lets go of it too): here the entry that evicts it fails to unwrap, so
+/// nothing replaces it as the most recent. Reading under it again unwraps
+/// it again.
+#[test]
+fn an_evicted_dek_leaves_memory_even_when_read_last() {
+    let _serial = serial();
+    let held = FakeKms::deks_in_memory();
+    let (kms, clients, writer) = setup(DekPolicy::default().with_max_values(1));
+    let a = writer.encrypt(b"a", b"").unwrap();
+    let b = writer.encrypt(b"b", b"").unwrap();
+    assert_ne!(edek(&a), edek(&b), "two DEKs");
+    let reader = Keyset::from_tink_json_with(&writer.to_tink_json(), &clients)
+        .unwrap()
+        .with_dek_policy(DekPolicy::default().with_cache_capacity(1));
+    drop(writer);
+    assert_eq!(FakeKms::deks_in_memory(), held);
+
+    assert_eq!(reader.decrypt(&a, b"").unwrap(), b"a");
+    assert_eq!(reader.decrypt(&a, b"").unwrap(), b"a", "a cache hit");
+    assert_eq!(kms.decrypt_calls(), 1);
+    assert_eq!(FakeKms::deks_in_memory(), held + 1);
+    kms.set_down(true);
+    assert!(reader.decrypt(&b, b"").is_err(), "the KMS is down");
+    assert_eq!(
+        FakeKms::deks_in_memory(),
+        held,
+        "the DEK of a was evicted and dropped"
+    );
+    kms.set_down(false);
+    assert_eq!(reader.decrypt(&b, b"").unwrap(), b"b");
+    assert_eq!(reader.decrypt(&a, b"").unwrap(), b"a");
+    // a, b refused, b, a again.
+    assert_eq!(kms.decrypt_calls(), 4, "a's DEK unwrapped again");
+}

@@ -18,6 +18,12 @@
 //! background: a key that is not used keeps its DEKs until its next use or
 //! until its last clone is dropped. No lock is held across a KMS call that
 //! other keys, or readers of other DEKs, wait on.
+//!
+//! The per-value path takes no lock and touches no reference count: the
+//! writer's DEK and the reader's most recent entry are `arc-swap` pointers,
+//! borrowed for the value (`with_writer_dek`, `with_reader_dek`). The only
+//! shared writes per value are the writer DEK's own counters (values and
+//! bytes), which its limits need exactly.
 
 use core::fmt;
 use std::collections::HashMap;
@@ -25,6 +31,7 @@ use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex, OnceLock, PoisonError, RwLock};
 use std::time::{Duration, Instant};
 
+use arc_swap::ArcSwapOption;
 use zeroize::Zeroizing;
 
 use crate::cipher::{AesGcmKey, Backend};
@@ -51,7 +58,8 @@ struct State {
     remote: Arc<dyn KmsAead>,
     policy: DekPolicy,
     backend: Backend,
-    current: RwLock<Option<Arc<WriterDek>>>,
+    /// The writer's DEK: loaded per value with no shared write.
+    current: ArcSwapOption<WriterDek>,
     /// Held by the one thread making a new DEK (across its KMS call): only
     /// threads of this key that need a new DEK wait on it.
     ///
@@ -60,6 +68,12 @@ struct State {
     /// KMS again in turn (N threads would wait N timeouts).
     refill: Mutex<Option<(Instant, Error)>>,
     cache: RwLock<Cache>,
+    /// The reader entry unwrapped (or made) last, read per value with no
+    /// lock and no hash: most topics carry one writer's current DEK at a
+    /// time. Set and cleared only under the cache lock, so it never holds
+    /// an entry the cache dropped (evicted or expired DEKs stay zeroized
+    /// on schedule).
+    recent: ArcSwapOption<Recent>,
     tick: AtomicU64,
     /// The current EDEK's length, for size hints (0 before the first DEK).
     edek_len: AtomicUsize,
@@ -140,6 +154,12 @@ impl std::hash::Hasher for Tail {
     }
 }
 
+/// The reader cache's most recent entry, with its EDEK.
+struct Recent {
+    edek: Box<[u8]>,
+    slot: Arc<Slot>,
+}
+
 /// A reader cache entry: the DEK once unwrapped, and a lock that makes one
 /// thread (not one per value) call the KMS for it.
 struct Slot {
@@ -163,6 +183,17 @@ impl Slot {
             dek: OnceLock::new(),
             fetch: Mutex::new(None),
             last_used: AtomicU64::new(last_used),
+        }
+    }
+
+    /// LRU-ish: a hit is stamped with the current tick (only misses
+    /// advance it), so one shared counter is not written by every value;
+    /// and only when the stamp changes, so threads reading under one DEK
+    /// do not pass its slot's cache line back and forth.
+    #[inline]
+    fn stamp(&self, tick: u64) {
+        if self.last_used.load(Ordering::Relaxed) != tick {
+            self.last_used.store(tick, Ordering::Relaxed);
         }
     }
 
@@ -261,17 +292,26 @@ impl EnvelopeKey {
     /// The DEK the next value is encrypted under, with its turn taken: the
     /// current one if within its limits, else a new one (one KMS call,
     /// made by one thread while the others needing a DEK wait).
+    ///
+    /// `f` borrows the DEK: no reference count is touched and no lock is
+    /// taken per value, only the DEK's own counters.
     #[inline]
-    pub(crate) fn writer_dek(&self) -> Result<Arc<WriterDek>, Error> {
+    pub(crate) fn with_writer_dek<R>(
+        &self,
+        f: impl FnOnce(&WriterDek) -> Result<R, Error>,
+    ) -> Result<R, Error> {
         let s = &self.state;
         let now = s.now();
         s.sweep_if_due(now);
-        if let Some(d) = s.current() {
-            if d.take(&s.policy, now) {
-                return Ok(d);
+        {
+            let current = s.current.load();
+            if let Some(d) = current.as_deref() {
+                if d.take(&s.policy, now) {
+                    return f(d);
+                }
             }
         }
-        self.refill()
+        f(&*self.refill()?)
     }
 
     /// Whether the next value would need a new DEK (a KMS call).
@@ -295,6 +335,32 @@ impl EnvelopeKey {
         let now = s.now();
         let cache = s.cache.read().unwrap_or_else(PoisonError::into_inner);
         cache.get(edek).is_some_and(|slot| slot.live(now).is_some())
+    }
+
+    /// Runs `f` on the DEK of `edek`: the most recent entry's when it is
+    /// that EDEK's (no lock, no hash, no reference count), else
+    /// [`reader_dek`](EnvelopeKey::reader_dek)'s.
+    #[inline]
+    pub(crate) fn with_reader_dek<R>(
+        &self,
+        edek: &[u8],
+        f: impl FnOnce(&AesGcmKey) -> Result<R, Error>,
+    ) -> Result<R, Error> {
+        let s = &self.state;
+        let now = s.now();
+        s.sweep_if_due(now);
+        {
+            let recent = s.recent.load();
+            if let Some(r) = recent.as_deref() {
+                if *r.edek == *edek {
+                    if let Some(k) = r.slot.live(now) {
+                        r.slot.stamp(s.tick.load(Ordering::Relaxed));
+                        return f(k);
+                    }
+                }
+            }
+        }
+        f(&*self.reader_dek(edek)?)
     }
 
     #[cold]
@@ -376,7 +442,7 @@ impl EnvelopeKey {
         };
         self.insert_cached(&dek.edek, cached);
         s.edek_len.store(dek.edek.len(), Ordering::Relaxed);
-        *s.current.write().unwrap_or_else(PoisonError::into_inner) = Some(Arc::clone(&dek));
+        s.current.store(Some(Arc::clone(&dek)));
         s.next_expiry.fetch_min(dek.expires, Ordering::AcqRel);
         Ok(dek)
     }
@@ -388,7 +454,11 @@ impl EnvelopeKey {
         let _ = slot.dek.set(cached);
         let mut cache = s.cache.write().unwrap_or_else(PoisonError::into_inner);
         self.make_room(&mut cache, edek);
-        cache.insert(edek.into(), slot);
+        cache.insert(edek.into(), Arc::clone(&slot));
+        s.recent.store(Some(Arc::new(Recent {
+            edek: edek.into(),
+            slot,
+        })));
         // Under the cache lock: a sweep sees the entry or this.
         s.next_expiry.fetch_min(expires, Ordering::AcqRel);
     }
@@ -405,7 +475,9 @@ impl EnvelopeKey {
                 // Dropping the slot drops the DEK (zeroized) once no value
                 // being decrypted holds it.
                 Some(k) => {
-                    cache.remove(&k);
+                    if let Some(gone) = cache.remove(&k) {
+                        self.state.forget_recent(&gone);
+                    }
                 }
                 None => break,
             }
@@ -424,15 +496,7 @@ impl EnvelopeKey {
             let cache = s.cache.read().unwrap_or_else(PoisonError::into_inner);
             match cache.get(edek) {
                 Some(slot) => {
-                    // LRU-ish: a hit is stamped with the current tick
-                    // (only misses advance it), so one shared counter is
-                    // not written by every value; and only when the stamp
-                    // changes, so threads reading under one DEK do not
-                    // pass its slot's cache line back and forth.
-                    let tick = s.tick.load(Ordering::Relaxed);
-                    if slot.last_used.load(Ordering::Relaxed) != tick {
-                        slot.last_used.store(tick, Ordering::Relaxed);
-                    }
+                    slot.stamp(s.tick.load(Ordering::Relaxed));
                     if let Some(k) = slot.live(now) {
                         return Ok(Arc::clone(k));
                     }
@@ -460,7 +524,9 @@ impl EnvelopeKey {
                 return Arc::clone(slot);
             }
             // Dropped: zeroized once no value being decrypted holds it.
-            cache.remove(edek);
+            if let Some(gone) = cache.remove(edek) {
+                s.forget_recent(&gone);
+            }
         }
         self.make_room(&mut cache, edek);
         let slot = Arc::new(Slot::new(s.tick.fetch_add(1, Ordering::Relaxed)));
@@ -503,6 +569,16 @@ impl EnvelopeKey {
                 // After the slot is filled: a sweep that saw it empty
                 // either lowers its bound to this or finds this lower.
                 s.next_expiry.fetch_min(expires, Ordering::AcqRel);
+                // The most recent entry, if the cache still holds it (under
+                // its lock: an eviction or sweep after this clears it).
+                let cache = s.cache.read().unwrap_or_else(PoisonError::into_inner);
+                if cache.get(edek).is_some_and(|c| Arc::ptr_eq(c, slot)) {
+                    s.recent.store(Some(Arc::new(Recent {
+                        edek: edek.into(),
+                        slot: Arc::clone(slot),
+                    })));
+                }
+                drop(cache);
                 Ok(key)
             }
             Err(e) => {
@@ -543,9 +619,10 @@ impl State {
             remote,
             policy,
             backend,
-            current: RwLock::new(None),
+            current: ArcSwapOption::empty(),
             refill: Mutex::new(None),
             cache: RwLock::new(Cache::default()),
+            recent: ArcSwapOption::empty(),
             tick: AtomicU64::new(0),
             edek_len: AtomicUsize::new(0),
             epoch: hooks::now(),
@@ -554,12 +631,21 @@ impl State {
         }
     }
 
-    #[inline]
+    /// The writer's DEK, as an owned handle (off the per-value path).
     fn current(&self) -> Option<Arc<WriterDek>> {
-        self.current
-            .read()
-            .unwrap_or_else(PoisonError::into_inner)
-            .clone()
+        self.current.load_full()
+    }
+
+    /// Clears the most recent reader entry if it is `gone` (dropped from
+    /// the cache). Called under the cache's write lock.
+    fn forget_recent(&self, gone: &Arc<Slot>) {
+        let recent = self.recent.load();
+        if recent
+            .as_deref()
+            .is_some_and(|r| Arc::ptr_eq(&r.slot, gone))
+        {
+            self.recent.store(None);
+        }
     }
 
     /// Now, in nanoseconds since the key's state was made.
@@ -586,19 +672,17 @@ impl State {
     #[cold]
     fn sweep(&self, now: u64, seen: u64) {
         let mut next = u64::MAX;
-        let expired_writer = {
-            let mut current = self.current.write().unwrap_or_else(PoisonError::into_inner);
-            match current.as_ref() {
-                Some(d) if now >= d.expires => current.take(),
-                Some(d) => {
-                    next = d.expires;
-                    None
-                }
-                None => None,
+        // The writer's DEK, taken out if it expired and no new one replaced
+        // it meanwhile (zeroized once no value holds it).
+        let current = self.current.load_full();
+        match current.as_deref() {
+            Some(d) if now >= d.expires => {
+                drop(self.current.compare_and_swap(&current, None));
             }
-        };
-        // Dropped outside the lock (zeroized once no value holds it).
-        drop(expired_writer);
+            Some(d) => next = d.expires,
+            None => {}
+        }
+        drop(current);
         let mut expired = Vec::new();
         {
             let mut cache = self.cache.write().unwrap_or_else(PoisonError::into_inner);
@@ -614,6 +698,9 @@ impl State {
                 // Being unwrapped: its bound comes with it.
                 None => true,
             });
+            for gone in &expired {
+                self.forget_recent(gone);
+            }
         }
         drop(expired);
         if self
