@@ -20,7 +20,7 @@
 //! other keys, or readers of other DEKs, wait on.
 //!
 //! The per-value path takes no lock and touches no reference count: the
-//! writer's DEK and the reader's most recent entry are `arc-swap` pointers,
+//! writer's DEK and the reader's recent entries are `arc-swap` pointers,
 //! borrowed for the value (`with_writer_dek`, `with_reader_dek`). The only
 //! shared writes per value are the writer DEK's own counters (values and
 //! bytes), which its limits need exactly.
@@ -68,12 +68,13 @@ struct State {
     /// KMS again in turn (N threads would wait N timeouts).
     refill: Mutex<Option<(Instant, Error)>>,
     cache: RwLock<Cache>,
-    /// The reader entry unwrapped (or made) last, read per value with no
-    /// lock and no hash: most topics carry one writer's current DEK at a
-    /// time. Set and cleared only under the cache lock, so it never holds
-    /// an entry the cache dropped (evicted or expired DEKs stay zeroized
-    /// on schedule).
-    recent: ArcSwapOption<Recent>,
+    /// The reader entries used last, one per value of an EDEK's last byte
+    /// (random KMS output) modulo [`RECENT`], read per value with no lock
+    /// and no hash: a topic carries its writers' current DEKs, a few at a
+    /// time. Set (when they change) and cleared only under the cache lock,
+    /// so they never hold an entry the cache dropped (evicted or expired
+    /// DEKs stay zeroized on schedule).
+    recent: [ArcSwapOption<Recent>; RECENT],
     tick: AtomicU64,
     /// The current EDEK's length, for size hints (0 before the first DEK).
     edek_len: AtomicUsize,
@@ -154,7 +155,16 @@ impl std::hash::Hasher for Tail {
     }
 }
 
-/// The reader cache's most recent entry, with its EDEK.
+/// How many recent reader entries a key keeps (see `State::recent`).
+const RECENT: usize = 8;
+
+/// Which recent entry an EDEK goes in: its last byte's.
+#[inline]
+fn recent_index(edek: &[u8]) -> usize {
+    edek.last().map_or(0, |&b| usize::from(b) % RECENT)
+}
+
+/// A recent reader cache entry, with its EDEK.
 struct Recent {
     edek: Box<[u8]>,
     slot: Arc<Slot>,
@@ -350,7 +360,7 @@ impl EnvelopeKey {
         let now = s.now();
         s.sweep_if_due(now);
         {
-            let recent = s.recent.load();
+            let recent = s.recent[recent_index(edek)].load();
             if let Some(r) = recent.as_deref() {
                 if *r.edek == *edek {
                     if let Some(k) = r.slot.live(now) {
@@ -455,10 +465,7 @@ impl EnvelopeKey {
         let mut cache = s.cache.write().unwrap_or_else(PoisonError::into_inner);
         self.make_room(&mut cache, edek);
         cache.insert(edek.into(), Arc::clone(&slot));
-        s.recent.store(Some(Arc::new(Recent {
-            edek: edek.into(),
-            slot,
-        })));
+        s.set_recent(edek, &slot);
         // Under the cache lock: a sweep sees the entry or this.
         s.next_expiry.fetch_min(expires, Ordering::AcqRel);
     }
@@ -498,6 +505,8 @@ impl EnvelopeKey {
                 Some(slot) => {
                     slot.stamp(s.tick.load(Ordering::Relaxed));
                     if let Some(k) = slot.live(now) {
+                        // Under the cache lock, as every change to them.
+                        s.set_recent(edek, slot);
                         return Ok(Arc::clone(k));
                     }
                     // Expired: replaced by a new slot below.
@@ -573,10 +582,7 @@ impl EnvelopeKey {
                 // its lock: an eviction or sweep after this clears it).
                 let cache = s.cache.read().unwrap_or_else(PoisonError::into_inner);
                 if cache.get(edek).is_some_and(|c| Arc::ptr_eq(c, slot)) {
-                    s.recent.store(Some(Arc::new(Recent {
-                        edek: edek.into(),
-                        slot: Arc::clone(slot),
-                    })));
+                    s.set_recent(edek, slot);
                 }
                 drop(cache);
                 Ok(key)
@@ -622,7 +628,7 @@ impl State {
             current: ArcSwapOption::empty(),
             refill: Mutex::new(None),
             cache: RwLock::new(Cache::default()),
-            recent: ArcSwapOption::empty(),
+            recent: std::array::from_fn(|_| ArcSwapOption::empty()),
             tick: AtomicU64::new(0),
             edek_len: AtomicUsize::new(0),
             epoch: hooks::now(),
@@ -636,15 +642,34 @@ impl State {
         self.current.load_full()
     }
 
-    /// Clears the most recent reader entry if it is `gone` (dropped from
-    /// the cache). Called under the cache's write lock.
-    fn forget_recent(&self, gone: &Arc<Slot>) {
-        let recent = self.recent.load();
-        if recent
+    /// Makes `slot` the recent entry of `edek` unless it already is (no
+    /// write when nothing changes). Called under the cache lock.
+    fn set_recent(&self, edek: &[u8], slot: &Arc<Slot>) {
+        let entry = &self.recent[recent_index(edek)];
+        if entry
+            .load()
             .as_deref()
-            .is_some_and(|r| Arc::ptr_eq(&r.slot, gone))
+            .is_some_and(|r| Arc::ptr_eq(&r.slot, slot))
         {
-            self.recent.store(None);
+            return;
+        }
+        entry.store(Some(Arc::new(Recent {
+            edek: edek.into(),
+            slot: Arc::clone(slot),
+        })));
+    }
+
+    /// Clears the recent reader entry that holds `gone` (dropped from the
+    /// cache), if any. Called under the cache's write lock.
+    fn forget_recent(&self, gone: &Arc<Slot>) {
+        for entry in &self.recent {
+            if entry
+                .load()
+                .as_deref()
+                .is_some_and(|r| Arc::ptr_eq(&r.slot, gone))
+            {
+                entry.store(None);
+            }
         }
     }
 
