@@ -176,6 +176,50 @@ fn byte_and_age_limits() {
     assert_eq!(kms.encrypt_calls(), 2);
 }
 
+/// Far from an expiry a use reads the coarse clock, but ages stay exact:
+/// once `max_age` (writer) or `cache_ttl` (reader) has passed on the
+/// precise clock since the DEK was made or unwrapped, the next value
+/// takes a KMS call, every time. Reading the coarse clock near an expiry
+/// too (it lags by about a tick, 4 ms at 250 Hz) fails this at once.
+#[test]
+fn a_dek_never_outlives_its_age_on_the_precise_clock() {
+    use std::time::Instant;
+    let age = Duration::from_millis(2);
+    let spin_past = |from: Instant| {
+        while from.elapsed() < age {
+            std::hint::spin_loop();
+        }
+    };
+    let policy = DekPolicy::default().with_max_age(age);
+    let (kms, clients, keyset) = setup(policy);
+    let reader = Keyset::from_tink_json_with(&keyset.to_tink_json(), &clients)
+        .unwrap()
+        .with_dek_policy(policy);
+    for round in 0..40 {
+        keyset.encrypt(b"x", b"").unwrap();
+        let made_by = Instant::now();
+        let calls = kms.encrypt_calls();
+        spin_past(made_by);
+        let ct = keyset.encrypt(b"x", b"").unwrap();
+        assert_eq!(
+            kms.encrypt_calls(),
+            calls + 1,
+            "round {round}: a DEK past its age encrypted"
+        );
+
+        reader.decrypt(&ct, b"").unwrap();
+        let unwrapped_by = Instant::now();
+        let calls = kms.decrypt_calls();
+        spin_past(unwrapped_by);
+        reader.decrypt(&ct, b"").unwrap();
+        assert_eq!(
+            kms.decrypt_calls(),
+            calls + 1,
+            "round {round}: a DEK past its TTL decrypted"
+        );
+    }
+}
+
 #[test]
 fn the_value_limit_is_capped_at_2_pow_32() {
     assert_eq!(

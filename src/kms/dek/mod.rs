@@ -29,7 +29,7 @@ use core::fmt;
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex, OnceLock, PoisonError, RwLock};
-use std::time::{Duration, Instant};
+use std::time::Instant;
 
 use arc_swap::ArcSwapOption;
 use zeroize::Zeroizing;
@@ -78,8 +78,9 @@ struct State {
     tick: AtomicU64,
     /// The current EDEK's length, for size hints (0 before the first DEK).
     edek_len: AtomicUsize,
-    /// Times are nanoseconds since this instant ([`State::now`]).
-    epoch: Instant,
+    /// Times are nanoseconds since this reading of the precise DEK clock
+    /// ([`State::now`], `hooks`).
+    epoch: u64,
     /// No DEK of this key (writer's or cached) expires before this time:
     /// a use at or after it sweeps. Only lowered, except by the sweep.
     next_expiry: AtomicU64,
@@ -414,7 +415,7 @@ impl EnvelopeKey {
     fn make_dek(&self, turns_taken: u64) -> Result<Arc<WriterDek>, Error> {
         let s = &self.state;
         // Its age counts from before the KMS call.
-        let made = s.now();
+        let made = s.now_precise();
         let mut bytes = Zeroizing::new([0u8; 32]);
         crate::random::fill_from_os(&mut bytes[..]);
         let bytes = &bytes[..usize::from(s.dek_len)];
@@ -439,7 +440,7 @@ impl EnvelopeKey {
         let dek = Arc::new(WriterDek {
             key: Arc::clone(&key),
             edek: edek.into_boxed_slice(),
-            expires: made.saturating_add(nanos(s.policy.max_age())),
+            expires: made.saturating_add(hooks::nanos(s.policy.max_age())),
             values: AtomicU64::new(turns_taken),
             bytes: AtomicU64::new(0),
             held: Arc::new(hooks::Held::new()),
@@ -447,11 +448,15 @@ impl EnvelopeKey {
         // The writer reads its own values without asking the KMS.
         let cached = Cached {
             key,
-            expires: made.saturating_add(nanos(s.policy.cache_ttl())),
+            expires: made.saturating_add(hooks::nanos(s.policy.cache_ttl())),
             _held: Arc::clone(&dek.held),
         };
         self.insert_cached(&dek.edek, cached);
         s.edek_len.store(dek.edek.len(), Ordering::Relaxed);
+        // Lowered before the DEK is seen, so a use that finds it reads the
+        // clock its expiry needs (`State::now`), and again after, in case
+        // a sweep that did not see it raised the bound in between.
+        s.next_expiry.fetch_min(dek.expires, Ordering::AcqRel);
         s.current.store(Some(Arc::clone(&dek)));
         s.next_expiry.fetch_min(dek.expires, Ordering::AcqRel);
         Ok(dek)
@@ -462,6 +467,9 @@ impl EnvelopeKey {
         let expires = cached.expires;
         let slot = Arc::new(Slot::new(s.tick.fetch_add(1, Ordering::Relaxed)));
         let _ = slot.dek.set(cached);
+        // Before the entry can be found, so a use that finds it reads the
+        // clock its expiry needs (`State::now`).
+        s.next_expiry.fetch_min(expires, Ordering::AcqRel);
         let mut cache = s.cache.write().unwrap_or_else(PoisonError::into_inner);
         self.make_room(&mut cache, edek);
         cache.insert(edek.into(), Arc::clone(&slot));
@@ -559,7 +567,7 @@ impl EnvelopeKey {
             }
         }
         // Its TTL counts from before the KMS call.
-        let unwrapped_at = s.now();
+        let unwrapped_at = s.now_precise();
         let unwrapped = s.remote.decrypt(edek, b"").and_then(|proto| {
             let key = crate::proto::parse_aes_gcm_key_proto(&proto).map_err(|why| {
                 Error::kms_msg(format!("the unwrapped data key is not an AesGcmKey: {why}"))
@@ -569,7 +577,10 @@ impl EnvelopeKey {
         match unwrapped {
             Ok(key) => {
                 let key = Arc::new(key);
-                let expires = unwrapped_at.saturating_add(nanos(s.policy.cache_ttl()));
+                let expires = unwrapped_at.saturating_add(hooks::nanos(s.policy.cache_ttl()));
+                // Before the slot is filled, so a use that finds it reads
+                // the clock its expiry needs (`State::now`).
+                s.next_expiry.fetch_min(expires, Ordering::AcqRel);
                 let _ = slot.dek.set(Cached {
                     key: Arc::clone(&key),
                     expires,
@@ -631,7 +642,7 @@ impl State {
             recent: std::array::from_fn(|_| ArcSwapOption::empty()),
             tick: AtomicU64::new(0),
             edek_len: AtomicUsize::new(0),
-            epoch: hooks::now(),
+            epoch: hooks::precise(),
             next_expiry: AtomicU64::new(u64::MAX),
             sweeping: AtomicBool::new(false),
         }
@@ -673,10 +684,23 @@ impl State {
         }
     }
 
-    /// Now, in nanoseconds since the key's state was made.
+    /// Now, in nanoseconds since the key's state was made, for checking
+    /// expiry: the coarse clock while no DEK of the key expires within
+    /// [`hooks::COARSE_MARGIN`] of it (then every `now >= expires` is false
+    /// on either clock), else the precise one.
     #[inline]
     fn now(&self) -> u64 {
-        nanos(hooks::now().saturating_duration_since(self.epoch))
+        let coarse = hooks::coarse().saturating_sub(self.epoch);
+        if coarse.saturating_add(hooks::COARSE_MARGIN) < self.next_expiry.load(Ordering::Acquire) {
+            coarse
+        } else {
+            self.now_precise()
+        }
+    }
+
+    /// Now, on the precise clock: where an age starts.
+    fn now_precise(&self) -> u64 {
+        hooks::precise().saturating_sub(self.epoch)
     }
 
     /// Sweeps if a DEK of this key may have expired by `now` and no other
@@ -745,12 +769,6 @@ impl Drop for Sweeping<'_> {
     fn drop(&mut self) {
         self.0.store(false, Ordering::Release);
     }
-}
-
-/// A duration in nanoseconds, `u64::MAX` past 584 years.
-#[inline]
-fn nanos(d: Duration) -> u64 {
-    u64::try_from(d.as_nanos()).unwrap_or(u64::MAX)
 }
 
 /// A KMS error with what this crate was doing in front; a KMS error keeps

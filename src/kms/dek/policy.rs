@@ -20,6 +20,11 @@ pub const MAX_DEK_VALUES: u64 = 1 << 32;
 /// through the KMS. Expired DEKs are dropped (zeroized) on the next use of
 /// their key. See SECURITY.md for the defaults' reasons.
 ///
+/// Ages are exact on the monotonic clock (`Instant`'s). Far from an
+/// expiry, a use reads the kernel's coarse clock instead (a few ns against
+/// ~27 ns): one that lags by less than a second cannot change the answer
+/// there.
+///
 /// ```
 /// use std::time::Duration;
 /// use tombstone_crypt::kms::DekPolicy;
