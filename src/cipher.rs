@@ -12,7 +12,6 @@
 //! no second key schedule to keep in memory or to zeroize. Both backends check
 //! the tag themselves, in constant time; nothing here compares tags by hand.
 
-use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 
 use aes_gcm::aead::{AeadInOut, KeyInit};
@@ -22,6 +21,7 @@ use aws_lc_rs::aead as awslc;
 use zeroize::Zeroizing;
 
 use crate::error::{Error, KeysetErrorKind};
+use crate::stats::{slots, thread_slot, Padded};
 
 /// Length of the nonce (IV) in bytes.
 pub(crate) const NONCE_LEN: usize = 12;
@@ -258,7 +258,7 @@ pub(crate) struct AesSivKey {
 type Siv = aes_siv::siv::Aes256Siv;
 
 /// Built AES-SIV ciphers of one key, one slot per thread slot (see
-/// [`thread_slot`]), each built on first use. Every `Siv` zeroizes its key
+/// `stats::thread_slot`), each built on first use. Every `Siv` zeroizes its key
 /// copy and its CMAC state when dropped, with the key's last clone. Boxed:
 /// an empty slot is a null pointer (no uninitialized payload copied into
 /// the heap), and an unused slot costs its 128 bytes only.
@@ -268,30 +268,6 @@ struct SivPool {
 
 /// One slot: empty until a thread first uses it.
 type Slot = Mutex<Option<Box<Siv>>>;
-
-/// Aligns its contents to 128 bytes (two 64-byte lines: what adjacent-line
-/// prefetching pulls in together), so that no two slots share a cache line.
-#[repr(align(128))]
-struct Padded<T>(T);
-
-/// Slots per key: enough for every core twice over (threads map to slots
-/// round-robin), at least 4, at most 64. A slot costs 128 bytes until it is
-/// used, about 1 KiB more after.
-fn pool_slots() -> usize {
-    std::thread::available_parallelism()
-        .map_or(4, |n| n.get().saturating_mul(2))
-        .clamp(4, 64)
-}
-
-/// This thread's slot number: threads are numbered round-robin the first
-/// time they encrypt or decrypt a record key.
-fn thread_slot() -> usize {
-    static NEXT: AtomicUsize = AtomicUsize::new(0);
-    thread_local! {
-        static SLOT: usize = NEXT.fetch_add(1, Ordering::Relaxed);
-    }
-    SLOT.with(|s| *s)
-}
 
 impl AesSivKey {
     /// A key from 64 bytes.
@@ -305,9 +281,7 @@ impl AesSivKey {
                 ),
             ));
         }
-        let slots = (0..pool_slots())
-            .map(|_| Padded(Mutex::new(None)))
-            .collect();
+        let slots = (0..slots()).map(|_| Padded(Mutex::new(None))).collect();
         Ok(AesSivKey {
             bytes: Zeroizing::new(bytes.to_vec()),
             pool: Arc::new(SivPool { slots }),

@@ -19,6 +19,7 @@ use crate::error::Error;
 use crate::key_id::KeyId;
 use crate::kms::dek::{EnvelopeKey, MAX_EDEK_LEN};
 use crate::primitive::{Primitive, KMS_MIN_LEN, PREFIX_LEN};
+use crate::stats::{Counters, Event};
 use crate::work::BlockingWork;
 
 /// The version byte of Tink's output prefix TINK.
@@ -50,6 +51,27 @@ pub(crate) trait Keys {
 
     /// The shortest ciphertext any of the keys writes.
     fn min_ciphertext_len(&self) -> usize;
+
+    /// Where what is sealed and opened with them is counted.
+    fn counters(&self) -> &Counters;
+}
+
+/// Counts a value sealed (or not) under `keys`.
+#[inline]
+fn count_sealed<T>(keys: &impl Keys, r: &Result<T, Error>) {
+    keys.counters().bump(match r {
+        Ok(_) => Event::Encrypted,
+        Err(_) => Event::EncryptFailed,
+    });
+}
+
+/// Counts a value opened (or not) under `keys`, as `ok` when it opened.
+#[inline]
+fn count_opened<T>(keys: &impl Keys, r: &Result<T, Error>, ok: Event) {
+    keys.counters().bump(match r {
+        Ok(_) => ok,
+        Err(e) => Event::failure(e),
+    });
 }
 
 /// Appends the ciphertext of a present value under the primary key of
@@ -80,6 +102,7 @@ pub(crate) fn seal_into(
                 "encrypt with a randomized AEAD (it is deterministic: use it for record keys)",
         }),
     };
+    count_sealed(keys, &sealed);
     if sealed.is_err() {
         if let Some(tail) = out.get_mut(start..) {
             tail.zeroize();
@@ -117,6 +140,7 @@ pub(crate) fn seal_in_place(
     head: usize,
 ) -> Result<(), Error> {
     let sealed = seal_in_place_unguarded(keys, aad, buf, head);
+    count_sealed(keys, &sealed);
     if sealed.is_err() {
         buf.zeroize();
     }
@@ -192,6 +216,7 @@ fn make_room(buf: &mut Vec<u8>, head: usize, want: usize) {
 /// allocation). On any error `buf` is zeroized and emptied.
 pub(crate) fn open_in_place(keys: &impl Keys, aad: &[u8], buf: &mut Vec<u8>) -> Result<(), Error> {
     let opened = open_in_place_unguarded(keys, aad, buf);
+    count_opened(keys, &opened, Event::Decrypted);
     if opened.is_err() {
         buf.zeroize();
     }
@@ -208,6 +233,7 @@ fn open_in_place_unguarded(keys: &impl Keys, aad: &[u8], buf: &mut Vec<u8>) -> R
             // The EDEK borrows the buffer the DEK decrypts: copied out
             // first (it is public), on the stack for any real KMS's.
             let edek = EdekCopy::new(edek);
+            keys.counters().bump(Event::EnvelopeOpened);
             key.with_reader_dek(edek.as_slice(), |dek| {
                 open_gcm_in_place(dek, aad, buf, nonce_at)
             })
@@ -342,8 +368,15 @@ fn seal_envelope(
 /// (nothing is allocated from the EDEK length, and a malformed record never
 /// reaches the KMS), then the DEK comes from the cache or the KMS.
 #[inline]
-fn open_envelope(key: &EnvelopeKey, aad: &[u8], len: usize, rest: &[u8]) -> Result<Vec<u8>, Error> {
+fn open_envelope(
+    counters: &Counters,
+    key: &EnvelopeKey,
+    aad: &[u8],
+    len: usize,
+    rest: &[u8],
+) -> Result<Vec<u8>, Error> {
     let (edek, rest) = split_edek(len, rest)?;
+    counters.bump(Event::EnvelopeOpened);
     key.with_reader_dek(edek, |dek| open_gcm(dek, aad, len, rest))
 }
 
@@ -415,10 +448,17 @@ fn parse_prefix<'k, 'd, K: Keys>(
 /// authentication.
 #[inline]
 pub(crate) fn open(keys: &impl Keys, aad: &[u8], data: &[u8]) -> Result<Vec<u8>, Error> {
+    let opened = open_uncounted(keys, aad, data);
+    count_opened(keys, &opened, Event::Decrypted);
+    opened
+}
+
+#[inline]
+fn open_uncounted(keys: &impl Keys, aad: &[u8], data: &[u8]) -> Result<Vec<u8>, Error> {
     let (id, primitive, rest) = parse_prefix(keys, data)?;
     match primitive {
         Primitive::AesGcm(key) => open_gcm(key, aad, data.len(), rest),
-        Primitive::KmsEnvelope(key) => open_envelope(key, aad, data.len(), rest),
+        Primitive::KmsEnvelope(key) => open_envelope(keys.counters(), key, aad, data.len(), rest),
         // A keyset holds one family of keys; a deterministic ciphertext is
         // not a value's.
         Primitive::AesSiv(_) => Err(Error::WrongKeyType {
@@ -471,7 +511,12 @@ pub(crate) fn seal_deterministic_into(
     write_plaintext: impl FnOnce(&mut Vec<u8>) -> Result<(), Error>,
 ) -> Result<(), Error> {
     let (id, primitive) = keys.primary_key();
-    seal_deterministic_with(id, primitive, ad, out, size_hint, write_plaintext)
+    let sealed = seal_deterministic_with(id, primitive, ad, out, size_hint, write_plaintext);
+    keys.counters().bump(match sealed {
+        Ok(()) => Event::RecordKeyEncrypted,
+        Err(_) => Event::EncryptFailed,
+    });
+    sealed
 }
 
 /// [`seal_deterministic_into`] under the key `primitive`, whose id is `id`.
@@ -513,6 +558,16 @@ pub(crate) fn seal_deterministic_with(
 /// Decrypts a deterministic ciphertext under the enabled key its key id
 /// names. The checks run in the order of [`open`].
 pub(crate) fn open_deterministic(
+    keys: &impl Keys,
+    ad: &[u8],
+    data: &[u8],
+) -> Result<Vec<u8>, Error> {
+    let opened = open_deterministic_uncounted(keys, ad, data);
+    count_opened(keys, &opened, Event::RecordKeyDecrypted);
+    opened
+}
+
+fn open_deterministic_uncounted(
     keys: &impl Keys,
     ad: &[u8],
     data: &[u8],

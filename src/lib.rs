@@ -22,6 +22,7 @@ mod proto;
 mod random;
 pub mod record_key;
 mod serde;
+pub mod stats;
 pub mod store;
 mod work;
 

@@ -46,7 +46,10 @@
 //!
 //! [`DeterministicSerializer`]: crate::DeterministicSerializer
 
+use std::sync::Arc;
+
 use crate::error::Error;
+use crate::stats::{Event, Stats};
 
 /// Kafka's murmur2 hash, exactly as the Java client's `Utils.murmur2`
 /// computes it (and librdkafka's `murmur2` partitioners).
@@ -155,14 +158,26 @@ pub enum WriteRule {
 /// assert_eq!(writes[1], (forms.primary(), Some(&b"ciphertext"[..])));
 /// # Ok::<(), tombstone_crypt::Error>(())
 /// ```
-#[derive(Clone, PartialEq, Eq)]
+#[derive(Clone)]
 pub struct KeyForms {
     plaintext: Vec<u8>,
     /// The forms under the enabled keys, the primary's first; empty when
     /// the key is not encrypted (its one form is its plaintext).
     forms: Vec<Vec<u8>>,
     rule: WriteRule,
+    /// Where the fan-out tombstones of [`writes`](KeyForms::writes) are
+    /// counted: the keyset that made the forms.
+    counted_by: Option<Arc<Stats>>,
 }
+
+/// Equal forms of the same key, whoever counts them.
+impl PartialEq for KeyForms {
+    fn eq(&self, other: &Self) -> bool {
+        (&self.plaintext, &self.forms, self.rule) == (&other.plaintext, &other.forms, other.rule)
+    }
+}
+
+impl Eq for KeyForms {}
 
 impl core::fmt::Debug for KeyForms {
     /// Lengths only: a key's plaintext may be personal data.
@@ -182,6 +197,7 @@ impl KeyForms {
             plaintext: bytes,
             forms: Vec::new(),
             rule: WriteRule::FanOut,
+            counted_by: None,
         }
     }
 
@@ -198,7 +214,16 @@ impl KeyForms {
             plaintext,
             forms,
             rule: WriteRule::FanOut,
+            counted_by: None,
         })
+    }
+
+    /// The same forms, their fan-out tombstones counted in `stats`.
+    pub(crate) fn counted_by(self, stats: Arc<Stats>) -> Self {
+        KeyForms {
+            counted_by: Some(stats),
+            ..self
+        }
     }
 
     /// The same forms written by a broken rule (negative controls only).
@@ -265,6 +290,10 @@ impl KeyForms {
             WriteRule::PrimaryOnly => &[][..],
             _ => self.older(),
         };
+        if let Some(stats) = &self.counted_by {
+            let n = u64::try_from(older.len()).unwrap_or(u64::MAX);
+            stats.counters().add(Event::FanoutTombstone, n);
+        }
         let tombstones = older.iter().map(|f| (&f[..], None));
         let record = core::iter::once((self.primary(), value));
         let (before, after) = match self.rule {

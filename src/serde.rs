@@ -11,6 +11,7 @@ use crate::envelope::{self, MAX_PREALLOC};
 use crate::error::Error;
 use crate::keyset::Keyset;
 use crate::record_key::KeyForms;
+use crate::stats::Event;
 use crate::work::BlockingWork;
 
 /// Turns a value of type `T` into bytes; `None` is a tombstone.
@@ -60,11 +61,21 @@ pub trait Serializer<T: ?Sized> {
     #[inline]
     fn serialize(&self, ctx: &Context<'_>, value: Option<&T>) -> Result<Option<Vec<u8>>, Error> {
         match value {
-            // A tombstone costs the caller a branch and nothing else.
-            None => Ok(None),
+            // A tombstone costs the caller a branch (and a count) and
+            // nothing else.
+            None => {
+                self.tombstone_passed();
+                Ok(None)
+            }
             Some(value) => serialize_present(self, ctx, value).map(Some),
         }
     }
+
+    /// Called by [`serialize`](Serializer::serialize) for each tombstone it
+    /// passes through: the encrypting wrappers count it
+    /// ([`Keyset::stats`](crate::Keyset::stats)). The default does nothing.
+    #[inline]
+    fn tombstone_passed(&self) {}
 
     /// How many bytes `value` will take, if cheaply known. Only a hint for
     /// allocation: a wrong or huge hint never panics, and never reserves
@@ -130,10 +141,19 @@ pub trait Deserializer<T> {
     #[inline]
     fn deserialize(&self, ctx: &Context<'_>, data: Option<&[u8]>) -> Result<Option<T>, Error> {
         match data {
-            None => Ok(None),
+            None => {
+                self.tombstone_passed();
+                Ok(None)
+            }
             Some(data) => deserialize_present(self, ctx, data).map(Some),
         }
     }
+
+    /// Called by [`deserialize`](Deserializer::deserialize) for each
+    /// tombstone it passes through: the decrypting wrappers count it
+    /// ([`Keyset::stats`](crate::Keyset::stats)). The default does nothing.
+    #[inline]
+    fn tombstone_passed(&self) {}
 
     /// The blocking work (a KMS call) that deserializing `data` would do
     /// inline, to run first off an async executor; `None` (the default)
@@ -296,6 +316,7 @@ impl<S> EncryptingSerializer<S> {
         head: usize,
     ) -> Result<Option<Vec<u8>>, Error> {
         let Some(mut buf) = value else {
+            self.keyset.counters().bump(Event::TombstoneSerialized);
             return Ok(None);
         };
         let mut aad = AadBuf::new();
@@ -312,6 +333,11 @@ impl<S> EncryptingSerializer<S> {
 }
 
 impl<T: ?Sized, S: Serializer<T>> Serializer<T> for EncryptingSerializer<S> {
+    #[inline]
+    fn tombstone_passed(&self) {
+        self.keyset.counters().bump(Event::TombstoneSerialized);
+    }
+
     /// Appends the ciphertext to `out`: the associated data built on the
     /// stack, the inner codec writing its plaintext straight into `out`,
     /// encrypted there. On error nothing is left appended.
@@ -449,6 +475,13 @@ impl<D> DecryptingDeserializer<D> {
         self.aad
     }
 
+    /// Counts a plaintext value passed through (and says so in the log,
+    /// once per keyset at WARN, then at TRACE).
+    fn plaintext_passed(&self, ctx: &Context<'_>) {
+        let _ = ctx;
+        self.keyset.counters().bump(Event::PlaintextPassed);
+    }
+
     /// Decrypts a value whose bytes the caller owns, where they lie (no
     /// allocation), bound to `ctx` as [`deserialize`](Deserializer::deserialize)
     /// binds it, and returns the plaintext bytes in the same buffer; the
@@ -465,9 +498,11 @@ impl<D> DecryptingDeserializer<D> {
         data: Option<Vec<u8>>,
     ) -> Result<Option<Vec<u8>>, Error> {
         let Some(mut buf) = data else {
+            self.keyset.counters().bump(Event::TombstoneDeserialized);
             return Ok(None);
         };
         if self.unencrypted == Unencrypted::PassThrough && !self.keyset.names_a_key(&buf) {
+            self.plaintext_passed(ctx);
             return Ok(Some(buf));
         }
         let mut aad = AadBuf::new();
@@ -484,6 +519,11 @@ impl<D> DecryptingDeserializer<D> {
 }
 
 impl<T, D: Deserializer<T>> Deserializer<T> for DecryptingDeserializer<D> {
+    #[inline]
+    fn tombstone_passed(&self) {
+        self.keyset.counters().bump(Event::TombstoneDeserialized);
+    }
+
     fn deserialize_owned(&self, ctx: &Context<'_>, data: Vec<u8>) -> Result<T, Error> {
         self.deserialize_slice(ctx, &data)
     }
@@ -492,6 +532,7 @@ impl<T, D: Deserializer<T>> Deserializer<T> for DecryptingDeserializer<D> {
     #[inline]
     fn deserialize_slice(&self, ctx: &Context<'_>, data: &[u8]) -> Result<T, Error> {
         if self.unencrypted == Unencrypted::PassThrough && !self.keyset.names_a_key(data) {
+            self.plaintext_passed(ctx);
             return self.inner.deserialize_slice(ctx, data);
         }
         let mut aad = AadBuf::new();
@@ -592,6 +633,11 @@ fn key_aad<'b>(
 }
 
 impl<T: ?Sized, S: Serializer<T>> Serializer<T> for DeterministicSerializer<S> {
+    #[inline]
+    fn tombstone_passed(&self) {
+        self.keyset.counters().bump(Event::TombstoneSerialized);
+    }
+
     fn serialize_into(&self, ctx: &Context<'_>, value: &T, out: &mut Vec<u8>) -> Result<(), Error> {
         let mut aad = AadBuf::new();
         let aad = key_aad(&mut aad, self.aad, ctx)?;
@@ -620,7 +666,7 @@ impl<T: ?Sized, S: Serializer<T>> Serializer<T> for DeterministicSerializer<S> {
         let mut aad = AadBuf::new();
         let aad = key_aad(&mut aad, self.aad, ctx)?;
         let forms = self.keyset.deterministic_forms(&plaintext, aad)?;
-        KeyForms::encrypted(plaintext, forms)
+        Ok(KeyForms::encrypted(plaintext, forms)?.counted_by(self.keyset.stats_handle()))
     }
 }
 
@@ -658,6 +704,11 @@ impl<D> DeterministicDeserializer<D> {
 }
 
 impl<T, D: Deserializer<T>> Deserializer<T> for DeterministicDeserializer<D> {
+    #[inline]
+    fn tombstone_passed(&self) {
+        self.keyset.counters().bump(Event::TombstoneDeserialized);
+    }
+
     fn deserialize_owned(&self, ctx: &Context<'_>, data: Vec<u8>) -> Result<T, Error> {
         self.deserialize_slice(ctx, &data)
     }

@@ -238,6 +238,25 @@ fn moto_paused_mid_stream() {
     result.unwrap();
     let ct = writer.encrypt(b"after", b"").unwrap();
     assert_eq!(reader.decrypt(&ct, b"").unwrap(), b"after");
+
+    // The counters, exact: the writer made two DEKs (one KMS call each)
+    // and failed one call while moto was paused (its retries inside the
+    // client count as one call); the reader unwrapped two DEKs and found
+    // the other three values' DEK cached.
+    let w = writer.stats();
+    assert_eq!((w.values_encrypted, w.encrypt_failures), (4, 1), "{w:?}");
+    assert_eq!(w.deks_created, 2, "{w:?}");
+    assert_eq!((w.kms.encrypt.ok, w.kms.encrypt.error), (2, 1), "{w:?}");
+    assert!(w.kms.encrypt.duration > Duration::ZERO, "{w:?}");
+    let r = reader.stats();
+    assert_eq!(r.values_decrypted, 5, "{r:?}");
+    assert_eq!(
+        (r.deks_unwrapped, r.kms.decrypt.ok, r.kms.decrypt.error),
+        (2, 2, 0),
+        "{r:?}"
+    );
+    assert_eq!((r.edek_cache_hits, r.edek_cache_misses), (3, 2), "{r:?}");
+    assert_eq!(r.decrypt_failures.total(), 0, "{r:?}");
 }
 
 /// Tink's encrypted keyset loads here, and one written here loads in Tink,

@@ -9,6 +9,7 @@ use crate::envelope::Keys;
 use crate::error::Error;
 use crate::key_id::KeyId;
 use crate::primitive::Primitive;
+use crate::stats::{Counters, Event};
 
 impl Keyset {
     /// Encrypts `plaintext` under the primary key, bound to
@@ -187,6 +188,7 @@ impl Keyset {
                         Ok(())
                     },
                 )?;
+                self.counters().bump(Event::RecordKeyEncrypted);
                 Ok(out)
             })
             .collect()
@@ -249,5 +251,10 @@ impl Keys for Keyset {
     #[inline]
     fn min_ciphertext_len(&self) -> usize {
         self.inner.min_len
+    }
+
+    #[inline]
+    fn counters(&self) -> &Counters {
+        Keyset::counters(self)
     }
 }

@@ -15,6 +15,7 @@ use crate::error::{Error, KeysetErrorKind};
 use crate::key_id::KeyId;
 use crate::kms::dek::DekPolicy;
 use crate::primitive::{Family, KeyTemplate, Primitive};
+use crate::stats::{Counters, Snapshot, Stats};
 
 mod encrypt;
 mod encrypted;
@@ -49,6 +50,9 @@ struct Inner {
     backend: Backend,
     /// The shortest ciphertext any key writes (kept up to date by `new`).
     min_len: usize,
+    /// What was done with the keyset: shared by its clones, its rotations
+    /// and the keysets made from it with another backend or DEK policy.
+    stats: Arc<Stats>,
 }
 
 impl Inner {
@@ -58,9 +62,16 @@ impl Inner {
             keys,
             backend,
             min_len: 0,
+            stats: Stats::new(),
         };
         inner.update();
         inner
+    }
+
+    /// [`new`](Inner::new), counting on `stats`.
+    fn counting_on(mut self, stats: &Arc<Stats>) -> Self {
+        self.stats = Arc::clone(stats);
+        self
     }
 
     /// Recomputes what is derived from the keys.
@@ -187,7 +198,9 @@ impl Keyset {
             })
             .collect();
         Keyset {
-            inner: Arc::new(Inner::new(self.inner.primary, keys, backend)),
+            inner: Arc::new(
+                Inner::new(self.inner.primary, keys, backend).counting_on(&self.inner.stats),
+            ),
         }
     }
 
@@ -382,6 +395,48 @@ impl Keyset {
         self.inner.keys.is_empty()
     }
 
+    /// What has been done with this keyset so far, counted exactly: values
+    /// encrypted and decrypted, tombstones passed through, failures by
+    /// kind, and its envelope keys' DEKs, cache and KMS calls. The counts
+    /// are shared by the keyset's clones, its rotations and the keysets
+    /// made from it by [`with_backend`](Keyset::with_backend) and
+    /// [`with_dek_policy`](Keyset::with_dek_policy). See
+    /// [`stats`](crate::stats) for the whole process and the metric names.
+    ///
+    /// ```
+    /// let keyset = tombstone_crypt::Keyset::generate();
+    /// let ct = keyset.encrypt(b"v", b"")?;
+    /// keyset.decrypt(&ct, b"")?;
+    /// assert!(keyset.decrypt(&ct[..20], b"").is_err());
+    /// let s = keyset.stats();
+    /// assert_eq!((s.values_encrypted, s.values_decrypted), (1, 1));
+    /// assert_eq!(s.decrypt_failures.truncated, 1);
+    /// # Ok::<(), tombstone_crypt::Error>(())
+    /// ```
+    pub fn stats(&self) -> Snapshot {
+        let keys: Vec<_> = self
+            .inner
+            .keys
+            .iter()
+            .filter_map(|e| match &e.primitive {
+                Primitive::KmsEnvelope(k) => Some(k.key_snapshot()),
+                _ => None,
+            })
+            .collect();
+        crate::stats::keyset_snapshot(&self.inner.stats, &keys)
+    }
+
+    /// The keyset's counters, shared.
+    pub(crate) fn stats_handle(&self) -> Arc<Stats> {
+        Arc::clone(&self.inner.stats)
+    }
+
+    /// The keyset's counters, to count on.
+    #[inline]
+    pub(crate) fn counters(&self) -> &Counters {
+        self.inner.stats.counters()
+    }
+
     /// Whether the keyset's keys are deterministic (AES-SIV, for record
     /// keys) rather than randomized AEAD keys (for values).
     pub fn is_deterministic(&self) -> bool {
@@ -444,7 +499,10 @@ impl Keyset {
             })
             .collect();
         Keyset {
-            inner: Arc::new(Inner::new(self.inner.primary, keys, self.inner.backend)),
+            inner: Arc::new(
+                Inner::new(self.inner.primary, keys, self.inner.backend)
+                    .counting_on(&self.inner.stats),
+            ),
         }
     }
 }

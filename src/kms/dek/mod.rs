@@ -37,6 +37,7 @@ use zeroize::Zeroizing;
 use crate::cipher::{AesGcmKey, Backend};
 use crate::error::Error;
 use crate::kms::{printable_uri, KmsAead, KmsClients};
+use crate::stats::{self, ColdCounters, KeySnapshot, KmsOp, Rare};
 
 pub(crate) mod hooks;
 mod policy;
@@ -86,6 +87,20 @@ struct State {
     next_expiry: AtomicU64,
     /// A sweep is running (the others do not wait for it).
     sweeping: AtomicBool,
+    /// DEKs made and unwrapped, cache misses and evictions, KMS calls.
+    counted: ColdCounters,
+}
+
+impl Drop for State {
+    fn drop(&mut self) {
+        let cache = self.cache.get_mut().unwrap_or_else(PoisonError::into_inner);
+        stats::cache_entries_changed(-len_i64(cache.len()));
+    }
+}
+
+/// A cache length as a signed count.
+fn len_i64(n: usize) -> i64 {
+    i64::try_from(n).unwrap_or(i64::MAX)
 }
 
 /// The writer's current DEK and what it has encrypted.
@@ -336,6 +351,13 @@ impl EnvelopeKey {
         f(&*self.refill()?)
     }
 
+    /// This key's DEKs, cache and KMS calls, counted.
+    pub(crate) fn key_snapshot(&self) -> KeySnapshot {
+        let s = &self.state;
+        let entries = s.cache.read().unwrap_or_else(PoisonError::into_inner).len();
+        s.counted.read(entries)
+    }
+
     /// Whether the next value would need a new DEK (a KMS call).
     pub(crate) fn writer_needs_kms(&self) -> bool {
         let s = &self.state;
@@ -431,7 +453,11 @@ impl EnvelopeKey {
         crate::random::fill_from_os(&mut bytes[..]);
         let bytes = &bytes[..usize::from(s.dek_len)];
         let proto = crate::proto::aes_gcm_key_proto(bytes);
-        let edek = s.remote.encrypt(&proto, b"").map_err(|e| {
+        let started = Instant::now();
+        let wrapped = s.remote.encrypt(&proto, b"");
+        s.counted
+            .kms_call(KmsOp::Encrypt, wrapped.is_ok(), started.elapsed());
+        let edek = wrapped.map_err(|e| {
             wrap(
                 format!(
                     "wrapping a new data key under {}",
@@ -472,6 +498,7 @@ impl EnvelopeKey {
         s.next_expiry.fetch_min(dek.expires, Ordering::AcqRel);
         s.current.store(Some(Arc::clone(&dek)));
         s.next_expiry.fetch_min(dek.expires, Ordering::AcqRel);
+        s.counted.count(Rare::DekCreated);
         Ok(dek)
     }
 
@@ -485,7 +512,9 @@ impl EnvelopeKey {
         s.next_expiry.fetch_min(expires, Ordering::AcqRel);
         let mut cache = s.cache.write().unwrap_or_else(PoisonError::into_inner);
         self.make_room(&mut cache, edek);
-        cache.insert(edek.into(), Arc::clone(&slot));
+        if cache.insert(edek.into(), Arc::clone(&slot)).is_none() {
+            stats::cache_entries_changed(1);
+        }
         s.set_recent(edek, &slot);
         // Under the cache lock: a sweep sees the entry or this.
         s.next_expiry.fetch_min(expires, Ordering::AcqRel);
@@ -505,6 +534,8 @@ impl EnvelopeKey {
                 Some(k) => {
                     if let Some(gone) = cache.remove(&k) {
                         self.state.forget_recent(&gone);
+                        self.state.counted.count(Rare::Eviction);
+                        stats::cache_entries_changed(-1);
                     }
                 }
                 None => break,
@@ -540,6 +571,7 @@ impl EnvelopeKey {
             Some(slot) => slot,
             None => self.new_slot(edek, now),
         };
+        s.counted.count(Rare::Miss);
         self.fetch(edek, &slot)
     }
 
@@ -556,11 +588,14 @@ impl EnvelopeKey {
             // Dropped: zeroized once no value being decrypted holds it.
             if let Some(gone) = cache.remove(edek) {
                 s.forget_recent(&gone);
+                stats::cache_entries_changed(-1);
             }
         }
         self.make_room(&mut cache, edek);
         let slot = Arc::new(Slot::new(s.tick.fetch_add(1, Ordering::Relaxed)));
-        cache.insert(edek.into(), Arc::clone(&slot));
+        if cache.insert(edek.into(), Arc::clone(&slot)).is_none() {
+            stats::cache_entries_changed(1);
+        }
         slot
     }
 
@@ -581,7 +616,11 @@ impl EnvelopeKey {
         }
         // Its TTL counts from before the KMS call.
         let unwrapped_at = s.now_precise();
-        let unwrapped = s.remote.decrypt(edek, b"").and_then(|proto| {
+        let started = Instant::now();
+        let unwrapped = s.remote.decrypt(edek, b"");
+        s.counted
+            .kms_call(KmsOp::Decrypt, unwrapped.is_ok(), started.elapsed());
+        let unwrapped = unwrapped.and_then(|proto| {
             let key = crate::proto::parse_aes_gcm_key_proto(&proto).map_err(|why| {
                 Error::kms_msg(format!("the unwrapped data key is not an AesGcmKey: {why}"))
             })?;
@@ -589,6 +628,7 @@ impl EnvelopeKey {
         });
         match unwrapped {
             Ok(key) => {
+                s.counted.count(Rare::DekUnwrapped);
                 let key = Arc::new(key);
                 let expires = unwrapped_at.saturating_add(hooks::nanos(s.policy.cache_ttl()));
                 // Before the slot is filled, so a use that finds it reads
@@ -619,8 +659,9 @@ impl EnvelopeKey {
                 if cache
                     .get(edek)
                     .is_some_and(|c| Arc::ptr_eq(c, slot) && c.dek.get().is_none())
+                    && cache.remove(edek).is_some()
                 {
-                    cache.remove(edek);
+                    stats::cache_entries_changed(-1);
                 }
                 let e = wrap(
                     format!("unwrapping a data key under {}", printable_uri(&s.kek_uri)),
@@ -658,6 +699,7 @@ impl State {
             epoch: hooks::precise(),
             next_expiry: AtomicU64::new(u64::MAX),
             sweeping: AtomicBool::new(false),
+            counted: ColdCounters::default(),
         }
     }
 
@@ -763,6 +805,7 @@ impl State {
             for gone in &expired {
                 self.forget_recent(gone);
             }
+            stats::cache_entries_changed(-len_i64(expired.len()));
         }
         drop(expired);
         if self
