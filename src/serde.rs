@@ -475,9 +475,26 @@ impl<D> DecryptingDeserializer<D> {
         self.aad
     }
 
-    /// Counts a plaintext value passed through (and says so in the log,
-    /// once per keyset at WARN, then at TRACE).
+    /// Counts a plaintext value passed through, and with the feature
+    /// `tracing` says so: at WARN for the keyset's first, then at TRACE
+    /// (nothing per value above TRACE).
     fn plaintext_passed(&self, ctx: &Context<'_>) {
+        #[cfg(feature = "tracing")]
+        {
+            if self.keyset.first_plaintext_passed() {
+                tracing::warn!(
+                    topic = %crate::error::printable(ctx.topic()),
+                    "a value that is not a ciphertext of the keyset was passed through as \
+                     plaintext (Unencrypted::PassThrough); later ones are logged at TRACE"
+                );
+            } else {
+                tracing::trace!(
+                    topic = %crate::error::printable(ctx.topic()),
+                    "plaintext passed through"
+                );
+            }
+        }
+        #[cfg(not(feature = "tracing"))]
         let _ = ctx;
         self.keyset.counters().bump(Event::PlaintextPassed);
     }

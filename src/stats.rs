@@ -190,6 +190,9 @@ static REGISTRY: Mutex<Registry> = Mutex::new(Registry {
 pub(crate) struct Stats {
     id: usize,
     counters: Arc<Counters>,
+    /// A plaintext value was passed through (logged once at WARN).
+    #[cfg(feature = "tracing")]
+    plaintext_seen: std::sync::atomic::AtomicBool,
 }
 
 impl Stats {
@@ -200,7 +203,19 @@ impl Stats {
         let id = r.next_id;
         r.next_id = r.next_id.wrapping_add(1);
         r.live.push((id, Arc::clone(&counters)));
-        Arc::new(Stats { id, counters })
+        Arc::new(Stats {
+            id,
+            counters,
+            #[cfg(feature = "tracing")]
+            plaintext_seen: std::sync::atomic::AtomicBool::new(false),
+        })
+    }
+
+    /// Whether this is the keyset's first plaintext value passed through.
+    #[cfg(feature = "tracing")]
+    pub(crate) fn first_plaintext_passed(&self) -> bool {
+        !self.plaintext_seen.load(Ordering::Relaxed)
+            && !self.plaintext_seen.swap(true, Ordering::Relaxed)
     }
 
     /// The counters, to count on.
@@ -415,7 +430,7 @@ pub(crate) enum KmsOp {
 impl KmsOp {
     /// Its label.
     #[cfg(any(feature = "metrics", feature = "tracing"))]
-    pub(crate) fn label(self) -> &'static str {
+    fn label(self) -> &'static str {
         match self {
             KmsOp::Encrypt => "encrypt",
             KmsOp::Decrypt => "decrypt",
@@ -474,19 +489,18 @@ impl ColdCounters {
         PROCESS_COLD.cell(e).fetch_add(1, Ordering::Relaxed);
     }
 
-    /// Counts a KMS call of `op` that took `took`, for this key and the
-    /// process (and, with the feature `metrics`, records its duration in
-    /// the histogram).
-    pub(crate) fn kms_call(&self, op: KmsOp, ok: bool, took: Duration) {
-        for c in [self, &PROCESS_COLD] {
-            c.record_kms(op, ok, took);
-        }
-        #[cfg(feature = "metrics")]
-        metrics::histogram!(
-            "tombstone_crypt_kms_request_duration_seconds",
-            "operation" => op.label()
-        )
-        .record(took.as_secs_f64());
+    /// Makes the KMS call `call` of `op` to the key `key_uri` (printable,
+    /// nothing secret): timed, counted for this key and the process, with
+    /// the feature `metrics` its duration recorded in the histogram, and
+    /// with the feature `tracing` in a span `kms_call` (operation, key URI,
+    /// outcome, duration).
+    pub(crate) fn kms_call<T>(
+        &self,
+        op: KmsOp,
+        key_uri: &str,
+        call: impl FnOnce() -> Result<T, Error>,
+    ) -> Result<T, Error> {
+        kms_call_counted(Some(self), op, key_uri, call)
     }
 
     fn record_kms(&self, op: KmsOp, ok: bool, took: Duration) {
@@ -518,6 +532,57 @@ impl ColdCounters {
             },
         }
     }
+}
+
+/// [`ColdCounters::kms_call`] counted for the process only (a keyset
+/// wrapped or unwrapped by a KMS key).
+pub(crate) fn process_kms_call<T>(
+    op: KmsOp,
+    key_uri: &str,
+    call: impl FnOnce() -> Result<T, Error>,
+) -> Result<T, Error> {
+    kms_call_counted(None, op, key_uri, call)
+}
+
+fn kms_call_counted<T>(
+    key: Option<&ColdCounters>,
+    op: KmsOp,
+    key_uri: &str,
+    call: impl FnOnce() -> Result<T, Error>,
+) -> Result<T, Error> {
+    #[cfg(feature = "tracing")]
+    let span = tracing::info_span!(
+        "kms_call",
+        operation = op.label(),
+        key_uri,
+        outcome = tracing::field::Empty,
+        duration_ms = tracing::field::Empty,
+    )
+    .entered();
+    #[cfg(not(feature = "tracing"))]
+    let _ = key_uri;
+    let started = std::time::Instant::now();
+    let result = call();
+    let took = started.elapsed();
+    let ok = result.is_ok();
+    for c in key.into_iter().chain([&PROCESS_COLD]) {
+        c.record_kms(op, ok, took);
+    }
+    #[cfg(feature = "metrics")]
+    metrics::histogram!(
+        "tombstone_crypt_kms_request_duration_seconds",
+        "operation" => op.label()
+    )
+    .record(took.as_secs_f64());
+    #[cfg(feature = "tracing")]
+    {
+        span.record("outcome", if ok { "ok" } else { "error" });
+        span.record("duration_ms", took.as_secs_f64() * 1e3);
+        if let Err(e) = &result {
+            tracing::warn!(error = %e, "the KMS call failed");
+        }
+    }
+    result
 }
 
 /// Counts a change of `delta` in the DEKs the process's reader caches hold.

@@ -16,6 +16,7 @@ use super::{KeyStatus, Keyset, MAX_KEYS};
 use crate::error::{Error, KeysetErrorKind};
 use crate::kms::{printable_uri, KmsClients};
 use crate::proto::{fields, Value, Writer};
+use crate::stats::KmsOp;
 
 fn status_code(s: KeyStatus) -> u64 {
     match s {
@@ -347,16 +348,18 @@ fn read_encrypted(
         .decode(parsed.encrypted_keyset.trim())
         .map_err(|_| Error::keyset(KeysetErrorKind::Base64, "encryptedKeyset is not base64"))?;
     let remote = crate::kms::resolve(kek_uri, kms)?;
-    let bytes = remote.decrypt(&blob, ad).map_err(|e| match e {
-        Error::Kms { detail, cause } => Error::Kms {
-            detail: format!(
-                "decrypting a keyset with {}: {detail}",
-                printable_uri(kek_uri)
-            ),
-            cause,
-        },
-        other => other,
-    })?;
+    let uri = printable_uri(kek_uri);
+    let bytes = crate::stats::process_kms_call(KmsOp::Decrypt, &uri, || remote.decrypt(&blob, ad))
+        .map_err(|e| match e {
+            Error::Kms { detail, cause } => Error::Kms {
+                detail: format!(
+                    "decrypting a keyset with {}: {detail}",
+                    printable_uri(kek_uri)
+                ),
+                cause,
+            },
+            other => other,
+        })?;
     Keyset::from_parsed(decode(&bytes)?, kms)
 }
 
@@ -367,7 +370,10 @@ fn write_encrypted(
     kms: Option<&KmsClients>,
 ) -> Result<String, Error> {
     let remote = crate::kms::resolve(kek_uri, kms)?;
-    let blob = remote.encrypt(&encode(keyset), ad)?;
+    let uri = printable_uri(kek_uri);
+    let blob = crate::stats::process_kms_call(KmsOp::Encrypt, &uri, || {
+        remote.encrypt(&encode(keyset), ad)
+    })?;
     let out = EncryptedOut {
         encrypted_keyset: BASE64.encode(blob),
         keyset_info: Info {

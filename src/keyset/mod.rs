@@ -431,6 +431,13 @@ impl Keyset {
         Arc::clone(&self.inner.stats)
     }
 
+    /// Whether this is the keyset's first plaintext value passed through
+    /// (logged at WARN, the later ones at TRACE).
+    #[cfg(feature = "tracing")]
+    pub(crate) fn first_plaintext_passed(&self) -> bool {
+        self.inner.stats.first_plaintext_passed()
+    }
+
     /// The keyset's counters, to count on.
     #[inline]
     pub(crate) fn counters(&self) -> &Counters {

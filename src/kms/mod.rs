@@ -283,11 +283,25 @@ pub(crate) fn with_retries<T>(
 ) -> Result<T, Error> {
     let mut wait = t.backoff;
     let mut left = t.attempts.max(1);
+    #[cfg(feature = "tracing")]
+    let mut n = 0u32;
     loop {
         left -= 1;
+        #[cfg(feature = "tracing")]
+        let _span = {
+            n += 1;
+            tracing::debug_span!("kms_attempt", attempt = n).entered()
+        };
         match attempt() {
             Ok(v) => return Ok(v),
             Err(f) if f.retry && left > 0 => {
+                #[cfg(feature = "tracing")]
+                tracing::warn!(
+                    error = %f.error,
+                    retry_in_ms = u64::try_from(wait.as_millis()).unwrap_or(u64::MAX),
+                    attempts_left = left,
+                    "a KMS request failed; retrying"
+                );
                 std::thread::sleep(wait);
                 wait = wait.saturating_mul(2).min(Duration::from_secs(5));
             }

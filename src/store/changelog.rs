@@ -125,10 +125,31 @@ pub fn restore_from<S: KeyValueStore + ?Sized, C: Changelog + ?Sized>(
     store: &mut S,
     changelog: &C,
 ) -> Result<u64, Error> {
-    check_restore_target(store)?;
-    let n = changelog.replay(&mut |r| store.put(&r.key, r.value.as_deref()))?;
-    store.flush()?;
-    Ok(n)
+    #[cfg(feature = "tracing")]
+    let span = tracing::info_span!(
+        "changelog_restore",
+        records = tracing::field::Empty,
+        outcome = tracing::field::Empty,
+    )
+    .entered();
+    let restored = (|| {
+        check_restore_target(store)?;
+        let n = changelog.replay(&mut |r| store.put(&r.key, r.value.as_deref()))?;
+        store.flush()?;
+        Ok(n)
+    })();
+    #[cfg(feature = "tracing")]
+    match &restored {
+        Ok(n) => {
+            span.record("records", n);
+            span.record("outcome", "ok");
+        }
+        Err(e) => {
+            span.record("outcome", "error");
+            tracing::warn!(error = %e, "the restore from the changelog failed");
+        }
+    }
+    restored
 }
 
 fn check_restore_target<S: KeyValueStore + ?Sized>(store: &S) -> Result<(), Error> {
@@ -246,6 +267,8 @@ impl<S: KeyValueStore, C: Changelog> ChangeLoggingStore<S, C> {
     /// The store or the changelog failed (a broker still down, say); the
     /// store keeps refusing to serve, and `recover` can be called again.
     pub fn recover(&mut self) -> Result<u64, Error> {
+        #[cfg(feature = "tracing")]
+        let _span = tracing::info_span!("changelog_recovery").entered();
         self.needs_restore = true;
         self.log.flush()?;
         let keys: Vec<Vec<u8>> = self.inner.all()?.into_iter().map(|(k, _)| k).collect();

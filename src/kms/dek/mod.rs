@@ -453,10 +453,10 @@ impl EnvelopeKey {
         crate::random::fill_from_os(&mut bytes[..]);
         let bytes = &bytes[..usize::from(s.dek_len)];
         let proto = crate::proto::aes_gcm_key_proto(bytes);
-        let started = Instant::now();
-        let wrapped = s.remote.encrypt(&proto, b"");
-        s.counted
-            .kms_call(KmsOp::Encrypt, wrapped.is_ok(), started.elapsed());
+        let uri = printable_uri(&s.kek_uri);
+        let wrapped = s
+            .counted
+            .kms_call(KmsOp::Encrypt, &uri, || s.remote.encrypt(&proto, b""));
         let edek = wrapped.map_err(|e| {
             wrap(
                 format!(
@@ -499,6 +499,13 @@ impl EnvelopeKey {
         s.current.store(Some(Arc::clone(&dek)));
         s.next_expiry.fetch_min(dek.expires, Ordering::AcqRel);
         s.counted.count(Rare::DekCreated);
+        #[cfg(feature = "tracing")]
+        tracing::debug!(
+            key_uri = %printable_uri(&s.kek_uri),
+            edek_len = dek.edek.len(),
+            max_values = s.policy.max_values(),
+            "a new data key (DEK) is current"
+        );
         Ok(dek)
     }
 
@@ -616,10 +623,10 @@ impl EnvelopeKey {
         }
         // Its TTL counts from before the KMS call.
         let unwrapped_at = s.now_precise();
-        let started = Instant::now();
-        let unwrapped = s.remote.decrypt(edek, b"");
-        s.counted
-            .kms_call(KmsOp::Decrypt, unwrapped.is_ok(), started.elapsed());
+        let uri = printable_uri(&s.kek_uri);
+        let unwrapped = s
+            .counted
+            .kms_call(KmsOp::Decrypt, &uri, || s.remote.decrypt(edek, b""));
         let unwrapped = unwrapped.and_then(|proto| {
             let key = crate::proto::parse_aes_gcm_key_proto(&proto).map_err(|why| {
                 Error::kms_msg(format!("the unwrapped data key is not an AesGcmKey: {why}"))
@@ -629,6 +636,12 @@ impl EnvelopeKey {
         match unwrapped {
             Ok(key) => {
                 s.counted.count(Rare::DekUnwrapped);
+                #[cfg(feature = "tracing")]
+                tracing::debug!(
+                    key_uri = %printable_uri(&s.kek_uri),
+                    edek_len = edek.len(),
+                    "a data key (DEK) was unwrapped into the cache"
+                );
                 let key = Arc::new(key);
                 let expires = unwrapped_at.saturating_add(hooks::nanos(s.policy.cache_ttl()));
                 // Before the slot is filled, so a use that finds it reads
