@@ -48,6 +48,12 @@ struct Cli {
     /// No progress bar (it is also hidden when stderr is not a terminal).
     #[arg(long, short, global = true)]
     quiet: bool,
+    /// Log more to stderr: `-v` info (a span per command and per KMS call),
+    /// `-vv` debug (DEKs made and unwrapped), `-vvv` trace. Without it,
+    /// warnings only (a KMS retry, a failed KMS call). `RUST_LOG` (a level,
+    /// or `target=level,...`) overrides it.
+    #[arg(long, short, global = true, action = clap::ArgAction::Count)]
+    verbose: u8,
     /// The command.
     #[command(subcommand)]
     command: Command,
@@ -419,7 +425,12 @@ fn main() -> ExitCode {
             return ExitCode::from(code);
         }
     };
+    if let Err(msg) = init_logging(cli.verbose) {
+        let _ = writeln!(std::io::stderr(), "tombstone-crypt: error: {msg}");
+        return ExitCode::from(2);
+    }
     keysets::register_kms_clients();
+    let _span = tracing::info_span!("command", name = cli.command.name()).entered();
     let out = Output {
         json: cli.json,
         quiet: cli.quiet,
@@ -437,6 +448,51 @@ fn main() -> ExitCode {
         Err(Fail(msg)) => {
             let _ = writeln!(std::io::stderr(), "tombstone-crypt: error: {msg}");
             ExitCode::from(2)
+        }
+    }
+}
+
+/// Logs to stderr (never stdout, which `--json` keeps for its document):
+/// `RUST_LOG` when set, else the level `-v` gives (warnings without it).
+fn init_logging(verbose: u8) -> Result<(), String> {
+    use tracing_subscriber::filter::{LevelFilter, Targets};
+    use tracing_subscriber::layer::SubscriberExt as _;
+    use tracing_subscriber::util::SubscriberInitExt as _;
+    let filter = match std::env::var("RUST_LOG") {
+        Ok(spec) if !spec.trim().is_empty() => spec
+            .parse::<Targets>()
+            .map_err(|e| format!("RUST_LOG={spec:?}: {e}"))?,
+        _ => Targets::new().with_default(match verbose {
+            0 => LevelFilter::WARN,
+            1 => LevelFilter::INFO,
+            2 => LevelFilter::DEBUG,
+            _ => LevelFilter::TRACE,
+        }),
+    };
+    tracing_subscriber::registry()
+        .with(
+            tracing_subscriber::fmt::layer()
+                .with_writer(std::io::stderr)
+                .with_ansi(false)
+                .with_target(false)
+                // A line when a span closes: each command and KMS call with
+                // its outcome and time, at `-v`.
+                .with_span_events(tracing_subscriber::fmt::format::FmtSpan::CLOSE),
+        )
+        .with(filter)
+        .try_init()
+        .map_err(|e| e.to_string())
+}
+
+impl Command {
+    /// The command's name, for its span.
+    fn name(&self) -> &'static str {
+        match self {
+            Command::Keyset(_) => "keyset",
+            Command::Inspect(_) => "inspect",
+            Command::Audit(_) => "audit",
+            Command::Repair(_) => "repair",
+            Command::Reencrypt(_) => "reencrypt",
         }
     }
 }
