@@ -27,7 +27,7 @@ pub mod store;
 mod work;
 
 // The root: what every user needs. The feature areas are the public
-// modules above (`codec`, `error`, `kafka`, `kms`, `record_key`, `store`)
+// modules above (`codec`, `error`, `kafka`, `kms`, `record_key`, `stats`, `store`)
 // and `format`.
 pub use crate::cipher::Backend;
 pub use crate::codec::{Bincode, Bytes, Json, Utf8};
