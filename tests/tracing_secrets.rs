@@ -216,6 +216,8 @@ fn no_secret_in_any_span_or_event() {
         "a new data key (DEK) is current",
         "unwrapped into the cache",
         "span INFO changelog_restore",
+        "span DEBUG dek_create",
+        "span DEBUG dek_unwrap",
         "key_uri=fake-kms://trace",
     ] {
         assert!(text.contains(expected), "no {expected:?} in:\n{text}");

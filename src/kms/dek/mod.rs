@@ -447,6 +447,9 @@ impl EnvelopeKey {
     /// of its values already counted.
     fn make_dek(&self, turns_taken: u64) -> Result<Arc<WriterDek>, Error> {
         let s = &self.state;
+        #[cfg(feature = "tracing")]
+        let _span =
+            tracing::debug_span!("dek_create", key_uri = %printable_uri(&s.kek_uri)).entered();
         // Its age counts from before the KMS call.
         let made = s.now_precise();
         let mut bytes = Zeroizing::new([0u8; 32]);
@@ -609,6 +612,13 @@ impl EnvelopeKey {
     #[cold]
     fn fetch(&self, edek: &[u8], slot: &Arc<Slot>) -> Result<Arc<AesGcmKey>, Error> {
         let s = &self.state;
+        #[cfg(feature = "tracing")]
+        let _span = tracing::debug_span!(
+            "dek_unwrap",
+            key_uri = %printable_uri(&s.kek_uri),
+            edek_len = edek.len()
+        )
+        .entered();
         let waited_from = Instant::now();
         let mut last_failure = slot.fetch.lock().unwrap_or_else(PoisonError::into_inner);
         // Unwrapped by another thread while this one waited (just now, so
