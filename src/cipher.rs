@@ -21,7 +21,7 @@ use aws_lc_rs::aead as awslc;
 use zeroize::Zeroizing;
 
 use crate::error::{Error, KeysetErrorKind};
-use crate::stats::{slots, thread_slot, Padded};
+use crate::stats::{slot_of, slots, Padded};
 
 /// Length of the nonce (IV) in bytes.
 pub(crate) const NONCE_LEN: usize = 12;
@@ -258,7 +258,7 @@ pub(crate) struct AesSivKey {
 type Siv = aes_siv::siv::Aes256Siv;
 
 /// Built AES-SIV ciphers of one key, one slot per thread slot (see
-/// `stats::thread_slot`), each built on first use. Every `Siv` zeroizes its key
+/// `stats::slot_of`), each built on first use. Every `Siv` zeroizes its key
 /// copy and its CMAC state when dropped, with the key's last clone. Boxed:
 /// an empty slot is a null pointer (no uninitialized payload copied into
 /// the heap), and an unused slot costs its 128 bytes only.
@@ -302,7 +302,7 @@ impl AesSivKey {
     /// when another thread holds that slot, one built for this call.
     #[inline]
     fn with_cipher<R>(&self, f: impl FnOnce(&mut Siv) -> R) -> Result<R, Error> {
-        let slot = &self.pool.slots[thread_slot() % self.pool.slots.len()].0;
+        let slot = &self.pool.slots[slot_of(self.pool.slots.len())].0;
         // A poisoned slot (a panic while it was held) is only busy: its
         // cipher is not trusted again, and this call builds its own.
         if let Ok(mut held) = slot.try_lock() {

@@ -68,22 +68,41 @@ use crate::error::Error;
 pub(crate) struct Padded<T>(pub(crate) T);
 
 /// This thread's slot number: threads are numbered round-robin the first
-/// time they ask.
+/// time they ask. A constant-initialized thread local (no lazy-init check
+/// or destructor registration on the value path).
 #[inline]
 pub(crate) fn thread_slot() -> usize {
+    use std::cell::Cell;
     static NEXT: AtomicUsize = AtomicUsize::new(0);
     thread_local! {
-        static SLOT: usize = NEXT.fetch_add(1, Ordering::Relaxed);
+        static SLOT: Cell<usize> = const { Cell::new(usize::MAX) };
     }
-    SLOT.with(|s| *s)
+    SLOT.with(|s| {
+        let slot = s.get();
+        if slot != usize::MAX {
+            return slot;
+        }
+        let slot = NEXT.fetch_add(1, Ordering::Relaxed) & (usize::MAX >> 1);
+        s.set(slot);
+        slot
+    })
 }
 
 /// Slots per sharded structure: every core twice over (threads map to
-/// slots round-robin), at least 4, at most 64.
+/// slots round-robin), at least 4, at most 64, a power of two (a slot is
+/// `thread_slot() & (slots - 1)`, no division).
 pub(crate) fn slots() -> usize {
     std::thread::available_parallelism()
         .map_or(4, |n| n.get().saturating_mul(2))
         .clamp(4, 64)
+        .next_power_of_two()
+}
+
+/// This thread's slot among `n`, a power of two.
+#[inline]
+pub(crate) fn slot_of(n: usize) -> usize {
+    debug_assert!(n.is_power_of_two());
+    thread_slot() & (n - 1)
 }
 
 /// The events counted per value, each one index of a block.
@@ -147,7 +166,7 @@ impl Counters {
     /// Counts `n` events `e` in this thread's block.
     #[inline]
     pub(crate) fn add(&self, e: Event, n: u64) {
-        let block = &self.blocks[thread_slot() % self.blocks.len()];
+        let block = &self.blocks[slot_of(self.blocks.len())];
         block.0[e as usize].fetch_add(n, Ordering::Relaxed);
     }
 
@@ -222,6 +241,11 @@ impl Stats {
     #[inline]
     pub(crate) fn counters(&self) -> &Counters {
         &self.counters
+    }
+
+    /// The counters, shared (to count on with one pointer less to follow).
+    pub(crate) fn shared_counters(&self) -> Arc<Counters> {
+        Arc::clone(&self.counters)
     }
 }
 

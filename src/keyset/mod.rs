@@ -53,16 +53,20 @@ struct Inner {
     /// What was done with the keyset: shared by its clones, its rotations
     /// and the keysets made from it with another backend or DEK policy.
     stats: Arc<Stats>,
+    /// `stats`' counters, what every value counts on.
+    counters: Arc<Counters>,
 }
 
 impl Inner {
     fn new(primary: usize, keys: Vec<Entry>, backend: Backend) -> Self {
+        let stats = Stats::new();
         let mut inner = Inner {
             primary,
             keys,
             backend,
             min_len: 0,
-            stats: Stats::new(),
+            counters: stats.shared_counters(),
+            stats,
         };
         inner.update();
         inner
@@ -71,6 +75,7 @@ impl Inner {
     /// [`new`](Inner::new), counting on `stats`.
     fn counting_on(mut self, stats: &Arc<Stats>) -> Self {
         self.stats = Arc::clone(stats);
+        self.counters = stats.shared_counters();
         self
     }
 
@@ -441,7 +446,7 @@ impl Keyset {
     /// The keyset's counters, to count on.
     #[inline]
     pub(crate) fn counters(&self) -> &Counters {
-        self.inner.stats.counters()
+        &self.inner.counters
     }
 
     /// Whether the keyset's keys are deterministic (AES-SIV, for record
