@@ -233,8 +233,7 @@ fn open_in_place_unguarded(keys: &impl Keys, aad: &[u8], buf: &mut Vec<u8>) -> R
             // The EDEK borrows the buffer the DEK decrypts: copied out
             // first (it is public), on the stack for any real KMS's.
             let edek = EdekCopy::new(edek);
-            keys.counters().bump(Event::EnvelopeOpened);
-            key.with_reader_dek(edek.as_slice(), |dek| {
+            key.with_reader_dek(edek.as_slice(), keys.counters(), |dek| {
                 open_gcm_in_place(dek, aad, buf, nonce_at)
             })
         }
@@ -376,8 +375,7 @@ fn open_envelope(
     rest: &[u8],
 ) -> Result<Vec<u8>, Error> {
     let (edek, rest) = split_edek(len, rest)?;
-    counters.bump(Event::EnvelopeOpened);
-    key.with_reader_dek(edek, |dek| open_gcm(dek, aad, len, rest))
+    key.with_reader_dek(edek, counters, |dek| open_gcm(dek, aad, len, rest))
 }
 
 /// Splits what follows an envelope ciphertext's prefix into the EDEK and

@@ -49,6 +49,7 @@
 use std::sync::Arc;
 
 use crate::error::Error;
+use crate::keyset::Keyset;
 use crate::stats::{Event, Stats};
 
 /// Kafka's murmur2 hash, exactly as the Java client's `Utils.murmur2`
@@ -218,12 +219,22 @@ impl KeyForms {
         })
     }
 
-    /// The same forms, their fan-out tombstones counted in `stats`.
-    pub(crate) fn counted_by(self, stats: Arc<Stats>) -> Self {
-        KeyForms {
-            counted_by: Some(stats),
-            ..self
+    /// The forms of a record key whose plaintext is `plaintext` under the
+    /// enabled keys of `keyset` (`forms`, the primary's first), their
+    /// fan-out tombstones counted in the keyset's counters when there are
+    /// any (more than one form: no reference count is touched per key
+    /// otherwise).
+    pub(crate) fn encrypted_by(
+        keyset: &Keyset,
+        plaintext: Vec<u8>,
+        forms: Vec<Vec<u8>>,
+    ) -> Result<Self, Error> {
+        let fan_out = forms.len() > 1;
+        let mut forms = KeyForms::encrypted(plaintext, forms)?;
+        if fan_out {
+            forms.counted_by = Some(keyset.stats_handle());
         }
+        Ok(forms)
     }
 
     /// The same forms written by a broken rule (negative controls only).

@@ -683,7 +683,7 @@ impl<T: ?Sized, S: Serializer<T>> Serializer<T> for DeterministicSerializer<S> {
         let mut aad = AadBuf::new();
         let aad = key_aad(&mut aad, self.aad, ctx)?;
         let forms = self.keyset.deterministic_forms(&plaintext, aad)?;
-        Ok(KeyForms::encrypted(plaintext, forms)?.counted_by(self.keyset.stats_handle()))
+        KeyForms::encrypted_by(&self.keyset, plaintext, forms)
     }
 }
 

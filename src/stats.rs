@@ -6,7 +6,8 @@
 //! process's counters to the `metrics` facade (Prometheus names below).
 //!
 //! Counting costs the value path one relaxed add on a cache line of the
-//! thread's own (each keyset keeps a few padded blocks of counters, one per
+//! thread's own (two for an envelope value read: the value and the DEK
+//! cache hit) (each keyset keeps a few padded blocks of counters, one per
 //! thread slot), and nothing else: a snapshot adds the blocks up. Counts
 //! are exact: every event is counted once, in one block, and a snapshot
 //! taken when no thread is encrypting or decrypting is the sum of all of
@@ -90,12 +91,15 @@ pub(crate) fn thread_slot() -> usize {
 
 /// Slots per sharded structure: every core twice over (threads map to
 /// slots round-robin), at least 4, at most 64, a power of two (a slot is
-/// `thread_slot() & (slots - 1)`, no division).
+/// `thread_slot() & (slots - 1)`, no division). Asked of the system once.
 pub(crate) fn slots() -> usize {
-    std::thread::available_parallelism()
-        .map_or(4, |n| n.get().saturating_mul(2))
-        .clamp(4, 64)
-        .next_power_of_two()
+    static SLOTS: std::sync::OnceLock<usize> = std::sync::OnceLock::new();
+    *SLOTS.get_or_init(|| {
+        std::thread::available_parallelism()
+            .map_or(4, |n| n.get().saturating_mul(2))
+            .clamp(4, 64)
+            .next_power_of_two()
+    })
 }
 
 /// This thread's slot among `n`, a power of two.
@@ -117,7 +121,7 @@ pub(crate) enum Event {
     RecordKeyEncrypted,
     RecordKeyDecrypted,
     FanoutTombstone,
-    EnvelopeOpened,
+    EdekHit,
     EncryptFailed,
     FailedTruncated,
     FailedUnsupportedVersion,
@@ -209,6 +213,10 @@ static REGISTRY: Mutex<Registry> = Mutex::new(Registry {
 pub(crate) struct Stats {
     id: usize,
     counters: Arc<Counters>,
+    /// Its envelope keys' DEKs, cache misses and evictions and KMS calls
+    /// (they count here: a key reconfigured, moved to another backend or
+    /// removed keeps what it counted).
+    cold: Arc<ColdCounters>,
     /// A plaintext value was passed through (logged once at WARN).
     #[cfg(feature = "tracing")]
     plaintext_seen: std::sync::atomic::AtomicBool,
@@ -225,6 +233,7 @@ impl Stats {
         Arc::new(Stats {
             id,
             counters,
+            cold: Arc::new(ColdCounters::default()),
             #[cfg(feature = "tracing")]
             plaintext_seen: std::sync::atomic::AtomicBool::new(false),
         })
@@ -241,6 +250,11 @@ impl Stats {
     #[inline]
     pub(crate) fn counters(&self) -> &Counters {
         &self.counters
+    }
+
+    /// Where its envelope keys count their rare events.
+    pub(crate) fn cold(&self) -> &Arc<ColdCounters> {
+        &self.cold
     }
 
     /// The counters, shared (to count on with one pointer less to follow).
@@ -269,7 +283,8 @@ impl Drop for Stats {
 pub struct KmsCalls {
     /// Calls that returned a result.
     pub ok: u64,
-    /// Calls that failed (each attempt of a retried call counts once).
+    /// Calls that failed (a call the client retried counts once, with its
+    /// outcome).
     pub error: u64,
     /// Their total duration.
     pub duration: Duration,
@@ -369,13 +384,16 @@ pub struct Snapshot {
     pub deks_created: u64,
     /// Envelope DEKs unwrapped by the KMS.
     pub deks_unwrapped: u64,
-    /// Envelope values whose DEK was in the reader cache.
+    /// Envelope values opened with a DEK found in the reader cache.
     pub edek_cache_hits: u64,
-    /// Envelope values whose DEK was not (a KMS call, or a wait for one).
+    /// Lookups of a DEK not in the reader cache: a KMS call, or a wait for
+    /// another thread's (a lookup ahead of a value, for the blocking work
+    /// an async consumer runs first, counts here; the value then hits).
     pub edek_cache_misses: u64,
     /// Cache entries evicted for room (not by expiry).
     pub edek_cache_evictions: u64,
-    /// Unwrapped DEKs held in the reader caches now.
+    /// Entries in the reader caches now: unwrapped DEKs, and DEKs being
+    /// unwrapped.
     pub edek_cache_entries: u64,
     /// KMS calls.
     pub kms: KmsStats,
@@ -404,19 +422,16 @@ impl Snapshot {
             record_keys_encrypted: at(Event::RecordKeyEncrypted),
             record_keys_decrypted: at(Event::RecordKeyDecrypted),
             fanout_tombstones: at(Event::FanoutTombstone),
-            // Lookups for now: the misses are taken off with the key's
-            // counters (`add_key`).
-            edek_cache_hits: at(Event::EnvelopeOpened),
+            edek_cache_hits: at(Event::EdekHit),
             ..Snapshot::default()
         }
     }
 
-    /// Adds an envelope key's counters.
-    pub(crate) fn add_key(&mut self, k: &KeySnapshot) {
+    /// Adds envelope keys' rare events.
+    fn add_cold(&mut self, k: &KeySnapshot) {
         self.deks_created = self.deks_created.wrapping_add(k.deks_created);
         self.deks_unwrapped = self.deks_unwrapped.wrapping_add(k.deks_unwrapped);
         self.edek_cache_misses = self.edek_cache_misses.wrapping_add(k.misses);
-        self.edek_cache_hits = self.edek_cache_hits.saturating_sub(k.misses);
         self.edek_cache_evictions = self.edek_cache_evictions.wrapping_add(k.evictions);
         self.edek_cache_entries = self.edek_cache_entries.wrapping_add(k.entries);
         self.kms.encrypt.add(&k.kms.encrypt);
@@ -424,18 +439,17 @@ impl Snapshot {
     }
 }
 
-/// A keyset's snapshot: its counters, and its envelope keys' `keys`.
-pub(crate) fn keyset_snapshot(stats: &Stats, keys: &[KeySnapshot]) -> Snapshot {
+/// A keyset's snapshot: its counters, with `entries` DEKs in its envelope
+/// keys' caches now.
+pub(crate) fn keyset_snapshot(stats: &Stats, entries: usize) -> Snapshot {
     let mut s = Snapshot::from_events(&stats.counters.totals());
-    for k in keys {
-        s.add_key(k);
-    }
+    s.add_cold(&stats.cold.read(entries));
     s
 }
 
-/// An envelope key's counters, read.
+/// Rare events, read.
 #[derive(Clone, Copy, Debug, Default)]
-pub(crate) struct KeySnapshot {
+struct KeySnapshot {
     pub(crate) deks_created: u64,
     pub(crate) deks_unwrapped: u64,
     pub(crate) misses: u64,
@@ -535,7 +549,7 @@ impl ColdCounters {
     }
 
     /// The counters, with `entries` DEKs held now.
-    pub(crate) fn read(&self, entries: usize) -> KeySnapshot {
+    fn read(&self, entries: usize) -> KeySnapshot {
         let calls = |op: KmsOp| {
             let c = &self.kms[op as usize];
             KmsCalls {
@@ -629,7 +643,7 @@ pub fn process() -> Snapshot {
     };
     let mut s = Snapshot::from_events(&totals);
     let entries = usize::try_from(PROCESS_ENTRIES.load(Ordering::Relaxed).max(0)).unwrap_or(0);
-    s.add_key(&PROCESS_COLD.read(entries));
+    s.add_cold(&PROCESS_COLD.read(entries));
     s
 }
 
@@ -643,9 +657,10 @@ pub fn publish() {
     publish_snapshot(&process());
 }
 
-/// Hands `s` to the `metrics` facade (see [`publish`]), for a caller who
-/// publishes one keyset's counters, with labels of its own set on the
-/// recorder.
+/// Hands `s` to the `metrics` facade (see [`publish`]) under the same
+/// names: for a process whose recorder holds one keyset's counters (two
+/// keysets published this way would write the same series; publish
+/// [`process`]'s totals instead, or read [`Snapshot`]s directly).
 #[cfg(feature = "metrics")]
 #[cfg_attr(docsrs, doc(cfg(feature = "metrics")))]
 pub fn publish_snapshot(s: &Snapshot) {

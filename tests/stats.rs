@@ -7,7 +7,6 @@ mod common;
 
 use common::envelope::envelope_keyset;
 use tombstone_crypt::kms::DekPolicy;
-use tombstone_crypt::stats::Snapshot;
 use tombstone_crypt::{
     Bytes, Context, DecryptingDeserializer, Deserializer as _, DeterministicDeserializer,
     DeterministicSerializer, EncryptingSerializer, KeyTemplate, Keyset, Serializer as _,
@@ -231,24 +230,58 @@ fn record_keys_and_their_fanout_tombstones_are_counted() {
     assert_eq!(s.values_encrypted, 0, "{s:?}");
 }
 
-/// The process's totals hold every keyset's counts, and keep a dropped
-/// keyset's: they never go down.
+/// A keyset's DEK and KMS counts carry over to the keysets made from it
+/// with another DEK policy, and a removed key keeps what it counted: no
+/// field of a snapshot goes down.
 #[test]
-fn process_totals_keep_dropped_keysets() {
-    let before = tombstone_crypt::stats::process();
-    {
-        let keyset = Keyset::generate();
-        for _ in 0..25 {
-            keyset.encrypt(b"v", b"").unwrap();
-        }
-        let mid = tombstone_crypt::stats::process();
-        assert!(mid.values_encrypted >= before.values_encrypted + 25);
+fn envelope_counts_survive_reconfiguration_and_removal() {
+    let (_kms, _clients, writer) = envelope_keyset(URI, DekPolicy::default().with_max_values(10));
+    for _ in 0..25 {
+        writer.encrypt(b"v", b"").unwrap();
     }
-    let after = tombstone_crypt::stats::process();
-    assert!(
-        after.values_encrypted >= before.values_encrypted + 25,
-        "{after:?}"
+    assert_eq!(writer.stats().deks_created, 3);
+    let mut tighter = writer
+        .clone()
+        .with_dek_policy(DekPolicy::default().with_max_values(5));
+    assert_eq!(tighter.stats().deks_created, 3, "carried over");
+    for _ in 0..6 {
+        tighter.encrypt(b"v", b"").unwrap();
+    }
+    let s = tighter.stats();
+    assert_eq!(
+        (s.deks_created, s.kms.encrypt.ok, s.values_encrypted),
+        (5, 5, 31),
+        "{s:?}"
     );
-    let s: Snapshot = Keyset::generate().stats();
-    assert_eq!(s, Snapshot::default());
+    assert_eq!(writer.stats().deks_created, 5, "one set of counts");
+    let old = tighter.primary();
+    tighter.rotate();
+    tighter.encrypt(b"v", b"").unwrap();
+    tighter.remove(old).unwrap();
+    let s = tighter.stats();
+    assert_eq!(
+        (s.deks_created, s.kms.encrypt.ok, s.values_encrypted),
+        (6, 6, 32),
+        "{s:?}"
+    );
+}
+
+/// An async consumer runs a value's blocking work (the KMS call) first:
+/// that lookup is the miss, the value's own lookup a hit.
+#[test]
+fn a_lookup_ahead_of_the_value_is_the_miss_and_the_value_a_hit() {
+    let (_kms, clients, writer) = envelope_keyset(URI, DekPolicy::default());
+    let ct = writer.encrypt(b"v", b"").unwrap();
+    let reader = Keyset::from_tink_json_with(&writer.to_tink_json(), &clients).unwrap();
+    let de = DecryptingDeserializer::new(Bytes, reader.clone());
+    let work = de.blocking_work(&ct).expect("the DEK is not cached yet");
+    work.run().unwrap();
+    assert!(de.blocking_work(&ct).is_none(), "cached now");
+    de.deserialize(&Context::new("t"), Some(&ct[..]))
+        .unwrap_err(); // other associated data
+    reader.decrypt(&ct, b"").unwrap();
+    let s = reader.stats();
+    assert_eq!((s.edek_cache_misses, s.deks_unwrapped), (1, 1), "{s:?}");
+    assert_eq!((s.edek_cache_hits, s.values_decrypted), (2, 1), "{s:?}");
+    assert_eq!(s.decrypt_failures.authentication, 1, "{s:?}");
 }

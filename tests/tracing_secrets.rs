@@ -144,6 +144,16 @@ fn no_secret_in_any_span_or_event() {
         bad[20] ^= 1;
         assert!(de.deserialize(&ctx, Some(&bad)).is_err());
         secrets.push(("plaintext", plaintext.clone()));
+        secrets.push(("record key", b"customer-4242".to_vec()));
+
+        // Record keys under a rotated AES-SIV keyset, with their fan-out.
+        let mut siv = Keyset::generate_with(KeyTemplate::aes256_siv()).unwrap();
+        secrets.push(("first AES-SIV key", key_bytes(&siv)));
+        siv.rotate();
+        let keys = tombstone_crypt::DeterministicSerializer::new(tombstone_crypt::Bytes, siv);
+        let forms = keys.key_forms(&ctx, &b"customer-4242"[..]).unwrap();
+        assert_eq!(forms.writes(None).count(), 2);
+        secrets.push(("an encrypted record key", forms.primary().to_vec()));
         secrets.push(("legacy plaintext", legacy));
         secrets.push(("ciphertext", ct[5..].to_vec()));
 

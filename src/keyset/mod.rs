@@ -58,8 +58,8 @@ struct Inner {
 }
 
 impl Inner {
-    fn new(primary: usize, keys: Vec<Entry>, backend: Backend) -> Self {
-        let stats = Stats::new();
+    /// The keyset of `keys`, counting on `stats`.
+    fn new(primary: usize, keys: Vec<Entry>, backend: Backend, stats: Arc<Stats>) -> Self {
         let mut inner = Inner {
             primary,
             keys,
@@ -72,14 +72,8 @@ impl Inner {
         inner
     }
 
-    /// [`new`](Inner::new), counting on `stats`.
-    fn counting_on(mut self, stats: &Arc<Stats>) -> Self {
-        self.stats = Arc::clone(stats);
-        self.counters = stats.shared_counters();
-        self
-    }
-
-    /// Recomputes what is derived from the keys.
+    /// Recomputes what is derived from the keys, and has every envelope
+    /// key count its DEKs and KMS calls in the keyset's counters.
     fn update(&mut self) {
         self.min_len = self
             .keys
@@ -87,6 +81,11 @@ impl Inner {
             .map(|e| e.primitive.min_ciphertext_len())
             .min()
             .unwrap_or(crate::envelope::OVERHEAD);
+        for e in &self.keys {
+            if let Primitive::KmsEnvelope(k) = &e.primitive {
+                k.count_on(self.stats.cold());
+            }
+        }
     }
 }
 
@@ -178,6 +177,7 @@ impl Keyset {
                     primitive,
                 }],
                 backend,
+                Stats::new(),
             )),
         }
     }
@@ -203,9 +203,12 @@ impl Keyset {
             })
             .collect();
         Keyset {
-            inner: Arc::new(
-                Inner::new(self.inner.primary, keys, backend).counting_on(&self.inner.stats),
-            ),
+            inner: Arc::new(Inner::new(
+                self.inner.primary,
+                keys,
+                backend,
+                Arc::clone(&self.inner.stats),
+            )),
         }
     }
 
@@ -419,16 +422,16 @@ impl Keyset {
     /// # Ok::<(), tombstone_crypt::Error>(())
     /// ```
     pub fn stats(&self) -> Snapshot {
-        let keys: Vec<_> = self
+        let entries = self
             .inner
             .keys
             .iter()
-            .filter_map(|e| match &e.primitive {
-                Primitive::KmsEnvelope(k) => Some(k.key_snapshot()),
-                _ => None,
+            .map(|e| match &e.primitive {
+                Primitive::KmsEnvelope(k) => k.cache_entries(),
+                _ => 0,
             })
-            .collect();
-        crate::stats::keyset_snapshot(&self.inner.stats, &keys)
+            .sum();
+        crate::stats::keyset_snapshot(&self.inner.stats, entries)
     }
 
     /// The keyset's counters, shared.
@@ -511,10 +514,12 @@ impl Keyset {
             })
             .collect();
         Keyset {
-            inner: Arc::new(
-                Inner::new(self.inner.primary, keys, self.inner.backend)
-                    .counting_on(&self.inner.stats),
-            ),
+            inner: Arc::new(Inner::new(
+                self.inner.primary,
+                keys,
+                self.inner.backend,
+                Arc::clone(&self.inner.stats),
+            )),
         }
     }
 }

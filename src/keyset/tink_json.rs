@@ -20,6 +20,7 @@ use crate::error::{Error, KeysetErrorKind};
 use crate::key_id::KeyId;
 use crate::kms::KmsClients;
 use crate::primitive::Primitive;
+use crate::stats::Stats;
 
 impl KeyStatus {
     fn as_tink(self) -> &'static str {
@@ -183,7 +184,7 @@ impl Keyset {
             ));
         }
         Ok(Keyset {
-            inner: Arc::new(Inner::new(primary, keys, backend)),
+            inner: Arc::new(Inner::new(primary, keys, backend, Stats::new())),
         })
     }
 

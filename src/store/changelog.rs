@@ -269,6 +269,15 @@ impl<S: KeyValueStore, C: Changelog> ChangeLoggingStore<S, C> {
     pub fn recover(&mut self) -> Result<u64, Error> {
         #[cfg(feature = "tracing")]
         let _span = tracing::info_span!("changelog_recovery").entered();
+        let recovered = self.recover_unlogged();
+        #[cfg(feature = "tracing")]
+        if let Err(e) = &recovered {
+            tracing::warn!(error = %e, "the recovery from the changelog failed");
+        }
+        recovered
+    }
+
+    fn recover_unlogged(&mut self) -> Result<u64, Error> {
         self.needs_restore = true;
         self.log.flush()?;
         let keys: Vec<Vec<u8>> = self.inner.all()?.into_iter().map(|(k, _)| k).collect();

@@ -162,7 +162,8 @@ impl<S: KeyValueStore> EncryptedStore<S> {
     fn key_forms(&self, key: &[u8]) -> Result<KeyForms, Error> {
         match &self.keys {
             None => Ok(KeyForms::plain(key.to_vec())),
-            Some(k) => Ok(KeyForms::encrypted(
+            Some(k) => Ok(KeyForms::encrypted_by(
+                &k.keyset,
                 key.to_vec(),
                 k.keyset.deterministic_forms(key, &k.ad)?,
             )?

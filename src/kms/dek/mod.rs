@@ -31,13 +31,13 @@ use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex, OnceLock, PoisonError, RwLock};
 use std::time::Instant;
 
-use arc_swap::ArcSwapOption;
+use arc_swap::{ArcSwap, ArcSwapOption};
 use zeroize::Zeroizing;
 
 use crate::cipher::{AesGcmKey, Backend};
 use crate::error::Error;
 use crate::kms::{printable_uri, KmsAead, KmsClients};
-use crate::stats::{self, ColdCounters, KeySnapshot, KmsOp, Rare};
+use crate::stats::{self, ColdCounters, Counters, Event, KmsOp, Rare};
 
 pub(crate) mod hooks;
 mod policy;
@@ -87,8 +87,9 @@ struct State {
     next_expiry: AtomicU64,
     /// A sweep is running (the others do not wait for it).
     sweeping: AtomicBool,
-    /// DEKs made and unwrapped, cache misses and evictions, KMS calls.
-    counted: ColdCounters,
+    /// Where DEKs made and unwrapped, cache misses and evictions and KMS
+    /// calls are counted: the keyset's ([`EnvelopeKey::count_on`]).
+    counted: ArcSwap<ColdCounters>,
 }
 
 impl Drop for State {
@@ -109,7 +110,7 @@ pub(crate) struct WriterDek {
     pub(crate) edek: Box<[u8]>,
     /// When it encrypts no more ([`State::now`]'s time).
     expires: u64,
-    used: Counters,
+    used: DekUse,
     held: Arc<hooks::Held>,
 }
 
@@ -119,7 +120,7 @@ pub(crate) struct WriterDek {
 /// every value reads (key, EDEK, expiry) stay shared in both cores' caches
 /// instead of moving with each count.
 #[repr(align(128))]
-struct Counters {
+struct DekUse {
     values: AtomicU64,
     bytes: AtomicU64,
 }
@@ -351,11 +352,22 @@ impl EnvelopeKey {
         f(&*self.refill()?)
     }
 
-    /// This key's DEKs, cache and KMS calls, counted.
-    pub(crate) fn key_snapshot(&self) -> KeySnapshot {
+    /// Has this key count its DEKs, cache misses and evictions and KMS
+    /// calls in `cold` (its keyset's) from now on.
+    pub(crate) fn count_on(&self, cold: &Arc<ColdCounters>) {
         let s = &self.state;
-        let entries = s.cache.read().unwrap_or_else(PoisonError::into_inner).len();
-        s.counted.read(entries)
+        if !Arc::ptr_eq(&s.counted.load(), cold) {
+            s.counted.store(Arc::clone(cold));
+        }
+    }
+
+    /// The DEKs (and DEKs being unwrapped) the reader cache holds now.
+    pub(crate) fn cache_entries(&self) -> usize {
+        self.state
+            .cache
+            .read()
+            .unwrap_or_else(PoisonError::into_inner)
+            .len()
     }
 
     /// Whether the next value would need a new DEK (a KMS call).
@@ -383,11 +395,13 @@ impl EnvelopeKey {
 
     /// Runs `f` on the DEK of `edek`: the most recent entry's when it is
     /// that EDEK's (no lock, no hash, no reference count), else
-    /// [`reader_dek`](EnvelopeKey::reader_dek)'s.
+    /// [`reader_dek`](EnvelopeKey::reader_dek)'s. A DEK found in the cache
+    /// is a hit in `counters` (the keyset's per-thread blocks).
     #[inline]
     pub(crate) fn with_reader_dek<R>(
         &self,
         edek: &[u8],
+        counters: &Counters,
         f: impl FnOnce(&AesGcmKey) -> Result<R, Error>,
     ) -> Result<R, Error> {
         let s = &self.state;
@@ -399,12 +413,13 @@ impl EnvelopeKey {
                 if *r.edek == *edek {
                     if let Some(k) = r.slot.live(now) {
                         r.slot.stamp(s.tick.load(Ordering::Relaxed));
+                        counters.bump(Event::EdekHit);
                         return f(k);
                     }
                 }
             }
         }
-        f(&*self.reader_dek(edek)?)
+        f(&*self.lookup(edek, Some(counters))?)
     }
 
     #[cold]
@@ -459,6 +474,7 @@ impl EnvelopeKey {
         let uri = printable_uri(&s.kek_uri);
         let wrapped = s
             .counted
+            .load()
             .kms_call(KmsOp::Encrypt, &uri, || s.remote.encrypt(&proto, b""));
         let edek = wrapped.map_err(|e| {
             wrap(
@@ -481,7 +497,7 @@ impl EnvelopeKey {
             key: Arc::clone(&key),
             edek: edek.into_boxed_slice(),
             expires: made.saturating_add(hooks::nanos(s.policy.max_age())),
-            used: Counters {
+            used: DekUse {
                 values: AtomicU64::new(turns_taken),
                 bytes: AtomicU64::new(0),
             },
@@ -501,7 +517,7 @@ impl EnvelopeKey {
         s.next_expiry.fetch_min(dek.expires, Ordering::AcqRel);
         s.current.store(Some(Arc::clone(&dek)));
         s.next_expiry.fetch_min(dek.expires, Ordering::AcqRel);
-        s.counted.count(Rare::DekCreated);
+        s.counted.load().count(Rare::DekCreated);
         #[cfg(feature = "tracing")]
         tracing::debug!(
             key_uri = %printable_uri(&s.kek_uri),
@@ -544,7 +560,7 @@ impl EnvelopeKey {
                 Some(k) => {
                     if let Some(gone) = cache.remove(&k) {
                         self.state.forget_recent(&gone);
-                        self.state.counted.count(Rare::Eviction);
+                        self.state.counted.load().count(Rare::Eviction);
                         stats::cache_entries_changed(-1);
                     }
                 }
@@ -558,6 +574,13 @@ impl EnvelopeKey {
     /// during the call).
     #[inline]
     pub(crate) fn reader_dek(&self, edek: &[u8]) -> Result<Arc<AesGcmKey>, Error> {
+        self.lookup(edek, None)
+    }
+
+    /// [`reader_dek`](EnvelopeKey::reader_dek), a cache hit counted in
+    /// `hits` when given (a value being opened; a lookup ahead of one,
+    /// for blocking work, counts its miss only).
+    fn lookup(&self, edek: &[u8], hits: Option<&Counters>) -> Result<Arc<AesGcmKey>, Error> {
         let s = &self.state;
         let now = s.now();
         s.sweep_if_due(now);
@@ -569,6 +592,9 @@ impl EnvelopeKey {
                     if let Some(k) = slot.live(now) {
                         // Under the cache lock, as every change to them.
                         s.set_recent(edek, slot);
+                        if let Some(c) = hits {
+                            c.bump(Event::EdekHit);
+                        }
                         return Ok(Arc::clone(k));
                     }
                     // Expired: replaced by a new slot below.
@@ -581,7 +607,7 @@ impl EnvelopeKey {
             Some(slot) => slot,
             None => self.new_slot(edek, now),
         };
-        s.counted.count(Rare::Miss);
+        s.counted.load().count(Rare::Miss);
         self.fetch(edek, &slot)
     }
 
@@ -636,6 +662,7 @@ impl EnvelopeKey {
         let uri = printable_uri(&s.kek_uri);
         let unwrapped = s
             .counted
+            .load()
             .kms_call(KmsOp::Decrypt, &uri, || s.remote.decrypt(edek, b""));
         let unwrapped = unwrapped.and_then(|proto| {
             let key = crate::proto::parse_aes_gcm_key_proto(&proto).map_err(|why| {
@@ -645,7 +672,7 @@ impl EnvelopeKey {
         });
         match unwrapped {
             Ok(key) => {
-                s.counted.count(Rare::DekUnwrapped);
+                s.counted.load().count(Rare::DekUnwrapped);
                 #[cfg(feature = "tracing")]
                 tracing::debug!(
                     key_uri = %printable_uri(&s.kek_uri),
@@ -722,7 +749,7 @@ impl State {
             epoch: hooks::precise(),
             next_expiry: AtomicU64::new(u64::MAX),
             sweeping: AtomicBool::new(false),
-            counted: ColdCounters::default(),
+            counted: ArcSwap::from_pointee(ColdCounters::default()),
         }
     }
 
