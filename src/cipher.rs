@@ -21,7 +21,7 @@ use aws_lc_rs::aead as awslc;
 use zeroize::Zeroizing;
 
 use crate::error::{Error, KeysetErrorKind};
-use crate::stats::{slot_of, slots, Padded};
+use crate::stats::{slot_of, slots};
 
 /// Length of the nonce (IV) in bytes.
 pub(crate) const NONCE_LEN: usize = 12;
@@ -263,8 +263,20 @@ type Siv = aes_siv::siv::Aes256Siv;
 /// an empty slot is a null pointer (no uninitialized payload copied into
 /// the heap), and an unused slot costs its 128 bytes only.
 struct SivPool {
-    slots: Box<[Padded<Slot>]>,
+    slots: Box<[PoolSlot]>,
 }
+
+/// A slot on 128 bytes of its own (two 64-byte lines: what adjacent-line
+/// prefetching pulls in together), filled with zeros rather than padded:
+/// a slot is built on the stack and moved to the heap, and padding would
+/// carry whatever the stack held there before (a key, say) along.
+#[repr(C, align(128))]
+struct PoolSlot {
+    slot: Slot,
+    _fill: [u8; SLOT_FILL],
+}
+
+const SLOT_FILL: usize = 128 - std::mem::size_of::<Slot>();
 
 /// One slot: empty until a thread first uses it.
 type Slot = Mutex<Option<Box<Siv>>>;
@@ -281,7 +293,12 @@ impl AesSivKey {
                 ),
             ));
         }
-        let slots = (0..slots()).map(|_| Padded(Mutex::new(None))).collect();
+        let slots = (0..slots())
+            .map(|_| PoolSlot {
+                slot: Mutex::new(None),
+                _fill: [0; SLOT_FILL],
+            })
+            .collect();
         Ok(AesSivKey {
             bytes: Zeroizing::new(bytes.to_vec()),
             pool: Arc::new(SivPool { slots }),
@@ -302,7 +319,7 @@ impl AesSivKey {
     /// when another thread holds that slot, one built for this call.
     #[inline]
     fn with_cipher<R>(&self, f: impl FnOnce(&mut Siv) -> R) -> Result<R, Error> {
-        let slot = &self.pool.slots[slot_of(self.pool.slots.len())].0;
+        let slot = &self.pool.slots[slot_of(self.pool.slots.len())].slot;
         // A poisoned slot (a panic while it was held) is only busy: its
         // cipher is not trusted again, and this call builds its own.
         if let Ok(mut held) = slot.try_lock() {

@@ -64,9 +64,15 @@ use crate::error::Error;
 
 /// Aligns its contents to 128 bytes (two 64-byte lines: what adjacent-line
 /// prefetching pulls in together), so that no two blocks share a cache
-/// line.
+/// line. Use it only for contents a multiple of 128 bytes long, with no
+/// padding: a value built on the stack and moved to the heap carries its
+/// padding bytes along, whatever the stack held there before (a key, say).
 #[repr(align(128))]
 pub(crate) struct Padded<T>(pub(crate) T);
+
+/// Words per block of counters: the events, rounded up to whole 128-byte
+/// lines, so a block has no padding (see [`Padded`]).
+const BLOCK_WORDS: usize = EVENTS.div_ceil(16) * 16;
 
 /// This thread's slot number: threads are numbered round-robin the first
 /// time they ask. A constant-initialized thread local (no lazy-init check
@@ -151,7 +157,7 @@ impl Event {
     }
 }
 
-type Block = Padded<[AtomicU64; EVENTS]>;
+type Block = Padded<[AtomicU64; BLOCK_WORDS]>;
 
 /// A keyset's per-value counters: one block per thread slot.
 pub(crate) struct Counters {
@@ -184,7 +190,7 @@ impl Counters {
     fn totals(&self) -> [u64; EVENTS] {
         let mut sum = [0u64; EVENTS];
         for block in self.blocks.iter() {
-            for (s, c) in sum.iter_mut().zip(block.0.iter()) {
+            for (s, c) in sum.iter_mut().zip(block.0[..EVENTS].iter()) {
                 *s = s.wrapping_add(c.load(Ordering::Relaxed));
             }
         }

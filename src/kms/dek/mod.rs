@@ -119,10 +119,15 @@ pub(crate) struct WriterDek {
 /// prefetching pulls two 64-byte lines together), so the DEK's fields
 /// every value reads (key, EDEK, expiry) stay shared in both cores' caches
 /// instead of moving with each count.
-#[repr(align(128))]
+///
+/// Filled to its 128 bytes with zeros, not padded: it is built on the
+/// stack and moved to the heap, and padding would carry along whatever the
+/// stack held there before (a key, say).
+#[repr(C, align(128))]
 struct DekUse {
     values: AtomicU64,
     bytes: AtomicU64,
+    _fill: [u64; 14],
 }
 
 impl WriterDek {
@@ -500,6 +505,7 @@ impl EnvelopeKey {
             used: DekUse {
                 values: AtomicU64::new(turns_taken),
                 bytes: AtomicU64::new(0),
+                _fill: [0; 14],
             },
             held: Arc::new(hooks::Held::new()),
         });
