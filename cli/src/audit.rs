@@ -1,116 +1,230 @@
-//! `audit`: reads every partition of a topic to its end and keeps one
-//! small state per key (never the values), by the reading rule ([`scan`]);
-//! a keyset under which not one value decrypts is an error (exit 2), not a
-//! topic full of findings.
+//! `audit`: reads each partition to its end (several at once) and keeps
+//! one small entry per key (never the values), by the reading rule
+//! ([`scan_partition`]); a keyset under which not one value decrypts is an
+//! error (exit 2), not a topic full of findings.
 
-use std::collections::BTreeMap;
+use std::collections::HashMap;
 
-use crate::key_state::{Form, KeyState, Kind};
-use crate::read::{read_topic, setup, Setup};
+use indicatif::ProgressBar;
+
+use crate::key_state::{Index, KeyHash, Kind, Seen};
+use crate::read::{partitions, progress, read_partition, setup, Rec, Setup};
 use crate::record::{bound, key_of, open_value, Value};
-use crate::report::Audit;
+use crate::report::{Audit, Counts};
+use crate::run::for_partitions;
 use crate::{fail, AuditArgs, Fail, Outcome, Output};
 
-/// Reads the topic of `s` to its end and settles each key's state by the
-/// reading rule.
-///
-/// # Errors
-/// A read that fails, a KMS error on a value, or a keyset under which not
-/// one value decrypts (the wrong keyset, `--aad` or `--value-key`).
-pub(crate) fn scan(s: &Setup, quiet: bool) -> Result<Audit, Fail> {
-    let mut a = Audit::default();
-    let highs = read_topic(s, quiet, "audit", |r| {
-        a.records += 1;
-        let Some(wire) = r.key else {
-            a.unkeyed += 1;
-            return Ok(());
-        };
-        let key = key_of(s, wire);
-        if !key.readable {
-            a.undecryptable_record_keys += 1;
+/// How a partition read for an index ends.
+#[derive(Clone, Copy)]
+pub(crate) enum Upto<'a> {
+    /// At the partition's end.
+    End,
+    /// At `end` (a resumed run's end before its first write); with `run`,
+    /// every record from there on must carry its header: the run's own
+    /// writes, on the topic it reads.
+    Resumed {
+        /// The end offset the run recorded.
+        end: i64,
+        /// The run's id, when it writes to the topic read.
+        run: Option<&'a [u8]>,
+    },
+}
+
+/// A partition read by the reading rule: its counts, its index (settled),
+/// and the offset after the last record that went into the index.
+pub(crate) struct Scanned {
+    /// What was counted.
+    pub(crate) counts: Counts,
+    /// Every key's entry.
+    pub(crate) index: Index,
+    /// Where a second pass over the same records stops.
+    pub(crate) end: i64,
+}
+
+/// A keyed record to the reading rule: its key's hash, what it is, and
+/// the key's group.
+pub(crate) type Classified = ((u64, u32), Seen, Vec<u8>);
+
+/// Reads one record into the counts and returns what it is to the reading
+/// rule (`None` for a record without a key).
+pub(crate) fn classify(
+    s: &Setup,
+    hash: &KeyHash,
+    counts: &mut Counts,
+    r: &Rec<'_>,
+) -> Result<Option<Classified>, Fail> {
+    counts.records += 1;
+    let Some(wire) = r.key else {
+        counts.unkeyed += 1;
+        return Ok(None);
+    };
+    let key = key_of(s, wire);
+    if !key.readable {
+        counts.undecryptable_record_keys += 1;
+    }
+    let (kind, key_id) = match r.value {
+        None => {
+            counts.tombstones += 1;
+            (Kind::Tombstone, None)
         }
-        let (kind, key_id) = match r.value {
-            None => {
-                a.tombstones += 1;
-                (Kind::Tombstone, None)
+        Some(v) => match open_value(s, r, v, bound(s, &key, wire))? {
+            Value::Plain(p, id) => {
+                counts.decrypted += 1;
+                if s.marker.matches(&p) {
+                    counts.marker_values += 1;
+                    (Kind::Broken, Some(id))
+                } else {
+                    (Kind::Live, Some(id))
+                }
             }
-            Some(v) => match open_value(s, r, v, bound(s, &key, wire))? {
-                Value::Plain(p, id) => {
-                    a.decrypted += 1;
-                    if s.marker.matches(&p) {
-                        a.marker_values += 1;
-                        (Kind::Broken, Some(id))
-                    } else {
-                        (Kind::Live, Some(id))
-                    }
-                }
-                Value::Undecryptable(id) => {
-                    a.undecryptable_values += 1;
-                    a.undecryptable_ids.insert(id);
-                    (Kind::Undecryptable, Some(id))
-                }
-                Value::NotCiphertext => {
-                    a.plaintext += 1;
-                    (Kind::Plaintext, None)
-                }
-            },
-        };
-        if let Some(id) = key_id {
-            *a.all_by_key_id.entry(id).or_default() += 1;
+            Value::Undecryptable(id) => {
+                counts.undecryptable_values += 1;
+                counts.undecryptable_ids.insert(id);
+                (Kind::Undecryptable, Some(id))
+            }
+            Value::NotCiphertext => {
+                counts.plaintext += 1;
+                (Kind::Plaintext, None)
+            }
+        },
+    };
+    if let Some(id) = key_id {
+        *counts.all_by_key_id.entry(id).or_default() += 1;
+    }
+    let seen = Seen {
+        offset: r.offset,
+        form: form_of(s, &key, wire),
+        kind,
+        key_id,
+        readable: key.readable,
+        encrypted: key.encrypted,
+    };
+    Ok(Some((hash.of(key.encrypted, &key.group), seen, key.group)))
+}
+
+/// The form of a record key: the position of the key it names in the key
+/// keyset (0 for a key that is not encrypted).
+pub(crate) fn form_of(s: &Setup, key: &crate::record::RecordKey, wire: &[u8]) -> u8 {
+    if !key.encrypted {
+        return 0;
+    }
+    let id = wire
+        .get(1..5)
+        .map_or(0, |b| u32::from_be_bytes([b[0], b[1], b[2], b[3]]));
+    s.form_ids
+        .iter()
+        .position(|&f| f == id)
+        .and_then(|i| u8::try_from(i).ok())
+        .unwrap_or(0)
+}
+
+/// Reads `partition` of `topic` by the reading rule: every record into
+/// the counts and each key's entry, settled. With `list`, each key's group
+/// and state go to the counts too (`--list-keys`).
+pub(crate) fn scan_partition(
+    s: &Setup,
+    topic: &str,
+    partition: i32,
+    upto: Upto<'_>,
+    hash: &KeyHash,
+    list: bool,
+    bar: &ProgressBar,
+) -> Result<Scanned, Fail> {
+    let mut counts = Counts::default();
+    let mut index = Index::new(partition);
+    let mut groups: HashMap<u64, Vec<u8>> = HashMap::new();
+    let (stop, run) = match upto {
+        Upto::End => (None, None),
+        Upto::Resumed { end, run } => (Some(end), run),
+    };
+    let last = read_partition(s, topic, partition, 0, None, bar, |r| {
+        if stop.is_some_and(|e| r.offset >= e) {
+            // What the run wrote before it stopped: its own records only.
+            if run.is_some_and(|run| r.run != Some(run)) {
+                return Err(fail(format!(
+                    "{topic}/{partition} offset {}: a record the interrupted run did not write, after its end ({}): someone wrote to the topic since; stop its producers and start a new run without --resume",
+                    r.offset,
+                    stop.unwrap_or_default()
+                )));
+            }
+            return Ok(());
         }
-        let state = a
-            .keys
-            .entry((r.partition, key.group))
-            .or_insert_with(|| KeyState {
-                encrypted: key.encrypted,
-                forms: BTreeMap::new(),
-                wire: Vec::new(),
-                offset: r.offset,
-                kind,
-                key_id,
-                split: false,
-            });
-        state.forms.insert(
-            wire.to_vec(),
-            Form {
-                offset: r.offset,
-                kind,
-                key_id,
-                readable: key.readable,
-            },
-        );
+        if let Some((h, seen, group)) = classify(s, hash, &mut counts, r)? {
+            index.add(h, &seen)?;
+            if list {
+                groups.entry(h.0).or_insert(group);
+            }
+        }
         Ok(())
     })?;
-    for state in a.keys.values_mut() {
-        state.settle();
+    index.settle();
+    counts.add_keys(&index);
+    if list {
+        for (h, group) in groups {
+            if let Some(e) = index.get_by_hash(h) {
+                counts.listed.push((partition, group, e.state_name()));
+            }
+        }
     }
-    a.partitions = highs.len();
-    a.highs = highs;
-    if a.decrypted == 0 && a.undecryptable_values > 0 {
-        // Not one value decrypts: the wrong keyset (or --aad), not a topic
-        // full of findings.
-        let named: Vec<u32> = a.undecryptable_ids.iter().copied().collect();
-        let have: Vec<u32> = s.keyset.keys().map(|(id, _)| id.0).collect();
-        let keys = if a.undecryptable_record_keys > 0 {
-            format!(
-                " ({} record keys do not decrypt under --key-keyset either)",
-                a.undecryptable_record_keys
-            )
-        } else {
-            String::new()
-        };
-        return Err(fail(format!(
-            "no value of {} decrypts under this keyset: {} ciphertexts name key ids {named:?}, the keyset holds {have:?}{keys}; is it the topic's keyset, with the --aad (and --aad-name, --value-key) it was written with?",
-            s.topic, a.undecryptable_values
-        )));
+    Ok(Scanned {
+        counts,
+        index,
+        end: stop.unwrap_or(last),
+    })
+}
+
+/// Fails when not one value of the topic decrypts and some do not: the
+/// wrong keyset (or `--aad`), not a topic full of findings.
+pub(crate) fn check_keyset(s: &Setup, c: &Counts) -> Result<(), Fail> {
+    if c.decrypted > 0 || c.undecryptable_values == 0 {
+        return Ok(());
     }
-    Ok(a)
+    let named: Vec<u32> = c.undecryptable_ids.iter().copied().collect();
+    let have: Vec<u32> = s.keyset.keys().map(|(id, _)| id.0).collect();
+    let keys = if c.undecryptable_record_keys > 0 {
+        format!(
+            " ({} record keys do not decrypt under --key-keyset either)",
+            c.undecryptable_record_keys
+        )
+    } else {
+        String::new()
+    };
+    Err(fail(format!(
+        "no value of {} decrypts under this keyset: {} ciphertexts name key ids {named:?}, the keyset holds {have:?}{keys}; is it the topic's keyset, with the --aad (and --aad-name, --value-key) it was written with?",
+        s.topic, c.undecryptable_values
+    )))
+}
+
+/// Reads every partition of `s` (or those `--partitions` names), a few
+/// at once, and adds up what they hold.
+pub(crate) fn scan(s: &Setup, quiet: bool, list: bool) -> Result<Audit, Fail> {
+    let (parts, count) = partitions(s)?;
+    let total: u64 = parts
+        .iter()
+        .map(|&(_, low, high)| u64::try_from(high - low).unwrap_or(0))
+        .sum();
+    let bar = progress(total, quiet, "audit");
+    let hash = KeyHash::default();
+    let scanned = for_partitions(s, &parts, &bar, |p| {
+        scan_partition(s, &s.topic, p, Upto::End, &hash, list, &bar).map(|x| x.counts)
+    })?;
+    bar.finish_and_clear();
+    let mut audit = Audit {
+        partitions: count,
+        read: s.only.as_ref().map(|_| parts.iter().map(|p| p.0).collect()),
+        counts: Counts::default(),
+    };
+    for c in scanned {
+        audit.counts.merge(c);
+    }
+    check_keyset(s, &audit.counts)?;
+    Ok(audit)
 }
 
 /// `tombstone-crypt audit`: the report of [`scan`]; findings are exit 1.
 pub(crate) fn audit(args: &AuditArgs, out: &Output) -> Result<Outcome, Fail> {
     let s = setup(&args.topic)?;
-    let a = scan(&s, out.quiet)?;
+    let a = scan(&s, out.quiet, args.list_keys)?;
     let (text, json) = a.report(&s.topic, args.list_keys);
     out.print(&text, &json)?;
     Ok(Outcome::of(a.findings()))

@@ -9,16 +9,21 @@
 //! could reorder a key's records.
 //!
 //! It uses the library through its public API only. Its files, bottom up:
-//! `keysets` (keyset files and the `keyset` commands), `read` (reading a
-//! topic), `record` (what a record's key and value are), `key_state` (the
-//! reading rule), `report` (what an audit found), `audit`, `write`
-//! (producing in order), `plan` (the write rule, key by key), `repair` and
-//! `reencrypt`; this file holds the arguments, `inspect` and the exit codes.
+//! `keysets` (keyset files and the `keyset` commands), `key_state` (the
+//! reading rule, a few bytes per key), `read` (reading a partition),
+//! `record` (what a record's key and value are), `report` (what an audit
+//! found), `run` (partitions in parallel), `audit`, `write` (producing in
+//! order, in journaled chunks), `checkpoint` (resumable writes), `plan`
+//! (the write rule, key by key), `apply` (the passes of `repair` and
+//! `reencrypt` over each partition), `repair` and `reencrypt`; this file
+//! holds the arguments, `inspect` and the exit codes.
 #![forbid(unsafe_code)]
 // The lints live in Cargo.toml's [lints]; this one is allowed in tests.
 #![cfg_attr(not(test), warn(clippy::unwrap_used))]
 
+mod apply;
 mod audit;
+mod checkpoint;
 mod key_state;
 mod keysets;
 mod plan;
@@ -27,8 +32,10 @@ mod record;
 mod reencrypt;
 mod repair;
 mod report;
+mod run;
 mod write;
 
+use std::collections::BTreeSet;
 use std::io::Write as _;
 use std::path::PathBuf;
 use std::process::ExitCode;
@@ -310,6 +317,49 @@ struct TopicArgs {
     /// Give up when no record arrives for this many seconds.
     #[arg(long, default_value_t = 30)]
     timeout: u64,
+    /// How many partitions to read at once, each by its own reader
+    /// (default: the number of cores).
+    #[arg(long, value_name = "N")]
+    parallel: Option<usize>,
+    /// Only these partitions (`0-15,32`): several processes can split one
+    /// topic between them, each with its own checkpoint. The report counts
+    /// these partitions only.
+    #[arg(long, value_name = "LIST", value_parser = read::parse_partitions)]
+    partitions: Option<BTreeSet<i32>>,
+}
+
+/// Where `--apply` records its progress.
+#[derive(Args, Debug)]
+struct ProgressArgs {
+    /// The checkpoint file of a new `--apply` run: per partition, what is
+    /// written and acknowledged (default:
+    /// `tombstone-crypt-COMMAND-TOPIC[-pLIST].checkpoint` in the current
+    /// directory). It is removed when the run completes; a run that stops
+    /// first (killed, a broker down) leaves it, and `--resume FILE` goes on
+    /// from it. It never holds a plaintext the topic does not hold.
+    #[arg(long, value_name = "FILE", conflicts_with = "resume")]
+    checkpoint: Option<PathBuf>,
+    /// Go on from an interrupted `--apply` run's checkpoint: the same
+    /// command, topics and keysets. The topic ends as one uninterrupted
+    /// run would leave it.
+    #[arg(long, value_name = "FILE", requires = "apply")]
+    resume: Option<PathBuf>,
+}
+
+impl ProgressArgs {
+    /// The checkpoint of a new run of `command` on the topic of `s`.
+    fn path(&self, command: &str, s: &read::Setup) -> PathBuf {
+        self.checkpoint.clone().unwrap_or_else(|| {
+            let parts = s.only.as_ref().map_or(String::new(), |o| {
+                let list: Vec<i32> = o.iter().copied().collect();
+                format!("-p{}", report::ranges(&list))
+            });
+            PathBuf::from(format!(
+                "tombstone-crypt-{command}-{}{parts}.checkpoint",
+                s.topic
+            ))
+        })
+    }
 }
 
 /// The arguments of `audit`.
@@ -335,6 +385,9 @@ struct RepairArgs {
     /// Write (without it: print the plan only).
     #[arg(long)]
     apply: bool,
+    /// Where the writes' progress goes.
+    #[command(flatten)]
+    progress: ProgressArgs,
 }
 
 /// What to do with a value that is not a ciphertext.
@@ -363,6 +416,9 @@ struct ReencryptArgs {
     /// Write (without it: print the plan only).
     #[arg(long)]
     apply: bool,
+    /// Where the writes' progress goes.
+    #[command(flatten)]
+    progress: ProgressArgs,
 }
 
 /// A failure that ends the command with exit code 2.

@@ -1,94 +1,90 @@
 //! **The write rule.** Every write, of a tombstone or a value, goes through
 //! [`KeyForms::writes`]: a tombstone for each older enabled form first, then
 //! the record under the primary form, in the key's partition, in that
-//! order (see [`produce`](crate::write::produce)).
+//! order (see [`Sink`](crate::write::Sink)).
 //!
 //! The plan of a command ([`Planner`]): what it writes for each key
-//! ([`Action`]) from the topic it read to the topic it writes, the values
-//! read a second time (as they are, or encrypted again), and the key's
-//! records in the rule's order.
-
-use std::collections::HashMap;
+//! ([`Action`], kept in the key's [`Entry`]) from the topic it read to the
+//! topic it writes, decided from the entry alone, and ([`Planner::writes`])
+//! the key's records in the rule's order, made when the second pass reaches
+//! the key's deciding record: its value read then, as it is or encrypted
+//! again. Nothing of a value is held longer than its chunk.
 
 use tombstone_crypt::record_key::KeyForms;
 use tombstone_crypt::{
-    Bytes, Context, DeterministicSerializer, EncryptingSerializer, Serializer as _,
+    Bytes, Context, DeterministicSerializer, EncryptingSerializer, KeyStatus, Serializer as _,
 };
 use zeroize::Zeroizing;
 
-use crate::key_state::{KeyState, Kind};
-use crate::read::{read_topic, Setup};
-use crate::record::{open_value, value_context, Value};
-use crate::write::Write;
+pub(crate) use crate::key_state::Action;
+use crate::key_state::{Entry, Kind};
+use crate::read::{Rec, Setup};
+use crate::record::Write;
+use crate::record::{key_of, open_value, value_context, Value};
 use crate::{fail, Fail, ValueKey};
 
-/// What a command writes for one key, through the write rule.
-#[derive(Clone, Copy, PartialEq, Eq)]
-pub(crate) enum Action {
-    /// A delete: the rule's tombstones.
-    Delete,
-    /// The value of the key's deciding record: as it is, or re-encrypted
-    /// (under the primary key, bound to the target's name and key).
-    Value {
-        /// Whether to encrypt it again.
-        reencrypt: bool,
-    },
-}
-
-/// One key's write.
-pub(crate) struct Planned<'a> {
-    /// The key's partition (kept in the target).
-    pub(crate) partition: i32,
-    /// The key's state by the reading rule.
-    pub(crate) state: &'a KeyState,
-    /// The key's forms in the target.
-    pub(crate) forms: KeyForms,
-    /// Forms of the key on the topic that the rule does not reach (under
-    /// keys the key keyset no longer enables) and that hold a present
-    /// value: tombstoned first, so that nothing of the key outlives
-    /// compaction.
-    pub(crate) unreached: Vec<Vec<u8>>,
-    /// What is written for the key.
-    pub(crate) action: Action,
-    /// The value to write (from the second read).
-    pub(crate) value: Option<Vec<u8>>,
-}
-
-impl Planned<'_> {
+/// What a command's plan adds up to.
+#[derive(Default, Clone, Copy)]
+pub(crate) struct PlanCounts {
+    /// Keys whose deciding record is a broken delete.
+    pub(crate) broken: u64,
+    /// Split keys.
+    pub(crate) split: u64,
+    /// Split keys `repair` leaves (their newest value does not decrypt).
+    pub(crate) unrepaired: u64,
+    /// Values to write.
+    pub(crate) values: u64,
+    /// Deletes to write.
+    pub(crate) deletes: u64,
     /// Tombstones for forms other than the primary.
-    pub(crate) fn old_forms(&self) -> u64 {
-        (self.unreached.len() + self.forms.write_count() - 1) as u64
+    pub(crate) old_forms: u64,
+    /// Planned keys that are split.
+    pub(crate) planned_split: u64,
+    /// Keys `reencrypt` skips: broken deletes (`repair` first).
+    pub(crate) skipped_broken: u64,
+    /// Keys `reencrypt` skips: their value does not decrypt.
+    pub(crate) skipped_undecryptable: u64,
+    /// Keys `reencrypt` skips: plaintext values, without
+    /// `--unencrypted pass-through`.
+    pub(crate) skipped_plaintext: u64,
+}
+
+impl PlanCounts {
+    /// Adds `o` to these.
+    pub(crate) fn merge(&mut self, o: &PlanCounts) {
+        self.broken += o.broken;
+        self.split += o.split;
+        self.unrepaired += o.unrepaired;
+        self.values += o.values;
+        self.deletes += o.deletes;
+        self.old_forms += o.old_forms;
+        self.planned_split += o.planned_split;
+        self.skipped_broken += o.skipped_broken;
+        self.skipped_undecryptable += o.skipped_undecryptable;
+        self.skipped_plaintext += o.skipped_plaintext;
     }
 
-    /// Every tombstone of this write (the older forms', and the delete's).
+    /// Every tombstone planned (the older forms', and the deletes').
     pub(crate) fn tombstones(&self) -> u64 {
-        self.old_forms() + u64::from(self.action == Action::Delete)
+        self.old_forms + self.deletes
     }
 
-    /// The records of this write, in order.
-    fn writes(&self, out: &mut Vec<Write>) -> Result<(), Fail> {
-        let value = match self.action {
-            Action::Delete => None,
-            Action::Value { .. } => Some(self.value.as_deref().ok_or_else(|| {
-                fail("a value to write was not found on the second read (the topic changed?): run again")
-            })?),
-        };
-        for form in &self.unreached {
-            out.push(Write {
-                partition: self.partition,
-                key: form.clone(),
-                value: None,
-            });
-        }
-        for (key, value) in self.forms.writes(value) {
-            out.push(Write {
-                partition: self.partition,
-                key: key.to_vec(),
-                value: value.map(<[u8]>::to_vec),
-            });
-        }
-        Ok(())
+    /// Keys planned.
+    pub(crate) fn keys(&self) -> u64 {
+        self.values + self.deletes
     }
+}
+
+/// Which command plans.
+#[derive(Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Command {
+    /// `repair`: broken deletes and split keys.
+    Repair,
+    /// `reencrypt`, with `--unencrypted pass-through` or not.
+    Reencrypt {
+        /// Encrypt plaintext values.
+        pass_through: bool,
+    },
 }
 
 /// Plans the writes of a command from the topic it read (`from`) to the
@@ -99,142 +95,277 @@ pub(crate) struct Planner<'a> {
     /// The topic written (maybe the same).
     to: &'a Setup,
     /// Whether they are the same topic.
-    same: bool,
+    pub(crate) same: bool,
+    /// The command.
+    command: Command,
     /// The target's key encryption (with `--key-keyset`).
     key_ser: Option<DeterministicSerializer<Bytes>>,
+    /// Every form of a key, disabled keys' too (to tombstone those).
+    all_forms: Option<DeterministicSerializer<Bytes>>,
+    /// The values' encryption in the target.
+    value_ser: EncryptingSerializer<Bytes>,
+    /// The form of the key keyset's primary key.
+    primary_form: u8,
+    /// The forms under disabled keys, a bit each.
+    disabled: u32,
+    /// Forms a write of an encrypted key makes (the enabled keys').
+    enabled_forms: u64,
+    /// The values keyset's primary key id.
+    primary: u32,
 }
 
 impl<'a> Planner<'a> {
-    /// A planner from `from` to `to`.
-    pub(crate) fn new(from: &'a Setup, to: &'a Setup) -> Self {
+    /// A planner for `command` from `from` to `to`.
+    pub(crate) fn new(from: &'a Setup, to: &'a Setup, command: Command) -> Self {
+        let (mut primary_form, mut disabled, mut enabled_forms) = (0u8, 0u32, 0u64);
+        if let Some(k) = &to.key_keyset {
+            let primary = k.primary().0;
+            for (i, (id, status)) in k.keys().enumerate() {
+                if id.0 == primary {
+                    primary_form = u8::try_from(i).unwrap_or(0);
+                }
+                if status == KeyStatus::Disabled {
+                    disabled |= 1 << i;
+                } else {
+                    enabled_forms += 1;
+                }
+            }
+        }
         Planner {
             from,
             to,
             same: from.topic == to.topic,
+            command,
             key_ser: to
                 .key_keyset
                 .as_ref()
                 .map(|k| DeterministicSerializer::new(Bytes, k.clone())),
+            all_forms: to
+                .widened_keys
+                .as_ref()
+                .map(|k| DeterministicSerializer::new(Bytes, k.clone())),
+            value_ser: EncryptingSerializer::new(Bytes, to.keyset.clone()).with_aad(to.aad),
+            primary_form,
+            disabled,
+            enabled_forms: enabled_forms.max(1),
+            primary: to.keyset.primary().0,
+        }
+    }
+
+    /// Whether the key's deciding record is not under the target's primary
+    /// form: another key of the key keyset, or another topic's name.
+    fn moved(&self, e: &Entry) -> bool {
+        e.encrypted() && (e.form() != self.primary_form || self.to.name != self.from.name)
+    }
+
+    /// Whether the deciding value must be encrypted again to read in the
+    /// target: bound to another name, or to the key's bytes on the wire,
+    /// which change.
+    fn rebinds(&self, e: &Entry) -> bool {
+        self.to.name != self.from.name || (self.from.value_key == ValueKey::Wire && self.moved(e))
+    }
+
+    /// Forms of the key on the topic that the rule does not reach (under
+    /// keys the key keyset no longer enables) and that hold a present
+    /// value: tombstoned first (on the topic itself), so that nothing of
+    /// the key outlives compaction.
+    fn unreached(&self, e: &Entry) -> u32 {
+        if self.same && e.encrypted() {
+            e.present() & self.disabled
+        } else {
+            0
+        }
+    }
+
+    /// Decides what the command writes for a settled key, sets it in the
+    /// entry and counts it.
+    pub(crate) fn decide(&self, e: &mut Entry, c: &mut PlanCounts) {
+        let kind = e.kind();
+        let action = match self.command {
+            Command::Repair => {
+                c.broken += u64::from(kind == Kind::Broken);
+                c.split += u64::from(e.split());
+                if kind != Kind::Broken && !e.split() {
+                    None
+                } else {
+                    // The key's state by the reading rule, written again
+                    // through the write rule.
+                    match kind {
+                        Kind::Tombstone | Kind::Broken => Some(Action::Delete),
+                        Kind::Plaintext => Some(Action::Value { reencrypt: false }),
+                        Kind::Live => Some(Action::Value {
+                            reencrypt: self.rebinds(e),
+                        }),
+                        Kind::Undecryptable if !self.rebinds(e) => {
+                            Some(Action::Value { reencrypt: false })
+                        }
+                        Kind::Undecryptable => {
+                            c.unrepaired += 1;
+                            None
+                        }
+                    }
+                }
+            }
+            Command::Reencrypt { pass_through } => match kind {
+                // A deleted key is never published again: its tombstones
+                // are copied to another topic, and written again here only
+                // when another form still holds a value.
+                Kind::Tombstone if !self.same || e.split() => Some(Action::Delete),
+                Kind::Tombstone => None,
+                Kind::Broken => {
+                    c.skipped_broken += 1;
+                    None
+                }
+                Kind::Undecryptable => {
+                    c.skipped_undecryptable += 1;
+                    None
+                }
+                Kind::Plaintext if pass_through => Some(Action::Value { reencrypt: true }),
+                Kind::Plaintext => {
+                    c.skipped_plaintext += 1;
+                    None
+                }
+                Kind::Live => {
+                    let rekey = e.key_id() != Some(self.primary);
+                    let rebind = self.rebinds(e);
+                    if self.same && !(rekey || rebind || self.moved(e) || e.split()) {
+                        None
+                    } else {
+                        Some(Action::Value {
+                            reencrypt: rekey || rebind,
+                        })
+                    }
+                }
+            },
+        };
+        e.set_action(action);
+        let Some(action) = action else { return };
+        let forms = if e.encrypted() { self.enabled_forms } else { 1 };
+        c.old_forms += u64::from(self.unreached(e).count_ones()) + forms - 1;
+        c.planned_split += u64::from(e.split());
+        match action {
+            Action::Delete => c.deletes += 1,
+            Action::Value { .. } => c.values += 1,
         }
     }
 
     /// The forms of a key in the target: under every enabled key of the
     /// key keyset, or (keys that are not encrypted, or do not decrypt) its
     /// one form.
-    pub(crate) fn forms(&self, group: &[u8], state: &KeyState) -> Result<KeyForms, Fail> {
-        match (&self.key_ser, state.encrypted) {
+    fn forms(&self, group: &[u8], encrypted: bool) -> Result<KeyForms, Fail> {
+        match (&self.key_ser, encrypted) {
             (Some(ks), true) => Ok(ks.key_forms(&Context::new(&self.to.name), group)?),
             _ => Ok(KeyForms::plain(group.to_vec())),
         }
     }
 
-    /// Whether the deciding value must be encrypted again to read in the
-    /// target: bound to another name, or to the key's bytes on the wire,
-    /// which change.
-    pub(crate) fn rebinds(&self, state: &KeyState, forms: &KeyForms) -> bool {
-        self.to.name != self.from.name
-            || (self.from.value_key == ValueKey::Wire && state.wire != forms.primary())
-    }
-
-    /// The write of one key: `action` through its forms, after tombstones
-    /// for its unreached forms (on the topic itself only).
-    pub(crate) fn plan(
-        &self,
-        partition: i32,
-        state: &'a KeyState,
-        forms: KeyForms,
-        action: Action,
-    ) -> Planned<'a> {
-        let unreached = if self.same {
-            state.unreached(&forms).map(<[u8]>::to_vec).collect()
-        } else {
-            Vec::new()
+    /// The records of one planned key, in the rule's order, made at its
+    /// deciding record `r` (read again): the tombstones of its unreached
+    /// forms, then the rule's records for its action.
+    pub(crate) fn writes(&self, e: &Entry, r: &Rec<'_>) -> Result<Vec<Write>, Fail> {
+        let from = self.from;
+        let Some(action) = e.action() else {
+            return Ok(Vec::new());
         };
-        Planned {
-            partition,
-            state,
-            forms,
-            unreached,
-            action,
-            value: None,
+        let changed = || {
+            fail(format!(
+                "{}/{} offset {} is no longer the record it was: run again",
+                from.topic, r.partition, r.offset
+            ))
+        };
+        let wire = r.key.ok_or_else(changed)?;
+        let key = key_of(from, wire);
+        if key.encrypted != e.encrypted() {
+            return Err(changed());
         }
-    }
-
-    /// Reads the topic again for the values of the planned keys' deciding
-    /// records: as they are, or encrypted again (under the primary key,
-    /// bound to the target's name and to the key's bytes that
-    /// `--value-key` names).
-    pub(crate) fn read_values(&self, plan: &mut [Planned<'_>], quiet: bool) -> Result<(), Fail> {
-        let mut wanted: HashMap<(i32, i64), usize> = plan
-            .iter()
-            .enumerate()
-            .filter(|(_, p)| p.action != Action::Delete)
-            .map(|(i, p)| ((p.partition, p.state.offset), i))
-            .collect();
-        if wanted.is_empty() {
-            return Ok(());
-        }
-        let ser = EncryptingSerializer::new(Bytes, self.to.keyset.clone()).with_aad(self.to.aad);
-        let (from, to) = (self.from, self.to);
-        read_topic(from, quiet, "read values", |r| {
-            let Some(i) = wanted.remove(&(r.partition, r.offset)) else {
-                return Ok(());
-            };
-            let p = &mut plan[i];
-            let (Some(v), Some(wire)) = (r.value, r.key) else {
+        let forms = self.forms(&key.group, key.encrypted)?;
+        let mut out = Vec::with_capacity(forms.write_count() + 1);
+        let unreached = self.unreached(e);
+        if unreached != 0 {
+            let all = self
+                .all_forms
+                .as_ref()
+                .ok_or_else(|| fail("a form under a disabled key, and no disabled key"))?
+                .key_forms(&Context::new(&from.name), &key.group)?;
+            let mut found = 0;
+            for form in all.all() {
+                let id = form
+                    .get(1..5)
+                    .map(|b| u32::from_be_bytes([b[0], b[1], b[2], b[3]]));
+                let i = from.form_ids.iter().position(|&f| Some(f) == id);
+                if i.is_some_and(|i| unreached & (1 << i) != 0) {
+                    found += 1;
+                    out.push(Write {
+                        partition: r.partition,
+                        key: form.to_vec(),
+                        value: None,
+                    });
+                }
+            }
+            if found != unreached.count_ones() {
                 return Err(fail(format!(
-                    "{}/{} offset {} is no longer the value it was: run again",
+                    "the key at {}/{} offset {}: its forms under disabled keys could not be made again",
                     from.topic, r.partition, r.offset
                 )));
-            };
-            if p.action == (Action::Value { reencrypt: false }) {
-                p.value = Some(v.to_vec());
-                return Ok(());
             }
-            let plaintext = match p.state.kind {
-                Kind::Plaintext => Zeroizing::new(v.to_vec()),
-                _ => {
-                    let bound = match from.value_key {
-                        ValueKey::Wire => wire,
-                        ValueKey::Plaintext => p.forms.plaintext(),
-                    };
-                    match open_value(from, r, v, Some(bound))? {
-                        Value::Plain(plaintext, _) => plaintext,
-                        _ => {
-                            return Err(fail(format!(
-                                "the value at {}/{} offset {} no longer decrypts: run again",
-                                from.topic, r.partition, r.offset
-                            )))
-                        }
-                    }
-                }
-            };
-            let bound = match to.value_key {
-                ValueKey::Wire => p.forms.primary(),
-                ValueKey::Plaintext => p.forms.plaintext(),
-            };
-            let ct = ser
-                .serialize(&value_context(&to.name, Some(bound)), Some(&plaintext[..]))?
-                .ok_or_else(|| fail("a present value encrypted to nothing"))?;
-            p.value = Some(ct);
-            Ok(())
-        })?;
-        if !wanted.is_empty() {
-            return Err(fail(format!(
-                "{} values to write were not found on the second read of {} (compacted meanwhile?): run again",
-                wanted.len(),
-                from.topic
-            )));
         }
-        Ok(())
+        let value = match action {
+            Action::Delete => None,
+            Action::Value { reencrypt } => {
+                let v = r.value.ok_or_else(changed)?;
+                if reencrypt {
+                    Some(self.encrypt_again(e, r, v, wire, &forms)?)
+                } else {
+                    Some(v.to_vec())
+                }
+            }
+        };
+        for (k, v) in forms.writes(value.as_deref()) {
+            out.push(Write {
+                partition: r.partition,
+                key: k.to_vec(),
+                value: v.map(<[u8]>::to_vec),
+            });
+        }
+        Ok(out)
     }
 
-    /// The records of `plan`, key by key, each key's in the rule's order.
-    pub(crate) fn writes(&self, plan: &[Planned<'_>]) -> Result<Vec<Write>, Fail> {
-        let mut writes = Vec::new();
-        for p in plan {
-            p.writes(&mut writes)?;
-        }
-        Ok(writes)
+    /// The value `v` of `r` encrypted again: under the primary key, bound
+    /// to the target's name and to the key's bytes that `--value-key`
+    /// names.
+    fn encrypt_again(
+        &self,
+        e: &Entry,
+        r: &Rec<'_>,
+        v: &[u8],
+        wire: &[u8],
+        forms: &KeyForms,
+    ) -> Result<Vec<u8>, Fail> {
+        let (from, to) = (self.from, self.to);
+        let plaintext = match e.kind() {
+            Kind::Plaintext => Zeroizing::new(v.to_vec()),
+            _ => {
+                let bound = match from.value_key {
+                    ValueKey::Wire => wire,
+                    ValueKey::Plaintext => forms.plaintext(),
+                };
+                match open_value(from, r, v, Some(bound))? {
+                    Value::Plain(plaintext, _) => plaintext,
+                    _ => {
+                        return Err(fail(format!(
+                            "the value at {}/{} offset {} no longer decrypts: run again",
+                            from.topic, r.partition, r.offset
+                        )))
+                    }
+                }
+            }
+        };
+        let bound = match to.value_key {
+            ValueKey::Wire => forms.primary(),
+            ValueKey::Plaintext => forms.plaintext(),
+        };
+        self.value_ser
+            .serialize(&value_context(&to.name, Some(bound)), Some(&plaintext[..]))?
+            .ok_or_else(|| fail("a present value encrypted to nothing"))
     }
 }

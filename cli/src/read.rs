@@ -1,9 +1,10 @@
 //! Reading a topic: what a command reads it with ([`Setup`], from the
-//! topic arguments), and every partition from its first offset to its end
-//! (where librdkafka reports it), in offset order, record by record
-//! ([`read_topic`]), behind a progress bar on stderr.
+//! topic arguments), its partitions and their end offsets
+//! ([`partitions`]), and one partition at a time from an offset to its end
+//! or to an offset given ([`read_partition`]), in offset order, record by
+//! record, behind the command's one progress bar on stderr.
 
-use std::collections::HashSet;
+use std::collections::BTreeSet;
 use std::io::IsTerminal as _;
 use std::time::{Duration, Instant};
 
@@ -11,11 +12,16 @@ use indicatif::{ProgressBar, ProgressDrawTarget, ProgressStyle};
 use tombstone_crypt::kafka::rdkafka::config::ClientConfig;
 use tombstone_crypt::kafka::rdkafka::consumer::{BaseConsumer, Consumer as _};
 use tombstone_crypt::kafka::rdkafka::error::KafkaError;
-use tombstone_crypt::kafka::rdkafka::message::Message as _;
+use tombstone_crypt::kafka::rdkafka::message::{Headers as _, Message as _};
 use tombstone_crypt::kafka::rdkafka::{Offset, TopicPartitionList};
 use tombstone_crypt::{AadPolicy, KeyStatus, Keyset};
 
+use crate::key_state::MAX_FORMS;
 use crate::{fail, keysets, Fail, NullMarker, TopicArgs, ValueKey};
+
+/// The header every record the commands write carries: the run's id, so
+/// that a resumed run tells its own records from anyone else's.
+pub(crate) const RUN_HEADER: &str = "tombstone-crypt-run";
 
 /// What a command reads a topic with.
 #[derive(Clone)]
@@ -42,6 +48,13 @@ pub(crate) struct Setup {
     pub(crate) config: ClientConfig,
     /// How long a read may go without a record (`--timeout`).
     pub(crate) timeout: Duration,
+    /// The key ids of the key keyset, enabled or not, in its order: a
+    /// form of a key is the position of its key here.
+    pub(crate) form_ids: Vec<u32>,
+    /// The partitions to read (`--partitions`; all when `None`).
+    pub(crate) only: Option<BTreeSet<i32>>,
+    /// How many partitions are read at once (`--parallel`).
+    pub(crate) parallel: usize,
 }
 
 /// Loads the keysets and builds the client configuration of a topic
@@ -70,6 +83,21 @@ pub(crate) fn setup(a: &TopicArgs) -> Result<Setup, Fail> {
         None => None,
     };
     let widened_keys = key_keyset.as_ref().and_then(widened);
+    let form_ids: Vec<u32> = key_keyset
+        .iter()
+        .flat_map(|k| k.keys().map(|(id, _)| id.0))
+        .collect();
+    if form_ids.len() > MAX_FORMS {
+        return Err(fail(format!(
+            "--key-keyset holds {} keys: the topic commands read at most {MAX_FORMS} (enabled and disabled); destroy the keys no record key is under any more",
+            form_ids.len()
+        )));
+    }
+    let parallel = match a.parallel {
+        Some(0) => return Err(fail("--parallel 0: at least one reader")),
+        Some(n) => n,
+        None => std::thread::available_parallelism().map_or(1, usize::from),
+    };
     let mut config = ClientConfig::new();
     config.set("bootstrap.servers", &a.bootstrap);
     for kv in &a.config {
@@ -89,6 +117,9 @@ pub(crate) fn setup(a: &TopicArgs) -> Result<Setup, Fail> {
         aad: a.aad.into(),
         config,
         timeout: Duration::from_secs(a.timeout.max(1)),
+        form_ids,
+        only: a.partitions.clone(),
+        parallel,
     })
 }
 
@@ -109,19 +140,8 @@ fn widened(keys: &Keyset) -> Option<Keyset> {
     Some(all)
 }
 
-/// A record as read.
-pub(crate) struct Rec<'a> {
-    /// Its partition.
-    pub(crate) partition: i32,
-    /// Its offset.
-    pub(crate) offset: i64,
-    /// Its key, if it has one.
-    pub(crate) key: Option<&'a [u8]>,
-    /// Its value; `None` for a tombstone.
-    pub(crate) value: Option<&'a [u8]>,
-}
-
-/// The partitions of `topic` and their end offsets now.
+/// The partitions of `topic` and their first and end offsets now (the end
+/// as the broker reports it: a change detector, not where a read stops).
 pub(crate) fn end_offsets(
     consumer: &BaseConsumer,
     s: &Setup,
@@ -163,6 +183,11 @@ pub(crate) fn end_offsets(
 
 /// A consumer of its own group that reads from the first offset and
 /// reports each partition's end.
+///
+/// librdkafka prefetches up to `queued.max.messages.kbytes` per partition
+/// (64 MiB by default); the commands read one partition per consumer, so
+/// they cap it at 8 MiB unless `-X` says otherwise: memory stays bounded
+/// by the keys, not by what the broker can send ahead.
 pub(crate) fn consumer(s: &Setup) -> Result<BaseConsumer, Fail> {
     let mut config = s.config.clone();
     config
@@ -179,13 +204,16 @@ pub(crate) fn consumer(s: &Setup) -> Result<BaseConsumer, Fail> {
     if s.config.get("fetch.wait.max.ms").is_none() {
         config.set("fetch.wait.max.ms", "50");
     }
+    if s.config.get("queued.max.messages.kbytes").is_none() {
+        config.set("queued.max.messages.kbytes", "8192");
+    }
     config
         .create()
         .map_err(|e| fail(format!("creating a consumer: {e}")))
 }
 
-/// A progress bar of `total` records on stderr, hidden with `--quiet` or
-/// when stderr is not a terminal.
+/// The command's one progress bar: `total` records on stderr, hidden with
+/// `--quiet` or when stderr is not a terminal.
 pub(crate) fn progress(total: u64, quiet: bool, what: &str) -> ProgressBar {
     let bar = ProgressBar::with_draw_target(Some(total), ProgressDrawTarget::stderr());
     if quiet || !std::io::stderr().is_terminal() {
@@ -200,88 +228,162 @@ pub(crate) fn progress(total: u64, quiet: bool, what: &str) -> ProgressBar {
     bar
 }
 
-/// Reads every partition from its first offset to its end, in offset
-/// order per partition; `f` sees each record. Returns the partitions with
-/// the end offsets the broker reported before the read.
+/// Partitions, each with its first and end offsets.
+pub(crate) type Partitions = Vec<(i32, i64, i64)>;
+
+/// The partitions a command reads (`--partitions`, else all), each with
+/// its first and end offsets as the broker reports them; and the topic's
+/// partition count.
 ///
-/// The end of a partition is where librdkafka reports it (the high
-/// watermark it learned while fetching), not a separately fetched
-/// watermark: some Kafka-compatible brokers report that per batch.
-pub(crate) fn read_topic(
-    s: &Setup,
-    quiet: bool,
-    what: &str,
-    mut f: impl FnMut(&Rec<'_>) -> Result<(), Fail>,
-) -> Result<Vec<(i32, i64)>, Fail> {
-    let consumer = consumer(s)?;
-    let ends = end_offsets(&consumer, s)?;
-    let mut tpl = TopicPartitionList::new();
-    let mut remaining: HashSet<i32> = HashSet::new();
-    let mut total = 0u64;
-    for &(p, low, high) in &ends {
-        // Offset 0, which resets to the earliest offset when compaction
-        // has moved the log start: `Beginning` is looked up with a request
-        // that librdkafka schedules about 0.5 s after the assignment.
-        tpl.add_partition_offset(&s.topic, p, Offset::Offset(0))
-            .map_err(|e| fail(format!("assigning {}/{p}: {e}", s.topic)))?;
-        remaining.insert(p);
-        total += u64::try_from(high - low).unwrap_or(0);
+/// # Errors
+/// A partition asked for that the topic lacks; the metadata unread.
+pub(crate) fn partitions(s: &Setup) -> Result<(Partitions, usize), Fail> {
+    let all = end_offsets(&consumer(s)?, s)?;
+    let count = all.len();
+    let Some(only) = &s.only else {
+        return Ok((all, count));
+    };
+    let missing: Vec<i32> = only
+        .iter()
+        .copied()
+        .filter(|p| !all.iter().any(|(q, _, _)| q == p))
+        .collect();
+    if !missing.is_empty() {
+        return Err(fail(format!(
+            "--partitions names {missing:?}, which {} does not have (it has 0 to {})",
+            s.topic,
+            count - 1
+        )));
     }
-    let bar = progress(total, quiet, what);
+    Ok((
+        all.into_iter()
+            .filter(|(p, _, _)| only.contains(p))
+            .collect(),
+        count,
+    ))
+}
+
+/// Parses `--partitions`: numbers and ranges, `0-15,32`.
+pub(crate) fn parse_partitions(text: &str) -> Result<BTreeSet<i32>, String> {
+    let mut set = BTreeSet::new();
+    for part in text.split(',').map(str::trim) {
+        let num = |t: &str| {
+            t.trim()
+                .parse::<i32>()
+                .ok()
+                .filter(|n| *n >= 0)
+                .ok_or_else(|| format!("{t:?} is not a partition number"))
+        };
+        let (a, b) = match part.split_once('-') {
+            Some((a, b)) => (num(a)?, num(b)?),
+            None => (num(part)?, num(part)?),
+        };
+        if a > b {
+            return Err(format!("{part}: the range runs backwards"));
+        }
+        if b - a >= 1 << 20 {
+            return Err(format!("{part}: more than 2^20 partitions"));
+        }
+        set.extend(a..=b);
+    }
+    Ok(set)
+}
+
+/// A record as read.
+pub(crate) struct Rec<'a> {
+    /// Its partition.
+    pub(crate) partition: i32,
+    /// Its offset.
+    pub(crate) offset: i64,
+    /// Its key, if it has one.
+    pub(crate) key: Option<&'a [u8]>,
+    /// Its value; `None` for a tombstone.
+    pub(crate) value: Option<&'a [u8]>,
+    /// The run id it was written by ([`RUN_HEADER`]), if a command wrote
+    /// it.
+    pub(crate) run: Option<&'a [u8]>,
+}
+
+/// Reads `partition` from offset `start` in offset order until its end
+/// (where librdkafka reports it: the fetch's high watermark, right on
+/// every broker tried), or until the first record at or after `stop`;
+/// `f` sees each record. Returns the offset after the last record read
+/// (`start` when none was).
+///
+/// A record at or below an offset already read is skipped: one broker
+/// (tansu 0.6.0 on SQLite) answered a fetch after compacting with the kept
+/// records several times over. A transient error (a connection down for a
+/// moment) is waited out; no record for `--timeout` fails the read.
+pub(crate) fn read_partition(
+    s: &Setup,
+    topic: &str,
+    partition: i32,
+    start: i64,
+    stop: Option<i64>,
+    bar: &ProgressBar,
+    mut f: impl FnMut(&Rec<'_>) -> Result<(), Fail>,
+) -> Result<i64, Fail> {
+    if stop.is_some_and(|e| start >= e) {
+        return Ok(start);
+    }
+    let consumer = consumer(s)?;
+    let mut tpl = TopicPartitionList::new();
+    // Offset 0 (or where a resumed pass goes on), which resets to the
+    // earliest offset when compaction has moved the log start: `Beginning`
+    // is looked up with a request that librdkafka schedules about 0.5 s
+    // after the assignment.
+    tpl.add_partition_offset(topic, partition, Offset::Offset(start.max(0)))
+        .map_err(|e| fail(format!("assigning {topic}/{partition}: {e}")))?;
     consumer
         .assign(&tpl)
-        .map_err(|e| fail(format!("assigning the partitions of {}: {e}", s.topic)))?;
+        .map_err(|e| fail(format!("assigning {topic}/{partition}: {e}")))?;
     let mut last_progress = Instant::now();
+    let mut next = start;
     let mut read = 0u64;
-    while !remaining.is_empty() {
+    loop {
         match consumer.poll(Duration::from_millis(200)) {
             None => {
                 if last_progress.elapsed() > s.timeout {
-                    bar.abandon();
                     return Err(fail(format!(
-                        "no record from {} for {} s ({read} read, {} partitions not read to the end); is the broker up?",
-                        s.topic,
+                        "no record from {topic}/{partition} for {} s ({read} read, not at its end); is the broker up?",
                         s.timeout.as_secs(),
-                        remaining.len()
                     )));
                 }
             }
-            Some(Err(KafkaError::PartitionEOF(p))) => {
-                last_progress = Instant::now();
-                remaining.remove(&p);
-            }
+            Some(Err(KafkaError::PartitionEOF(_))) => return Ok(next),
             // librdkafka reconnects by itself (a broker connection down
             // for a moment); give up only when that outlasts the timeout.
             Some(Err(e)) if tombstone_crypt::kafka::is_transient_kafka_error(&e) => {
                 if last_progress.elapsed() > s.timeout {
-                    bar.abandon();
                     return Err(fail(format!(
-                        "reading {}: {e}, and no record for {} s",
-                        s.topic,
+                        "reading {topic}/{partition}: {e}, and no record for {} s",
                         s.timeout.as_secs()
                     )));
                 }
             }
-            Some(Err(e)) => {
-                bar.abandon();
-                return Err(fail(format!("reading {}: {e}", s.topic)));
-            }
+            Some(Err(e)) => return Err(fail(format!("reading {topic}/{partition}: {e}"))),
             Some(Ok(m)) => {
                 last_progress = Instant::now();
+                if m.offset() < next {
+                    continue;
+                }
+                if stop.is_some_and(|e| m.offset() >= e) {
+                    return Ok(next);
+                }
+                next = m.offset() + 1;
+                let run = m
+                    .headers()
+                    .and_then(|h| h.iter().find(|h| h.key == RUN_HEADER).and_then(|h| h.value));
                 f(&Rec {
-                    partition: m.partition(),
+                    partition,
                     offset: m.offset(),
                     key: m.key(),
                     value: m.payload(),
+                    run,
                 })?;
                 read += 1;
-                if read > total {
-                    bar.set_length(read);
-                }
                 bar.inc(1);
             }
         }
     }
-    bar.finish_and_clear();
-    Ok(ends.iter().map(|&(p, _, h)| (p, h)).collect())
 }

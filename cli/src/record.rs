@@ -2,7 +2,8 @@
 //! plaintext it decrypts to under the key keyset, its disabled keys
 //! included, or its bytes on the wire) and its value ([`Value`]: a
 //! plaintext, a ciphertext that does not decrypt, or not a ciphertext),
-//! with the associated data `--value-key` binds it to.
+//! with the associated data `--value-key` binds it to; and a record to
+//! write ([`Write`]).
 
 use tombstone_crypt::{
     Bytes, Context, DecryptingDeserializer, Deserializer as _, DeterministicDeserializer, Keyset,
@@ -138,5 +139,23 @@ pub(crate) fn bound<'a>(s: &Setup, key: &'a RecordKey, wire: &'a [u8]) -> Option
         ValueKey::Wire => Some(wire),
         ValueKey::Plaintext if key.encrypted || s.key_keyset.is_none() => Some(&key.group),
         ValueKey::Plaintext => None,
+    }
+}
+
+/// A record to write.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub(crate) struct Write {
+    /// The key's partition.
+    pub(crate) partition: i32,
+    /// The record key, as on the wire.
+    pub(crate) key: Vec<u8>,
+    /// The value; `None` for a tombstone.
+    pub(crate) value: Option<Vec<u8>>,
+}
+
+impl Write {
+    /// Its key's and value's bytes.
+    pub(crate) fn len(&self) -> usize {
+        self.key.len() + self.value.as_ref().map_or(0, Vec::len)
     }
 }

@@ -1,21 +1,18 @@
-//! What an audit found ([`Audit`]): the counts of a topic, one small state
-//! per key (never the values), the findings (broken tombstones, split
-//! keys, undecryptable deciding values), and their report in text and
-//! JSON.
+//! What an audit found ([`Audit`]): the counts of the partitions read,
+//! each key's state counted as its partition is settled (never a value,
+//! and a key's bytes only for `--list-keys`), the findings (broken
+//! tombstones, split keys, undecryptable deciding values), and their
+//! report in text and JSON.
 
-use std::collections::{BTreeMap, BTreeSet, HashMap};
+use std::collections::{BTreeMap, BTreeSet};
 
 use serde_json::json;
 
-use crate::key_state::{GroupKey, KeyState, Kind};
+use crate::key_state::{Entry, Index, Kind};
 
-/// The audit of a topic.
+/// What was counted in one partition or more; partitions add up.
 #[derive(Default)]
-pub(crate) struct Audit {
-    /// The topic's partition count.
-    pub(crate) partitions: usize,
-    /// Each partition's end offset before the read.
-    pub(crate) highs: Vec<(i32, i64)>,
+pub(crate) struct Counts {
     /// Records read.
     pub(crate) records: u64,
     /// Records without a key: compaction never touches them, so the
@@ -38,42 +35,104 @@ pub(crate) struct Audit {
     /// Every present value (not only each key's newest) by the key id it
     /// names: what a consumer replaying the whole topic needs.
     pub(crate) all_by_key_id: BTreeMap<u32, u64>,
-    /// Each key's state.
-    pub(crate) keys: HashMap<GroupKey, KeyState>,
+    /// Keys.
+    keys: u64,
+    /// Keys by the kind of their deciding record.
+    kinds: BTreeMap<&'static str, u64>,
+    /// Split keys.
+    split: u64,
+    /// Keys by the key id their deciding value names.
+    newest_by_key_id: BTreeMap<u32, u64>,
+    /// Keys whose deciding value does not decrypt, by the key id it names.
+    undecryptable_by_key_id: BTreeMap<u32, u64>,
+    /// With `--list-keys`: each key's partition, group and state.
+    pub(crate) listed: Vec<(i32, Vec<u8>, &'static str)>,
+}
+
+/// A name for each kind, to count by.
+fn kind_name(k: Kind) -> &'static str {
+    match k {
+        Kind::Tombstone => "tombstone",
+        Kind::Live => "live",
+        Kind::Broken => "broken",
+        Kind::Undecryptable => "undecryptable",
+        Kind::Plaintext => "plaintext",
+    }
+}
+
+impl Counts {
+    /// Counts every key of a settled partition index.
+    pub(crate) fn add_keys(&mut self, index: &Index) {
+        for e in index.entries() {
+            self.add_key(e);
+        }
+    }
+
+    /// Counts one settled key.
+    fn add_key(&mut self, e: &Entry) {
+        self.keys += 1;
+        *self.kinds.entry(kind_name(e.kind())).or_default() += 1;
+        self.split += u64::from(e.split());
+        if let Some(id) = e.key_id() {
+            *self.newest_by_key_id.entry(id).or_default() += 1;
+            if e.kind() == Kind::Undecryptable {
+                *self.undecryptable_by_key_id.entry(id).or_default() += 1;
+            }
+        }
+    }
+
+    /// Adds `o`'s counts to these.
+    pub(crate) fn merge(&mut self, o: Counts) {
+        fn add<K: Ord>(a: &mut BTreeMap<K, u64>, b: BTreeMap<K, u64>) {
+            for (k, v) in b {
+                *a.entry(k).or_default() += v;
+            }
+        }
+        self.records += o.records;
+        self.unkeyed += o.unkeyed;
+        self.tombstones += o.tombstones;
+        self.plaintext += o.plaintext;
+        self.marker_values += o.marker_values;
+        self.undecryptable_record_keys += o.undecryptable_record_keys;
+        self.decrypted += o.decrypted;
+        self.undecryptable_values += o.undecryptable_values;
+        self.undecryptable_ids.extend(o.undecryptable_ids);
+        add(&mut self.all_by_key_id, o.all_by_key_id);
+        self.keys += o.keys;
+        add(&mut self.kinds, o.kinds);
+        self.split += o.split;
+        add(&mut self.newest_by_key_id, o.newest_by_key_id);
+        add(&mut self.undecryptable_by_key_id, o.undecryptable_by_key_id);
+        self.listed.extend(o.listed);
+    }
+}
+
+/// The audit of a topic (of the partitions read).
+#[derive(Default)]
+pub(crate) struct Audit {
+    /// The topic's partition count.
+    pub(crate) partitions: usize,
+    /// The partitions read, when not all (`--partitions`).
+    pub(crate) read: Option<Vec<i32>>,
+    /// What was counted.
+    pub(crate) counts: Counts,
 }
 
 impl Audit {
-    /// Newest values per key id, of all keys (`key_ids`) or of the keys
-    /// whose newest value does not decrypt (`undecryptable`).
-    fn by_key_id(&self, only: Option<Kind>) -> BTreeMap<u32, u64> {
-        let mut m = BTreeMap::new();
-        for s in self.keys.values() {
-            if let Some(id) = s.key_id {
-                if only.is_none_or(|k| k == s.kind) {
-                    *m.entry(id).or_default() += 1;
-                }
-            }
-        }
-        m
-    }
-
     /// Keys whose deciding record is of `kind`.
     fn count(&self, kind: Kind) -> u64 {
-        self.keys.values().filter(|s| s.kind == kind).count() as u64
+        self.counts.kinds.get(kind_name(kind)).copied().unwrap_or(0)
     }
 
     /// Split keys.
     fn split(&self) -> u64 {
-        self.keys.values().filter(|s| s.split).count() as u64
+        self.counts.split
     }
 
     /// Keys whose deciding record is a present value that is not a broken
     /// delete.
     fn live_keys(&self) -> u64 {
-        self.keys
-            .values()
-            .filter(|s| matches!(s.kind, Kind::Live | Kind::Undecryptable | Kind::Plaintext))
-            .count() as u64
+        self.count(Kind::Live) + self.count(Kind::Undecryptable) + self.count(Kind::Plaintext)
     }
 
     /// Broken tombstones, undecryptable deciding values or split keys.
@@ -81,18 +140,12 @@ impl Audit {
         self.count(Kind::Broken) > 0 || self.count(Kind::Undecryptable) > 0 || self.split() > 0
     }
 
-    /// The keys in (partition, key) order.
-    pub(crate) fn sorted(&self) -> Vec<(&GroupKey, &KeyState)> {
-        let mut keys: Vec<_> = self.keys.iter().collect();
-        keys.sort_unstable_by(|a, b| a.0.cmp(b.0));
-        keys
-    }
-
     /// The report, as text and as JSON; with `list_keys`, each key's state
     /// (its plaintext in hex).
     pub(crate) fn report(&self, topic: &str, list_keys: bool) -> (String, serde_json::Value) {
-        let undecryptable = self.by_key_id(Some(Kind::Undecryptable));
-        let key_ids = self.by_key_id(None);
+        let c = &self.counts;
+        let undecryptable = &c.undecryptable_by_key_id;
+        let key_ids = &c.newest_by_key_id;
         let ids = |m: &BTreeMap<u32, u64>| {
             m.iter()
                 .map(|(k, v)| (k.to_string(), json!(v)))
@@ -101,20 +154,23 @@ impl Audit {
         let mut json = json!({
             "topic": topic,
             "partitions": self.partitions,
-            "records": self.records,
-            "unkeyed": self.unkeyed,
-            "keys": self.keys.len(),
-            "tombstones": self.tombstones,
+            "records": c.records,
+            "unkeyed": c.unkeyed,
+            "keys": c.keys,
+            "tombstones": c.tombstones,
             "live_keys": self.live_keys(),
             "broken_tombstones": self.count(Kind::Broken),
             "split_keys": self.split(),
-            "undecryptable": ids(&undecryptable),
-            "undecryptable_record_keys": self.undecryptable_record_keys,
-            "plaintext": self.plaintext,
-            "marker_values": self.marker_values,
-            "key_ids": ids(&key_ids),
-            "all_values_by_key_id": ids(&self.all_by_key_id),
+            "undecryptable": ids(undecryptable),
+            "undecryptable_record_keys": c.undecryptable_record_keys,
+            "plaintext": c.plaintext,
+            "marker_values": c.marker_values,
+            "key_ids": ids(key_ids),
+            "all_values_by_key_id": ids(&c.all_by_key_id),
         });
+        if let Some(read) = &self.read {
+            json["partitions_read"] = json!(read);
+        }
         let per_id = |m: &BTreeMap<u32, u64>| {
             if m.is_empty() {
                 "none".to_owned()
@@ -139,24 +195,29 @@ impl Audit {
              newest by key id   {}\n\
              all by key id      {}\n",
             self.partitions,
-            if self.partitions == 1 { "" } else { "s" },
-            self.records,
-            self.unkeyed,
-            self.keys.len(),
-            self.tombstones,
+            match &self.read {
+                None if self.partitions == 1 => String::new(),
+                None => "s".to_owned(),
+                Some(read) => format!("s, {} read: {}", read.len(), ranges(read)),
+            },
+            c.records,
+            c.unkeyed,
+            c.keys,
+            c.tombstones,
             self.live_keys(),
             self.count(Kind::Broken),
             self.split(),
-            per_id(&undecryptable),
-            self.plaintext,
-            per_id(&key_ids),
-            per_id(&self.all_by_key_id),
+            per_id(undecryptable),
+            c.plaintext,
+            per_id(key_ids),
+            per_id(&c.all_by_key_id),
         );
         if list_keys {
-            let mut states = Vec::with_capacity(self.keys.len());
-            for ((partition, key), state) in self.sorted() {
+            let mut listed: Vec<_> = c.listed.iter().collect();
+            listed.sort_unstable();
+            let mut states = Vec::with_capacity(listed.len());
+            for (partition, key, name) in listed {
                 let key = hex(key);
-                let name = state.state_name();
                 text.push_str(&format!("key {partition} {key} {name}\n"));
                 states.push(json!({"partition": partition, "key": key, "state": name}));
             }
@@ -164,6 +225,25 @@ impl Audit {
         }
         (text, json)
     }
+}
+
+/// Partition numbers as ranges: `0-3,7`.
+pub(crate) fn ranges(ps: &[i32]) -> String {
+    let mut out: Vec<String> = Vec::new();
+    let mut i = 0;
+    while i < ps.len() {
+        let mut j = i;
+        while j + 1 < ps.len() && ps[j + 1] == ps[j] + 1 {
+            j += 1;
+        }
+        out.push(if i == j {
+            ps[i].to_string()
+        } else {
+            format!("{}-{}", ps[i], ps[j])
+        });
+        i = j + 1;
+    }
+    out.join(",")
 }
 
 /// Lowercase hex.

@@ -1,19 +1,20 @@
 //! Writing: the records of `repair` and `reencrypt`, in the write rule's
-//! order, on an idempotent producer ([`produce`]), only if no partition
-//! grew since the topic was read ([`check_unchanged`]), and never under a
-//! producer configuration that could reorder a key's records
-//! ([`check_ordered`]).
+//! order, one partition at a time in chunks ([`Sink`]), each chunk
+//! journaled before it is produced and checkpointed once acknowledged, on
+//! an idempotent producer, and never under a producer configuration that
+//! could reorder a key's records ([`check_ordered`]).
 
 use std::collections::VecDeque;
 use std::time::{Duration, Instant};
 
-use indicatif::ProgressBar;
 use tombstone_crypt::kafka::rdkafka::config::ClientConfig;
 use tombstone_crypt::kafka::rdkafka::error::{KafkaError, RDKafkaErrorCode};
+use tombstone_crypt::kafka::rdkafka::message::{Header, OwnedHeaders};
 use tombstone_crypt::kafka::rdkafka::producer::{DeliveryFuture, FutureProducer, FutureRecord};
 
-use crate::read::{consumer, end_offsets, progress, Setup};
-use crate::report::Audit;
+use crate::checkpoint::{Checkpoint, Progress};
+use crate::read::{Setup, RUN_HEADER};
+use crate::record::Write;
 use crate::{fail, Fail};
 
 /// Whether `value` (a librdkafka boolean) is true.
@@ -41,18 +42,9 @@ pub(crate) fn check_ordered(config: &ClientConfig) -> Result<(), Fail> {
     ))
 }
 
-/// A record to write.
-pub(crate) struct Write {
-    /// The key's partition.
-    pub(crate) partition: i32,
-    /// The record key, as on the wire.
-    pub(crate) key: Vec<u8>,
-    /// The value; `None` for a tombstone.
-    pub(crate) value: Option<Vec<u8>>,
-}
-
 /// A producer with `-X`'s settings, idempotent unless they say otherwise.
-fn producer(s: &Setup) -> Result<FutureProducer, Fail> {
+pub(crate) fn producer(s: &Setup) -> Result<FutureProducer, Fail> {
+    check_ordered(&s.config)?;
     let mut config = s.config.clone();
     if config.get("enable.idempotence").is_none() {
         config.set("enable.idempotence", "true");
@@ -62,69 +54,125 @@ fn producer(s: &Setup) -> Result<FutureProducer, Fail> {
         .map_err(|e| fail(format!("creating a producer: {e}")))
 }
 
-/// Refuses to write if a partition grew since the scan: a record written
-/// meanwhile may be newer than what the scan saw, and a tombstone or an
-/// old value written now would undo it.
-pub(crate) fn check_unchanged(s: &Setup, a: &Audit) -> Result<(), Fail> {
-    let consumer = consumer(s)?;
-    let now: Vec<(i32, i64)> = end_offsets(&consumer, s)?
-        .into_iter()
-        .map(|(p, _, h)| (p, h))
-        .collect();
-    if now != a.highs {
-        return Err(fail(format!(
-            "{} changed while it was read (end offsets {:?}, now {now:?}): stop its producers and run again",
-            s.topic, a.highs
-        )));
-    }
-    Ok(())
+/// The most records of a chunk: in flight at once, and journaled.
+const CHUNK_RECORDS: usize = 10_000;
+/// About the most bytes of a chunk: held here and in librdkafka's queue
+/// while in flight (twice this per partition written at once).
+const CHUNK_BYTES: usize = 8 << 20;
+
+/// One partition's writes, in order, in chunks: each chunk is journaled,
+/// produced, acknowledged, then counted in the checkpoint as done through
+/// the second pass's offset it was cut at.
+pub(crate) struct Sink<'a> {
+    /// The producer (shared by the partitions written at once).
+    producer: &'a FutureProducer,
+    /// The topic written.
+    topic: &'a str,
+    /// The partition written.
+    partition: i32,
+    /// The run's id, in every record's header.
+    run: &'a [u8],
+    /// The checkpoint.
+    checkpoint: &'a Checkpoint,
+    /// The partition's end offset before the run's first write.
+    end: i64,
+    /// How long the producer's queue may stay full.
+    timeout: Duration,
+    /// The chunk being gathered.
+    chunk: Vec<Write>,
+    /// Its bytes.
+    bytes: usize,
+    /// Records written.
+    pub(crate) written: u64,
 }
 
-/// The most records in flight at once: well under librdkafka's default
-/// queue (100,000 messages).
-const CHUNK_RECORDS: usize = 10_000;
-/// About the most bytes in flight at once: well under librdkafka's default
-/// queue (1 GiB).
-const CHUNK_BYTES: usize = 64 << 20;
+impl<'a> Sink<'a> {
+    /// A sink for `partition` of `topic`, whose second pass ends at `end`.
+    pub(crate) fn new(
+        s: &Setup,
+        producer: &'a FutureProducer,
+        topic: &'a str,
+        partition: i32,
+        checkpoint: &'a Checkpoint,
+        run: &'a [u8],
+        end: i64,
+    ) -> Sink<'a> {
+        Sink {
+            producer,
+            topic,
+            partition,
+            run,
+            checkpoint,
+            end,
+            timeout: s.timeout,
+            chunk: Vec::new(),
+            bytes: 0,
+            written: 0,
+        }
+    }
+
+    /// Adds one key's records (in the write rule's order) read at source
+    /// offset `at`; a full chunk is written, done through `at` (the key's
+    /// records are all in it).
+    pub(crate) fn push(&mut self, at: i64, writes: Vec<Write>) -> Result<(), Fail> {
+        self.bytes += writes.iter().map(Write::len).sum::<usize>();
+        self.chunk.extend(writes);
+        if self.chunk.len() >= CHUNK_RECORDS || self.bytes >= CHUNK_BYTES {
+            self.flush(at + 1)?;
+        }
+        Ok(())
+    }
+
+    /// Writes the chunk gathered, if any, and records the partition done
+    /// below `through`.
+    pub(crate) fn flush(&mut self, through: i64) -> Result<(), Fail> {
+        let chunk = std::mem::take(&mut self.chunk);
+        self.bytes = 0;
+        if !chunk.is_empty() {
+            self.checkpoint.journal(self.partition, through, &chunk)?;
+            self.written += produce(self.producer, self.topic, self.run, &chunk, self.timeout)?;
+        }
+        self.checkpoint.set(
+            self.partition,
+            Progress {
+                end: self.end,
+                done: through,
+            },
+        )
+    }
+}
 
 /// Records enqueued and not yet acknowledged, in the order they were.
 #[derive(Default)]
 struct InFlight {
-    /// Each record's index in the writes, and its delivery.
-    deliveries: VecDeque<(usize, DeliveryFuture)>,
-    /// Their keys' and values' bytes.
-    bytes: usize,
+    /// Each record's partition, and its delivery.
+    deliveries: VecDeque<(i32, DeliveryFuture)>,
 }
 
 impl InFlight {
     /// Waits for every record in flight, in order.
-    fn wait(&mut self, topic: &str, writes: &[Write], bar: &ProgressBar) -> Result<(), Fail> {
-        while let Some((i, delivery)) = self.deliveries.pop_front() {
+    fn wait(&mut self, topic: &str) -> Result<(), Fail> {
+        while let Some((p, delivery)) = self.deliveries.pop_front() {
             match futures_executor::block_on(delivery) {
-                Ok(Ok(_)) => bar.inc(1),
+                Ok(Ok(_)) => {}
                 Ok(Err((e, _))) => {
-                    bar.abandon();
                     return Err(fail(format!(
-                        "writing to {topic}/{}: {e} (the records before it were acknowledged; run again to finish)",
-                        writes[i].partition
+                        "writing to {topic}/{p}: {e} (the records before it were acknowledged; run again with --resume to finish)"
                     )));
                 }
                 Err(_) => {
-                    bar.abandon();
                     return Err(fail(format!(
-                        "writing to {topic}/{}: the producer stopped before the record was acknowledged (run again to finish)",
-                        writes[i].partition
+                        "writing to {topic}/{p}: the producer stopped before the record was acknowledged (run again with --resume to finish)"
                     )));
                 }
             }
         }
-        self.bytes = 0;
         Ok(())
     }
 }
 
-/// Produces `writes` to `topic`, in order, and waits for every
-/// acknowledgement.
+/// Produces `writes` to `topic`, in order, each with the run's header, and
+/// waits for every acknowledgement. Returns how many were written.
 ///
 /// The order is explicit: each record is enqueued (`send_result`) only
 /// once the one before it is, and librdkafka keeps the enqueue order within
@@ -132,63 +180,60 @@ impl InFlight {
 /// flight: [`check_ordered`]), so a key's records land in the order of
 /// the write rule. When the producer's queue is full, every record in
 /// flight is acknowledged before the next is enqueued: nothing is retried
-/// out of turn. At most [`CHUNK_RECORDS`] records (or about
-/// [`CHUNK_BYTES`]) are in flight at once.
-pub(crate) fn produce(s: &Setup, topic: &str, writes: &[Write], quiet: bool) -> Result<u64, Fail> {
-    if writes.is_empty() {
-        return Ok(0);
-    }
-    check_ordered(&s.config)?;
-    let producer = producer(s)?;
-    let bar = progress(writes.len() as u64, quiet, "write");
+/// out of turn.
+pub(crate) fn produce(
+    producer: &FutureProducer,
+    topic: &str,
+    run: &[u8],
+    writes: &[Write],
+    timeout: Duration,
+) -> Result<u64, Fail> {
     let mut in_flight = InFlight::default();
-    for (i, w) in writes.iter().enumerate() {
+    for w in writes {
         let mut full_since: Option<Instant> = None;
         loop {
+            let headers = OwnedHeaders::new().insert(Header {
+                key: RUN_HEADER,
+                value: Some(run),
+            });
             let mut record: FutureRecord<'_, [u8], [u8]> = FutureRecord::to(topic)
                 .partition(w.partition)
-                .key(&w.key[..]);
+                .key(&w.key[..])
+                .headers(headers);
             if let Some(v) = &w.value {
                 record = record.payload(&v[..]);
             }
             match producer.send_result(record) {
                 Ok(delivery) => {
-                    in_flight.deliveries.push_back((i, delivery));
-                    in_flight.bytes += w.key.len() + w.value.as_ref().map_or(0, Vec::len);
+                    in_flight.deliveries.push_back((w.partition, delivery));
                     break;
                 }
                 Err((KafkaError::MessageProduction(RDKafkaErrorCode::QueueFull), _)) => {
                     if in_flight.deliveries.is_empty() {
                         // Nothing of ours to wait for: the queue is full of
-                        // what librdkafka still holds; wait a little.
+                        // what other partitions' writes hold; wait a little.
                         let since = *full_since.get_or_insert_with(Instant::now);
-                        if since.elapsed() > s.timeout {
-                            bar.abandon();
+                        if since.elapsed() > timeout {
                             return Err(fail(format!(
                                 "writing to {topic}/{}: the producer's queue stayed full for {} s",
                                 w.partition,
-                                s.timeout.as_secs()
+                                timeout.as_secs()
                             )));
                         }
                         std::thread::sleep(Duration::from_millis(5));
                     } else {
-                        in_flight.wait(topic, writes, &bar)?;
+                        in_flight.wait(topic)?;
                     }
                 }
                 Err((e, _)) => {
-                    bar.abandon();
                     return Err(fail(format!(
-                        "writing to {topic}/{}: {e} (the records before it were acknowledged; run again to finish)",
+                        "writing to {topic}/{}: {e} (the records before it were acknowledged; run again with --resume to finish)",
                         w.partition
                     )));
                 }
             }
         }
-        if in_flight.deliveries.len() >= CHUNK_RECORDS || in_flight.bytes >= CHUNK_BYTES {
-            in_flight.wait(topic, writes, &bar)?;
-        }
     }
-    in_flight.wait(topic, writes, &bar)?;
-    bar.finish_and_clear();
+    in_flight.wait(topic)?;
     Ok(writes.len() as u64)
 }

@@ -1,0 +1,296 @@
+//! What `repair` and `reencrypt` do to each partition, a few partitions at
+//! once ([`run`]): a first pass builds the partition's index by the reading
+//! rule and plans each key from its entry; with `--apply`, a second pass
+//! reads the partition again up to where the first ended (never the run's
+//! own writes) and writes each planned key's records, through the write
+//! rule, when it reaches the key's deciding record; a third pass audits
+//! the partition written. Memory: one index per partition being read, a
+//! chunk of writes per partition being written.
+
+use std::path::PathBuf;
+
+use indicatif::ProgressBar;
+use tombstone_crypt::kafka::rdkafka::consumer::Consumer as _;
+use tombstone_crypt::kafka::rdkafka::producer::FutureProducer;
+
+use crate::audit::{check_keyset, classify, scan_partition, Scanned, Upto};
+use crate::checkpoint::{Checkpoint, Progress, RunOf};
+use crate::key_state::KeyHash;
+use crate::plan::{Command, PlanCounts, Planner};
+use crate::read::{consumer, partitions, progress, read_partition, Setup};
+use crate::report::{Audit, Counts};
+use crate::run::for_partitions;
+use crate::write::{check_ordered, producer, Sink};
+use crate::{fail, Fail};
+
+/// How a command writes: `--apply` and where its progress goes.
+pub(crate) struct Writing {
+    /// The checkpoint of a new run (`--checkpoint`, or the default).
+    pub(crate) checkpoint: PathBuf,
+    /// The checkpoint of a run to go on from (`--resume`).
+    pub(crate) resume: Option<PathBuf>,
+}
+
+/// What a command did to the partitions it read.
+pub(crate) struct Done {
+    /// The topic read, before.
+    pub(crate) before: Audit,
+    /// The plan.
+    pub(crate) plan: PlanCounts,
+    /// The topic written, after (with `--apply`).
+    pub(crate) after: Option<Audit>,
+    /// Records written.
+    pub(crate) written: u64,
+    /// Records written again from journals (a resumed run).
+    pub(crate) replayed: u64,
+}
+
+/// One partition's share of [`Done`].
+struct PartDone {
+    before: Counts,
+    plan: PlanCounts,
+    after: Option<Counts>,
+    written: u64,
+    replayed: u64,
+}
+
+/// The high watermark of `partition` now, as the broker reports it: what
+/// tells whether anyone wrote to it meanwhile.
+fn watermark(s: &Setup, partition: i32) -> Result<i64, Fail> {
+    let c = consumer(s)?;
+    c.fetch_watermarks(&s.topic, partition, s.timeout)
+        .map(|(_, high)| high)
+        .map_err(|e| {
+            fail(format!(
+                "reading the offsets of {}/{partition}: {e}",
+                s.topic
+            ))
+        })
+}
+
+/// Everything a partition's work needs.
+struct Job<'a> {
+    from: &'a Setup,
+    to: &'a Setup,
+    planner: Planner<'a>,
+    writing: Option<(&'a Checkpoint, &'a FutureProducer)>,
+    hash: KeyHash,
+    bar: &'a ProgressBar,
+}
+
+impl Job<'_> {
+    fn partition(&self, p: i32) -> Result<PartDone, Fail> {
+        let (from, to) = (self.from, self.to);
+        let mut replayed = 0;
+        let progress = match self.writing {
+            Some((ck, producer)) => {
+                if let Some((through, writes)) = ck.unfinished_journal(p)? {
+                    // A chunk whose acknowledgement the run did not
+                    // record: written again, whole.
+                    replayed = crate::write::produce(
+                        producer,
+                        &to.topic,
+                        ck.run.as_bytes(),
+                        &writes,
+                        to.timeout,
+                    )?;
+                    if let Some(prog) = ck.progress(p) {
+                        ck.set(
+                            p,
+                            Progress {
+                                done: through,
+                                ..prog
+                            },
+                        )?;
+                    }
+                }
+                ck.progress(p)
+            }
+            None => None,
+        };
+        let run = self.writing.map(|(ck, _)| ck.run.as_bytes());
+        let before_mark = match (self.writing, self.planner.same) {
+            (Some(_), true) => Some(watermark(from, p)?),
+            _ => None,
+        };
+        let upto = match progress {
+            Some(prog) => Upto::Resumed {
+                end: prog.end,
+                run: run.filter(|_| self.planner.same),
+            },
+            None => Upto::End,
+        };
+        let Scanned {
+            counts: before,
+            mut index,
+            end,
+        } = scan_partition(from, &from.topic, p, upto, &self.hash, false, self.bar)?;
+        let mut plan = PlanCounts::default();
+        for e in index.entries_mut() {
+            self.planner.decide(e, &mut plan);
+        }
+        let Some((ck, producer)) = self.writing else {
+            return Ok(PartDone {
+                before,
+                plan,
+                after: None,
+                written: 0,
+                replayed,
+            });
+        };
+        let mut written = 0;
+        let start = progress.map_or(0, |prog| prog.done);
+        if plan.keys() > 0 && start < end {
+            if let Some(mark) = before_mark {
+                let now = watermark(from, p)?;
+                if now != mark {
+                    return Err(fail(format!(
+                        "{}/{p} changed while it was read (end offset {mark}, now {now}): stop its producers and run again",
+                        from.topic
+                    )));
+                }
+            }
+            ck.set(p, Progress { end, done: start })?;
+            let mut sink = Sink::new(to, producer, &to.topic, p, ck, ck.run.as_bytes(), end);
+            let mut fresh = Counts::default();
+            read_partition(from, &from.topic, p, start, Some(end), self.bar, |r| {
+                let Some((h, _, _)) = classify(from, &self.hash, &mut fresh, r)? else {
+                    return Ok(());
+                };
+                let Some(e) = index.get(h)? else {
+                    return Ok(());
+                };
+                if e.action().is_some() && index.offset_of(e) == r.offset {
+                    sink.push(r.offset, self.planner.writes(e, r)?)?;
+                }
+                Ok(())
+            })?;
+            sink.flush(end)?;
+            written = sink.written;
+        }
+        drop(index);
+        let after = scan_partition(to, &to.topic, p, Upto::End, &self.hash, false, self.bar)?;
+        Ok(PartDone {
+            before,
+            plan,
+            after: Some(after.counts),
+            written,
+            replayed,
+        })
+    }
+}
+
+/// Runs `command` from `from` to `to` on every partition read, a few at
+/// once; with `writing`, writes (a new run, or one resumed).
+pub(crate) fn run(
+    from: &Setup,
+    to: &Setup,
+    command: Command,
+    name: &str,
+    writing: Option<&Writing>,
+    quiet: bool,
+) -> Result<Done, Fail> {
+    let (parts, count) = partitions(from)?;
+    let same = from.topic == to.topic;
+    if !same {
+        let target = partitions(&Setup {
+            only: None,
+            ..to.clone()
+        })?
+        .1;
+        if target != count {
+            return Err(fail(format!(
+                "{} has {target} partitions and {} has {count}: each record keeps its partition, and a key's partition follows the count",
+                to.topic, from.topic
+            )));
+        }
+    }
+    let (checkpoint, producer) = match writing {
+        None => (None, None),
+        Some(w) => {
+            check_ordered(&from.config)?;
+            let of = RunOf {
+                command: name.to_owned(),
+                topic: from.topic.clone(),
+                to_topic: to.topic.clone(),
+                primary: to.keyset.primary().0,
+                key_primary: to.key_keyset.as_ref().map(|k| k.primary().0),
+            };
+            let ck = match &w.resume {
+                Some(path) => Checkpoint::load(path, &of)?,
+                None => Checkpoint::create(&w.checkpoint, of)?,
+            };
+            (Some(ck), Some(producer(to)?))
+        }
+    };
+    let passes = if writing.is_some() { 3 } else { 1 };
+    let total: u64 = parts
+        .iter()
+        .map(|&(_, low, high)| u64::try_from(high - low).unwrap_or(0) * passes)
+        .sum();
+    let bar = progress(total, quiet, name);
+    let job = Job {
+        from,
+        to,
+        planner: Planner::new(from, to, command),
+        writing: checkpoint.as_ref().zip(producer.as_ref()),
+        hash: KeyHash::default(),
+        bar: &bar,
+    };
+    let done = for_partitions(from, &parts, &bar, |p| job.partition(p));
+    let done = match done {
+        Ok(d) => d,
+        Err(Fail(msg)) => {
+            drop(job);
+            return Err(match &checkpoint {
+                Some(ck) if ck.touched() => Fail(format!(
+                    "{msg}\nits progress is in {}: run the same command with --resume {0} to go on",
+                    ck.path().display()
+                )),
+                Some(ck) => {
+                    // Nothing written: no progress to keep.
+                    let _ = ck.remove();
+                    Fail(msg)
+                }
+                None => Fail(msg),
+            });
+        }
+    };
+    bar.finish_and_clear();
+    let read = from
+        .only
+        .as_ref()
+        .map(|_| parts.iter().map(|p| p.0).collect::<Vec<_>>());
+    let mut out = Done {
+        before: Audit {
+            partitions: count,
+            read: read.clone(),
+            counts: Counts::default(),
+        },
+        plan: PlanCounts::default(),
+        after: writing.map(|_| Audit {
+            partitions: count,
+            read,
+            counts: Counts::default(),
+        }),
+        written: 0,
+        replayed: 0,
+    };
+    for d in done {
+        out.before.counts.merge(d.before);
+        out.plan.merge(&d.plan);
+        if let (Some(a), Some(c)) = (&mut out.after, d.after) {
+            a.counts.merge(c);
+        }
+        out.written += d.written;
+        out.replayed += d.replayed;
+    }
+    let checked = check_keyset(from, &out.before.counts);
+    if let Some(ck) = &checkpoint {
+        // Done (or nothing written, the keyset refused).
+        if checked.is_ok() || !ck.touched() {
+            ck.remove()?;
+        }
+    }
+    checked.map(|()| out)
+}

@@ -1,0 +1,458 @@
+//! Resumable writes: what `repair --apply` and `reencrypt --apply` have
+//! written, per partition, in a checkpoint file, and the records in flight
+//! in a journal beside it.
+//!
+//! The checkpoint (JSON) names the run (its id, which every record it
+//! writes carries in a header), the command, the topics and the keysets'
+//! primary keys, and per partition: the end offset before the run's first
+//! write (the second pass stops there, and everything after it must be
+//! the run's own), and the offset through which every record's writes are
+//! acknowledged. Each chunk of writes goes first to the partition's
+//! journal (the records exactly as written: wire keys and ciphertexts,
+//! never a plaintext the topic does not hold), then to the broker; once
+//! acknowledged, the checkpoint moves on. Both files are written to a
+//! temporary file, synced, renamed over the old one, and the directory
+//! synced: a crash leaves the old file or the new one, never a torn one.
+//!
+//! A resumed run first writes each journal again whose chunk the
+//! checkpoint does not count as done (a key's records, tombstones then
+//! value, may have landed in part: written again, the key ends as one
+//! uninterrupted run leaves it; records that had landed are written twice,
+//! which the reading rule and compaction make harmless), then goes on
+//! after the acknowledged offset.
+
+use std::collections::BTreeMap;
+use std::fs::File;
+use std::io::{Read as _, Write as _};
+use std::path::{Path, PathBuf};
+use std::sync::Mutex;
+
+use serde_json::{json, Value};
+
+use crate::record::Write;
+use crate::{fail, Fail};
+
+/// One partition's progress.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) struct Progress {
+    /// The end offset before the run's first write to the partition.
+    pub(crate) end: i64,
+    /// Every record below this offset has had its writes acknowledged.
+    pub(crate) done: i64,
+}
+
+/// What a run is: a resumed run must be the same.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub(crate) struct RunOf {
+    /// `repair` or `reencrypt`.
+    pub(crate) command: String,
+    /// The topic read.
+    pub(crate) topic: String,
+    /// The topic written.
+    pub(crate) to_topic: String,
+    /// The values' keyset's primary key id.
+    pub(crate) primary: u32,
+    /// The key keyset's primary key id, if any.
+    pub(crate) key_primary: Option<u32>,
+}
+
+/// A checkpoint file and its journals.
+pub(crate) struct Checkpoint {
+    /// The file.
+    path: PathBuf,
+    /// The run's id (hex).
+    pub(crate) run: String,
+    /// What the run is.
+    of: RunOf,
+    /// Each partition's progress.
+    parts: Mutex<BTreeMap<i32, Progress>>,
+}
+
+/// The most bytes a checkpoint file may hold (it is a few per partition).
+const MAX_CHECKPOINT: u64 = 64 << 20;
+
+impl Checkpoint {
+    /// A new run's checkpoint at `path`, which must not exist (an earlier
+    /// run's progress is never overwritten: resume it or delete it).
+    pub(crate) fn create(path: &Path, of: RunOf) -> Result<Checkpoint, Fail> {
+        if path.exists() {
+            return Err(fail(format!(
+                "{} exists: an earlier run's progress. Go on from it with --resume {0}, or delete it (and its .journal files) to start again",
+                path.display()
+            )));
+        }
+        let run = run_id()?;
+        let c = Checkpoint {
+            path: path.to_owned(),
+            run,
+            of,
+            parts: Mutex::new(BTreeMap::new()),
+        };
+        c.save()?;
+        Ok(c)
+    }
+
+    /// The checkpoint at `path`, of a run that must be `of`.
+    pub(crate) fn load(path: &Path, of: &RunOf) -> Result<Checkpoint, Fail> {
+        let what = |e: String| fail(format!("the checkpoint {}: {e}", path.display()));
+        let mut text = String::new();
+        File::open(path)
+            .and_then(|f| f.take(MAX_CHECKPOINT).read_to_string(&mut text))
+            .map_err(|e| what(e.to_string()))?;
+        let v: Value = serde_json::from_str(&text).map_err(|e| what(e.to_string()))?;
+        let str_of = |k: &str| {
+            v[k].as_str()
+                .map(str::to_owned)
+                .ok_or_else(|| what(format!("no {k:?}")))
+        };
+        let u32_of = |x: &Value| x.as_u64().and_then(|n| u32::try_from(n).ok());
+        if v["format"] != json!(1) {
+            return Err(what("not a checkpoint of this version (format 1)".into()));
+        }
+        let run = str_of("run")?;
+        if run.len() != 32 || !run.bytes().all(|b| b.is_ascii_hexdigit()) {
+            return Err(what("its run id is not 32 hex digits".into()));
+        }
+        let found = RunOf {
+            command: str_of("command")?,
+            topic: str_of("topic")?,
+            to_topic: str_of("to_topic")?,
+            primary: u32_of(&v["primary_key_id"])
+                .ok_or_else(|| what("no primary_key_id".into()))?,
+            key_primary: match &v["key_keyset_primary_key_id"] {
+                Value::Null => None,
+                x => Some(u32_of(x).ok_or_else(|| what("a bad key_keyset_primary_key_id".into()))?),
+            },
+        };
+        if &found != of {
+            return Err(what(format!(
+                "it is a run of {} on {} (to {}, primary keys {} and {:?}), not of this one ({} on {}, to {}, primary keys {} and {:?}): resume with the same command, topics and keysets",
+                found.command, found.topic, found.to_topic, found.primary, found.key_primary,
+                of.command, of.topic, of.to_topic, of.primary, of.key_primary
+            )));
+        }
+        let mut parts = BTreeMap::new();
+        for (k, p) in v["partitions"]
+            .as_object()
+            .ok_or_else(|| what("no partitions".into()))?
+        {
+            let partition: i32 = k
+                .parse()
+                .ok()
+                .filter(|p| *p >= 0)
+                .ok_or_else(|| what(format!("partition {k:?}")))?;
+            let end = p["end"].as_i64().filter(|e| *e >= 0);
+            let done = p["done"].as_i64().filter(|d| *d >= 0);
+            match (end, done) {
+                (Some(end), Some(done)) if done <= end => {
+                    parts.insert(partition, Progress { end, done });
+                }
+                _ => return Err(what(format!("partition {partition}: bad offsets"))),
+            }
+        }
+        Ok(Checkpoint {
+            path: path.to_owned(),
+            run,
+            of: found,
+            parts: Mutex::new(parts),
+        })
+    }
+
+    /// The partition's progress, if the run wrote to it.
+    pub(crate) fn progress(&self, partition: i32) -> Option<Progress> {
+        self.parts.lock().ok()?.get(&partition).copied()
+    }
+
+    /// Records the partition's progress, durably.
+    pub(crate) fn set(&self, partition: i32, p: Progress) -> Result<(), Fail> {
+        let mut parts = self
+            .parts
+            .lock()
+            .map_err(|_| fail("the checkpoint's lock is poisoned"))?;
+        parts.insert(partition, p);
+        let doc = self.document(&parts);
+        // Written under the lock: two partitions' updates never cross.
+        write_atomically(&self.path, doc.to_string().as_bytes())
+    }
+
+    fn document(&self, parts: &BTreeMap<i32, Progress>) -> Value {
+        let ps: serde_json::Map<String, Value> = parts
+            .iter()
+            .map(|(k, p)| (k.to_string(), json!({"end": p.end, "done": p.done})))
+            .collect();
+        json!({
+            "format": 1,
+            "run": self.run,
+            "command": self.of.command,
+            "topic": self.of.topic,
+            "to_topic": self.of.to_topic,
+            "primary_key_id": self.of.primary,
+            "key_keyset_primary_key_id": self.of.key_primary,
+            "partitions": ps,
+        })
+    }
+
+    fn save(&self) -> Result<(), Fail> {
+        let parts = self
+            .parts
+            .lock()
+            .map_err(|_| fail("the checkpoint's lock is poisoned"))?;
+        write_atomically(&self.path, self.document(&parts).to_string().as_bytes())
+    }
+
+    /// Whether the run wrote, or was about to write, to any partition.
+    pub(crate) fn touched(&self) -> bool {
+        self.parts.lock().map_or(true, |p| !p.is_empty())
+    }
+
+    /// Where the checkpoint is.
+    pub(crate) fn path(&self) -> &Path {
+        &self.path
+    }
+
+    fn journal_path(&self, partition: i32) -> PathBuf {
+        let mut name = self.path.as_os_str().to_owned();
+        name.push(format!(".p{partition}.journal"));
+        PathBuf::from(name)
+    }
+
+    /// Writes the partition's journal: the records of the chunk about to
+    /// be produced, which ends the second pass's records below `through`.
+    pub(crate) fn journal(
+        &self,
+        partition: i32,
+        through: i64,
+        writes: &[Write],
+    ) -> Result<(), Fail> {
+        let mut b = Vec::with_capacity(32 + writes.iter().map(Write::len).sum::<usize>());
+        b.extend_from_slice(JOURNAL_MAGIC);
+        b.extend_from_slice(&partition.to_be_bytes());
+        b.extend_from_slice(&through.to_be_bytes());
+        b.extend_from_slice(
+            &u32::try_from(writes.len())
+                .unwrap_or(u32::MAX)
+                .to_be_bytes(),
+        );
+        for w in writes {
+            b.extend_from_slice(&u32::try_from(w.key.len()).unwrap_or(u32::MAX).to_be_bytes());
+            b.extend_from_slice(&w.key);
+            match &w.value {
+                None => b.extend_from_slice(&u32::MAX.to_be_bytes()),
+                Some(v) => {
+                    b.extend_from_slice(
+                        &u32::try_from(v.len()).unwrap_or(u32::MAX - 1).to_be_bytes(),
+                    );
+                    b.extend_from_slice(v);
+                }
+            }
+        }
+        write_atomically(&self.journal_path(partition), &b)
+    }
+
+    /// The partition's journal, if there is one the checkpoint does not
+    /// count as done: the offset its chunk ends below, and its records.
+    pub(crate) fn unfinished_journal(
+        &self,
+        partition: i32,
+    ) -> Result<Option<(i64, Vec<Write>)>, Fail> {
+        let path = self.journal_path(partition);
+        let bytes = match std::fs::read(&path) {
+            Ok(b) => b,
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(None),
+            Err(e) => return Err(fail(format!("reading {}: {e}", path.display()))),
+        };
+        let (p, through, writes) = parse_journal(&bytes).ok_or_else(|| {
+            fail(format!(
+                "{} is not a journal of this version",
+                path.display()
+            ))
+        })?;
+        if p != partition {
+            return Err(fail(format!(
+                "{} is partition {p}'s journal",
+                path.display()
+            )));
+        }
+        let done = self.progress(partition).map_or(0, |p| p.done);
+        Ok((through > done).then_some((through, writes)))
+    }
+
+    /// Removes the checkpoint and its journals: the run is done.
+    pub(crate) fn remove(&self) -> Result<(), Fail> {
+        let parts: Vec<i32> = self
+            .parts
+            .lock()
+            .map(|p| p.keys().copied().collect())
+            .unwrap_or_default();
+        for p in parts {
+            let _ = std::fs::remove_file(self.journal_path(p));
+        }
+        std::fs::remove_file(&self.path)
+            .map_err(|e| fail(format!("removing {}: {e}", self.path.display())))
+    }
+}
+
+/// The first bytes of a journal.
+const JOURNAL_MAGIC: &[u8; 4] = b"TCJ1";
+
+/// Reads a journal: its partition, the offset it ends below and its
+/// records; `None` for bytes that are not one (every length is checked
+/// against what is left).
+fn parse_journal(b: &[u8]) -> Option<(i32, i64, Vec<Write>)> {
+    fn take<'a>(b: &mut &'a [u8], n: usize) -> Option<&'a [u8]> {
+        if b.len() < n {
+            return None;
+        }
+        let (head, rest) = b.split_at(n);
+        *b = rest;
+        Some(head)
+    }
+    fn u32_of(b: &mut &[u8]) -> Option<u32> {
+        take(b, 4).map(|x| u32::from_be_bytes([x[0], x[1], x[2], x[3]]))
+    }
+    let mut b = b;
+    if take(&mut b, 4)? != JOURNAL_MAGIC {
+        return None;
+    }
+    let partition = i32::try_from(u32_of(&mut b)?).ok()?;
+    let through = i64::from_be_bytes(take(&mut b, 8)?.try_into().ok()?);
+    let n = u32_of(&mut b)? as usize;
+    // Each record takes 8 bytes at least: no count beyond what is there.
+    if n > b.len() / 8 {
+        return None;
+    }
+    let mut writes = Vec::with_capacity(n);
+    for _ in 0..n {
+        let k = u32_of(&mut b)? as usize;
+        let key = take(&mut b, k)?.to_vec();
+        let value = match u32_of(&mut b)? {
+            u32::MAX => None,
+            v => Some(take(&mut b, v as usize)?.to_vec()),
+        };
+        writes.push(Write {
+            partition,
+            key,
+            value,
+        });
+    }
+    b.is_empty().then_some((partition, through, writes))
+}
+
+/// A run id: 16 random bytes in hex.
+fn run_id() -> Result<String, Fail> {
+    let mut b = [0u8; 16];
+    getrandom::fill(&mut b).map_err(|e| fail(format!("the system's random source: {e}")))?;
+    Ok(b.iter().map(|x| format!("{x:02x}")).collect())
+}
+
+/// Writes `bytes` to `path` so that a crash leaves the old file or the
+/// new one: a temporary file beside it, synced, renamed over it, the
+/// directory synced.
+pub(crate) fn write_atomically(path: &Path, bytes: &[u8]) -> Result<(), Fail> {
+    let dir = match path.parent() {
+        Some(d) if !d.as_os_str().is_empty() => d.to_owned(),
+        _ => PathBuf::from("."),
+    };
+    let mut tmp_name = path.as_os_str().to_owned();
+    tmp_name.push(".tmp");
+    let tmp = PathBuf::from(tmp_name);
+    let err = |what: &str, e: std::io::Error| fail(format!("{what} {}: {e}", tmp.display()));
+    let mut f = File::create(&tmp).map_err(|e| err("creating", e))?;
+    f.write_all(bytes).map_err(|e| err("writing", e))?;
+    f.sync_all().map_err(|e| err("syncing", e))?;
+    drop(f);
+    std::fs::rename(&tmp, path).map_err(|e| {
+        fail(format!(
+            "renaming {} to {}: {e}",
+            tmp.display(),
+            path.display()
+        ))
+    })?;
+    File::open(&dir)
+        .and_then(|d| d.sync_all())
+        .map_err(|e| fail(format!("syncing the directory {}: {e}", dir.display())))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn of() -> RunOf {
+        RunOf {
+            command: "reencrypt".into(),
+            topic: "t".into(),
+            to_topic: "t".into(),
+            primary: 7,
+            key_primary: Some(9),
+        }
+    }
+
+    #[test]
+    fn a_checkpoint_and_its_journal_come_back_as_written() {
+        let dir = std::env::temp_dir().join(format!("tc-ckpt-{}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&dir);
+        std::fs::create_dir_all(&dir).unwrap();
+        let path = dir.join("run.checkpoint");
+        let c = Checkpoint::create(&path, of()).unwrap();
+        assert!(
+            Checkpoint::create(&path, of()).is_err(),
+            "never overwritten"
+        );
+        c.set(3, Progress { end: 100, done: 40 }).unwrap();
+        let writes = vec![
+            Write {
+                partition: 3,
+                key: b"k1".to_vec(),
+                value: None,
+            },
+            Write {
+                partition: 3,
+                key: b"k2".to_vec(),
+                value: Some(b"v".to_vec()),
+            },
+            Write {
+                partition: 3,
+                key: Vec::new(),
+                value: Some(Vec::new()),
+            },
+        ];
+        c.journal(3, 60, &writes).unwrap();
+        let back = Checkpoint::load(&path, &of()).unwrap();
+        assert_eq!(back.run, c.run);
+        assert_eq!(back.progress(3), Some(Progress { end: 100, done: 40 }));
+        let (through, got) = back.unfinished_journal(3).unwrap().unwrap();
+        assert_eq!(through, 60);
+        assert_eq!(got, writes);
+        // Done through the journal's end: nothing to write again.
+        back.set(3, Progress { end: 100, done: 60 }).unwrap();
+        assert!(back.unfinished_journal(3).unwrap().is_none());
+        // Another run's checkpoint is refused.
+        let other = RunOf { primary: 8, ..of() };
+        let e = Checkpoint::load(&path, &other).err().unwrap();
+        assert!(e.0.contains("not of this one"), "{}", e.0);
+        back.remove().unwrap();
+        assert!(!path.exists());
+        let _ = std::fs::remove_dir_all(&dir);
+    }
+
+    #[test]
+    fn a_journal_of_bad_bytes_is_refused_never_read_past_its_end() {
+        let mut b = JOURNAL_MAGIC.to_vec();
+        b.extend_from_slice(&1i32.to_be_bytes());
+        b.extend_from_slice(&5i64.to_be_bytes());
+        b.extend_from_slice(&1u32.to_be_bytes());
+        b.extend_from_slice(&2u32.to_be_bytes());
+        b.extend_from_slice(b"ab");
+        b.extend_from_slice(&u32::MAX.to_be_bytes());
+        assert!(parse_journal(&b).is_some());
+        for cut in 0..b.len() {
+            assert!(parse_journal(&b[..cut]).is_none(), "cut at {cut}");
+        }
+        let mut huge = b.clone();
+        huge[16..20].copy_from_slice(&u32::MAX.to_be_bytes());
+        assert!(parse_journal(&huge).is_none());
+        let mut trailing = b;
+        trailing.push(0);
+        assert!(parse_journal(&trailing).is_none());
+    }
+}
