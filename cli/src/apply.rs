@@ -20,7 +20,7 @@ use crate::plan::{Command, PlanCounts, Planner};
 use crate::read::{consumer, partitions, progress, read_partition, Setup};
 use crate::report::{Audit, Counts};
 use crate::run::for_partitions;
-use crate::write::{check_ordered, producer, Sink};
+use crate::write::{check_ordered, producer, Sink, CHUNK_RECORDS};
 use crate::{fail, Fail};
 
 /// How a command writes: `--apply` and where its progress goes.
@@ -29,6 +29,8 @@ pub(crate) struct Writing {
     pub(crate) checkpoint: PathBuf,
     /// The checkpoint of a run to go on from (`--resume`).
     pub(crate) resume: Option<PathBuf>,
+    /// The most records of a chunk.
+    pub(crate) chunk_records: usize,
 }
 
 /// What a command did to the partitions it read.
@@ -74,6 +76,7 @@ struct Job<'a> {
     to: &'a Setup,
     planner: Planner<'a>,
     writing: Option<(&'a Checkpoint, &'a FutureProducer)>,
+    chunk_records: usize,
     hash: KeyHash,
     bar: &'a ProgressBar,
 }
@@ -151,7 +154,8 @@ impl Job<'_> {
                 }
             }
             ck.set(p, Progress { end, done: start })?;
-            let mut sink = Sink::new(to, producer, &to.topic, p, ck, ck.run.as_bytes(), end);
+            let mut sink = Sink::new(to, producer, &to.topic, p, ck, ck.run.as_bytes(), end)
+                .with_chunk_records(self.chunk_records);
             let mut fresh = Counts::default();
             read_partition(from, &from.topic, p, start, Some(end), self.bar, |r| {
                 let Some((h, _, _)) = classify(from, &self.hash, &mut fresh, r)? else {
@@ -234,6 +238,7 @@ pub(crate) fn run(
         to,
         planner: Planner::new(from, to, command),
         writing: checkpoint.as_ref().zip(producer.as_ref()),
+        chunk_records: writing.map_or(CHUNK_RECORDS, |w| w.chunk_records),
         hash: KeyHash::default(),
         bar: &bar,
     };

@@ -344,6 +344,11 @@ struct ProgressArgs {
     /// run would leave it.
     #[arg(long, value_name = "FILE", requires = "apply")]
     resume: Option<PathBuf>,
+    /// The most records of a chunk of writes (journaled, then produced and
+    /// acknowledged, then checkpointed); for tests, which kill a run
+    /// between chunks.
+    #[arg(long, hide = true, default_value_t = write::CHUNK_RECORDS)]
+    chunk_records: usize,
 }
 
 impl ProgressArgs {

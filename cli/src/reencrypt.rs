@@ -31,6 +31,7 @@ pub(crate) fn reencrypt(args: &ReencryptArgs, out: &Output) -> Result<Outcome, F
     let writing = args.apply.then(|| Writing {
         checkpoint: args.progress.path("reencrypt", &s),
         resume: args.progress.resume.clone(),
+        chunk_records: args.progress.chunk_records.max(1),
     });
     let command = Command::Reencrypt { pass_through };
     let done = run(

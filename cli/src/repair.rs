@@ -16,6 +16,7 @@ pub(crate) fn repair(args: &RepairArgs, out: &Output) -> Result<Outcome, Fail> {
     let writing = args.apply.then(|| Writing {
         checkpoint: args.progress.path("repair", &s),
         resume: args.progress.resume.clone(),
+        chunk_records: args.progress.chunk_records.max(1),
     });
     let done = run(
         &s,

@@ -54,8 +54,9 @@ pub(crate) fn producer(s: &Setup) -> Result<FutureProducer, Fail> {
         .map_err(|e| fail(format!("creating a producer: {e}")))
 }
 
-/// The most records of a chunk: in flight at once, and journaled.
-const CHUNK_RECORDS: usize = 10_000;
+/// The most records of a chunk by default: in flight at once, and
+/// journaled.
+pub(crate) const CHUNK_RECORDS: usize = 10_000;
 /// About the most bytes of a chunk: held here and in librdkafka's queue
 /// while in flight (twice this per partition written at once).
 const CHUNK_BYTES: usize = 8 << 20;
@@ -84,6 +85,8 @@ pub(crate) struct Sink<'a> {
     bytes: usize,
     /// Records written.
     pub(crate) written: u64,
+    /// The most records of a chunk.
+    chunk_records: usize,
 }
 
 impl<'a> Sink<'a> {
@@ -108,6 +111,15 @@ impl<'a> Sink<'a> {
             chunk: Vec::new(),
             bytes: 0,
             written: 0,
+            chunk_records: CHUNK_RECORDS,
+        }
+    }
+
+    /// Chunks of at most `n` records.
+    pub(crate) fn with_chunk_records(self, n: usize) -> Self {
+        Sink {
+            chunk_records: n.max(1),
+            ..self
         }
     }
 
@@ -117,7 +129,7 @@ impl<'a> Sink<'a> {
     pub(crate) fn push(&mut self, at: i64, writes: Vec<Write>) -> Result<(), Fail> {
         self.bytes += writes.iter().map(Write::len).sum::<usize>();
         self.chunk.extend(writes);
-        if self.chunk.len() >= CHUNK_RECORDS || self.bytes >= CHUNK_BYTES {
+        if self.chunk.len() >= self.chunk_records || self.bytes >= CHUNK_BYTES {
             self.flush(at + 1)?;
         }
         Ok(())

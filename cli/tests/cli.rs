@@ -2010,3 +2010,341 @@ fn repair_tombstones_a_form_under_a_disabled_key_that_still_holds_a_value() {
         states(&[("x", "live"), ("y", "live"), ("z", "undecryptable")])
     );
 }
+
+/// Writes `writes` (plaintext key, value or delete) to a keyed topic by
+/// the write rule, as the typed producer does (every form's records in
+/// the plaintext key's partition), without waiting for each: many keys at
+/// once.
+fn produce_keyed(
+    t: &KeyedTopic,
+    values: &Keyset,
+    keys: &Keyset,
+    writes: &[(String, Option<String>)],
+) {
+    let key_ser = DeterministicSerializer::new(Bytes, keys.clone());
+    let value_ser = EncryptingSerializer::new(Bytes, values.clone());
+    let mut config = client_config(&t.bootstrap);
+    config.set("enable.idempotence", "true");
+    let p: FutureProducer = config.create().unwrap();
+    let mut deliveries = Vec::new();
+    for (k, v) in writes {
+        let forms = key_ser
+            .key_forms(&Context::new(&t.topic), k.as_bytes())
+            .unwrap();
+        let partition = forms.partition(t.partitions as u32).unwrap();
+        let value = v.as_ref().map(|v| {
+            value_ser
+                .serialize(
+                    &Context::new(&t.topic).with_key(k.as_bytes()),
+                    Some(v.as_bytes()),
+                )
+                .unwrap()
+                .unwrap()
+        });
+        for (key, value) in forms.writes(value.as_deref()) {
+            let mut r: FutureRecord<'_, [u8], [u8]> =
+                FutureRecord::to(&t.topic).partition(partition).key(key);
+            if let Some(v) = value {
+                r = r.payload(v);
+            }
+            deliveries.push(p.send_result(r).map_err(|(e, _)| e).unwrap());
+        }
+    }
+    for d in deliveries {
+        futures_executor::block_on(d).unwrap().unwrap();
+    }
+}
+
+/// A command on `t` with `extra`, spawned; killed (SIGKILL) as soon as its
+/// checkpoint shows a partition done past its first chunk, after a few
+/// more milliseconds (different each run). Returns whether it was killed
+/// (not done first).
+fn kill_midway(t: &KeyedTopic, cmd: &str, checkpoint: &str, extra: &[&str], delay_ms: u64) -> bool {
+    let mut a = vec![
+        cmd,
+        "--json",
+        "--quiet",
+        "--bootstrap",
+        &t.bootstrap,
+        "--topic",
+        &t.topic,
+        "--keyset",
+        &t.values_file,
+        "--key-keyset",
+        &t.keys_file,
+        "--apply",
+        "--checkpoint",
+        checkpoint,
+    ];
+    a.extend_from_slice(extra);
+    let mut child = Command::new(env!("CARGO_BIN_EXE_tombstone-crypt"))
+        .args(&a)
+        .stdout(std::process::Stdio::null())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    let deadline = std::time::Instant::now() + Duration::from_secs(120);
+    loop {
+        if let Some(status) = child.try_wait().unwrap() {
+            let mut err = String::new();
+            std::io::Read::read_to_string(child.stderr.as_mut().unwrap(), &mut err).unwrap();
+            assert!(status.success(), "{cmd} failed before the kill: {err}");
+            return false;
+        }
+        let progressed = std::fs::read_to_string(checkpoint)
+            .ok()
+            .and_then(|text| serde_json::from_str::<Value>(&text).ok())
+            .is_some_and(|v| {
+                v["partitions"]
+                    .as_object()
+                    .is_some_and(|ps| ps.values().any(|p| p["done"].as_i64() > Some(0)))
+            });
+        if progressed {
+            std::thread::sleep(Duration::from_millis(delay_ms));
+            child.kill().unwrap();
+            let status = child.wait().unwrap();
+            return status.code().is_none();
+        }
+        assert!(
+            std::time::Instant::now() < deadline,
+            "{cmd} made no progress"
+        );
+        std::thread::sleep(Duration::from_millis(2));
+    }
+}
+
+/// The keys of a resumable-write test: `key-{i}` for `i` below `n`, every
+/// seventh deleted.
+fn many_keys(n: usize) -> Vec<(String, Option<String>)> {
+    (0..n)
+        .map(|i| {
+            let v = (i % 7 != 3).then(|| format!("value {i}"));
+            (format!("key-{i}"), v)
+        })
+        .collect()
+}
+
+/// `reencrypt --apply` after a rotation of both keysets, killed (SIGKILL)
+/// in the middle at a different point each round and resumed with
+/// `--resume`: the topic ends as one uninterrupted run leaves it (a
+/// replaying consumer, a restored store and `audit --list-keys` equal the
+/// model, the audit is clean, every value is under the new primary). The
+/// resumed run writes the interrupted chunk again whole: records that had
+/// landed are written twice, harmlessly.
+#[test]
+fn reencrypt_killed_and_resumed_ends_as_one_run() {
+    if bootstrap().is_none() {
+        return;
+    }
+    let mut again = 0;
+    for (round, delay) in [0u64, 7, 23].into_iter().enumerate() {
+        let dir = Dir::new(&format!("resume-reencrypt-{round}"));
+        let (t, values, keys) = keyed_topic(&dir, &format!("cli-resume-{round}"), 3);
+        let writes = many_keys(600);
+        produce_keyed(&t, &values, &keys, &writes);
+        let model: State = writes
+            .iter()
+            .map(|(k, v)| {
+                (
+                    k.as_bytes().to_vec(),
+                    v.as_ref().map(|v| v.as_bytes().to_vec()),
+                )
+            })
+            .collect();
+        let new_values = rotate(&t.values_file);
+        rotate(&t.keys_file);
+        let ck = dir.file(&format!("reencrypt-{round}.checkpoint"));
+        assert!(
+            kill_midway(
+                &t,
+                "reencrypt",
+                &ck,
+                &["--parallel", "2", "--chunk-records", "8"],
+                delay
+            ),
+            "round {round}: the run ended before the kill; make its chunks smaller"
+        );
+        assert!(std::path::Path::new(&ck).exists(), "the checkpoint is left");
+        // A new run refuses to overwrite it.
+        let fresh = t.run("reencrypt", &["--apply", "--checkpoint", &ck]);
+        assert_eq!(code(&fresh), 2);
+        assert!(String::from_utf8_lossy(&fresh.stderr).contains("--resume"));
+        let resumed = t.run("reencrypt", &["--apply", "--resume", &ck]);
+        let r = json_of(&resumed);
+        assert_eq!(
+            code(&resumed),
+            0,
+            "round {round}: {r}\n{}",
+            String::from_utf8_lossy(&resumed.stderr)
+        );
+        assert!(!std::path::Path::new(&ck).exists(), "removed when done");
+        again += r["written_again"].as_u64().unwrap();
+        t.agree(&model, &format!("round {round}, resumed"));
+        let audit = json_of(&t.run("audit", &[]));
+        let primary = new_values.primary().0.to_string();
+        assert_eq!(
+            audit["key_ids"]
+                .as_object()
+                .unwrap()
+                .keys()
+                .collect::<Vec<_>>(),
+            vec![&primary],
+            "every value under the new primary: {audit}"
+        );
+        let plan = json_of(&t.run("reencrypt", &[]));
+        assert_eq!(plan["records_to_write"], json!(0), "{plan}");
+    }
+    assert!(again > 0, "no round wrote an interrupted chunk again");
+}
+
+/// A topic where a layer wrote deletes as encrypted empty values: 600
+/// keys, every seventh deleted, every third then deleted by the broken
+/// layer. Returns the topic and the model.
+fn broken_deletes(dir: &Dir, name: &str) -> (KeyedTopic, State) {
+    let (t, values, keys) = keyed_topic(dir, name, 2);
+    let mut writes = many_keys(600);
+    // A broken layer's deletes: the ciphertext of an empty value.
+    let broken: Vec<(String, Option<String>)> = (0..600)
+        .filter(|i| i % 3 == 0)
+        .map(|i| (format!("key-{i}"), Some(String::new())))
+        .collect();
+    produce_keyed(&t, &values, &keys, &writes);
+    produce_keyed(&t, &values, &keys, &broken);
+    for (k, _) in &broken {
+        let w = writes.iter_mut().find(|(x, _)| x == k).unwrap();
+        w.1 = None;
+    }
+    let model = writes
+        .iter()
+        .map(|(k, v)| {
+            (
+                k.as_bytes().to_vec(),
+                v.as_ref().map(|v| v.as_bytes().to_vec()),
+            )
+        })
+        .collect();
+    (t, model)
+}
+
+/// `repair --apply` on a topic where a layer wrote deletes as encrypted
+/// empty values, killed in the middle and resumed: the broken keys end
+/// deleted, the others as they were, and the audit is clean. On another
+/// such topic, a record someone else wrote after the run's end makes
+/// `--resume` refuse (the plan would no longer be the topic's), and keeps
+/// the checkpoint.
+#[test]
+fn repair_killed_and_resumed_ends_as_one_run() {
+    if bootstrap().is_none() {
+        return;
+    }
+    let dir = Dir::new("resume-repair");
+    let (t, model) = broken_deletes(&dir, "cli-resume-repair");
+    let ck = dir.file("repair.checkpoint");
+    let small = ["--parallel", "1", "--chunk-records", "2"];
+    assert!(
+        kill_midway(&t, "repair", &ck, &small, 3),
+        "the run ended before the kill; make its chunks smaller"
+    );
+    let resumed = t.run("repair", &["--apply", "--resume", &ck]);
+    let r = json_of(&resumed);
+    assert_eq!(code(&resumed), 0, "{r}");
+    assert!(!std::path::Path::new(&ck).exists(), "removed when done");
+    t.agree(&model, "repair, resumed");
+
+    let dir = Dir::new("resume-refused");
+    let (t, _) = broken_deletes(&dir, "cli-resume-refused");
+    let ck = dir.file("refused.checkpoint");
+    assert!(kill_midway(&t, "repair", &ck, &small, 3));
+    // Someone else's records after the run's end, in every partition.
+    let (values, keys) = (load(&t.values_file), load(&t.keys_file));
+    let foreign: Vec<(String, Option<String>)> = (0..12)
+        .map(|i| (format!("foreign-{i}"), Some(format!("x {i}"))))
+        .collect();
+    produce_keyed(&t, &values, &keys, &foreign);
+    let refused = t.run("repair", &["--apply", "--resume", &ck]);
+    assert_eq!(
+        code(&refused),
+        2,
+        "{}",
+        String::from_utf8_lossy(&refused.stdout)
+    );
+    let err = String::from_utf8_lossy(&refused.stderr);
+    assert!(
+        err.contains("did not write") && err.contains("someone wrote"),
+        "{err}"
+    );
+    assert!(std::path::Path::new(&ck).exists(), "kept after a refusal");
+}
+
+/// Two processes split one topic between them (`--partitions`), each with
+/// its own default checkpoint in its directory: together they leave the
+/// topic as one run would.
+#[test]
+fn two_processes_split_a_topic_with_partitions() {
+    if bootstrap().is_none() {
+        return;
+    }
+    let dir = Dir::new("split-partitions");
+    let (t, values, keys) = keyed_topic(&dir, "cli-split-partitions", 4);
+    let writes = many_keys(400);
+    produce_keyed(&t, &values, &keys, &writes);
+    let model: State = writes
+        .iter()
+        .map(|(k, v)| {
+            (
+                k.as_bytes().to_vec(),
+                v.as_ref().map(|v| v.as_bytes().to_vec()),
+            )
+        })
+        .collect();
+    rotate(&t.values_file);
+    rotate(&t.keys_file);
+    let spawn = |parts: &str, cwd: &std::path::Path| {
+        std::fs::create_dir_all(cwd).unwrap();
+        Command::new(env!("CARGO_BIN_EXE_tombstone-crypt"))
+            .current_dir(cwd)
+            .args([
+                "reencrypt",
+                "--json",
+                "--quiet",
+                "--bootstrap",
+                &t.bootstrap,
+                "--topic",
+                &t.topic,
+                "--keyset",
+                &t.values_file,
+                "--key-keyset",
+                &t.keys_file,
+                "--apply",
+                "--partitions",
+                parts,
+            ])
+            .output()
+    };
+    let (a, b) = std::thread::scope(|s| {
+        let a = s.spawn(|| spawn("0,1", &dir.0.join("a")).unwrap());
+        let b = s.spawn(|| spawn("2-3", &dir.0.join("b")).unwrap());
+        (a.join().unwrap(), b.join().unwrap())
+    });
+    for (out, read) in [(&a, [0, 1]), (&b, [2, 3])] {
+        let r = json_of(out);
+        assert_eq!(
+            code(out),
+            0,
+            "{r}\n{}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        assert_eq!(r["after"]["partitions_read"], json!(read), "{r}");
+        assert!(r["written"].as_u64().unwrap() > 0, "{r}");
+    }
+    assert_eq!(
+        std::fs::read_dir(dir.0.join("a")).unwrap().count()
+            + std::fs::read_dir(dir.0.join("b")).unwrap().count(),
+        0,
+        "each checkpoint removed when its run is done"
+    );
+    t.agree(&model, "split between two processes");
+    let bad = t.run("audit", &["--partitions", "3-9"]);
+    assert_eq!(code(&bad), 2);
+    assert!(String::from_utf8_lossy(&bad.stderr).contains("does not have"));
+}
