@@ -31,6 +31,8 @@ pub(crate) struct Writing {
     pub(crate) resume: Option<PathBuf>,
     /// The most records of a chunk.
     pub(crate) chunk_records: usize,
+    /// The tests' fixed kill point: abort after this many records.
+    pub(crate) fail_after: Option<u64>,
 }
 
 /// What a command did to the partitions it read.
@@ -77,6 +79,7 @@ struct Job<'a> {
     planner: Planner<'a>,
     writing: Option<(&'a Checkpoint, &'a FutureProducer)>,
     chunk_records: usize,
+    fail_after: Option<u64>,
     hash: KeyHash,
     bar: &'a ProgressBar,
 }
@@ -96,6 +99,7 @@ impl Job<'_> {
                         ck.run.as_bytes(),
                         &writes,
                         to.timeout,
+                        None,
                     )?;
                     if let Some(prog) = ck.progress(p) {
                         ck.set(
@@ -155,7 +159,8 @@ impl Job<'_> {
             }
             ck.set(p, Progress { end, done: start })?;
             let mut sink = Sink::new(to, producer, &to.topic, p, ck, ck.run.as_bytes(), end)
-                .with_chunk_records(self.chunk_records);
+                .with_chunk_records(self.chunk_records)
+                .with_fail_after(self.fail_after);
             let mut fresh = Counts::default();
             read_partition(from, &from.topic, p, start, Some(end), self.bar, |r| {
                 let Some((h, _, _)) = classify(from, &self.hash, &mut fresh, r)? else {
@@ -239,6 +244,7 @@ pub(crate) fn run(
         planner: Planner::new(from, to, command),
         writing: checkpoint.as_ref().zip(producer.as_ref()),
         chunk_records: writing.map_or(CHUNK_RECORDS, |w| w.chunk_records),
+        fail_after: writing.and_then(|w| w.fail_after),
         hash: KeyHash::default(),
         bar: &bar,
     };

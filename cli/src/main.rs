@@ -349,6 +349,12 @@ struct ProgressArgs {
     /// between chunks.
     #[arg(long, hide = true, default_value_t = write::CHUNK_RECORDS)]
     chunk_records: usize,
+    /// Abort the process, as a kill would, once this many records are
+    /// acknowledged, each acknowledged before the next is sent: the tests'
+    /// fixed kill point (a key's records cut between its tombstones and
+    /// its value).
+    #[arg(long, hide = true, value_name = "N")]
+    fail_after_records: Option<u64>,
 }
 
 impl ProgressArgs {

@@ -32,6 +32,7 @@ pub(crate) fn reencrypt(args: &ReencryptArgs, out: &Output) -> Result<Outcome, F
         checkpoint: args.progress.path("reencrypt", &s),
         resume: args.progress.resume.clone(),
         chunk_records: args.progress.chunk_records.max(1),
+        fail_after: args.progress.fail_after_records,
     });
     let command = Command::Reencrypt { pass_through };
     let done = run(

@@ -17,6 +17,7 @@ pub(crate) fn repair(args: &RepairArgs, out: &Output) -> Result<Outcome, Fail> {
         checkpoint: args.progress.path("repair", &s),
         resume: args.progress.resume.clone(),
         chunk_records: args.progress.chunk_records.max(1),
+        fail_after: args.progress.fail_after_records,
     });
     let done = run(
         &s,

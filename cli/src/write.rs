@@ -5,6 +5,7 @@
 //! could reorder a key's records ([`check_ordered`]).
 
 use std::collections::VecDeque;
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::{Duration, Instant};
 
 use tombstone_crypt::kafka::rdkafka::config::ClientConfig;
@@ -87,6 +88,8 @@ pub(crate) struct Sink<'a> {
     pub(crate) written: u64,
     /// The most records of a chunk.
     chunk_records: usize,
+    /// The tests' fixed kill point.
+    fail_after: Option<u64>,
 }
 
 impl<'a> Sink<'a> {
@@ -112,6 +115,16 @@ impl<'a> Sink<'a> {
             bytes: 0,
             written: 0,
             chunk_records: CHUNK_RECORDS,
+            fail_after: None,
+        }
+    }
+
+    /// Aborts the process once `n` records are acknowledged, sending one
+    /// at a time (the tests' fixed kill point).
+    pub(crate) fn with_fail_after(self, n: Option<u64>) -> Self {
+        Sink {
+            fail_after: n,
+            ..self
         }
     }
 
@@ -142,7 +155,14 @@ impl<'a> Sink<'a> {
         self.bytes = 0;
         if !chunk.is_empty() {
             self.checkpoint.journal(self.partition, through, &chunk)?;
-            self.written += produce(self.producer, self.topic, self.run, &chunk, self.timeout)?;
+            self.written += produce(
+                self.producer,
+                self.topic,
+                self.run,
+                &chunk,
+                self.timeout,
+                self.fail_after,
+            )?;
         }
         self.checkpoint.set(
             self.partition,
@@ -183,8 +203,13 @@ impl InFlight {
     }
 }
 
+/// Records acknowledged in this process, for the tests' fixed kill point.
+static ACKNOWLEDGED: AtomicU64 = AtomicU64::new(0);
+
 /// Produces `writes` to `topic`, in order, each with the run's header, and
-/// waits for every acknowledgement. Returns how many were written.
+/// waits for every acknowledgement. Returns how many were written. With
+/// `fail_after`, each record is acknowledged before the next is sent, and
+/// the process aborts once that many are (the tests' fixed kill point).
 ///
 /// The order is explicit: each record is enqueued (`send_result`) only
 /// once the one before it is, and librdkafka keeps the enqueue order within
@@ -199,6 +224,7 @@ pub(crate) fn produce(
     run: &[u8],
     writes: &[Write],
     timeout: Duration,
+    fail_after: Option<u64>,
 ) -> Result<u64, Fail> {
     let mut in_flight = InFlight::default();
     for w in writes {
@@ -218,6 +244,12 @@ pub(crate) fn produce(
             match producer.send_result(record) {
                 Ok(delivery) => {
                     in_flight.deliveries.push_back((w.partition, delivery));
+                    if let Some(n) = fail_after {
+                        in_flight.wait(topic)?;
+                        if ACKNOWLEDGED.fetch_add(1, Ordering::SeqCst) + 1 >= n {
+                            std::process::abort();
+                        }
+                    }
                     break;
                 }
                 Err((KafkaError::MessageProduction(RDKafkaErrorCode::QueueFull), _)) => {

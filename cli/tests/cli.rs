@@ -10,6 +10,7 @@ use std::path::PathBuf;
 use std::process::{Command, Output};
 use std::time::Duration;
 
+use common::compacting::{compacting_bootstrap, wait_compacted};
 use common::kafka::{bootstrap, client_config, fresh_topic};
 use common::tink::{hex, peer, python, unhex};
 use serde_json::{json, Value};
@@ -2347,4 +2348,84 @@ fn two_processes_split_a_topic_with_partitions() {
     let bad = t.run("audit", &["--partitions", "3-9"]);
     assert_eq!(code(&bad), 2);
     assert!(String::from_utf8_lossy(&bad.stderr).contains("does not have"));
+}
+
+/// On the compacting broker (it compacts the whole log every 100 ms), a
+/// `reencrypt --apply` stopped at a fixed point, between a key's old-form
+/// tombstone and its value (the fifth key's first record acknowledged, its
+/// second never sent), then compacted: the old form's value is gone from
+/// the topic, and only the journal still holds the key's re-encrypted
+/// value. Resumed, the topic equals the model. The negative control
+/// deletes the journal before the resume, as a resume without one would
+/// be: the key stays deleted.
+#[test]
+fn reencrypt_stopped_between_a_keys_records_resumes_on_a_compacting_broker() {
+    let bootstrap = compacting_bootstrap();
+    for control in [false, true] {
+        let dir = Dir::new(&format!("resume-compacting-{control}"));
+        let topic = fresh_topic("cli-resume-compacting");
+        create_compacted(&bootstrap, &topic, 1);
+        let (values_file, values) = new_keyset(&dir, "values.json");
+        let (keys_file, keys) = new_key_keyset(&dir, "keys.json");
+        let t = KeyedTopic {
+            bootstrap: bootstrap.clone(),
+            topic: topic.clone(),
+            partitions: 1,
+            values_file,
+            keys_file,
+        };
+        let writes = many_keys(40);
+        produce_keyed(&t, &values, &keys, &writes);
+        let model: State = writes
+            .iter()
+            .map(|(k, v)| {
+                (
+                    k.as_bytes().to_vec(),
+                    v.as_ref().map(|v| v.as_bytes().to_vec()),
+                )
+            })
+            .collect();
+        rotate(&t.values_file);
+        rotate(&t.keys_file);
+        let ck = dir.file("run.checkpoint");
+        // Four keys (eight records) in the first chunk, then the fifth
+        // key's old-form tombstone.
+        let stopped = t.run(
+            "reencrypt",
+            &[
+                "--apply",
+                "--checkpoint",
+                &ck,
+                "--chunk-records",
+                "8",
+                "--parallel",
+                "1",
+                "--fail-after-records",
+                "9",
+            ],
+        );
+        assert!(stopped.status.code().is_none(), "not stopped: {stopped:?}");
+        wait_compacted(&bootstrap, &topic, Duration::from_secs(60));
+        if control {
+            std::fs::remove_file(format!("{ck}.p0.journal")).unwrap();
+        }
+        let resumed = t.run("reencrypt", &["--apply", "--resume", &ck]);
+        let r = json_of(&resumed);
+        assert_eq!(code(&resumed), 0, "{r}");
+        if control {
+            let got = t.replay();
+            let lost: Vec<_> = model
+                .iter()
+                .filter(|(k, v)| got.get(*k) != Some(v))
+                .map(|(k, _)| String::from_utf8_lossy(k).into_owned())
+                .collect();
+            assert_eq!(lost, ["key-5"], "without the journal, the cut key is lost");
+        } else {
+            assert_eq!(r["written_again"], json!(8), "{r}");
+            t.agree(
+                &model,
+                "stopped between a key's records, compacted, resumed",
+            );
+        }
+    }
 }
