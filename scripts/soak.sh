@@ -14,11 +14,23 @@
 #   RECORDS=200000 SMALL=50000 scripts/soak.sh
 #   PARTS=clients scripts/soak.sh            # only the typed clients
 #   PARTS=writers scripts/soak.sh            # only the end-to-end model suite
+#   PARTS=commands scripts/soak.sh           # only the command line at scale
 #
 # The `writers` part (not in the default PARTS) runs cli/tests/writers_model.rs
 # (the write and reading rules on the compacting broker, built and started
 # by scripts/broker.sh) with E2E_CASES cases (default 1024) instead of the
 # test command's 64; it needs no KMS server.
+#
+# The `commands` part (not in the default PARTS) writes, for each size in
+# CMD_SIZES (default "1000000:100000:100:1024 10000000:1000000:100:100":
+# records, keys, value bytes min and max), a topic of CMD_PARTITIONS (4)
+# partitions with examples/soak_topic.rs (one record in 20 a tombstone, one
+# in 20 a broken delete) and, for each reader count in READERS ("1 2"),
+# runs the release `tombstone-crypt` on its own copy of the topic: `audit`,
+# `repair --apply`, then (after a rotation of the values' keyset)
+# `reencrypt --apply`; it prints records/s (the topic's records at the
+# start over the wall time) and peak RSS (/usr/bin/time), and peak RSS per
+# key. Figures go to target/soak-commands.txt too.
 #
 # Uses TOMBSTONE_KAFKA_BOOTSTRAP when set, else starts scripts/broker.sh
 # (and stops it on exit). Memory storage: the broker holds every record.
@@ -60,6 +72,79 @@ if [[ " $PARTS " == *" writers "* ]]; then
     stop_writers
     trap - EXIT
     PARTS="$(printf '%s\n' $PARTS | grep -vx writers | tr '\n' ' ' || true)"
+    [[ -n "${PARTS// /}" ]] || exit 0
+fi
+
+if [[ " $PARTS " == *" commands "* ]]; then
+    CMD_SIZES="${CMD_SIZES:-1000000:100000:100:1024 10000000:1000000:100:100}"
+    CMD_PARTITIONS="${CMD_PARTITIONS:-4}"
+    READERS="${READERS:-1 2}"
+    cargo build --release --example soak_topic --features kafka >&2
+    cargo build --release -p tombstone-crypt-cli >&2
+    cli=target/release/tombstone-crypt
+    gen=target/release/examples/soak_topic
+    work="$(mktemp -d)"
+    own=""
+    stop_commands() {
+        rm -rf "$work"
+        if [[ -n "$own" ]]; then bash scripts/broker.sh stop >&2 || true; fi
+    }
+    trap stop_commands EXIT
+    if [[ -z "${TOMBSTONE_KAFKA_BOOTSTRAP:-}" ]]; then
+        own=1
+        TOMBSTONE_KAFKA_BOOTSTRAP="$(bash scripts/broker.sh start | tail -n 1)"
+    fi
+    boot="$TOMBSTONE_KAFKA_BOOTSTRAP"
+    figures=target/soak-commands.txt
+    : >"$figures"
+    stamp="$(date +%s)-$$"
+    timed() { # label records keys command...
+        local label="$1" records="$2" keys="$3"
+        shift 3
+        local t0 t1 code=0
+        t0="$(date +%s.%N)"
+        /usr/bin/time -f "%M" -o "$work/rss" "$@" >"$work/out.json" 2>"$work/err" || code=$?
+        t1="$(date +%s.%N)"
+        if ((code > 1)); then
+            cat "$work/err" >&2
+            echo "$label failed (exit $code)" >&2
+            exit 1
+        fi
+        python3 - "$label" "$records" "$keys" "$t0" "$t1" "$(tail -n 1 "$work/rss")" <<'PY' | tee -a "$figures"
+import sys
+label, records, keys, t0, t1, rss_kib = sys.argv[1:]
+secs = float(t1) - float(t0)
+rss = int(rss_kib) * 1024
+keys = int(keys)
+print(f"{label:<34} {int(records):>9} records {keys:>8} keys {secs:7.1f} s {int(records) / secs:>9.0f} rec/s "
+      f"peak RSS {rss / 2**20:6.1f} MiB = 100 MiB + {max(rss - 100 * 2**20, 0) / keys:5.1f} B/key "
+      f"({rss / keys:6.1f} B/key in all)")
+PY
+    }
+    for size in $CMD_SIZES; do
+        IFS=: read -r records keys min max <<<"$size"
+        for readers in $READERS; do
+            topic="soak-commands-$records-$readers-$stamp"
+            values="$work/values-$records-$readers.json"
+            "$cli" keyset new --out "$values"
+            echo "writing $topic ($records records over $keys keys, values of $min-$max bytes)" >&2
+            "$gen" "$boot" "$topic" "$CMD_PARTITIONS" "$records" "$keys" "$SEED" "$min" "$max" "$values" >&2
+            args=(--quiet --json --bootstrap "$boot" --topic "$topic" --keyset "$values" --parallel "$readers")
+            live="$(python3 -c 'import json,sys; print(json.load(sys.stdin)["keys"])' < <("$cli" audit "${args[@]}" || true))"
+            timed "audit, $readers reader(s)" "$records" "$live" "$cli" audit "${args[@]}"
+            timed "repair --apply, $readers reader(s)" "$records" "$live" \
+                "$cli" repair "${args[@]}" --apply --checkpoint "$work/repair.ck"
+            "$cli" keyset rotate --in "$values"
+            now="$(python3 -c 'import json,sys; print(json.load(sys.stdin)["records"])' < <("$cli" audit "${args[@]}" || true))"
+            timed "reencrypt --apply, $readers reader(s)" "$now" "$live" \
+                "$cli" reencrypt "${args[@]}" --apply --checkpoint "$work/reencrypt.ck"
+        done
+    done
+    echo >&2
+    cat "$figures" >&2
+    stop_commands
+    trap - EXIT
+    PARTS="$(printf '%s\n' $PARTS | grep -vx commands | tr '\n' ' ' || true)"
     [[ -n "${PARTS// /}" ]] || exit 0
 fi
 
