@@ -47,8 +47,12 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
     let mut config = ClientConfig::new();
     config.set("bootstrap.servers", bootstrap);
     let admin: AdminClient<DefaultClientContext> = config.create()?;
-    let new = NewTopic::new(topic, i32::try_from(partitions)?, TopicReplication::Fixed(1))
-        .set("cleanup.policy", "compact");
+    let new = NewTopic::new(
+        topic,
+        i32::try_from(partitions)?,
+        TopicReplication::Fixed(1),
+    )
+    .set("cleanup.policy", "compact");
     for r in futures_executor::block_on(admin.create_topics([&new], &AdminOptions::new()))? {
         r.map_err(|(t, e)| format!("creating {t}: {e}"))?;
     }

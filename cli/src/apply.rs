@@ -13,11 +13,12 @@ use indicatif::ProgressBar;
 use tombstone_crypt::kafka::rdkafka::consumer::Consumer as _;
 use tombstone_crypt::kafka::rdkafka::producer::FutureProducer;
 
-use crate::audit::{check_keyset, classify, scan_partition, Scanned, Upto};
+use crate::audit::{check_keyset, scan_partition, Scanned, Upto};
 use crate::checkpoint::{Checkpoint, Progress, RunOf};
 use crate::key_state::KeyHash;
 use crate::plan::{Command, PlanCounts, Planner};
 use crate::read::{consumer, partitions, progress, read_partition, Setup};
+use crate::record::key_of;
 use crate::report::{Audit, Counts};
 use crate::run::for_partitions;
 use crate::write::{check_ordered, producer, Sink, CHUNK_RECORDS};
@@ -161,16 +162,18 @@ impl Job<'_> {
             let mut sink = Sink::new(to, producer, &to.topic, p, ck, ck.run.as_bytes(), end)
                 .with_chunk_records(self.chunk_records)
                 .with_fail_after(self.fail_after);
-            let mut fresh = Counts::default();
             read_partition(from, &from.topic, p, start, Some(end), self.bar, |r| {
-                let Some((h, _, _)) = classify(from, &self.hash, &mut fresh, r)? else {
+                // Only the key, to find its entry: a value is read again
+                // only when it is written.
+                let Some(wire) = r.key else {
                     return Ok(());
                 };
-                let Some(e) = index.get(h)? else {
+                let key = key_of(from, wire);
+                let Some(e) = index.get(self.hash.of(key.encrypted, &key.group))? else {
                     return Ok(());
                 };
                 if e.action().is_some() && index.offset_of(e) == r.offset {
-                    sink.push(r.offset, self.planner.writes(e, r)?)?;
+                    sink.push(r.offset, self.planner.writes(e, r, &key)?)?;
                 }
                 Ok(())
             })?;

@@ -20,7 +20,7 @@ pub(crate) use crate::key_state::Action;
 use crate::key_state::{Entry, Kind};
 use crate::read::{Rec, Setup};
 use crate::record::Write;
-use crate::record::{key_of, open_value, value_context, Value};
+use crate::record::{open_value, value_context, RecordKey, Value};
 use crate::{fail, Fail, ValueKey};
 
 /// What a command's plan adds up to.
@@ -260,9 +260,14 @@ impl<'a> Planner<'a> {
     }
 
     /// The records of one planned key, in the rule's order, made at its
-    /// deciding record `r` (read again): the tombstones of its unreached
-    /// forms, then the rule's records for its action.
-    pub(crate) fn writes(&self, e: &Entry, r: &Rec<'_>) -> Result<Vec<Write>, Fail> {
+    /// deciding record `r` (read again; its key is `key`): the tombstones
+    /// of its unreached forms, then the rule's records for its action.
+    pub(crate) fn writes(
+        &self,
+        e: &Entry,
+        r: &Rec<'_>,
+        key: &RecordKey,
+    ) -> Result<Vec<Write>, Fail> {
         let from = self.from;
         let Some(action) = e.action() else {
             return Ok(Vec::new());
@@ -274,7 +279,6 @@ impl<'a> Planner<'a> {
             ))
         };
         let wire = r.key.ok_or_else(changed)?;
-        let key = key_of(from, wire);
         if key.encrypted != e.encrypted() {
             return Err(changed());
         }

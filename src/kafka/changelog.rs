@@ -252,6 +252,12 @@ impl KafkaChangelog {
         if config.get("fetch.wait.max.ms").is_none() {
             config.set("fetch.wait.max.ms", "50");
         }
+        // A restore's memory is the store it fills, not the log: librdkafka
+        // prefetches up to 64 MiB of the partition by default; 8 MiB keeps
+        // the reader's share small and still streams at full rate.
+        if config.get("queued.max.messages.kbytes").is_none() {
+            config.set("queued.max.messages.kbytes", "8192");
+        }
         let consumer: BaseConsumer = config
             .set(
                 "group.id",
