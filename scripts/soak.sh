@@ -134,7 +134,7 @@ PY
             timed "audit, $readers reader(s)" "$records" "$live" "$cli" audit "${args[@]}"
             timed "repair --apply, $readers reader(s)" "$records" "$live" \
                 "$cli" repair "${args[@]}" --apply --checkpoint "$work/repair.ck"
-            "$cli" keyset rotate --in "$values"
+            "$cli" keyset rotate --in "$values" >/dev/null
             now="$(python3 -c 'import json,sys; print(json.load(sys.stdin)["records"])' < <("$cli" audit "${args[@]}" || true))"
             timed "reencrypt --apply, $readers reader(s)" "$now" "$live" \
                 "$cli" reencrypt "${args[@]}" --apply --checkpoint "$work/reencrypt.ck"

@@ -187,7 +187,8 @@ pub(crate) fn end_offsets(
 /// librdkafka prefetches up to `queued.max.messages.kbytes` per partition
 /// (64 MiB by default); the commands read one partition per consumer, so
 /// they cap it at 8 MiB unless `-X` says otherwise: memory stays bounded
-/// by the keys, not by what the broker can send ahead.
+/// by the keys, not by what the broker can send ahead; and a full queue
+/// holds the fetches back for 10 ms, not a second.
 pub(crate) fn consumer(s: &Setup) -> Result<BaseConsumer, Fail> {
     let mut config = s.config.clone();
     config
@@ -206,6 +207,13 @@ pub(crate) fn consumer(s: &Setup) -> Result<BaseConsumer, Fail> {
     }
     if s.config.get("queued.max.messages.kbytes").is_none() {
         config.set("queued.max.messages.kbytes", "8192");
+    }
+    // With the queue full, librdkafka stops fetching for
+    // `fetch.queue.backoff.ms` (1 s by default): a reader that decrypts a
+    // little slower than the broker sends would stall a second at a time
+    // (5 times slower, measured). 10 ms.
+    if s.config.get("fetch.queue.backoff.ms").is_none() {
+        config.set("fetch.queue.backoff.ms", "10");
     }
     config
         .create()

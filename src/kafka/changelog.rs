@@ -254,9 +254,16 @@ impl KafkaChangelog {
         }
         // A restore's memory is the store it fills, not the log: librdkafka
         // prefetches up to 64 MiB of the partition by default; 8 MiB keeps
-        // the reader's share small and still streams at full rate.
+        // the reader's share small.
         if config.get("queued.max.messages.kbytes").is_none() {
             config.set("queued.max.messages.kbytes", "8192");
+        }
+        // With the queue full, librdkafka holds its fetches back for
+        // `fetch.queue.backoff.ms` (1 s by default), which a store that
+        // puts a little slower than the broker sends would wait a second
+        // at a time: 10 ms.
+        if config.get("fetch.queue.backoff.ms").is_none() {
+            config.set("fetch.queue.backoff.ms", "10");
         }
         let consumer: BaseConsumer = config
             .set(
