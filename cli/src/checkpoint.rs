@@ -224,29 +224,25 @@ impl Checkpoint {
         through: i64,
         writes: &[Write],
     ) -> Result<(), Fail> {
-        let mut b = Vec::with_capacity(32 + writes.iter().map(Write::len).sum::<usize>());
-        b.extend_from_slice(JOURNAL_MAGIC);
-        b.extend_from_slice(&partition.to_be_bytes());
-        b.extend_from_slice(&through.to_be_bytes());
-        b.extend_from_slice(
-            &u32::try_from(writes.len())
-                .unwrap_or(u32::MAX)
-                .to_be_bytes(),
-        );
-        for w in writes {
-            b.extend_from_slice(&u32::try_from(w.key.len()).unwrap_or(u32::MAX).to_be_bytes());
-            b.extend_from_slice(&w.key);
-            match &w.value {
-                None => b.extend_from_slice(&u32::MAX.to_be_bytes()),
-                Some(v) => {
-                    b.extend_from_slice(
-                        &u32::try_from(v.len()).unwrap_or(u32::MAX - 1).to_be_bytes(),
-                    );
-                    b.extend_from_slice(v);
+        let len32 = |n: usize| u32::try_from(n).unwrap_or(u32::MAX - 1).to_be_bytes();
+        write_atomically_with(&self.journal_path(partition), |f| {
+            f.write_all(JOURNAL_MAGIC)?;
+            f.write_all(&partition.to_be_bytes())?;
+            f.write_all(&through.to_be_bytes())?;
+            f.write_all(&len32(writes.len()))?;
+            for w in writes {
+                f.write_all(&len32(w.key.len()))?;
+                f.write_all(&w.key)?;
+                match &w.value {
+                    None => f.write_all(&u32::MAX.to_be_bytes())?,
+                    Some(v) => {
+                        f.write_all(&len32(v.len()))?;
+                        f.write_all(v)?;
+                    }
                 }
             }
-        }
-        write_atomically(&self.journal_path(partition), &b)
+            Ok(())
+        })
     }
 
     /// The partition's journal, if there is one the checkpoint does not
@@ -349,6 +345,14 @@ fn run_id() -> Result<String, Fail> {
 /// new one: a temporary file beside it, synced, renamed over it, the
 /// directory synced.
 pub(crate) fn write_atomically(path: &Path, bytes: &[u8]) -> Result<(), Fail> {
+    write_atomically_with(path, |f| f.write_all(bytes))
+}
+
+/// [`write_atomically`] what `write` writes (through a buffer).
+fn write_atomically_with(
+    path: &Path,
+    write: impl FnOnce(&mut std::io::BufWriter<File>) -> std::io::Result<()>,
+) -> Result<(), Fail> {
     let dir = match path.parent() {
         Some(d) if !d.as_os_str().is_empty() => d.to_owned(),
         _ => PathBuf::from("."),
@@ -357,8 +361,9 @@ pub(crate) fn write_atomically(path: &Path, bytes: &[u8]) -> Result<(), Fail> {
     tmp_name.push(".tmp");
     let tmp = PathBuf::from(tmp_name);
     let err = |what: &str, e: std::io::Error| fail(format!("{what} {}: {e}", tmp.display()));
-    let mut f = File::create(&tmp).map_err(|e| err("creating", e))?;
-    f.write_all(bytes).map_err(|e| err("writing", e))?;
+    let mut f = std::io::BufWriter::new(File::create(&tmp).map_err(|e| err("creating", e))?);
+    write(&mut f).map_err(|e| err("writing", e))?;
+    let f = f.into_inner().map_err(|e| err("writing", e.into_error()))?;
     f.sync_all().map_err(|e| err("syncing", e))?;
     drop(f);
     std::fs::rename(&tmp, path).map_err(|e| {

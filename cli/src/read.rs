@@ -186,7 +186,7 @@ pub(crate) fn end_offsets(
 ///
 /// librdkafka prefetches up to `queued.max.messages.kbytes` per partition
 /// (64 MiB by default); the commands read one partition per consumer, so
-/// they cap it at 8 MiB unless `-X` says otherwise: memory stays bounded
+/// they cap it at 4 MiB unless `-X` says otherwise: memory stays bounded
 /// by the keys, not by what the broker can send ahead; and a full queue
 /// holds the fetches back for 10 ms, not a second.
 pub(crate) fn consumer(s: &Setup) -> Result<BaseConsumer, Fail> {
@@ -206,7 +206,7 @@ pub(crate) fn consumer(s: &Setup) -> Result<BaseConsumer, Fail> {
         config.set("fetch.wait.max.ms", "50");
     }
     if s.config.get("queued.max.messages.kbytes").is_none() {
-        config.set("queued.max.messages.kbytes", "8192");
+        config.set("queued.max.messages.kbytes", "4096");
     }
     // With the queue full, librdkafka stops fetching for
     // `fetch.queue.backoff.ms` (1 s by default): a reader that decrypts a
