@@ -126,7 +126,7 @@ PY
         for readers in $READERS; do
             topic="soak-commands-$records-$readers-$stamp"
             values="$work/values-$records-$readers.json"
-            "$cli" keyset new --out "$values"
+            "$cli" keyset new --out "$values" >/dev/null
             echo "writing $topic ($records records over $keys keys, values of $min-$max bytes)" >&2
             "$gen" "$boot" "$topic" "$CMD_PARTITIONS" "$records" "$keys" "$SEED" "$min" "$max" "$values" >&2
             args=(--quiet --json --bootstrap "$boot" --topic "$topic" --keyset "$values" --parallel "$readers")

@@ -186,7 +186,7 @@ pub(crate) fn end_offsets(
 ///
 /// librdkafka prefetches up to `queued.max.messages.kbytes` per partition
 /// (64 MiB by default); the commands read one partition per consumer, so
-/// they cap it at 4 MiB unless `-X` says otherwise: memory stays bounded
+/// they cap it at 4 MiB and 20,000 records unless `-X` says otherwise: memory stays bounded
 /// by the keys, not by what the broker can send ahead; and a full queue
 /// holds the fetches back for 10 ms, not a second.
 pub(crate) fn consumer(s: &Setup) -> Result<BaseConsumer, Fail> {
@@ -207,6 +207,13 @@ pub(crate) fn consumer(s: &Setup) -> Result<BaseConsumer, Fail> {
     }
     if s.config.get("queued.max.messages.kbytes").is_none() {
         config.set("queued.max.messages.kbytes", "4096");
+    }
+    // And at 20,000 records, not 100,000: librdkafka's own share per
+    // record makes small records cost more than their bytes (an audit of
+    // 10^6 records of 100 B: 86 MiB peak with 100,000, 52 with 20,000, as
+    // fast).
+    if s.config.get("queued.min.messages").is_none() {
+        config.set("queued.min.messages", "20000");
     }
     // With the queue full, librdkafka stops fetching for
     // `fetch.queue.backoff.ms` (1 s by default): a reader that decrypts a

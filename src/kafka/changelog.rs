@@ -258,6 +258,11 @@ impl KafkaChangelog {
         if config.get("queued.max.messages.kbytes").is_none() {
             config.set("queued.max.messages.kbytes", "8192");
         }
+        // And 20,000 records, not 100,000 (small records cost librdkafka
+        // more than their bytes).
+        if config.get("queued.min.messages").is_none() {
+            config.set("queued.min.messages", "20000");
+        }
         // With the queue full, librdkafka holds its fetches back for
         // `fetch.queue.backoff.ms` (1 s by default), which a store that
         // puts a little slower than the broker sends would wait a second
