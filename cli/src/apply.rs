@@ -13,9 +13,9 @@ use indicatif::ProgressBar;
 use tombstone_crypt::kafka::rdkafka::consumer::Consumer as _;
 use tombstone_crypt::kafka::rdkafka::producer::FutureProducer;
 
-use crate::audit::{check_keyset, scan_partition, Scanned, Upto};
+use crate::audit::{check_keyset, scan_partition, Pass, Scanned, Upto};
 use crate::checkpoint::{Checkpoint, Progress, RunOf};
-use crate::key_state::KeyHash;
+use crate::key_state::{Index, KeyHash};
 use crate::plan::{Command, PlanCounts, Planner};
 use crate::read::{consumer, partitions, progress, read_partition, Setup};
 use crate::record::key_of;
@@ -86,7 +86,15 @@ struct Job<'a> {
 }
 
 impl Job<'_> {
-    fn partition(&self, p: i32) -> Result<PartDone, Fail> {
+    fn pass(&self) -> Pass<'_> {
+        Pass {
+            hash: &self.hash,
+            bar: self.bar,
+            list: false,
+        }
+    }
+
+    fn partition(&self, index: &mut Index, p: i32) -> Result<PartDone, Fail> {
         let (from, to) = (self.from, self.to);
         let mut replayed = 0;
         let progress = match self.writing {
@@ -130,9 +138,8 @@ impl Job<'_> {
         };
         let Scanned {
             counts: before,
-            mut index,
             end,
-        } = scan_partition(from, &from.topic, p, upto, &self.hash, false, self.bar)?;
+        } = scan_partition(from, &from.topic, p, index, upto, &self.pass())?;
         let mut plan = PlanCounts::default();
         for e in index.entries_mut() {
             self.planner.decide(e, &mut plan);
@@ -180,8 +187,7 @@ impl Job<'_> {
             sink.flush(end)?;
             written = sink.written;
         }
-        drop(index);
-        let after = scan_partition(to, &to.topic, p, Upto::End, &self.hash, false, self.bar)?;
+        let after = scan_partition(to, &to.topic, p, index, Upto::End, &self.pass())?;
         Ok(PartDone {
             before,
             plan,
@@ -251,7 +257,9 @@ pub(crate) fn run(
         hash: KeyHash::default(),
         bar: &bar,
     };
-    let done = for_partitions(from, &parts, &bar, |p| job.partition(p));
+    let done = for_partitions(from, &parts, &bar, |index: &mut Index, p| {
+        job.partition(index, p)
+    });
     let done = match done {
         Ok(d) => d,
         Err(Fail(msg)) => {

@@ -30,13 +30,11 @@ pub(crate) enum Upto<'a> {
     },
 }
 
-/// A partition read by the reading rule: its counts, its index (settled),
-/// and the offset after the last record that went into the index.
+/// A partition read by the reading rule: its counts, and the offset after
+/// the last record that went into its index.
 pub(crate) struct Scanned {
     /// What was counted.
     pub(crate) counts: Counts,
-    /// Every key's entry.
-    pub(crate) index: Index,
     /// Where a second pass over the same records stops.
     pub(crate) end: i64,
 }
@@ -118,20 +116,32 @@ pub(crate) fn form_of(s: &Setup, key: &crate::record::RecordKey, wire: &[u8]) ->
         .unwrap_or(0)
 }
 
+/// What every pass of a command shares.
+#[derive(Clone, Copy)]
+pub(crate) struct Pass<'a> {
+    /// How keys are hashed (the same for every pass of a run).
+    pub(crate) hash: &'a KeyHash,
+    /// The command's progress bar.
+    pub(crate) bar: &'a ProgressBar,
+    /// Whether to keep each key's group (`--list-keys`).
+    pub(crate) list: bool,
+}
+
 /// Reads `partition` of `topic` by the reading rule: every record into
-/// the counts and each key's entry, settled. With `list`, each key's group
-/// and state go to the counts too (`--list-keys`).
+/// the counts and each key's entry into `index` (emptied first), settled.
+/// With `list`, each key's group and state go to the counts too
+/// (`--list-keys`).
 pub(crate) fn scan_partition(
     s: &Setup,
     topic: &str,
     partition: i32,
+    index: &mut Index,
     upto: Upto<'_>,
-    hash: &KeyHash,
-    list: bool,
-    bar: &ProgressBar,
+    pass: &Pass<'_>,
 ) -> Result<Scanned, Fail> {
+    let Pass { hash, bar, list } = *pass;
     let mut counts = Counts::default();
-    let mut index = Index::new(partition);
+    index.reset(partition);
     let mut groups: HashMap<u64, Vec<u8>> = HashMap::new();
     let (stop, run) = match upto {
         Upto::End => (None, None),
@@ -158,7 +168,7 @@ pub(crate) fn scan_partition(
         Ok(())
     })?;
     index.settle();
-    counts.add_keys(&index);
+    counts.add_keys(index);
     if list {
         for (h, group) in groups {
             if let Some(e) = index.get_by_hash(h) {
@@ -168,7 +178,6 @@ pub(crate) fn scan_partition(
     }
     Ok(Scanned {
         counts,
-        index,
         end: stop.unwrap_or(last),
     })
 }
@@ -205,8 +214,13 @@ pub(crate) fn scan(s: &Setup, quiet: bool, list: bool) -> Result<Audit, Fail> {
         .sum();
     let bar = progress(total, quiet, "audit");
     let hash = KeyHash::default();
-    let scanned = for_partitions(s, &parts, &bar, |p| {
-        scan_partition(s, &s.topic, p, Upto::End, &hash, list, &bar).map(|x| x.counts)
+    let pass = Pass {
+        hash: &hash,
+        bar: &bar,
+        list,
+    };
+    let scanned = for_partitions(s, &parts, &bar, |index: &mut Index, p| {
+        scan_partition(s, &s.topic, p, index, Upto::End, &pass).map(|x| x.counts)
     })?;
     bar.finish_and_clear();
     let mut audit = Audit {

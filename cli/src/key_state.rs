@@ -294,7 +294,11 @@ impl KeyHash {
     }
 }
 
-/// Every key of one partition, by the reading rule.
+/// Every key of one partition, by the reading rule. A reader keeps one
+/// and [`reset`](Index::reset)s it for each partition: its table keeps
+/// its room, so the allocator is not asked for a new one (and left with
+/// the old one's pieces) each time.
+#[derive(Default)]
 pub(crate) struct Index {
     /// The partition.
     pub(crate) partition: i32,
@@ -306,12 +310,20 @@ pub(crate) struct Index {
 
 impl Index {
     /// An empty index of `partition`.
+    #[cfg(test)]
     pub(crate) fn new(partition: i32) -> Index {
         Index {
             partition,
             base: None,
             map: HashMap::default(),
         }
+    }
+
+    /// Empties the index for `partition`, keeping its room.
+    pub(crate) fn reset(&mut self, partition: i32) {
+        self.partition = partition;
+        self.base = None;
+        self.map.clear();
     }
 
     /// The offset of `r` from the base.

@@ -10,14 +10,16 @@ use crate::read::Setup;
 use crate::Fail;
 
 /// Runs `work` on each of `parts` (partition, first and end offsets) on
-/// at most `s.parallel` threads; returns the results in the order of
-/// `parts`. The first failure stops every reader from taking another
-/// partition, and is returned (the lowest partition's, when several fail).
-pub(crate) fn for_partitions<T: Send>(
+/// at most `s.parallel` threads, each with its own `W` kept from one
+/// partition to the next (a reader's index); returns the results in the
+/// order of `parts`. The first failure stops every reader from taking
+/// another partition, and is returned (the lowest partition's, when
+/// several fail).
+pub(crate) fn for_partitions<T: Send, W: Default>(
     s: &Setup,
     parts: &[(i32, i64, i64)],
     bar: &ProgressBar,
-    work: impl Fn(i32) -> Result<T, Fail> + Sync,
+    work: impl Fn(&mut W, i32) -> Result<T, Fail> + Sync,
 ) -> Result<Vec<T>, Fail> {
     let next = AtomicUsize::new(0);
     let stop = AtomicBool::new(false);
@@ -26,20 +28,23 @@ pub(crate) fn for_partitions<T: Send>(
     let readers = s.parallel.clamp(1, parts.len().max(1));
     std::thread::scope(|scope| {
         for _ in 0..readers {
-            scope.spawn(|| loop {
-                if stop.load(Ordering::Relaxed) {
-                    return;
-                }
-                let i = next.fetch_add(1, Ordering::Relaxed);
-                let Some(&(p, _, _)) = parts.get(i) else {
-                    return;
-                };
-                let r = work(p);
-                if r.is_err() {
-                    stop.store(true, Ordering::Relaxed);
-                }
-                if let Ok(mut all) = results.lock() {
-                    all[i] = Some(r);
+            scope.spawn(|| {
+                let mut own = W::default();
+                loop {
+                    if stop.load(Ordering::Relaxed) {
+                        return;
+                    }
+                    let i = next.fetch_add(1, Ordering::Relaxed);
+                    let Some(&(p, _, _)) = parts.get(i) else {
+                        return;
+                    };
+                    let r = work(&mut own, p);
+                    if r.is_err() {
+                        stop.store(true, Ordering::Relaxed);
+                    }
+                    if let Ok(mut all) = results.lock() {
+                        all[i] = Some(r);
+                    }
                 }
             });
         }
