@@ -124,8 +124,8 @@ PY
     for size in $CMD_SIZES; do
         IFS=: read -r records keys min max <<<"$size"
         for readers in $READERS; do
-            topic="soak-commands-$records-$readers-$stamp"
-            values="$work/values-$records-$readers.json"
+            topic="soak-commands-$records-$keys-$readers-$stamp"
+            values="$work/values-$records-$keys-$readers.json"
             "$cli" keyset new --out "$values" >/dev/null
             echo "writing $topic ($records records over $keys keys, values of $min-$max bytes)" >&2
             "$gen" "$boot" "$topic" "$CMD_PARTITIONS" "$records" "$keys" "$SEED" "$min" "$max" "$values" >&2

@@ -19,9 +19,10 @@ use crate::key_state::{Index, KeyHash};
 use crate::plan::{Command, PlanCounts, Planner};
 use crate::read::{consumer, partitions, progress, read_partition, Setup};
 use crate::record::key_of;
+use crate::report::ranges;
 use crate::report::{Audit, Counts};
 use crate::run::for_partitions;
-use crate::write::{check_ordered, producer, Sink, CHUNK_RECORDS};
+use crate::write::{check_ordered, produce, producer, Sink, CHUNK_RECORDS};
 use crate::{fail, Fail};
 
 /// How a command writes: `--apply` and where its progress goes.
@@ -56,7 +57,6 @@ struct PartDone {
     plan: PlanCounts,
     after: Option<Counts>,
     written: u64,
-    replayed: u64,
 }
 
 /// The high watermark of `partition` now, as the broker reports it: what
@@ -96,34 +96,7 @@ impl Job<'_> {
 
     fn partition(&self, index: &mut Index, p: i32) -> Result<PartDone, Fail> {
         let (from, to) = (self.from, self.to);
-        let mut replayed = 0;
-        let progress = match self.writing {
-            Some((ck, producer)) => {
-                if let Some((through, writes)) = ck.unfinished_journal(p)? {
-                    // A chunk whose acknowledgement the run did not
-                    // record: written again, whole.
-                    replayed = crate::write::produce(
-                        producer,
-                        &to.topic,
-                        ck.run.as_bytes(),
-                        &writes,
-                        to.timeout,
-                        None,
-                    )?;
-                    if let Some(prog) = ck.progress(p) {
-                        ck.set(
-                            p,
-                            Progress {
-                                done: through,
-                                ..prog
-                            },
-                        )?;
-                    }
-                }
-                ck.progress(p)
-            }
-            None => None,
-        };
+        let progress = self.writing.and_then(|(ck, _)| ck.progress(p));
         let run = self.writing.map(|(ck, _)| ck.run.as_bytes());
         let before_mark = match (self.writing, self.planner.same) {
             (Some(_), true) => Some(watermark(from, p)?),
@@ -150,7 +123,6 @@ impl Job<'_> {
                 plan,
                 after: None,
                 written: 0,
-                replayed,
             });
         };
         let mut written = 0;
@@ -169,6 +141,12 @@ impl Job<'_> {
             let mut sink = Sink::new(to, producer, &to.topic, p, ck, ck.run.as_bytes(), end)
                 .with_chunk_records(self.chunk_records)
                 .with_fail_after(self.fail_after);
+            // The keys this pass must reach: each at its deciding record.
+            let planned = index
+                .entries()
+                .filter(|e| e.action().is_some() && index.offset_of(e) >= start)
+                .count();
+            let mut reached = 0;
             read_partition(from, &from.topic, p, start, Some(end), self.bar, |r| {
                 // Only the key, to find its entry: a value is read again
                 // only when it is written.
@@ -180,10 +158,18 @@ impl Job<'_> {
                     return Ok(());
                 };
                 if e.action().is_some() && index.offset_of(e) == r.offset {
+                    reached += 1;
                     sink.push(r.offset, self.planner.writes(e, r, &key)?)?;
                 }
                 Ok(())
             })?;
+            if reached != planned {
+                return Err(fail(format!(
+                    "{} of the {planned} keys planned in {}/{p} were not found on the second read (compacted meanwhile, or the topic changed): run again",
+                    planned - reached,
+                    from.topic
+                )));
+            }
             sink.flush(end)?;
             written = sink.written;
         }
@@ -193,9 +179,30 @@ impl Job<'_> {
             plan,
             after: Some(after.counts),
             written,
-            replayed,
         })
     }
+}
+
+/// What the plan of `command` from `from` to `to` depends on besides the
+/// topics and the primary keys: a resumed run must plan as the run it
+/// goes on from.
+fn plan_options(from: &Setup, to: &Setup, command: Command) -> String {
+    let keys = |k: &tombstone_crypt::Keyset| {
+        k.keys()
+            .map(|(id, status)| format!("{}:{status:?}", id.0))
+            .collect::<Vec<_>>()
+            .join(",")
+    };
+    format!(
+        "{command:?}, null marker {:?}, aad {:?}, names {} and {}, value key {:?}, values keyset [{}], key keyset [{}]",
+        from.marker,
+        from.aad,
+        from.name,
+        to.name,
+        from.value_key,
+        keys(&to.keyset),
+        to.key_keyset.as_ref().map(keys).unwrap_or_default(),
+    )
 }
 
 /// Runs `command` from `from` to `to` on every partition read, a few at
@@ -227,20 +234,54 @@ pub(crate) fn run(
         None => (None, None),
         Some(w) => {
             check_ordered(&from.config)?;
+            let producer = producer(to)?;
             let of = RunOf {
                 command: name.to_owned(),
                 topic: from.topic.clone(),
                 to_topic: to.topic.clone(),
                 primary: to.keyset.primary().0,
                 key_primary: to.key_keyset.as_ref().map(|k| k.primary().0),
+                partitions: match &from.only {
+                    None => "all".to_owned(),
+                    Some(o) => ranges(&o.iter().copied().collect::<Vec<_>>()),
+                },
+                plan: plan_options(from, to, command),
             };
             let ck = match &w.resume {
                 Some(path) => Checkpoint::load(path, &of)?,
                 None => Checkpoint::create(&w.checkpoint, of)?,
             };
-            (Some(ck), Some(producer(to)?))
+            (Some(ck), Some(producer))
         }
     };
+    // A resumed run first writes again every chunk whose acknowledgement
+    // it did not record, in every partition, before it reads anything:
+    // a key cut between its tombstones and its value gets its value even
+    // if the run stops again, or refuses, later.
+    let mut replayed = 0;
+    if let (Some(ck), Some(producer)) = (&checkpoint, &producer) {
+        for &(p, _, _) in &parts {
+            if let Some((through, writes)) = ck.unfinished_journal(p)? {
+                replayed += produce(
+                    producer,
+                    &to.topic,
+                    ck.run.as_bytes(),
+                    &writes,
+                    to.timeout,
+                    None,
+                )?;
+                if let Some(prog) = ck.progress(p) {
+                    ck.set(
+                        p,
+                        Progress {
+                            done: through,
+                            ..prog
+                        },
+                    )?;
+                }
+            }
+        }
+    }
     let passes = if writing.is_some() { 3 } else { 1 };
     let total: u64 = parts
         .iter()
@@ -296,7 +337,7 @@ pub(crate) fn run(
             counts: Counts::default(),
         }),
         written: 0,
-        replayed: 0,
+        replayed,
     };
     for d in done {
         out.before.counts.merge(d.before);
@@ -305,7 +346,6 @@ pub(crate) fn run(
             a.counts.merge(c);
         }
         out.written += d.written;
-        out.replayed += d.replayed;
     }
     let checked = check_keyset(from, &out.before.counts);
     if let Some(ck) = &checkpoint {

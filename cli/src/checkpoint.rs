@@ -54,6 +54,11 @@ pub(crate) struct RunOf {
     pub(crate) primary: u32,
     /// The key keyset's primary key id, if any.
     pub(crate) key_primary: Option<u32>,
+    /// The partitions the run writes (`--partitions`, or `all`).
+    pub(crate) partitions: String,
+    /// Everything else its plan depends on: the options that decide what
+    /// a key's write is, and each keyset's key ids and statuses.
+    pub(crate) plan: String,
 }
 
 /// A checkpoint file and its journals.
@@ -75,12 +80,32 @@ impl Checkpoint {
     /// A new run's checkpoint at `path`, which must not exist (an earlier
     /// run's progress is never overwritten: resume it or delete it).
     pub(crate) fn create(path: &Path, of: RunOf) -> Result<Checkpoint, Fail> {
-        if path.exists() {
-            return Err(fail(format!(
+        let exists = || {
+            fail(format!(
                 "{} exists: an earlier run's progress. Go on from it with --resume {0}, or delete it (and its .journal files) to start again",
+                path.display()
+            ))
+        };
+        if let Some(j) = journals_of(path).first() {
+            return Err(fail(format!(
+                "{} exists: the journal of an earlier run, which may hold writes it never finished. Resume that run with --resume {}, or delete it to start again",
+                j.display(),
                 path.display()
             )));
         }
+        // Claimed before it is written: two runs given the same file do
+        // not both start.
+        std::fs::OpenOptions::new()
+            .write(true)
+            .create_new(true)
+            .open(path)
+            .map_err(|e| {
+                if e.kind() == std::io::ErrorKind::AlreadyExists {
+                    exists()
+                } else {
+                    fail(format!("creating {}: {e}", path.display()))
+                }
+            })?;
         let run = run_id()?;
         let c = Checkpoint {
             path: path.to_owned(),
@@ -123,12 +148,15 @@ impl Checkpoint {
                 Value::Null => None,
                 x => Some(u32_of(x).ok_or_else(|| what("a bad key_keyset_primary_key_id".into()))?),
             },
+            partitions: str_of("partitions_written")?,
+            plan: str_of("plan")?,
         };
         if &found != of {
             return Err(what(format!(
-                "it is a run of {} on {} (to {}, primary keys {} and {:?}), not of this one ({} on {}, to {}, primary keys {} and {:?}): resume with the same command, topics and keysets",
-                found.command, found.topic, found.to_topic, found.primary, found.key_primary,
-                of.command, of.topic, of.to_topic, of.primary, of.key_primary
+                "it is a run of {} on {} (to {}, partitions {}, primary keys {} and {:?}; {}), not of this one ({} on {}, to {}, partitions {}, primary keys {} and {:?}; {}): resume with the same command, topics, --partitions, options and keysets",
+                found.command, found.topic, found.to_topic, found.partitions, found.primary,
+                found.key_primary, found.plan, of.command, of.topic, of.to_topic, of.partitions,
+                of.primary, of.key_primary, of.plan
             )));
         }
         let mut parts = BTreeMap::new();
@@ -188,6 +216,8 @@ impl Checkpoint {
             "to_topic": self.of.to_topic,
             "primary_key_id": self.of.primary,
             "key_keyset_primary_key_id": self.of.key_primary,
+            "partitions_written": self.of.partitions,
+            "plan": self.of.plan,
             "partitions": ps,
         })
     }
@@ -227,6 +257,7 @@ impl Checkpoint {
         let len32 = |n: usize| u32::try_from(n).unwrap_or(u32::MAX - 1).to_be_bytes();
         write_atomically_with(&self.journal_path(partition), |f| {
             f.write_all(JOURNAL_MAGIC)?;
+            f.write_all(self.run.as_bytes())?;
             f.write_all(&partition.to_be_bytes())?;
             f.write_all(&through.to_be_bytes())?;
             f.write_all(&len32(writes.len()))?;
@@ -257,20 +288,35 @@ impl Checkpoint {
             Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(None),
             Err(e) => return Err(fail(format!("reading {}: {e}", path.display()))),
         };
-        let (p, through, writes) = parse_journal(&bytes).ok_or_else(|| {
+        let (run, p, through, writes) = parse_journal(&bytes).ok_or_else(|| {
             fail(format!(
                 "{} is not a journal of this version",
                 path.display()
             ))
         })?;
-        if p != partition {
+        if run != self.run.as_bytes() || p != partition {
             return Err(fail(format!(
-                "{} is partition {p}'s journal",
+                "{} is another run's journal (or another partition's): the run that wrote it may have writes to finish; resume it, or delete the journal",
                 path.display()
             )));
         }
-        let done = self.progress(partition).map_or(0, |p| p.done);
-        Ok((through > done).then_some((through, writes)))
+        let Some(progress) = self.progress(partition) else {
+            return Err(fail(format!(
+                "{} holds writes of partition {partition}, which the checkpoint does not name",
+                path.display()
+            )));
+        };
+        if through <= progress.done {
+            return Ok(None);
+        }
+        if through > progress.end {
+            return Err(fail(format!(
+                "{}: its chunk ends at offset {through}, after the partition's recorded end ({})",
+                path.display(),
+                progress.end
+            )));
+        }
+        Ok(Some((through, writes)))
     }
 
     /// Removes the checkpoint and its journals: the run is done.
@@ -283,6 +329,9 @@ impl Checkpoint {
         for p in parts {
             let _ = std::fs::remove_file(self.journal_path(p));
         }
+        for j in journals_of(&self.path) {
+            let _ = std::fs::remove_file(j);
+        }
         std::fs::remove_file(&self.path)
             .map_err(|e| fail(format!("removing {}: {e}", self.path.display())))
     }
@@ -291,10 +340,13 @@ impl Checkpoint {
 /// The first bytes of a journal.
 const JOURNAL_MAGIC: &[u8; 4] = b"TCJ1";
 
-/// Reads a journal: its partition, the offset it ends below and its
-/// records; `None` for bytes that are not one (every length is checked
-/// against what is left).
-fn parse_journal(b: &[u8]) -> Option<(i32, i64, Vec<Write>)> {
+/// A journal read: its run id, partition, the offset its chunk ends
+/// below, and its records.
+type Journal = (Vec<u8>, i32, i64, Vec<Write>);
+
+/// Reads a journal; `None` for bytes that are not one (every length is
+/// checked against what is left).
+fn parse_journal(b: &[u8]) -> Option<Journal> {
     fn take<'a>(b: &mut &'a [u8], n: usize) -> Option<&'a [u8]> {
         if b.len() < n {
             return None;
@@ -310,6 +362,7 @@ fn parse_journal(b: &[u8]) -> Option<(i32, i64, Vec<Write>)> {
     if take(&mut b, 4)? != JOURNAL_MAGIC {
         return None;
     }
+    let run = take(&mut b, 32)?.to_vec();
     let partition = i32::try_from(u32_of(&mut b)?).ok()?;
     let through = i64::from_be_bytes(take(&mut b, 8)?.try_into().ok()?);
     let n = u32_of(&mut b)? as usize;
@@ -331,7 +384,31 @@ fn parse_journal(b: &[u8]) -> Option<(i32, i64, Vec<Write>)> {
             value,
         });
     }
-    b.is_empty().then_some((partition, through, writes))
+    b.is_empty().then_some((run, partition, through, writes))
+}
+
+/// The journals beside the checkpoint `path` (`PATH.pN.journal`).
+fn journals_of(path: &Path) -> Vec<PathBuf> {
+    let dir = match path.parent() {
+        Some(d) if !d.as_os_str().is_empty() => d.to_owned(),
+        _ => PathBuf::from("."),
+    };
+    let Some(name) = path.file_name().and_then(|n| n.to_str()) else {
+        return Vec::new();
+    };
+    let prefix = format!("{name}.p");
+    let Ok(entries) = std::fs::read_dir(&dir) else {
+        return Vec::new();
+    };
+    entries
+        .filter_map(Result::ok)
+        .map(|e| e.path())
+        .filter(|p| {
+            p.file_name()
+                .and_then(|n| n.to_str())
+                .is_some_and(|n| n.starts_with(&prefix) && n.ends_with(".journal"))
+        })
+        .collect()
 }
 
 /// A run id: 16 random bytes in hex.
@@ -389,6 +466,8 @@ mod tests {
             to_topic: "t".into(),
             primary: 7,
             key_primary: Some(9),
+            partitions: "all".into(),
+            plan: "null-marker=Empty".into(),
         }
     }
 
@@ -428,6 +507,22 @@ mod tests {
         let (through, got) = back.unfinished_journal(3).unwrap().unwrap();
         assert_eq!(through, 60);
         assert_eq!(got, writes);
+        // A new run beside it is refused, by the checkpoint and by the
+        // journal.
+        assert!(Checkpoint::create(&path, of()).is_err());
+        let elsewhere = dir.join("other.checkpoint");
+        std::fs::copy(c.journal_path(3), dir.join("other.checkpoint.p3.journal")).unwrap();
+        let e = Checkpoint::create(&elsewhere, of()).err().unwrap();
+        assert!(e.0.contains("journal of an earlier run"), "{}", e.0);
+        // Another run's journal is never written as this one's.
+        let other = Checkpoint {
+            path: elsewhere.clone(),
+            run: "0".repeat(32),
+            of: of(),
+            parts: Mutex::new(BTreeMap::from([(3, Progress { end: 100, done: 0 })])),
+        };
+        let e = other.unfinished_journal(3).err().unwrap();
+        assert!(e.0.contains("another run"), "{}", e.0);
         // Done through the journal's end: nothing to write again.
         back.set(3, Progress { end: 100, done: 60 }).unwrap();
         assert!(back.unfinished_journal(3).unwrap().is_none());
@@ -443,6 +538,7 @@ mod tests {
     #[test]
     fn a_journal_of_bad_bytes_is_refused_never_read_past_its_end() {
         let mut b = JOURNAL_MAGIC.to_vec();
+        b.extend_from_slice(&[b'a'; 32]);
         b.extend_from_slice(&1i32.to_be_bytes());
         b.extend_from_slice(&5i64.to_be_bytes());
         b.extend_from_slice(&1u32.to_be_bytes());
@@ -454,7 +550,7 @@ mod tests {
             assert!(parse_journal(&b[..cut]).is_none(), "cut at {cut}");
         }
         let mut huge = b.clone();
-        huge[16..20].copy_from_slice(&u32::MAX.to_be_bytes());
+        huge[48..52].copy_from_slice(&u32::MAX.to_be_bytes());
         assert!(parse_journal(&huge).is_none());
         let mut trailing = b;
         trailing.push(0);

@@ -76,7 +76,7 @@ impl PlanCounts {
 }
 
 /// Which command plans.
-#[derive(Clone, Copy, PartialEq, Eq)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub(crate) enum Command {
     /// `repair`: broken deletes and split keys.
     Repair,

@@ -2246,6 +2246,17 @@ fn repair_killed_and_resumed_ends_as_one_run() {
         kill_midway(&t, "repair", &ck, &small, 3),
         "the run ended before the kill; make its chunks smaller"
     );
+    // Only the same run goes on from it: not over other partitions, not
+    // with options that change the plan.
+    for other in [&["--partitions", "0"][..], &["--null-marker", "none"][..]] {
+        let refused = t.run(
+            "repair",
+            &[&["--apply", "--resume", &ck][..], other].concat(),
+        );
+        assert_eq!(code(&refused), 2, "{other:?}");
+        let err = String::from_utf8_lossy(&refused.stderr);
+        assert!(err.contains("not of this one"), "{other:?}: {err}");
+    }
     let resumed = t.run("repair", &["--apply", "--resume", &ck]);
     let r = json_of(&resumed);
     assert_eq!(code(&resumed), 0, "{r}");
