@@ -72,7 +72,9 @@ fn in_place_writes_what_encrypt_writes_in_the_same_allocation() {
             assert_eq!(buf.as_ptr(), ptr, "{name}, {n} B: encrypted where it lay");
             assert_eq!(buf.capacity(), cap, "{name}, {n} B: no regrowth");
             assert_eq!(buf.len(), keyset.encrypt(&pt, b"ad").unwrap().len());
-            if n > 0 {
+            // From 8 bytes on, a ciphertext equal to its plaintext is a
+            // chance of 2^-64 (at 1 byte it was 1 in 256: a flaky check).
+            if n >= 8 {
                 assert_ne!(&buf[head..head + n], &pt[..], "{name}, {n} B: encrypted");
             }
             // The other path opens it, and the in-place path opens the other's.
