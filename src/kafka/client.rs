@@ -10,13 +10,15 @@ use core::fmt;
 use core::marker::PhantomData;
 use std::collections::HashMap;
 use std::sync::Mutex;
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use futures_util::stream::{Stream, StreamExt as _};
 use rdkafka::config::ClientConfig;
 use rdkafka::consumer::{Consumer as _, StreamConsumer};
+use rdkafka::error::{KafkaError, RDKafkaErrorCode};
 use rdkafka::message::{BorrowedMessage, Header, Headers as _, Message as _, OwnedHeaders};
-use rdkafka::producer::{FutureProducer, FutureRecord, Producer as _};
+use rdkafka::producer::future_producer::OwnedDeliveryResult;
+use rdkafka::producer::{DeliveryFuture, FutureProducer, FutureRecord, Producer as _};
 use rdkafka::TopicPartitionList;
 
 use super::record::{decode_message, encode_forms};
@@ -69,22 +71,45 @@ pub type RecordHeaders = Vec<(String, Option<Vec<u8>>)>;
 /// [`DeterministicSerializer`](crate::DeterministicSerializer)) into an
 /// rdkafka `FutureProducer`.
 ///
-/// Every send follows the write rule (see [`KeyForms`](crate::record_key::KeyForms)):
-/// with a key encrypted under a key keyset with several enabled keys, a
-/// tombstone for each older form of the key goes first, then the record
-/// under the primary form, all to the partition of the **plaintext** key
-/// (murmur2, as the Java client's default partitioner), so a rotation never
-/// moves a key to another partition and a delete deletes every form. The
-/// partition count of a topic is read from the broker once and kept. Keys
-/// that are not encrypted are one record, left to the producer's
-/// partitioner. Values are bound to the plaintext key
-/// ([`KeyBinding::Plaintext`], the default; see
-/// [`with_binding`](TypedProducer::with_binding)).
+/// **Partitions.** Every key goes to the murmur2 partition of its
+/// plaintext bytes, the partition the Java client's default partitioner
+/// and Kafka Streams choose, so a key written by them and by this producer
+/// lives in one partition:
+/// - a key that is not encrypted is one record, partitioned by librdkafka
+///   with `partitioner=murmur2_random` (the Java client's murmur2 of the
+///   key bytes), which this producer sets unless the configuration sets
+///   `partitioner` itself (then yours is used, and a Java writer of the same
+///   topic may put a key elsewhere);
+/// - an encrypted key follows the write rule (see
+///   [`KeyForms`](crate::record_key::KeyForms)): with a key keyset of
+///   several enabled keys, a tombstone for each older form of the key goes
+///   first, then the record under the primary form, all to the murmur2
+///   partition of the **plaintext** key, computed here from the topic's
+///   partition count, so a rotation never moves a key and a delete deletes
+///   every form.
+///
+/// **Partition counts that change.** The partition count of a topic is read
+/// from the broker and kept for an interval: the configuration's
+/// `topic.metadata.refresh.interval.ms` (librdkafka's interval for the
+/// metadata its own partitioner uses; 300 s when unset), or
+/// [`with_partition_refresh`](TypedProducer::with_partition_refresh). A
+/// delivery error saying the partition is unknown forgets it at once (and a
+/// write refused before any of its records was queued is tried again, once,
+/// with the count read again). Until a producer reads the new count it keeps
+/// the old modulus: after partitions are added, a writer may put a key in
+/// its old partition for up to that interval, and the records a key had
+/// before stay where they were (see the README on adding partitions).
+///
+/// Values are bound to the plaintext key ([`KeyBinding::Plaintext`], the
+/// default; see [`with_binding`](TypedProducer::with_binding)).
 ///
 /// Idempotence is on by default (`enable.idempotence=true`, so retries never
 /// reorder a key's records); an explicit setting in the configuration wins,
 /// and [`is_idempotent`](TypedProducer::is_idempotent) says which it is:
 /// with `false`, a retried value may land after its key's tombstone.
+/// `acks` must be `all` (it is set when absent): a configuration with
+/// `acks` or `request.required.acks` set to `0` or `1` is refused, since a
+/// delivery report would then not mean the record is stored.
 pub struct TypedProducer<K: ?Sized, V: ?Sized, KS, VS> {
     producer: FutureProducer,
     key_ser: KS,
@@ -93,7 +118,7 @@ pub struct TypedProducer<K: ?Sized, V: ?Sized, KS, VS> {
     queue_timeout: Duration,
     binding: KeyBinding,
     rule: WriteRule,
-    partitions: Mutex<HashMap<String, u32>>,
+    partitions: Mutex<PartitionCounts>,
     types: PhantomData<fn(&K, &V)>,
 }
 
@@ -102,6 +127,183 @@ impl<K: ?Sized, V: ?Sized, KS, VS> fmt::Debug for TypedProducer<K, V, KS, VS> {
         f.debug_struct("TypedProducer")
             .field("idempotent", &self.idempotent)
             .finish_non_exhaustive()
+    }
+}
+
+/// How long a partition count is kept when the configuration does not say
+/// (`topic.metadata.refresh.interval.ms`): librdkafka's default for that
+/// setting, 5 minutes.
+const DEFAULT_PARTITION_REFRESH: Duration = Duration::from_secs(300);
+
+/// Partition counts by topic, each kept for `refresh` after it was read
+/// from the broker. The clock is the caller's: `now` comes in.
+#[derive(Debug)]
+struct PartitionCounts {
+    refresh: Duration,
+    counts: HashMap<String, (u32, Instant)>,
+}
+
+impl PartitionCounts {
+    fn new(refresh: Duration) -> Self {
+        PartitionCounts {
+            refresh,
+            counts: HashMap::new(),
+        }
+    }
+
+    /// The count of `topic` if it was read less than `refresh` before `now`.
+    fn fresh(&self, topic: &str, now: Instant) -> Option<u32> {
+        let (n, read_at) = self.counts.get(topic)?;
+        (now.saturating_duration_since(*read_at) < self.refresh).then_some(*n)
+    }
+
+    /// `topic` has `n` partitions, read from the broker at `now`.
+    fn record(&mut self, topic: &str, n: u32, now: Instant) {
+        self.counts.insert(topic.to_owned(), (n, now));
+    }
+
+    /// Forgets the count of `topic`: the next write reads it again.
+    fn forget(&mut self, topic: &str) {
+        self.counts.remove(topic);
+    }
+}
+
+/// Whether a produce error says the partition does not exist (a count
+/// that changed under the producer, a topic re-created).
+fn is_unknown_partition(e: &KafkaError) -> bool {
+    matches!(
+        e,
+        KafkaError::MessageProduction(
+            RDKafkaErrorCode::UnknownPartition | RDKafkaErrorCode::UnknownTopicOrPartition
+        )
+    )
+}
+
+/// Why a write's records were not all delivered.
+struct SendFailure {
+    error: Error,
+    /// The partition was unknown.
+    unknown_partition: bool,
+    /// No record of the write reached the producer's queue.
+    nothing_queued: bool,
+}
+
+/// One write's records, owned, on their way: what is queued and what is
+/// left. It owns everything it needs, so the part that waits can run in a
+/// task of its own, whatever happens to the caller's future.
+struct Outgoing {
+    producer: FutureProducer,
+    topic: String,
+    records: Vec<super::KafkaRecord>,
+    partition: Option<i32>,
+    headers: Option<OwnedHeaders>,
+    queue_timeout: Duration,
+    /// Queued records' delivery reports, in order.
+    queued: Vec<DeliveryFuture>,
+    /// The next record to queue.
+    next: usize,
+}
+
+impl Outgoing {
+    fn record(&self, i: usize) -> FutureRecord<'_, [u8], [u8]> {
+        let record = &self.records[i];
+        let mut future = FutureRecord::to(&self.topic).key(&record.key[..]);
+        if let Some(p) = &record.payload {
+            future = future.payload(&p[..]);
+        }
+        if let Some(p) = self.partition.or(record.partition) {
+            future = future.partition(p);
+        }
+        if let Some(h) = &self.headers {
+            future = future.headers(h.clone());
+        }
+        future
+    }
+
+    fn failure(&self, error: KafkaError) -> SendFailure {
+        SendFailure {
+            unknown_partition: is_unknown_partition(&error),
+            nothing_queued: self.queued.is_empty() && self.next == 0,
+            error: kafka_err(&format!("produce to {}", self.topic), error),
+        }
+    }
+
+    /// Queues every record it can now, in order, without waiting: stops at
+    /// a full queue. On an idempotent producer the records then go out in
+    /// this order whatever happens to any future.
+    fn queue_now(&mut self) -> Result<(), SendFailure> {
+        while self.next < self.records.len() {
+            match self.producer.send_result(self.record(self.next)) {
+                Ok(delivery) => {
+                    self.queued.push(delivery);
+                    self.next += 1;
+                }
+                Err((KafkaError::MessageProduction(RDKafkaErrorCode::QueueFull), _)) => break,
+                Err((e, _)) => return Err(self.failure(e)),
+            }
+        }
+        Ok(())
+    }
+
+    fn is_queued(&self) -> bool {
+        self.next == self.records.len()
+    }
+
+    /// Waits for the queued records' delivery reports, in order, then sends
+    /// the rest one at a time, each acknowledged before the next is queued.
+    async fn finish(mut self) -> Result<Delivered, SendFailure> {
+        let mut delivered = None;
+        for queued in std::mem::take(&mut self.queued) {
+            delivered = Some(self.delivery(queued.await)?);
+        }
+        while self.next < self.records.len() {
+            let record = self.record(self.next);
+            let result = self.producer.send(record, self.queue_timeout).await;
+            self.next += 1;
+            delivered = Some(self.delivered(result)?);
+        }
+        delivered.ok_or_else(|| SendFailure {
+            error: Error::Kafka {
+                detail: format!("produce to {}: no record to send", self.topic),
+                cause: None,
+            },
+            unknown_partition: false,
+            nothing_queued: true,
+        })
+    }
+
+    fn delivery<E>(
+        &self,
+        report: Result<OwnedDeliveryResult, E>,
+    ) -> Result<Delivered, SendFailure> {
+        match report {
+            Ok(result) => self.delivered(result),
+            Err(_) => Err(SendFailure {
+                error: Error::Kafka {
+                    detail: format!(
+                        "produce to {}: the producer was closed before the record's delivery report",
+                        self.topic
+                    ),
+                    cause: None,
+                },
+                unknown_partition: false,
+                nothing_queued: false,
+            }),
+        }
+    }
+
+    fn delivered(&self, result: OwnedDeliveryResult) -> Result<Delivered, SendFailure> {
+        match result {
+            Ok(d) => Ok(Delivered {
+                partition: d.partition,
+                offset: d.offset,
+            }),
+            Err((e, _)) => {
+                let mut failure = self.failure(e);
+                failure.nothing_queued = false;
+                Err(failure)
+            }
+        }
     }
 }
 
@@ -114,11 +316,28 @@ where
 {
     /// A producer from `config` (your `bootstrap.servers` and security
     /// settings are kept) and a serializer for keys and one for values.
+    /// Sets `enable.idempotence=true`, `acks=all` and
+    /// `partitioner=murmur2_random` where the configuration does not set
+    /// them.
     ///
     /// # Errors
-    /// [`Error::Kafka`] if rdkafka refuses the configuration.
+    /// [`Error::Kafka`] if the configuration sets `acks` (or
+    /// `request.required.acks`) to anything but `all`, or rdkafka refuses
+    /// it.
     pub fn new(config: &ClientConfig, key_ser: KS, value_ser: VS) -> Result<Self, Error> {
         let mut config = config.clone();
+        if let Some(why) = super::acks_refused(&config) {
+            return Err(Error::Kafka {
+                detail: format!("create the producer: {why}"),
+                cause: None,
+            });
+        }
+        if config.get("acks").is_none() && config.get("request.required.acks").is_none() {
+            config.set("acks", "all");
+        }
+        if config.get("partitioner").is_none() {
+            config.set("partitioner", "murmur2_random");
+        }
         let idempotent = match config.get("enable.idempotence") {
             Some(v) => v.eq_ignore_ascii_case("true"),
             None => {
@@ -126,6 +345,11 @@ where
                 true
             }
         };
+        let refresh = config
+            .get("topic.metadata.refresh.interval.ms")
+            .and_then(|ms| ms.trim().parse::<u64>().ok())
+            .filter(|&ms| ms > 0)
+            .map_or(DEFAULT_PARTITION_REFRESH, Duration::from_millis);
         let producer: FutureProducer = config
             .create()
             .map_err(|e| kafka_err("create the producer", e))?;
@@ -137,7 +361,7 @@ where
             queue_timeout: Duration::from_secs(30),
             binding: KeyBinding::default(),
             rule: WriteRule::default(),
-            partitions: Mutex::new(HashMap::new()),
+            partitions: Mutex::new(PartitionCounts::new(refresh)),
             types: PhantomData,
         })
     }
@@ -150,6 +374,18 @@ where
         TypedProducer { binding, ..self }
     }
 
+    /// The same producer keeping a topic's partition count (read from the
+    /// broker for an encrypted key's partition) for `interval` before
+    /// reading it again; the configuration's
+    /// `topic.metadata.refresh.interval.ms` by default, else 300 s. Keep it
+    /// no longer than that setting: plain keys are partitioned by
+    /// librdkafka with the count it refreshes at that interval.
+    #[must_use]
+    pub fn with_partition_refresh(self, interval: Duration) -> Self {
+        let partitions = Mutex::new(PartitionCounts::new(interval));
+        TypedProducer { partitions, ..self }
+    }
+
     /// The same producer following a broken write rule: the negative
     /// controls of the tests. Never use it.
     #[cfg(feature = "test-hooks")]
@@ -159,13 +395,20 @@ where
         TypedProducer { rule, ..self }
     }
 
-    /// The partition count of `topic`, read from the broker once.
+    fn forget_partition_count(&self, topic: &str) {
+        if let Ok(mut counts) = self.partitions.lock() {
+            counts.forget(topic);
+        }
+    }
+
+    /// The partition count of `topic`, read from the broker when the one
+    /// kept is older than the refresh interval.
     async fn partition_count(&self, topic: &str) -> Result<u32, Error> {
         if let Some(n) = self
             .partitions
             .lock()
             .ok()
-            .and_then(|m| m.get(topic).copied())
+            .and_then(|m| m.fresh(topic, Instant::now()))
         {
             return Ok(n);
         }
@@ -196,7 +439,7 @@ where
             });
         }
         if let Ok(mut m) = self.partitions.lock() {
-            m.insert(topic.to_owned(), n);
+            m.record(topic, n, Instant::now());
         }
         Ok(n)
     }
@@ -216,6 +459,21 @@ where
     /// with an encrypted key under a rotated key keyset, the tombstones of
     /// its older forms first): the result is where the record landed.
     ///
+    /// **A dropped future.** Once a write's records are handed to the
+    /// producer they are all delivered, in order, whether or not the future
+    /// is still polled: on an idempotent producer every record of the write
+    /// is queued at once, in order, before anything is awaited (librdkafka
+    /// then delivers them whatever happens to the future); when the queue is
+    /// full, or on a producer that is not idempotent (whose records go one
+    /// at a time, each acknowledged before the next), the rest of the write
+    /// runs in a tokio task of its own, which a dropped future does not
+    /// stop. A future dropped before that point (while a KMS call or the
+    /// partition count is awaited) has sent nothing. What no dropped future
+    /// survives: the runtime shutting down, or the process ending, before
+    /// the task is done; outside a tokio runtime there is no task, and a
+    /// non-idempotent write dropped between its records is left cut (the
+    /// key may be left deleted; send it again).
+    ///
     /// # Errors
     /// A serializer failed, or [`Error::Kafka`] if a record was not
     /// delivered (the tombstones sent before it may have been: a failed
@@ -225,9 +483,9 @@ where
     }
 
     /// [`send`](TypedProducer::send) to a given partition (`None`: the
-    /// partition of the plaintext key for an encrypted key, else the
-    /// producer's partitioner) with headers, kept on a tombstone too (and
-    /// on the tombstones of older forms).
+    /// murmur2 partition of the plaintext key, see the type's docs) with
+    /// headers, kept on a tombstone too (and on the tombstones of older
+    /// forms).
     ///
     /// # Errors
     /// As [`send`](TypedProducer::send).
@@ -249,55 +507,85 @@ where
             .key_ser
             .key_forms(&crate::context::Context::new(topic), key)?
             .with_rule(self.rule);
+        let headers = (!headers.is_empty()).then(|| {
+            let mut h = OwnedHeaders::new_with_capacity(headers.len());
+            for (name, value) in headers {
+                h = h.insert(Header {
+                    key: name,
+                    value: *value,
+                });
+            }
+            h
+        });
         // The partition count chooses an encrypted key's partition; an
         // explicit partition wins over it (and needs no lookup).
-        let partitions = match (partition, forms.is_encrypted()) {
-            (None, true) => self.partition_count(topic).await?,
-            _ => 1,
-        };
-        let records = encode_forms(
-            topic,
-            partitions,
-            self.binding,
-            &forms,
-            &self.value_ser,
-            value,
-        )?;
-        let mut delivered = None;
-        // One record after another, each acknowledged before the next: the
-        // order on the log is the write rule's, idempotent or not.
-        for record in &records {
-            let mut future = FutureRecord::to(topic).key(&record.key[..]);
-            if let Some(p) = &record.payload {
-                future = future.payload(&p[..]);
-            }
-            if let Some(p) = partition.or(record.partition) {
-                future = future.partition(p);
-            }
-            if !headers.is_empty() {
-                let mut h = OwnedHeaders::new_with_capacity(headers.len());
-                for (name, value) in headers {
-                    h = h.insert(Header {
-                        key: name,
-                        value: *value,
-                    });
+        let counted = partition.is_none() && forms.is_encrypted();
+        let mut tried_again = false;
+        loop {
+            let partitions = if counted {
+                self.partition_count(topic).await?
+            } else {
+                1
+            };
+            let records = encode_forms(
+                topic,
+                partitions,
+                self.binding,
+                &forms,
+                &self.value_ser,
+                value,
+            )?;
+            let result = self
+                .deliver(Outgoing {
+                    producer: self.producer.clone(),
+                    topic: topic.to_owned(),
+                    records,
+                    partition,
+                    headers: headers.clone(),
+                    queue_timeout: self.queue_timeout,
+                    queued: Vec::new(),
+                    next: 0,
+                })
+                .await;
+            match result {
+                Ok(delivered) => return Ok(delivered),
+                Err(failure) => {
+                    if failure.unknown_partition {
+                        self.forget_partition_count(topic);
+                        if counted && failure.nothing_queued && !tried_again {
+                            tried_again = true;
+                            continue;
+                        }
+                    }
+                    return Err(failure.error);
                 }
-                future = future.headers(h);
-            }
-            match self.producer.send(future, self.queue_timeout).await {
-                Ok(d) => {
-                    delivered = Some(Delivered {
-                        partition: d.partition,
-                        offset: d.offset,
-                    })
-                }
-                Err((e, _)) => return Err(kafka_err(&format!("produce to {topic}"), e)),
             }
         }
-        delivered.ok_or_else(|| Error::Kafka {
-            detail: format!("produce to {topic}: no record to send"),
-            cause: None,
-        })
+    }
+
+    /// Hands a write's records to the producer so that a dropped future
+    /// does not cut the write (see [`send`](TypedProducer::send)).
+    async fn deliver(&self, mut out: Outgoing) -> Result<Delivered, SendFailure> {
+        if self.idempotent {
+            // No await between the records of a write: all are queued, in
+            // order, in this one poll.
+            out.queue_now()?;
+            if out.is_queued() {
+                return out.finish().await;
+            }
+        }
+        // A full queue, or one record at a time: the rest runs on its own.
+        match tokio::runtime::Handle::try_current() {
+            Ok(runtime) => match runtime.spawn(out.finish()).await {
+                Ok(result) => result,
+                Err(e) => Err(SendFailure {
+                    error: kafka_err("the task sending a write's records ended", e),
+                    unknown_partition: false,
+                    nothing_queued: false,
+                }),
+            },
+            Err(_) => out.finish().await,
+        }
     }
 }
 
@@ -558,5 +846,73 @@ where
             key,
             value,
         })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_partition_count_is_kept_for_the_refresh_interval_then_read_again() {
+        let t0 = Instant::now();
+        let interval = Duration::from_secs(300);
+        let mut counts = PartitionCounts::new(interval);
+        assert_eq!(counts.fresh("t", t0), None, "never read");
+        counts.record("t", 4, t0);
+        assert_eq!(counts.fresh("t", t0), Some(4));
+        assert_eq!(
+            counts.fresh("t", t0 + interval - Duration::from_millis(1)),
+            Some(4)
+        );
+        assert_eq!(
+            counts.fresh("t", t0 + interval),
+            None,
+            "the interval elapsed"
+        );
+        assert_eq!(counts.fresh("u", t0), None, "another topic");
+        counts.record("t", 6, t0 + interval);
+        assert_eq!(counts.fresh("t", t0 + interval), Some(6), "read again");
+        // A clock read before the count was (another thread's): fresh.
+        assert_eq!(counts.fresh("t", t0), Some(6));
+        counts.forget("t");
+        assert_eq!(
+            counts.fresh("t", t0 + interval),
+            None,
+            "an unknown partition"
+        );
+        let mut every_write = PartitionCounts::new(Duration::ZERO);
+        every_write.record("t", 4, t0);
+        assert_eq!(every_write.fresh("t", t0), None);
+    }
+
+    #[test]
+    fn the_refresh_interval_is_the_configurations_metadata_interval() {
+        let refresh_of = |ms: Option<&str>| {
+            let mut config = ClientConfig::new();
+            config.set("bootstrap.servers", "127.0.0.1:1");
+            if let Some(ms) = ms {
+                config.set("topic.metadata.refresh.interval.ms", ms);
+            }
+            let p: TypedProducer<str, str, crate::Utf8, crate::Utf8> =
+                TypedProducer::new(&config, crate::Utf8, crate::Utf8).unwrap();
+            let refresh = p.partitions.lock().unwrap().refresh;
+            refresh
+        };
+        assert_eq!(refresh_of(None), DEFAULT_PARTITION_REFRESH);
+        assert_eq!(refresh_of(Some("1000")), Duration::from_secs(1));
+        // librdkafka's -1 turns its periodic refresh off; ours stays bounded.
+        assert_eq!(refresh_of(Some("-1")), DEFAULT_PARTITION_REFRESH);
+    }
+
+    #[test]
+    fn unknown_partition_errors_are_recognised() {
+        use RDKafkaErrorCode as C;
+        for code in [C::UnknownPartition, C::UnknownTopicOrPartition] {
+            assert!(is_unknown_partition(&KafkaError::MessageProduction(code)));
+        }
+        for code in [C::QueueFull, C::MessageTimedOut, C::UnknownTopic] {
+            assert!(!is_unknown_partition(&KafkaError::MessageProduction(code)));
+        }
     }
 }

@@ -43,3 +43,24 @@ pub use record::{decode_message, encode_write, KafkaRecord};
 /// The rdkafka crate this one is built on, for its `ClientConfig`,
 /// producers and consumers.
 pub use rdkafka;
+
+/// Why a writer refuses `config`: an `acks` (or its older name
+/// `request.required.acks`) other than `all` (`-1`). With `acks=0` or
+/// `acks=1` a delivery report does not mean the record is stored (a leader
+/// that fails before its followers copy it loses it, and with `0` nothing
+/// is acknowledged at all), so a write that reported success, or a flush
+/// that returned `Ok`, could be lost. `None` when both are absent or
+/// `all`; the writers then set `acks=all` themselves.
+pub(crate) fn acks_refused(config: &rdkafka::ClientConfig) -> Option<String> {
+    ["acks", "request.required.acks"]
+        .into_iter()
+        .find_map(|name| {
+            let v = config.get(name)?.trim();
+            let all = v.eq_ignore_ascii_case("all") || v == "-1";
+            (!all).then(|| {
+                format!(
+                    "the configuration sets {name}={v}: a delivery report would not mean the record is stored; use acks=all (or leave it unset)"
+                )
+            })
+        })
+}
