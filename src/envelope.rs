@@ -114,13 +114,20 @@ pub(crate) fn seal_into(
 
 /// The bytes the primary key of `keys` writes before the plaintext: what
 /// a buffer for [`seal_in_place`] leaves free at its front. An envelope
-/// key's depends on its current EDEK (a hint: a new DEK may wrap to
-/// another length).
+/// key's depends on its EDEK: the current one's length once it has made a
+/// DEK (a new DEK may wrap to another length), and before that, when the
+/// length is not known yet, the longest EDEK accepted ([`MAX_EDEK_LEN`]):
+/// room that is too long costs one move of the plaintext, room that is
+/// too short a new buffer.
 pub(crate) fn header_len(keys: &impl Keys) -> usize {
     match keys.primary_key().1 {
         Primitive::AesGcm(_) => HEADER_LEN,
         Primitive::KmsEnvelope(key) => {
-            (PREFIX_LEN + 4 + NONCE_LEN).saturating_add(key.edek_len_hint().max(1))
+            let edek = match key.edek_len_hint() {
+                0 => MAX_EDEK_LEN,
+                n => n,
+            };
+            (PREFIX_LEN + 4 + NONCE_LEN).saturating_add(edek)
         }
         Primitive::AesSiv(_) => PREFIX_LEN + SIV_LEN,
     }
@@ -130,9 +137,12 @@ pub(crate) fn header_len(keys: &impl Keys) -> usize {
 /// key of `keys`: the header is written into `buf[..head]` and the tag
 /// appended, so `buf` becomes the ciphertext without the plaintext being
 /// copied. When `head` is not the header's length the plaintext is moved
-/// once to make it fit; when `buf` has no spare capacity for the tag it
-/// grows. On any error `buf` is zeroized and emptied: no plaintext is left
-/// in it.
+/// once to make it fit; when `buf` has too little capacity for the header
+/// and the tag, the plaintext is copied into a new buffer of the
+/// ciphertext's size and the old block zeroized before it is freed (see
+/// [`make_room`]). On success no copy of the plaintext is left anywhere
+/// else (not in `buf`'s spare capacity, not in a freed block); on any
+/// error `buf` is zeroized and emptied.
 pub(crate) fn seal_in_place(
     keys: &impl Keys,
     aad: &[u8],
@@ -199,21 +209,40 @@ fn seal_in_place_unguarded(
 }
 
 /// Makes `buf[..want]` the room for a header of `want` bytes in front of
-/// the plaintext `buf[head..]` (moving it only when `head != want`), with
-/// spare capacity for the tag.
+/// the plaintext `buf[head..]` (`head <= buf.len()`), with spare capacity
+/// for the tag, and leaves no other copy of the plaintext behind:
+/// - too little capacity: the plaintext is copied into a new buffer of
+///   exactly the ciphertext's size, and the old block is zeroized (its
+///   whole capacity) before it is freed; growing `buf` itself would have
+///   the allocator free the old block with the plaintext in it;
+/// - room too long: the plaintext is moved to the front, and the bytes it
+///   leaves behind past the new length are zeroized;
+/// - room too short: the plaintext is moved back, within the capacity.
 fn make_room(buf: &mut Vec<u8>, head: usize, want: usize) {
-    if head > want {
-        buf.drain(..head - want);
+    let len = buf.len();
+    let end = want + (len - head);
+    if buf.capacity() < end.saturating_add(TAG_LEN) {
+        let mut fresh = Vec::with_capacity(end.saturating_add(TAG_LEN));
+        fresh.resize(want, 0);
+        fresh.extend_from_slice(&buf[head..]);
+        buf.zeroize();
+        *buf = fresh;
+    } else if head > want {
+        buf.copy_within(head.., want);
+        buf[end..].zeroize();
+        buf.truncate(end);
     } else if head < want {
-        buf.splice(0..0, std::iter::repeat_n(0, want - head));
+        buf.resize(end, 0);
+        buf.copy_within(head..len, want);
     }
-    buf.reserve(TAG_LEN);
 }
 
 /// Decrypts the ciphertext in `buf` where it lies, under whichever enabled
 /// key its key id names, with the checks of [`open`]; then moves the
 /// plaintext to the front of `buf` and cuts it to the plaintext (no
-/// allocation). On any error `buf` is zeroized and emptied.
+/// allocation), zeroizing what the move leaves behind past it: the spare
+/// capacity holds no piece of the plaintext. On any error `buf` is
+/// zeroized and emptied.
 pub(crate) fn open_in_place(keys: &impl Keys, aad: &[u8], buf: &mut Vec<u8>) -> Result<(), Error> {
     let opened = open_in_place_unguarded(keys, aad, buf);
     count_opened(keys, &opened, Event::Decrypted);
@@ -296,6 +325,10 @@ fn open_gcm_in_place(
     tag.copy_from_slice(&buf[end..]);
     key.open_in_place(&nonce, aad, &mut buf[body..end], &tag)?;
     buf.copy_within(body..end, 0);
+    // The plaintext's last `body` bytes are still where they were moved
+    // from, and the tag after them: zeroized before they become spare
+    // capacity.
+    buf[end - body..].zeroize();
     buf.truncate(end - body);
     Ok(())
 }

@@ -26,7 +26,10 @@ use freed_scan::{FreedScan, Report, Session};
 use rand::Rng as _;
 use tombstone_crypt::__fuzz::FakeKms;
 use tombstone_crypt::kms::{KmsAead, KmsClient, KmsClients};
-use tombstone_crypt::{Backend, Error, KeyTemplate, Keyset};
+use tombstone_crypt::{
+    Backend, Bytes, Context, DecryptingDeserializer, EncryptingSerializer, Error, KeyTemplate,
+    Keyset,
+};
 use zeroize::Zeroizing;
 
 #[global_allocator]
@@ -434,6 +437,184 @@ fn in_place_errors_leave_no_plaintext_in_freed_memory() {
     let r = s.finish();
     assert!(r.blocks_scanned > 0);
     assert_eq!(r.blocks_with_needle, 1, "only the control: {:?}", r.hits);
+}
+
+// ---------------------------------------------------------------------------
+// The owned-buffer path on success: the ciphertext handed back holds no
+// plaintext in its spare capacity, a buffer that had to grow left none in
+// the block it grew from, and a decrypted buffer holds the plaintext in
+// its length only (the caller wipes what it was given; the rest of the
+// block is clean).
+
+/// `room` bytes of room in front of the secret, and `extra` bytes of
+/// capacity beyond it.
+fn secret_buffer(secret: &[u8; 32], room: usize, extra: usize) -> Vec<u8> {
+    let mut buf = Vec::with_capacity(room + 32 + extra);
+    buf.resize(room, 0);
+    buf.extend_from_slice(&secret[..]);
+    assert_eq!(buf.capacity(), room + 32 + extra);
+    buf
+}
+
+/// Decrypts `ct` with `open` where it lies, checks it is the secret,
+/// wipes the plaintext's length (what its caller was handed) and frees the
+/// buffer: the rest of the block is scanned.
+fn open_and_free(
+    secret: &[u8; 32],
+    mut ct: Vec<u8>,
+    open: impl FnOnce(&mut Vec<u8>) -> Result<(), Error>,
+    what: &str,
+) {
+    open(&mut ct).unwrap_or_else(|e| panic!("{what}: {e}"));
+    assert!(ct[..] == secret[..], "{what}: round trip");
+    zeroize::Zeroize::zeroize(ct.as_mut_slice());
+    drop(ct);
+}
+
+/// The room in front and the spare capacity of every case: what the key
+/// asks for; too little capacity for the tag (a regrowth); no room and no
+/// capacity; no room but capacity enough (moved in place); more room than
+/// the header takes (moved to the front); room taken from the key's own
+/// `header_len`.
+fn in_place_cases(head: usize) -> [(usize, usize); 6] {
+    [
+        (head, 16),
+        (head, 0),
+        (0, 0),
+        (0, head + 16),
+        (head + 64, 0),
+        (head + 64, 16),
+    ]
+}
+
+/// Every value key type (AES-128-GCM, AES-256-GCM, a warm envelope key) on
+/// each backend.
+fn value_keysets() -> Vec<(String, Keyset)> {
+    let mut out = Vec::new();
+    for backend in [Backend::RustCrypto, Backend::DEFAULT] {
+        let kms = KmsClients::new().with(FakeKms::new());
+        for (name, keyset) in [
+            (
+                "AES-128-GCM",
+                Keyset::generate_with(KeyTemplate::aes128_gcm()).unwrap(),
+            ),
+            ("AES-256-GCM", Keyset::generate()),
+            (
+                "envelope",
+                Keyset::generate_with(
+                    KeyTemplate::kms_envelope("fake-kms://in-place").with_kms_clients(kms),
+                )
+                .unwrap(),
+            ),
+        ] {
+            let keyset = keyset.with_backend(backend);
+            keyset.encrypt(b"warm", b"").unwrap();
+            out.push((format!("{name} on {}", backend.name()), keyset));
+        }
+    }
+    out
+}
+
+#[test]
+fn in_place_successes_leave_no_plaintext_in_freed_memory() {
+    let keysets = value_keysets();
+    let s = session();
+    let secret = random_key();
+    watch(&secret);
+    for (name, keyset) in &keysets {
+        for (room, extra) in in_place_cases(keyset.header_len()) {
+            let what = format!("{name}, room {room}, spare {extra}");
+            let mut buf = secret_buffer(&secret, room, extra);
+            keyset.encrypt_in_place(&mut buf, room, b"ad").unwrap();
+            let ct = buf.clone();
+            drop(buf);
+            open_and_free(&secret, ct, |b| keyset.decrypt_in_place(b, b"ad"), &what);
+            let r = s.report();
+            assert_eq!(r.blocks_with_needle, 0, "{what}: {:?}", r.hits);
+        }
+    }
+    drop(keysets);
+    assert_clean(&s.finish(), "encrypt_in_place / decrypt_in_place");
+}
+
+/// An envelope key before its first data key: a buffer sized from its
+/// `header_len` then, as the serde wrapper's `plaintext_buffer` sizes it.
+#[test]
+fn in_place_on_a_cold_envelope_key_leaves_no_plaintext_in_freed_memory() {
+    let s = session();
+    let secret = random_key();
+    watch(&secret);
+    for backend in [Backend::RustCrypto, Backend::DEFAULT] {
+        let kms = KmsClients::new().with(FakeKms::new());
+        let template = KeyTemplate::kms_envelope("fake-kms://cold").with_kms_clients(kms);
+        let keyset = Keyset::generate_with(template.clone())
+            .unwrap()
+            .with_backend(backend);
+        let head = keyset.header_len();
+        let mut buf = secret_buffer(&secret, head, 16);
+        keyset.encrypt_in_place(&mut buf, head, b"ad").unwrap();
+        let ct = buf.clone();
+        drop(buf);
+        open_and_free(
+            &secret,
+            ct,
+            |b| keyset.decrypt_in_place(b, b"ad"),
+            "cold envelope key",
+        );
+
+        let ser = EncryptingSerializer::new(Bytes, Keyset::generate_with(template).unwrap());
+        let mut buf = ser.plaintext_buffer(32);
+        let head = buf.len();
+        buf.extend_from_slice(&secret[..]);
+        let ctx = Context::new("orders").with_key(b"k");
+        let ct = ser.encrypt_owned(&ctx, Some(buf), head).unwrap().unwrap();
+        let de = DecryptingDeserializer::new(Bytes, ser.keyset().clone());
+        open_and_free(
+            &secret,
+            ct,
+            |b| {
+                let out = de.decrypt_owned(&ctx, Some(std::mem::take(b)))?;
+                *b = out.unwrap_or_default();
+                Ok(())
+            },
+            "cold envelope key, serde wrappers",
+        );
+    }
+    assert_clean(&s.finish(), "a cold envelope key's header_len");
+}
+
+#[test]
+fn serde_owned_successes_leave_no_plaintext_in_freed_memory() {
+    let keysets = value_keysets();
+    let s = session();
+    let secret = random_key();
+    watch(&secret);
+    let ctx = Context::new("orders").with_key(b"order-17");
+    for (name, keyset) in &keysets {
+        let ser = EncryptingSerializer::new(Bytes, keyset.clone());
+        let de = DecryptingDeserializer::new(Bytes, keyset.clone());
+        for (room, extra) in in_place_cases(ser.header_len()) {
+            let what = format!("{name}, room {room}, spare {extra}");
+            let buf = secret_buffer(&secret, room, extra);
+            let ct = ser.encrypt_owned(&ctx, Some(buf), room).unwrap().unwrap();
+            let copy = ct.clone();
+            drop(ct);
+            open_and_free(
+                &secret,
+                copy,
+                |b| {
+                    let out = de.decrypt_owned(&ctx, Some(std::mem::take(b)))?;
+                    *b = out.unwrap_or_default();
+                    Ok(())
+                },
+                &what,
+            );
+            let r = s.report();
+            assert_eq!(r.blocks_with_needle, 0, "{what}: {:?}", r.hits);
+        }
+    }
+    drop(keysets);
+    assert_clean(&s.finish(), "encrypt_owned / decrypt_owned");
 }
 
 // ---------------------------------------------------------------------------

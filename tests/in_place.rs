@@ -3,8 +3,8 @@
 //! write is what `encrypt` writes (the other side opens it), the plaintext
 //! is encrypted where it lies (same allocation, no regrowth), a tombstone
 //! passes through untouched, and every truncated or tampered buffer is
-//! rejected and left empty. That no plaintext stays behind in freed memory
-//! on an error is checked in `tests/freed_memory.rs`.
+//! rejected and left empty. That no plaintext stays behind in freed memory,
+//! on an error or on success, is checked in `tests/freed_memory.rs`.
 
 mod common;
 
@@ -230,4 +230,28 @@ fn a_kms_that_is_down_empties_the_buffer() {
     let (mut buf, head) = buffer(&keyset, b"a secret value");
     keyset.encrypt_in_place(&mut buf, head, b"ad").unwrap();
     assert_eq!(keyset.decrypt(&buf, b"ad").unwrap(), b"a secret value");
+}
+
+/// Before its first data key an envelope key does not know its wrapped
+/// key's length: its `header_len` is then room enough for any the crate
+/// accepts, so a buffer sized from it never grows (the plaintext is moved
+/// to the front once instead); from the first data key on it is exact.
+#[test]
+fn a_cold_envelope_keys_header_len_is_room_enough() {
+    let (_kms, _clients, keyset) = envelope_keyset("fake-kms://cold", DekPolicy::default());
+    let pt = plaintext(100);
+    let cold = keyset.header_len();
+    let (mut buf, head) = buffer(&keyset, &pt);
+    let (ptr, cap) = (buf.as_ptr(), buf.capacity());
+    keyset.encrypt_in_place(&mut buf, head, b"ad").unwrap();
+    assert_eq!(buf.as_ptr(), ptr, "encrypted where it lay");
+    assert_eq!(buf.capacity(), cap, "no regrowth");
+    assert_eq!(keyset.decrypt(&buf, b"ad").unwrap(), pt);
+    let warm = keyset.header_len();
+    assert_eq!(warm, buf.len() - pt.len() - 16, "exact once warm");
+    assert!(cold >= warm, "cold {cold}, warm {warm}");
+    let (mut buf, head) = buffer(&keyset, &pt);
+    let (ptr, cap) = (buf.as_ptr(), buf.capacity());
+    keyset.encrypt_in_place(&mut buf, head, b"ad").unwrap();
+    assert_eq!((buf.as_ptr(), buf.capacity()), (ptr, cap));
 }

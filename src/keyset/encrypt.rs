@@ -55,7 +55,11 @@ impl Keyset {
     /// The bytes the primary key's ciphertext puts before the plaintext (17
     /// for AES-GCM: version byte, key id, nonce): the room to leave at the
     /// front of a buffer for [`encrypt_in_place`](Keyset::encrypt_in_place).
-    /// An envelope key's depends on the length of its current wrapped DEK.
+    /// An envelope key's depends on the length of its current wrapped DEK;
+    /// before its first DEK, when that length is not known yet, it is the
+    /// room for the longest wrapped DEK accepted
+    /// ([`MAX_EDEK_LEN`](crate::kms::MAX_EDEK_LEN)), so a buffer sized from
+    /// it never has to grow (the plaintext is moved to the front once).
     pub fn header_len(&self) -> usize {
         crate::envelope::header_len(self)
     }
@@ -67,7 +71,15 @@ impl Keyset {
     /// plaintext and no allocation when `head` is
     /// [`header_len`](Keyset::header_len) and `buf` has 16 bytes of spare
     /// capacity. Any other `head` costs one move of the plaintext; too
-    /// little capacity, one regrowth.
+    /// little capacity, one copy into a new buffer of the ciphertext's
+    /// size.
+    ///
+    /// # Security
+    /// On success the plaintext is left nowhere else: room that was too
+    /// long is zeroized where the plaintext moved from, and a buffer that
+    /// had too little capacity is zeroized (all of its capacity) before it
+    /// is freed, never grown with the plaintext in it. Zeroizing is best
+    /// effort (see `SECURITY.md`).
     ///
     /// # Errors
     /// As [`encrypt`](Keyset::encrypt); [`Error::Headroom`] if `head` is
@@ -100,7 +112,9 @@ impl Keyset {
 
     /// Decrypts the ciphertext in `buf` where it lies, with the checks of
     /// [`decrypt`](Keyset::decrypt); `buf` becomes the plaintext (moved to
-    /// its front: no allocation).
+    /// its front: no allocation). What the move leaves behind is zeroized:
+    /// the plaintext is in `buf[..buf.len()]` and nowhere in its spare
+    /// capacity.
     ///
     /// # Errors
     /// As [`decrypt`](Keyset::decrypt). On any error `buf` is zeroized and
