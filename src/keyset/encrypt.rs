@@ -181,8 +181,9 @@ impl Keyset {
     }
 
     /// The encrypted forms of `plaintext` under every enabled deterministic
-    /// key, the primary's first: what one logical record key may be stored
-    /// as while old keys are enabled.
+    /// key, the primary's first, then from the newest key to the oldest:
+    /// what one logical record key may be stored as while old keys are
+    /// enabled, in the order they are read.
     pub(crate) fn deterministic_forms(
         &self,
         plaintext: &[u8],

@@ -459,7 +459,9 @@ impl Keyset {
     }
 
     /// How recent key `id` is among the enabled keys: 0 for the primary,
-    /// then newer keys (later in the keyset) before older ones.
+    /// then newer keys (later in the keyset) before older ones: its place
+    /// in the order of [`enabled_entries`](Keyset::enabled_entries), the
+    /// one reading order of a record key's forms.
     pub(crate) fn recency(&self, id: KeyId) -> usize {
         if self.primary() == id {
             return 0;
@@ -470,7 +472,10 @@ impl Keyset {
         }
     }
 
-    /// The enabled keys, the primary first, then in keyset order.
+    /// The enabled keys, the primary first, then the others from the newest
+    /// (the last added) to the oldest: the one order in which a record
+    /// key's forms are read (`get`, `all`, `delete` of the encrypted store
+    /// agree on it, with [`recency`](Keyset::recency)).
     pub(crate) fn enabled_entries(&self) -> impl Iterator<Item = &Entry> + '_ {
         let primary = self.inner.primary;
         std::iter::once(self.primary_entry()).chain(
@@ -478,6 +483,7 @@ impl Keyset {
                 .keys
                 .iter()
                 .enumerate()
+                .rev()
                 .filter(move |(i, e)| *i != primary && e.status == KeyStatus::Enabled)
                 .map(|(_, e)| e),
         )

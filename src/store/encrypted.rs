@@ -71,8 +71,14 @@ impl<S: KeyValueStore> EncryptedStore<S> {
     /// be re-encrypted under a new key without touching its value.
     ///
     /// While the key keyset has more than one enabled key, every logical key
-    /// has one stored form per enabled key: `get` looks under the primary
-    /// form, then the older ones. Every write follows the write rule of
+    /// has one stored form per enabled key. Where several forms hold a
+    /// value (a write interrupted between its records, a restore of a log
+    /// not yet compacted), every reader takes the same one: the primary
+    /// form's, else the newest older key's (later in the keyset: rotation
+    /// adds keys at its end), so `get`, `all`, `range` and the value
+    /// `delete` returns agree.
+    ///
+    /// Every write follows the write rule of
     /// [`KeyForms::writes`], as every other writer of a topic does: a
     /// delete (tombstone) for every older form first, then the value (or
     /// the delete) under the primary form. So after compaction at most one
@@ -196,7 +202,9 @@ impl<S: KeyValueStore> EncryptedStore<S> {
 
     /// Decrypts stored entries: keys (if encrypted) and values, in plaintext
     /// key order. Where one logical key is stored under several forms (a
-    /// `put` interrupted between its writes), the newest key's form wins.
+    /// `put` interrupted between its writes), the reading order of `get`
+    /// decides: the primary form, else the newest older key's (the key
+    /// keyset's `recency`).
     fn open_entries(&self, entries: Vec<Entry>) -> Result<Vec<Entry>, Error> {
         let Some(k) = &self.keys else {
             return self.open_all(entries);
@@ -262,6 +270,8 @@ impl<S: KeyValueStore> EncryptedStore<S> {
 }
 
 impl<S: KeyValueStore> KeyValueStore for EncryptedStore<S> {
+    /// The primary form's value, else the newest older key's form's: the
+    /// order of [`KeyForms::all`].
     fn get(&self, key: &[u8]) -> Result<Option<Vec<u8>>, Error> {
         for form in self.key_forms(key)?.all() {
             if let Some(ct) = self.inner.get(form)? {
@@ -289,7 +299,8 @@ impl<S: KeyValueStore> KeyValueStore for EncryptedStore<S> {
     fn delete(&mut self, key: &[u8]) -> Result<Option<Vec<u8>>, Error> {
         let forms = self.key_forms(key)?;
         // What `get` saw: the primary form's value, else the newest older
-        // form's.
+        // form's (the tombstones go to the older forms newest first, as
+        // `get` reads them).
         let (mut primary_old, mut older_old) = (None, None);
         for (form, _) in forms.writes(None) {
             let was = self.inner.delete(form)?;
