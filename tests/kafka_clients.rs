@@ -671,3 +671,182 @@ async fn kms_calls_run_off_the_runtime_worker() {
         "an inline KMS call should stall the runtime, saw {stall:?}"
     );
 }
+
+/// Each record of partition `partition` of `topic`, in order, read to the
+/// partition's end: its key and whether it has a payload.
+fn read_partition(bootstrap: &str, topic: &str, partition: i32) -> Vec<(Vec<u8>, bool)> {
+    use tombstone_crypt::kafka::rdkafka::consumer::{BaseConsumer, Consumer as _};
+    use tombstone_crypt::kafka::rdkafka::error::KafkaError;
+    use tombstone_crypt::kafka::rdkafka::Message as _;
+    let consumer: BaseConsumer = client_config(bootstrap)
+        .set("group.id", format!("read-{topic}-{partition}"))
+        .set("enable.partition.eof", "true")
+        .set("enable.auto.commit", "false")
+        .create()
+        .unwrap();
+    let mut tpl = TopicPartitionList::new();
+    tpl.add_partition_offset(topic, partition, Offset::Beginning)
+        .unwrap();
+    consumer.assign(&tpl).unwrap();
+    let mut out = Vec::new();
+    let deadline = std::time::Instant::now() + Duration::from_secs(30);
+    loop {
+        assert!(
+            std::time::Instant::now() < deadline,
+            "timed out reading {topic}"
+        );
+        match consumer.poll(Duration::from_millis(200)) {
+            None => {}
+            Some(Err(KafkaError::PartitionEOF(_))) => return out,
+            Some(Err(e)) => panic!("consume {topic}: {e}"),
+            Some(Ok(m)) => out.push((m.key().unwrap().to_vec(), m.payload().is_some())),
+        }
+    }
+}
+
+/// Writes of keys encrypted under a rotated key keyset (a tombstone for the
+/// older form, then the record under the primary form), each future polled
+/// once (the records handed over, the first delivery not yet reported) and
+/// dropped: every write still completes, in order, so each key's partition
+/// ends with the older form's tombstone followed by the primary form's
+/// value. Before, the future sent one record at a time, and dropping it
+/// after the tombstone left the key deleted.
+async fn dropped_futures_complete_their_writes(idempotent: bool) {
+    use tombstone_crypt::kafka::encode_write;
+    use tombstone_crypt::record_key::{murmur2_partition, KeyBinding};
+    use tombstone_crypt::{DeterministicSerializer, KeyTemplate};
+    let Some(bootstrap) = bootstrap() else { return };
+    let topic = fresh_topic(if idempotent {
+        "dropped"
+    } else {
+        "dropped-plain"
+    });
+    create_topic(&bootstrap, &topic, 3);
+    let mut key_keyset = Keyset::generate_with(KeyTemplate::aes256_siv()).unwrap();
+    key_keyset.rotate();
+    let values = Keyset::generate();
+    let mut config = client_config(&bootstrap);
+    if !idempotent {
+        config
+            .set("enable.idempotence", "false")
+            .set("max.in.flight.requests.per.connection", "1");
+    }
+    let key_ser = DeterministicSerializer::new(Utf8, key_keyset.clone());
+    let value_ser = EncryptingSerializer::new(Bytes, values.clone());
+    let producer: TypedProducer<str, [u8], _, _> =
+        TypedProducer::new(&config, key_ser.clone(), value_ser.clone()).unwrap();
+    assert_eq!(producer.is_idempotent(), idempotent);
+    // The partition count is read once, so the writes below hand their
+    // records over in their first poll.
+    producer.send(&topic, "warm-up", Some(b"v")).await.unwrap();
+    let keys: Vec<String> = (0..12).map(|i| format!("dropped-{i}")).collect();
+    for key in &keys {
+        let send = producer.send(&topic, key, Some(b"value"));
+        let polled_once = tokio::time::timeout(Duration::ZERO, send).await;
+        assert!(
+            polled_once.is_err(),
+            "the write was not pending when dropped"
+        );
+    }
+    // The writes go on without their futures; wait for them (an idempotent
+    // producer's records are all queued: a flush waits for them; the
+    // others' run in their own tasks).
+    let deadline = std::time::Instant::now() + Duration::from_secs(30);
+    let mut missing: Vec<String>;
+    loop {
+        tombstone_crypt::kafka::rdkafka::producer::Producer::flush(
+            producer.producer(),
+            Duration::from_secs(30),
+        )
+        .unwrap();
+        missing = Vec::new();
+        for key in &keys {
+            let want: Vec<(Vec<u8>, bool)> = encode_write(
+                &topic,
+                3,
+                KeyBinding::Plaintext,
+                &key_ser,
+                &value_ser,
+                &key[..],
+                Some(&b"value"[..]),
+            )
+            .unwrap()
+            .into_iter()
+            .map(|r| (r.key, r.payload.is_some()))
+            .collect();
+            assert_eq!(want.len(), 2, "an older form's tombstone, then the value");
+            let partition = murmur2_partition(key.as_bytes(), 3);
+            let got: Vec<(Vec<u8>, bool)> = read_partition(&bootstrap, &topic, partition)
+                .into_iter()
+                .filter(|(k, _)| want.iter().any(|(w, _)| w == k))
+                .collect();
+            if got != want {
+                missing.push(format!(
+                    "{key}: {} of 2 records, in order: {}",
+                    got.len(),
+                    got.iter()
+                        .map(|(_, v)| if *v { "value" } else { "tombstone" })
+                        .collect::<Vec<_>>()
+                        .join(", ")
+                ));
+            }
+        }
+        if missing.is_empty() || std::time::Instant::now() > deadline {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+    assert!(
+        missing.is_empty(),
+        "{} of {} dropped writes are cut: {missing:?}",
+        missing.len(),
+        keys.len()
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_dropped_send_future_still_completes_the_write_on_an_idempotent_producer() {
+    dropped_futures_complete_their_writes(true).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_dropped_send_future_still_completes_the_write_on_a_producer_that_is_not_idempotent() {
+    dropped_futures_complete_their_writes(false).await;
+}
+
+/// `acks` (or `request.required.acks`) other than `all` is refused, with an
+/// error that names the setting, idempotent or not: a delivery report would
+/// not mean the record is stored. `all` and `-1` are accepted.
+#[test]
+fn a_producer_without_acks_all_is_refused() {
+    let make = |settings: &[(&str, &str)]| {
+        let mut config = client_config("127.0.0.1:1");
+        for (k, v) in settings {
+            config.set(*k, *v);
+        }
+        TypedProducer::<str, [u8], _, _>::new(
+            &config,
+            Utf8,
+            EncryptingSerializer::new(Bytes, Keyset::generate()),
+        )
+        .map(|_| ())
+    };
+    for (name, value) in [
+        ("acks", "0"),
+        ("acks", "1"),
+        ("request.required.acks", "0"),
+        ("request.required.acks", "1"),
+    ] {
+        for idempotence in ["true", "false"] {
+            let e = make(&[(name, value), ("enable.idempotence", idempotence)])
+                .expect_err("acks other than all accepted");
+            let msg = e.to_string();
+            assert!(matches!(e, Error::Kafka { .. }), "{msg}");
+            assert!(msg.contains(&format!("{name}={value}")), "{msg}");
+        }
+    }
+    for value in ["all", "-1"] {
+        make(&[("acks", value)]).unwrap();
+    }
+    make(&[]).unwrap();
+}
