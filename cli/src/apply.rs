@@ -6,7 +6,19 @@
 //! rule, when it reaches the key's deciding record; a third pass audits
 //! the partition written. Memory: one index per partition being read, a
 //! chunk of writes per partition being written.
+//!
+//! A resumed run checks before it writes ([`since`]): it first reads every
+//! partition it wrote to from its first write there to the partition's
+//! end, checks it is the partition it wrote (the cluster's id, the record
+//! before its first write), and lets each key someone else wrote since
+//! keep that write: the run's journal and plan leave such keys alone.
+//! Only then does it write the rest of its journals and go on.
+//!
+//! Read from another topic (`--to-topic`), the source is planned as it is
+//! now, on a resume too, and read again after its partition is written:
+//! what it gained meanwhile is copied in another round.
 
+use std::collections::{BTreeMap, HashSet};
 use std::path::PathBuf;
 
 use indicatif::ProgressBar;
@@ -14,13 +26,12 @@ use tombstone_crypt::kafka::rdkafka::consumer::Consumer as _;
 use tombstone_crypt::kafka::rdkafka::producer::FutureProducer;
 
 use crate::audit::{check_keyset, scan_partition, Pass, Scanned, Upto};
-use crate::checkpoint::{Checkpoint, Progress, RunOf};
+use crate::checkpoint::{Checkpoint, Mark, Progress, RunOf};
 use crate::key_state::{Index, KeyHash};
 use crate::plan::{Command, PlanCounts, Planner};
 use crate::read::{consumer, partitions, progress, read_partition, Setup};
-use crate::record::key_of;
-use crate::report::ranges;
-use crate::report::{Audit, Counts};
+use crate::record::{key_of, Write};
+use crate::report::{hex, ranges, Audit, Counts};
 use crate::run::for_partitions;
 use crate::write::{check_ordered, produce, producer, Sink, CHUNK_RECORDS};
 use crate::{fail, Fail};
@@ -35,6 +46,9 @@ pub(crate) struct Writing {
     pub(crate) chunk_records: usize,
     /// The tests' fixed kill point: abort after this many records.
     pub(crate) fail_after: Option<u64>,
+    /// The tests' negative control: a resume that writes its journals
+    /// before it reads what others wrote (never use it).
+    pub(crate) unchecked_resume: bool,
 }
 
 /// What a command did to the partitions it read.
@@ -49,7 +63,73 @@ pub(crate) struct Done {
     pub(crate) written: u64,
     /// Records written again from journals (a resumed run).
     pub(crate) replayed: u64,
+    /// What others wrote since the run's first write (a resumed run).
+    pub(crate) others: Others,
 }
+
+/// What others wrote to the partitions a resumed run wrote to, since its
+/// first write to each: their keys keep those writes.
+#[derive(Default)]
+pub(crate) struct Others {
+    /// Records.
+    pub(crate) records: u64,
+    /// Distinct keys.
+    pub(crate) keys: u64,
+    /// Keys whose journaled records were not written again.
+    pub(crate) journaled_keys: u64,
+    /// The first keys found ([`LISTED`] at most): partition and key group
+    /// (its plaintext, or its bytes when it is not encrypted).
+    pub(crate) listed: Vec<(i32, Vec<u8>)>,
+}
+
+impl Others {
+    /// Adds what others wrote to a report: text (empty when nothing) and
+    /// the JSON fields.
+    pub(crate) fn report(&self, json: &mut serde_json::Value) -> String {
+        let listed: Vec<serde_json::Value> = self
+            .listed
+            .iter()
+            .map(|(p, k)| serde_json::json!({"partition": p, "key": hex(k)}))
+            .collect();
+        json["written_by_others"] = serde_json::json!({"records": self.records,
+            "keys": self.keys, "journaled_keys_left": self.journaled_keys, "listed": listed});
+        if self.keys == 0 {
+            return String::new();
+        }
+        let mut text = format!(
+            "since the run stopped, others wrote {} records of {} keys: those writes stand, and the run left those keys alone ({} of them were in its journals)\n",
+            self.records, self.keys, self.journaled_keys
+        );
+        for (p, k) in &self.listed {
+            text.push_str(&format!("left {p} {}\n", hex(k)));
+        }
+        if self.keys > self.listed.len() as u64 {
+            text.push_str(&format!(
+                "(and {} more)\n",
+                self.keys - self.listed.len() as u64
+            ));
+        }
+        text
+    }
+}
+
+/// The most keys a report names.
+pub(crate) const LISTED: usize = 100;
+
+/// The keys others wrote to one partition since the run's first write.
+#[derive(Default)]
+struct Foreign {
+    /// Their hashes.
+    keys: HashSet<(u64, u32)>,
+    /// Records.
+    records: u64,
+    /// The first keys' groups.
+    listed: Vec<Vec<u8>>,
+}
+
+/// How many times a copy (`--to-topic`) reads a source partition that grew
+/// while it was written before it gives up.
+const ROUNDS: usize = 10;
 
 /// One partition's share of [`Done`].
 struct PartDone {
@@ -73,6 +153,87 @@ fn watermark(s: &Setup, partition: i32) -> Result<i64, Fail> {
         })
 }
 
+/// The end of partition `p` of the topic of `s` now, read to its end (the
+/// broker's offsets may say less: tansu 0.6.0 answers the last batch's
+/// base offset + 1), and its last record's mark.
+fn tail(s: &Setup, p: i32) -> Result<(i64, Option<Mark>), Fail> {
+    let high = watermark(s, p)?;
+    let mut last = None;
+    let bar = ProgressBar::hidden();
+    let next = read_partition(s, &s.topic, p, (high - 1).max(0), None, &bar, |r| {
+        last = Some(Mark::of(r.offset, r.timestamp, r.key, r.value));
+        Ok(())
+    })?;
+    let end = next.max(high);
+    Ok((end, last.filter(|m| m.offset + 1 == end)))
+}
+
+/// The id of the cluster of `s`, as its metadata gives it.
+fn cluster_id(s: &Setup) -> Result<Option<String>, Fail> {
+    Ok(consumer(s)?.client().fetch_cluster_id(s.timeout))
+}
+
+/// Reads what was written to partition `p` of the topic a resumed run
+/// writes, from the record before its first write there to the end, before
+/// the run writes anything: the partition must be the one it wrote (not a
+/// topic deleted and created again: its end is not before the run's first
+/// write, and the record before that is the one recorded, or compacted
+/// away), and every key someone else wrote since is the run's no longer.
+fn since(
+    to: &Setup,
+    ck: &Checkpoint,
+    p: i32,
+    prog: Progress,
+    hash: &KeyHash,
+) -> Result<Foreign, Fail> {
+    let mut out = Foreign::default();
+    let mut found = None;
+    let run = ck.run.as_bytes();
+    let bar = ProgressBar::hidden();
+    let next = read_partition(to, &to.topic, p, (prog.from - 1).max(0), None, &bar, |r| {
+        if r.offset < prog.from {
+            if prog.mark.is_some_and(|m| m.offset == r.offset) {
+                found = Some(Mark::of(r.offset, r.timestamp, r.key, r.value));
+            }
+            return Ok(());
+        }
+        if r.run == Some(run) {
+            return Ok(());
+        }
+        out.records += 1;
+        if let Some(wire) = r.key {
+            let key = key_of(to, wire);
+            if out.keys.insert(hash.of(key.encrypted, &key.group)) && out.listed.len() < LISTED {
+                out.listed.push(key.group);
+            }
+        }
+        Ok(())
+    })?;
+    let end = next.max(watermark(to, p)?);
+    let elsewhere = |why: String| {
+        fail(format!(
+            "{}/{p} is not the partition the run wrote: {why}. Was the topic deleted and created again, or is this another cluster? The checkpoint {} and its journals are kept: resume against the cluster and topic the run wrote",
+            to.topic,
+            ck.path().display()
+        ))
+    };
+    if end < prog.from {
+        return Err(elsewhere(format!(
+            "it ends at offset {end}, before the run's first write there (offset {})",
+            prog.from
+        )));
+    }
+    if let (Some(want), Some(got)) = (prog.mark, found) {
+        if want != got {
+            return Err(elsewhere(format!(
+                "its record at offset {} is not the one that was there when the run began",
+                want.offset
+            )));
+        }
+    }
+    Ok(out)
+}
+
 /// Everything a partition's work needs.
 struct Job<'a> {
     from: &'a Setup,
@@ -81,14 +242,16 @@ struct Job<'a> {
     writing: Option<(&'a Checkpoint, &'a FutureProducer)>,
     chunk_records: usize,
     fail_after: Option<u64>,
-    hash: KeyHash,
+    hash: &'a KeyHash,
+    /// What others wrote since a resumed run's first write, by partition.
+    foreign: &'a BTreeMap<i32, Foreign>,
     bar: &'a ProgressBar,
 }
 
 impl Job<'_> {
     fn pass(&self) -> Pass<'_> {
         Pass {
-            hash: &self.hash,
+            hash: self.hash,
             bar: self.bar,
             list: false,
         }
@@ -96,91 +259,188 @@ impl Job<'_> {
 
     fn partition(&self, index: &mut Index, p: i32) -> Result<PartDone, Fail> {
         let (from, to) = (self.from, self.to);
-        let progress = self.writing.and_then(|(ck, _)| ck.progress(p));
-        let run = self.writing.map(|(ck, _)| ck.run.as_bytes());
-        let before_mark = match (self.writing, self.planner.same) {
-            (Some(_), true) => Some(watermark(from, p)?),
-            _ => None,
-        };
-        let upto = match progress {
-            Some(prog) => Upto::Resumed {
-                end: prog.end,
-                run: run.filter(|_| self.planner.same),
-            },
-            None => Upto::End,
-        };
-        let Scanned {
-            counts: before,
-            end,
-        } = scan_partition(from, &from.topic, p, index, upto, &self.pass())?;
-        let mut plan = PlanCounts::default();
-        for e in index.entries_mut() {
-            self.planner.decide(e, &mut plan);
-        }
-        let Some((ck, producer)) = self.writing else {
+        let same = self.planner.same;
+        let mut progress = self.writing.and_then(|(ck, _)| ck.progress(p));
+        let foreign = self.foreign.get(&p);
+        let mut written = 0;
+        let mut round = 0;
+        loop {
+            let before_mark = match (self.writing, same) {
+                (Some(_), true) => Some(watermark(from, p)?),
+                _ => None,
+            };
+            // On the topic it writes, a resumed run plans from what was
+            // there before its first write; from another topic, from the
+            // source as it is now.
+            let upto = match progress {
+                Some(prog) if same => Upto::Before(prog.end),
+                _ => Upto::End,
+            };
+            let Scanned {
+                counts: before,
+                end,
+                last,
+            } = scan_partition(from, &from.topic, p, index, upto, &self.pass())?;
+            let mut plan = PlanCounts::default();
+            for (h, e) in index.entries_mut() {
+                if foreign.is_some_and(|f| f.keys.contains(&h)) {
+                    // Someone else wrote the key since: that write stands.
+                    e.set_action(None);
+                } else {
+                    self.planner.decide(e, &mut plan);
+                }
+            }
+            let Some((ck, producer)) = self.writing else {
+                return Ok(PartDone {
+                    before,
+                    plan,
+                    after: None,
+                    written: 0,
+                });
+            };
+            let start = progress.map_or(0, |prog| prog.done);
+            if plan.keys() > 0 && start < end {
+                if let Some(mark) = before_mark {
+                    let now = watermark(from, p)?;
+                    if now != mark {
+                        return Err(fail(format!(
+                            "{}/{p} changed while it was read (end offset {mark}, now {now}): stop its producers and run again",
+                            from.topic
+                        )));
+                    }
+                }
+                let (wrote_from, mark) = match progress {
+                    Some(prog) => (prog.from, prog.mark),
+                    None if same => (end, last),
+                    None => tail(to, p)?,
+                };
+                let prog = Progress {
+                    end,
+                    done: start,
+                    from: wrote_from,
+                    mark,
+                };
+                ck.set(p, prog)?;
+                written += self.write(index, p, prog, ck, producer)?;
+                progress = Some(Progress { done: end, ..prog });
+            }
+            // A copy reads its source again: what it gained while it was
+            // read and written is copied in another round.
+            if !same {
+                let (now, _) = tail(from, p)?;
+                if now > end {
+                    round += 1;
+                    if round >= ROUNDS {
+                        return Err(fail(format!(
+                            "{}/{p} kept growing while it was copied ({ROUNDS} rounds): stop its producers and run again with --resume",
+                            from.topic
+                        )));
+                    }
+                    continue;
+                }
+            }
+            let after = scan_partition(to, &to.topic, p, index, Upto::End, &self.pass())?;
             return Ok(PartDone {
                 before,
                 plan,
-                after: None,
-                written: 0,
+                after: Some(after.counts),
+                written,
             });
-        };
-        let mut written = 0;
-        let start = progress.map_or(0, |prog| prog.done);
-        if plan.keys() > 0 && start < end {
-            if let Some(mark) = before_mark {
-                let now = watermark(from, p)?;
-                if now != mark {
-                    return Err(fail(format!(
-                        "{}/{p} changed while it was read (end offset {mark}, now {now}): stop its producers and run again",
-                        from.topic
-                    )));
-                }
-            }
-            ck.set(p, Progress { end, done: start })?;
-            let mut sink = Sink::new(to, producer, &to.topic, p, ck, ck.run.as_bytes(), end)
-                .with_chunk_records(self.chunk_records)
-                .with_fail_after(self.fail_after);
-            // The keys this pass must reach: each at its deciding record.
-            let planned = index
-                .entries()
-                .filter(|e| e.action().is_some() && index.offset_of(e) >= start)
-                .count();
-            let mut reached = 0;
-            read_partition(from, &from.topic, p, start, Some(end), self.bar, |r| {
-                // Only the key, to find its entry: a value is read again
-                // only when it is written.
-                let Some(wire) = r.key else {
-                    return Ok(());
-                };
-                let key = key_of(from, wire);
-                let Some(e) = index.get(self.hash.of(key.encrypted, &key.group))? else {
-                    return Ok(());
-                };
-                if e.action().is_some() && index.offset_of(e) == r.offset {
-                    reached += 1;
-                    sink.push(r.offset, self.planner.writes(e, r, &key)?)?;
-                }
-                Ok(())
-            })?;
-            if reached != planned {
-                return Err(fail(format!(
-                    "{} of the {planned} keys planned in {}/{p} were not found on the second read (compacted meanwhile, or the topic changed): run again",
-                    planned - reached,
-                    from.topic
-                )));
-            }
-            sink.flush(end)?;
-            written = sink.written;
         }
-        let after = scan_partition(to, &to.topic, p, index, Upto::End, &self.pass())?;
-        Ok(PartDone {
-            before,
-            plan,
-            after: Some(after.counts),
-            written,
-        })
     }
+
+    /// The second pass over partition `p` from `prog.done` to `prog.end`:
+    /// each planned key's records written at its deciding record.
+    fn write(
+        &self,
+        index: &Index,
+        p: i32,
+        prog: Progress,
+        ck: &Checkpoint,
+        producer: &FutureProducer,
+    ) -> Result<u64, Fail> {
+        let (from, to) = (self.from, self.to);
+        let (start, end) = (prog.done, prog.end);
+        let mut sink = Sink::new(to, producer, &to.topic, p, ck, ck.run.as_bytes(), prog)
+            .with_chunk_records(self.chunk_records)
+            .with_fail_after(self.fail_after);
+        // The keys this pass must reach: each at its deciding record.
+        let planned = index
+            .entries()
+            .filter(|e| e.action().is_some() && index.offset_of(e) >= start)
+            .count();
+        let mut reached = 0;
+        read_partition(from, &from.topic, p, start, Some(end), self.bar, |r| {
+            // Only the key, to find its entry: a value is read again
+            // only when it is written.
+            let Some(wire) = r.key else {
+                return Ok(());
+            };
+            let key = key_of(from, wire);
+            let Some(e) = index.get(self.hash.of(key.encrypted, &key.group))? else {
+                return Ok(());
+            };
+            if e.action().is_some() && index.offset_of(e) == r.offset {
+                reached += 1;
+                sink.push(r.offset, self.planner.writes(e, r, &key)?)?;
+            }
+            Ok(())
+        })?;
+        if reached != planned {
+            return Err(fail(format!(
+                "{} of the {planned} keys planned in {}/{p} were not found on the second read (compacted meanwhile, or the topic changed): run again",
+                planned - reached,
+                from.topic
+            )));
+        }
+        sink.flush(end)?;
+        Ok(sink.written)
+    }
+}
+
+/// Writes partition `p`'s unfinished journal again, if it has one, but
+/// the records of keys in `skip` (others wrote them since), and records
+/// the chunk done. Returns the records written and the keys left out.
+fn replay(
+    ck: &Checkpoint,
+    producer: &FutureProducer,
+    to: &Setup,
+    p: i32,
+    skip: &HashSet<(u64, u32)>,
+    hash: &KeyHash,
+) -> Result<(u64, u64), Fail> {
+    let Some((through, writes)) = ck.unfinished_journal(p)? else {
+        return Ok((0, 0));
+    };
+    let mut left = HashSet::new();
+    let mut keep: Vec<Write> = Vec::with_capacity(writes.len());
+    for w in writes {
+        let key = key_of(to, &w.key);
+        let h = hash.of(key.encrypted, &key.group);
+        if skip.contains(&h) {
+            left.insert(h);
+        } else {
+            keep.push(w);
+        }
+    }
+    let n = produce(
+        producer,
+        &to.topic,
+        ck.run.as_bytes(),
+        &keep,
+        to.timeout,
+        None,
+    )?;
+    if let Some(prog) = ck.progress(p) {
+        ck.set(
+            p,
+            Progress {
+                done: through,
+                ..prog
+            },
+        )?;
+    }
+    Ok((n, left.len() as u64))
 }
 
 /// What the plan of `command` from `from` to `to` depends on besides the
@@ -215,6 +475,10 @@ pub(crate) fn run(
     writing: Option<&Writing>,
     quiet: bool,
 ) -> Result<Done, Fail> {
+    if writing.is_some() {
+        // Before the broker is asked anything.
+        check_ordered(&from.config)?;
+    }
     let (parts, count) = partitions(from)?;
     let same = from.topic == to.topic;
     if !same {
@@ -247,37 +511,62 @@ pub(crate) fn run(
                 },
                 plan: plan_options(from, to, command),
             };
+            let cluster = cluster_id(to)?;
             let ck = match &w.resume {
-                Some(path) => Checkpoint::load(path, &of)?,
-                None => Checkpoint::create(&w.checkpoint, of)?,
+                Some(path) => {
+                    let ck = Checkpoint::load(path, &of)?;
+                    if ck.cluster != cluster {
+                        return Err(fail(format!(
+                            "the checkpoint {} is of a run on the cluster {}, and {} is the cluster {}: resume against the cluster the run wrote (the checkpoint and its journals are kept)",
+                            path.display(),
+                            ck.cluster.as_deref().unwrap_or("(no id)"),
+                            to.topic,
+                            cluster.as_deref().unwrap_or("(no id)")
+                        )));
+                    }
+                    ck
+                }
+                None => Checkpoint::create(&w.checkpoint, of, cluster)?,
             };
             (Some(ck), Some(producer))
         }
     };
-    // A resumed run first writes again every chunk whose acknowledgement
-    // it did not record, in every partition, before it reads anything:
-    // a key cut between its tombstones and its value gets its value even
-    // if the run stops again, or refuses, later.
+    let hash = KeyHash::default();
+    let mut foreign = BTreeMap::new();
     let mut replayed = 0;
-    if let (Some(ck), Some(producer)) = (&checkpoint, &producer) {
-        for &(p, _, _) in &parts {
-            if let Some((through, writes)) = ck.unfinished_journal(p)? {
-                replayed += produce(
-                    producer,
-                    &to.topic,
-                    ck.run.as_bytes(),
-                    &writes,
-                    to.timeout,
-                    None,
-                )?;
+    let mut others = Others::default();
+    if let (Some(ck), Some(producer), Some(w)) = (&checkpoint, &producer, writing) {
+        if w.resume.is_some() {
+            if w.unchecked_resume {
+                // The negative control: the journals first, unread.
+                for &(p, _, _) in &parts {
+                    replayed += replay(ck, producer, to, p, &HashSet::new(), &hash)?.0;
+                }
+            }
+            // Read first: every partition the run wrote to, from its first
+            // write there, before anything is written.
+            for &(p, _, _) in &parts {
                 if let Some(prog) = ck.progress(p) {
-                    ck.set(
-                        p,
-                        Progress {
-                            done: through,
-                            ..prog
-                        },
-                    )?;
+                    foreign.insert(p, since(to, ck, p, prog, &hash)?);
+                }
+            }
+            // Then the unfinished journals, less the keys others wrote
+            // since: a key cut between its tombstones and its value gets
+            // its value even if the run stops again later.
+            for &(p, _, _) in &parts {
+                let none = HashSet::new();
+                let skip = foreign.get(&p).map_or(&none, |f: &Foreign| &f.keys);
+                let (n, left) = replay(ck, producer, to, p, skip, &hash)?;
+                replayed += n;
+                others.journaled_keys += left;
+            }
+            for (&p, f) in &foreign {
+                others.records += f.records;
+                others.keys += f.keys.len() as u64;
+                for k in &f.listed {
+                    if others.listed.len() < LISTED {
+                        others.listed.push((p, k.clone()));
+                    }
                 }
             }
         }
@@ -295,7 +584,8 @@ pub(crate) fn run(
         writing: checkpoint.as_ref().zip(producer.as_ref()),
         chunk_records: writing.map_or(CHUNK_RECORDS, |w| w.chunk_records),
         fail_after: writing.and_then(|w| w.fail_after),
-        hash: KeyHash::default(),
+        hash: &hash,
+        foreign: &foreign,
         bar: &bar,
     };
     let done = for_partitions(from, &parts, &bar, |index: &mut Index, p| {
@@ -338,6 +628,7 @@ pub(crate) fn run(
         }),
         written: 0,
         replayed,
+        others,
     };
     for d in done {
         out.before.counts.merge(d.before);
@@ -346,6 +637,10 @@ pub(crate) fn run(
             a.counts.merge(c);
         }
         out.written += d.written;
+    }
+    out.before.counts.across_partitions();
+    if let Some(a) = &mut out.after {
+        a.counts.across_partitions();
     }
     let checked = check_keyset(from, &out.before.counts);
     if let Some(ck) = &checkpoint {

@@ -7,6 +7,7 @@ use std::collections::HashMap;
 
 use indicatif::ProgressBar;
 
+use crate::checkpoint::Mark;
 use crate::key_state::{Index, KeyHash, Kind, Seen};
 use crate::read::{partitions, progress, read_partition, setup, Rec, Setup};
 use crate::record::{bound, key_of, open_value, Value};
@@ -16,18 +17,13 @@ use crate::{fail, AuditArgs, Fail, Outcome, Output};
 
 /// How a partition read for an index ends.
 #[derive(Clone, Copy)]
-pub(crate) enum Upto<'a> {
+pub(crate) enum Upto {
     /// At the partition's end.
     End,
-    /// At `end` (a resumed run's end before its first write); with `run`,
-    /// every record from there on must carry its header: the run's own
-    /// writes, on the topic it reads.
-    Resumed {
-        /// The end offset the run recorded.
-        end: i64,
-        /// The run's id, when it writes to the topic read.
-        run: Option<&'a [u8]>,
-    },
+    /// Before this offset: a resumed run's end before its first write to
+    /// the topic it reads (what follows is its own writes, and others'
+    /// writes, which a resume has read already: see `apply::since`).
+    Before(i64),
 }
 
 /// A partition read by the reading rule: its counts, and the offset after
@@ -37,6 +33,9 @@ pub(crate) struct Scanned {
     pub(crate) counts: Counts,
     /// Where a second pass over the same records stops.
     pub(crate) end: i64,
+    /// The last record read (the one just before `end`, unless `end` is
+    /// where the read started).
+    pub(crate) last: Option<Mark>,
 }
 
 /// A keyed record to the reading rule: its key's hash, what it is, and
@@ -136,29 +135,20 @@ pub(crate) fn scan_partition(
     topic: &str,
     partition: i32,
     index: &mut Index,
-    upto: Upto<'_>,
+    upto: Upto,
     pass: &Pass<'_>,
 ) -> Result<Scanned, Fail> {
     let Pass { hash, bar, list } = *pass;
     let mut counts = Counts::default();
     index.reset(partition);
     let mut groups: HashMap<u64, Vec<u8>> = HashMap::new();
-    let (stop, run) = match upto {
-        Upto::End => (None, None),
-        Upto::Resumed { end, run } => (Some(end), run),
+    let stop = match upto {
+        Upto::End => None,
+        Upto::Before(end) => Some(end),
     };
-    let last = read_partition(s, topic, partition, 0, None, bar, |r| {
-        if stop.is_some_and(|e| r.offset >= e) {
-            // What the run wrote before it stopped: its own records only.
-            if run.is_some_and(|run| r.run != Some(run)) {
-                return Err(fail(format!(
-                    "{topic}/{partition} offset {}: a record the interrupted run did not write, after its end ({}): someone wrote to the topic since; stop its producers and start a new run without --resume",
-                    r.offset,
-                    stop.unwrap_or_default()
-                )));
-            }
-            return Ok(());
-        }
+    let mut mark = None;
+    let last = read_partition(s, topic, partition, 0, stop, bar, |r| {
+        mark = Some(Mark::of(r.offset, r.timestamp, r.key, r.value));
         if let Some((h, seen, group)) = classify(s, hash, &mut counts, r)? {
             index.add(h, &seen)?;
             if list {
@@ -179,6 +169,7 @@ pub(crate) fn scan_partition(
     Ok(Scanned {
         counts,
         end: stop.unwrap_or(last),
+        last: mark,
     })
 }
 
@@ -231,6 +222,7 @@ pub(crate) fn scan(s: &Setup, quiet: bool, list: bool) -> Result<Audit, Fail> {
     for c in scanned {
         audit.counts.merge(c);
     }
+    audit.counts.across_partitions();
     check_keyset(s, &audit.counts)?;
     Ok(audit)
 }

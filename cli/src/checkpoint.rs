@@ -35,10 +35,75 @@ use crate::{fail, Fail};
 /// One partition's progress.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub(crate) struct Progress {
-    /// The end offset before the run's first write to the partition.
+    /// Where the second pass over the partition read ends: on the topic
+    /// it writes, its end offset before the run's first write; read from
+    /// another topic (`--to-topic`), the end of the source planned from.
     pub(crate) end: i64,
     /// Every record below this offset has had its writes acknowledged.
     pub(crate) done: i64,
+    /// The written partition's end offset before the run's first write to
+    /// it: every record from here on is the run's own or someone else's.
+    pub(crate) from: i64,
+    /// The written partition's last record before `from`, if any: a topic
+    /// deleted and created again under the same name has another one.
+    pub(crate) mark: Option<Mark>,
+}
+
+/// What identifies one record of a partition: its offset, timestamp, and
+/// the FNV-1a hash and lengths of its key and value (never the bytes).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) struct Mark {
+    /// Its offset.
+    pub(crate) offset: i64,
+    /// Its timestamp (milliseconds), or -1.
+    pub(crate) timestamp: i64,
+    /// The hash of its key, 0 for none.
+    pub(crate) key: u64,
+    /// Its key's length, or -1 for none.
+    pub(crate) key_len: i64,
+    /// Its value's length, or -1 for a tombstone.
+    pub(crate) value_len: i64,
+}
+
+impl Mark {
+    /// The mark of a record.
+    pub(crate) fn of(
+        offset: i64,
+        timestamp: Option<i64>,
+        key: Option<&[u8]>,
+        value: Option<&[u8]>,
+    ) -> Mark {
+        let len = |b: Option<&[u8]>| b.map_or(-1, |b| i64::try_from(b.len()).unwrap_or(i64::MAX));
+        Mark {
+            offset,
+            timestamp: timestamp.unwrap_or(-1),
+            key: key.map_or(0, fnv1a),
+            key_len: len(key),
+            value_len: len(value),
+        }
+    }
+
+    fn to_json(self) -> Value {
+        json!({"offset": self.offset, "timestamp": self.timestamp, "key": format!("{:016x}", self.key),
+            "key_len": self.key_len, "value_len": self.value_len})
+    }
+
+    fn from_json(v: &Value) -> Option<Mark> {
+        Some(Mark {
+            offset: v["offset"].as_i64().filter(|o| *o >= 0)?,
+            timestamp: v["timestamp"].as_i64()?,
+            key: u64::from_str_radix(v["key"].as_str()?, 16).ok()?,
+            key_len: v["key_len"].as_i64()?,
+            value_len: v["value_len"].as_i64()?,
+        })
+    }
+}
+
+/// FNV-1a, 64 bits: a stable fingerprint, not a secret one.
+fn fnv1a(b: &[u8]) -> u64 {
+    b.iter().fold(0xcbf2_9ce4_8422_2325, |h, &x| {
+        (h ^ u64::from(x)).wrapping_mul(0x0100_0000_01b3)
+    })
 }
 
 /// What a run is: a resumed run must be the same.
@@ -69,8 +134,14 @@ pub(crate) struct Checkpoint {
     pub(crate) run: String,
     /// What the run is.
     of: RunOf,
+    /// The id of the cluster written, as its metadata gave it (`None`: the
+    /// broker gave none).
+    pub(crate) cluster: Option<String>,
     /// Each partition's progress.
     parts: Mutex<BTreeMap<i32, Progress>>,
+    /// The lock that one process at a time holds on the run (released
+    /// when the process ends, however it ends).
+    _lock: File,
 }
 
 /// The most bytes a checkpoint file may hold (it is a few per partition).
@@ -79,7 +150,11 @@ const MAX_CHECKPOINT: u64 = 64 << 20;
 impl Checkpoint {
     /// A new run's checkpoint at `path`, which must not exist (an earlier
     /// run's progress is never overwritten: resume it or delete it).
-    pub(crate) fn create(path: &Path, of: RunOf) -> Result<Checkpoint, Fail> {
+    pub(crate) fn create(
+        path: &Path,
+        of: RunOf,
+        cluster: Option<String>,
+    ) -> Result<Checkpoint, Fail> {
         let exists = || {
             fail(format!(
                 "{} exists: an earlier run's progress. Go on from it with --resume {0}, or delete it (and its .journal files) to start again",
@@ -93,25 +168,24 @@ impl Checkpoint {
                 path.display()
             )));
         }
+        let lock = lock(path)?;
         // Claimed before it is written: two runs given the same file do
         // not both start.
-        std::fs::OpenOptions::new()
-            .write(true)
-            .create_new(true)
-            .open(path)
-            .map_err(|e| {
-                if e.kind() == std::io::ErrorKind::AlreadyExists {
-                    exists()
-                } else {
-                    fail(format!("creating {}: {e}", path.display()))
-                }
-            })?;
+        private_new(path).map_err(|e| {
+            if e.kind() == std::io::ErrorKind::AlreadyExists {
+                exists()
+            } else {
+                fail(format!("creating {}: {e}", path.display()))
+            }
+        })?;
         let run = run_id()?;
         let c = Checkpoint {
             path: path.to_owned(),
             run,
             of,
+            cluster,
             parts: Mutex::new(BTreeMap::new()),
+            _lock: lock,
         };
         c.save()?;
         Ok(c)
@@ -120,6 +194,12 @@ impl Checkpoint {
     /// The checkpoint at `path`, of a run that must be `of`.
     pub(crate) fn load(path: &Path, of: &RunOf) -> Result<Checkpoint, Fail> {
         let what = |e: String| fail(format!("the checkpoint {}: {e}", path.display()));
+        if !path.exists() {
+            return Err(what(
+                "no such file (a run that completed removes it)".into(),
+            ));
+        }
+        let lock = lock(path)?;
         let mut text = String::new();
         File::open(path)
             .and_then(|f| f.take(MAX_CHECKPOINT).read_to_string(&mut text))
@@ -131,8 +211,11 @@ impl Checkpoint {
                 .ok_or_else(|| what(format!("no {k:?}")))
         };
         let u32_of = |x: &Value| x.as_u64().and_then(|n| u32::try_from(n).ok());
-        if v["format"] != json!(1) {
-            return Err(what("not a checkpoint of this version (format 1)".into()));
+        if v["format"] == json!(1) {
+            return Err(what("written by an earlier version (format 1), which does not check what others wrote before it resumes: finish the run with that version, or delete the checkpoint and its journals and start again".into()));
+        }
+        if v["format"] != json!(2) {
+            return Err(what("not a checkpoint of this version (format 2)".into()));
         }
         let run = str_of("run")?;
         if run.len() != 32 || !run.bytes().all(|b| b.is_ascii_hexdigit()) {
@@ -171,18 +254,46 @@ impl Checkpoint {
                 .ok_or_else(|| what(format!("partition {k:?}")))?;
             let end = p["end"].as_i64().filter(|e| *e >= 0);
             let done = p["done"].as_i64().filter(|d| *d >= 0);
-            match (end, done) {
-                (Some(end), Some(done)) if done <= end => {
-                    parts.insert(partition, Progress { end, done });
+            let from = p["from"].as_i64().filter(|f| *f >= 0);
+            let mark = match &p["mark"] {
+                Value::Null => None,
+                m => Some(
+                    Mark::from_json(m)
+                        .ok_or_else(|| what(format!("partition {partition}: a bad mark")))?,
+                ),
+            };
+            match (end, done, from) {
+                (Some(end), Some(done), Some(from))
+                    if done <= end && mark.is_none_or(|m| m.offset + 1 == from) =>
+                {
+                    parts.insert(
+                        partition,
+                        Progress {
+                            end,
+                            done,
+                            from,
+                            mark,
+                        },
+                    );
                 }
                 _ => return Err(what(format!("partition {partition}: bad offsets"))),
             }
         }
+        let cluster = match &v["cluster"] {
+            Value::Null => None,
+            c => Some(
+                c.as_str()
+                    .ok_or_else(|| what("a bad cluster".into()))?
+                    .to_owned(),
+            ),
+        };
         Ok(Checkpoint {
             path: path.to_owned(),
             run,
             of: found,
+            cluster,
             parts: Mutex::new(parts),
+            _lock: lock,
         })
     }
 
@@ -206,11 +317,16 @@ impl Checkpoint {
     fn document(&self, parts: &BTreeMap<i32, Progress>) -> Value {
         let ps: serde_json::Map<String, Value> = parts
             .iter()
-            .map(|(k, p)| (k.to_string(), json!({"end": p.end, "done": p.done})))
+            .map(|(k, p)| {
+                let mark = p.mark.map_or(Value::Null, Mark::to_json);
+                let progress = json!({"end": p.end, "done": p.done, "from": p.from, "mark": mark});
+                (k.to_string(), progress)
+            })
             .collect();
         json!({
-            "format": 1,
+            "format": 2,
             "run": self.run,
+            "cluster": self.cluster,
             "command": self.of.command,
             "topic": self.of.topic,
             "to_topic": self.of.to_topic,
@@ -333,7 +449,9 @@ impl Checkpoint {
             let _ = std::fs::remove_file(j);
         }
         std::fs::remove_file(&self.path)
-            .map_err(|e| fail(format!("removing {}: {e}", self.path.display())))
+            .map_err(|e| fail(format!("removing {}: {e}", self.path.display())))?;
+        let _ = std::fs::remove_file(lock_path(&self.path));
+        Ok(())
     }
 }
 
@@ -411,6 +529,52 @@ fn journals_of(path: &Path) -> Vec<PathBuf> {
         .collect()
 }
 
+/// Creates `path`, which must not exist (`O_EXCL`: a link there is not
+/// followed), readable and writable by its owner only: checkpoints and
+/// journals hold record keys and values.
+fn private_new(path: &Path) -> std::io::Result<File> {
+    use std::os::unix::fs::OpenOptionsExt as _;
+    std::fs::OpenOptions::new()
+        .write(true)
+        .create_new(true)
+        .mode(0o600)
+        .open(path)
+}
+
+/// The lock file of the checkpoint at `path`.
+fn lock_path(path: &Path) -> PathBuf {
+    let mut name = path.as_os_str().to_owned();
+    name.push(".lock");
+    PathBuf::from(name)
+}
+
+/// Takes the run's lock (`PATH.lock`, created 0600 if missing, never
+/// through a link): a second process running or resuming the same run is
+/// refused while the first holds it; the system releases it when the
+/// holder ends, a kill included.
+fn lock(path: &Path) -> Result<File, Fail> {
+    use std::os::unix::fs::OpenOptionsExt as _;
+    let at = lock_path(path);
+    let f = std::fs::OpenOptions::new()
+        .read(true)
+        .write(true)
+        .create(true)
+        .mode(0o600)
+        .custom_flags(libc::O_NOFOLLOW)
+        .open(&at)
+        .map_err(|e| fail(format!("opening the lock {}: {e}", at.display())))?;
+    match f.try_lock() {
+        Ok(()) => Ok(f),
+        Err(std::fs::TryLockError::WouldBlock) => Err(fail(format!(
+            "another process holds {}: it is running or resuming this run; let it finish (or stop it) first",
+            at.display()
+        ))),
+        Err(std::fs::TryLockError::Error(e)) => {
+            Err(fail(format!("locking {}: {e}", at.display())))
+        }
+    }
+}
+
 /// A run id: 16 random bytes in hex.
 fn run_id() -> Result<String, Fail> {
     let mut b = [0u8; 16];
@@ -434,16 +598,23 @@ fn write_atomically_with(
         Some(d) if !d.as_os_str().is_empty() => d.to_owned(),
         _ => PathBuf::from("."),
     };
+    // A name no one can guess, created here and now (never a file or a
+    // link someone left there), readable by its owner only.
     let mut tmp_name = path.as_os_str().to_owned();
-    tmp_name.push(".tmp");
+    tmp_name.push(format!(".{}.tmp", run_id()?));
     let tmp = PathBuf::from(tmp_name);
-    let err = |what: &str, e: std::io::Error| fail(format!("{what} {}: {e}", tmp.display()));
-    let mut f = std::io::BufWriter::new(File::create(&tmp).map_err(|e| err("creating", e))?);
+    let err = |what: &str, e: std::io::Error| {
+        let _ = std::fs::remove_file(&tmp);
+        fail(format!("{what} {}: {e}", tmp.display()))
+    };
+    let f = private_new(&tmp).map_err(|e| fail(format!("creating {}: {e}", tmp.display())))?;
+    let mut f = std::io::BufWriter::new(f);
     write(&mut f).map_err(|e| err("writing", e))?;
     let f = f.into_inner().map_err(|e| err("writing", e.into_error()))?;
     f.sync_all().map_err(|e| err("syncing", e))?;
     drop(f);
     std::fs::rename(&tmp, path).map_err(|e| {
+        let _ = std::fs::remove_file(&tmp);
         fail(format!(
             "renaming {} to {}: {e}",
             tmp.display(),
@@ -471,18 +642,30 @@ mod tests {
         }
     }
 
+    fn progress(end: i64, done: i64) -> Progress {
+        Progress {
+            end,
+            done,
+            from: end,
+            mark: Some(Mark::of(end - 1, Some(5), Some(b"k"), None)),
+        }
+    }
+
     #[test]
     fn a_checkpoint_and_its_journal_come_back_as_written() {
         let dir = std::env::temp_dir().join(format!("tc-ckpt-{}", std::process::id()));
         let _ = std::fs::remove_dir_all(&dir);
         std::fs::create_dir_all(&dir).unwrap();
         let path = dir.join("run.checkpoint");
-        let c = Checkpoint::create(&path, of()).unwrap();
+        let c = Checkpoint::create(&path, of(), Some("cluster-1".into())).unwrap();
         assert!(
-            Checkpoint::create(&path, of()).is_err(),
+            Checkpoint::create(&path, of(), None).is_err(),
             "never overwritten"
         );
-        c.set(3, Progress { end: 100, done: 40 }).unwrap();
+        // One process at a time: the run holds its lock.
+        let e = Checkpoint::load(&path, &of()).err().unwrap();
+        assert!(e.0.contains("another process holds"), "{}", e.0);
+        c.set(3, progress(100, 40)).unwrap();
         let writes = vec![
             Write {
                 partition: 3,
@@ -501,37 +684,78 @@ mod tests {
             },
         ];
         c.journal(3, 60, &writes).unwrap();
+        // Owner-only files, and no temporary file left.
+        use std::os::unix::fs::PermissionsExt as _;
+        for f in [path.clone(), c.journal_path(3), lock_path(&path)] {
+            let mode = std::fs::metadata(&f).unwrap().permissions().mode() & 0o777;
+            assert_eq!(mode, 0o600, "{}", f.display());
+        }
+        let names: Vec<String> = std::fs::read_dir(&dir)
+            .unwrap()
+            .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
+            .collect();
+        assert!(!names.iter().any(|n| n.ends_with(".tmp")), "{names:?}");
+        let run = c.run.clone();
+        drop(c);
         let back = Checkpoint::load(&path, &of()).unwrap();
-        assert_eq!(back.run, c.run);
-        assert_eq!(back.progress(3), Some(Progress { end: 100, done: 40 }));
+        assert_eq!(back.run, run);
+        assert_eq!(back.cluster.as_deref(), Some("cluster-1"));
+        assert_eq!(back.progress(3), Some(progress(100, 40)));
         let (through, got) = back.unfinished_journal(3).unwrap().unwrap();
         assert_eq!(through, 60);
         assert_eq!(got, writes);
         // A new run beside it is refused, by the checkpoint and by the
         // journal.
-        assert!(Checkpoint::create(&path, of()).is_err());
+        assert!(Checkpoint::create(&path, of(), None).is_err());
         let elsewhere = dir.join("other.checkpoint");
-        std::fs::copy(c.journal_path(3), dir.join("other.checkpoint.p3.journal")).unwrap();
-        let e = Checkpoint::create(&elsewhere, of()).err().unwrap();
+        std::fs::copy(
+            back.journal_path(3),
+            dir.join("other.checkpoint.p3.journal"),
+        )
+        .unwrap();
+        let e = Checkpoint::create(&elsewhere, of(), None).err().unwrap();
         assert!(e.0.contains("journal of an earlier run"), "{}", e.0);
         // Another run's journal is never written as this one's.
         let other = Checkpoint {
             path: elsewhere.clone(),
             run: "0".repeat(32),
             of: of(),
-            parts: Mutex::new(BTreeMap::from([(3, Progress { end: 100, done: 0 })])),
+            cluster: None,
+            parts: Mutex::new(BTreeMap::from([(3, progress(100, 0))])),
+            _lock: lock(&elsewhere).unwrap(),
         };
         let e = other.unfinished_journal(3).err().unwrap();
         assert!(e.0.contains("another run"), "{}", e.0);
         // Done through the journal's end: nothing to write again.
-        back.set(3, Progress { end: 100, done: 60 }).unwrap();
+        back.set(3, progress(100, 60)).unwrap();
         assert!(back.unfinished_journal(3).unwrap().is_none());
+        drop(back);
         // Another run's checkpoint is refused.
         let other = RunOf { primary: 8, ..of() };
         let e = Checkpoint::load(&path, &other).err().unwrap();
         assert!(e.0.contains("not of this one"), "{}", e.0);
+        let back = Checkpoint::load(&path, &of()).unwrap();
         back.remove().unwrap();
         assert!(!path.exists());
+        assert!(!lock_path(&path).exists());
+        let _ = std::fs::remove_dir_all(&dir);
+    }
+
+    #[test]
+    fn a_link_where_a_checkpoint_or_its_lock_goes_is_never_followed() {
+        let dir = std::env::temp_dir().join(format!("tc-ckpt-link-{}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&dir);
+        std::fs::create_dir_all(&dir).unwrap();
+        let target = dir.join("target");
+        std::fs::write(&target, b"untouched").unwrap();
+        let path = dir.join("run.checkpoint");
+        std::os::unix::fs::symlink(&target, &path).unwrap();
+        assert!(Checkpoint::create(&path, of(), None).is_err());
+        std::fs::remove_file(&path).unwrap();
+        std::fs::remove_file(lock_path(&path)).unwrap();
+        std::os::unix::fs::symlink(&target, lock_path(&path)).unwrap();
+        assert!(Checkpoint::create(&path, of(), None).is_err());
+        assert_eq!(std::fs::read(&target).unwrap(), b"untouched");
         let _ = std::fs::remove_dir_all(&dir);
     }
 

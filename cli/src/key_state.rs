@@ -383,14 +383,19 @@ impl Index {
         self.map.get(&hash)
     }
 
-    /// Every entry, mutable (to plan).
-    pub(crate) fn entries_mut(&mut self) -> impl Iterator<Item = &mut Entry> {
-        self.map.values_mut()
+    /// Every entry with its key's hash, mutable (to plan).
+    pub(crate) fn entries_mut(&mut self) -> impl Iterator<Item = ((u64, u32), &mut Entry)> {
+        self.map.iter_mut().map(|(h, e)| ((*h, e.check), e))
     }
 
     /// Every entry.
     pub(crate) fn entries(&self) -> impl Iterator<Item = &Entry> {
         self.map.values()
+    }
+
+    /// Every entry with its key's hash.
+    pub(crate) fn hashed(&self) -> impl Iterator<Item = ((u64, u32), &Entry)> {
+        self.map.iter().map(|(h, e)| ((*h, e.check), e))
     }
 }
 

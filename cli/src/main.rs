@@ -355,6 +355,11 @@ struct ProgressArgs {
     /// its value).
     #[arg(long, hide = true, value_name = "N")]
     fail_after_records: Option<u64>,
+    /// The tests' negative control: `--resume` writes the journals before
+    /// it reads what others wrote since the run stopped (a delete made
+    /// meanwhile can be undone). Never use it.
+    #[arg(long, hide = true, requires = "resume")]
+    resume_writes_first: bool,
 }
 
 impl ProgressArgs {
@@ -590,7 +595,7 @@ impl Output {
 /// Decodes hex digits (whitespace between them ignored).
 pub(crate) fn hex_decode(s: &str) -> Result<Vec<u8>, String> {
     let s: String = s.chars().filter(|c| !c.is_ascii_whitespace()).collect();
-    if s.len() % 2 != 0 {
+    if !s.len().is_multiple_of(2) {
         return Err(format!("odd number of hex digits ({})", s.len()));
     }
     let digit = |c: u8| match c {

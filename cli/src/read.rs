@@ -296,10 +296,12 @@ pub(crate) fn parse_partitions(text: &str) -> Result<BTreeSet<i32>, String> {
         if a > b {
             return Err(format!("{part}: the range runs backwards"));
         }
-        set.extend(a..=b);
-        if set.len() > 1 << 20 {
+        // Checked before the range is expanded: never a set of 2^31.
+        let n = usize::try_from(i64::from(b) - i64::from(a) + 1).unwrap_or(usize::MAX);
+        if set.len().saturating_add(n) > 1 << 20 {
             return Err("more than 2^20 partitions".into());
         }
+        set.extend(a..=b);
     }
     Ok(set)
 }
@@ -317,6 +319,8 @@ pub(crate) struct Rec<'a> {
     /// The run id it was written by ([`RUN_HEADER`]), if a command wrote
     /// it.
     pub(crate) run: Option<&'a [u8]>,
+    /// Its timestamp (milliseconds since the epoch), if it has one.
+    pub(crate) timestamp: Option<i64>,
 }
 
 /// Reads `partition` from offset `start` in offset order until its end
@@ -395,6 +399,7 @@ pub(crate) fn read_partition(
                     key: m.key(),
                     value: m.payload(),
                     run,
+                    timestamp: m.timestamp().to_millis(),
                 })?;
                 read += 1;
                 bar.inc(1);

@@ -33,6 +33,7 @@ pub(crate) fn reencrypt(args: &ReencryptArgs, out: &Output) -> Result<Outcome, F
         resume: args.progress.resume.clone(),
         chunk_records: args.progress.chunk_records.max(1),
         fail_after: args.progress.fail_after_records,
+        unchecked_resume: args.progress.resume_writes_first,
     });
     let command = Command::Reencrypt { pass_through };
     let done = run(
@@ -79,6 +80,7 @@ pub(crate) fn reencrypt(args: &ReencryptArgs, out: &Output) -> Result<Outcome, F
     json["written"] = json!(done.written);
     json["written_again"] = json!(done.replayed);
     json["after"] = after_json;
+    plan_text.push_str(&done.others.report(&mut json));
     plan_text.push_str(&format!(
         "wrote {} records{}; {to} now:\n{after_text}",
         done.written,

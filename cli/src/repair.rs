@@ -18,6 +18,7 @@ pub(crate) fn repair(args: &RepairArgs, out: &Output) -> Result<Outcome, Fail> {
         resume: args.progress.resume.clone(),
         chunk_records: args.progress.chunk_records.max(1),
         fail_after: args.progress.fail_after_records,
+        unchecked_resume: args.progress.resume_writes_first,
     });
     let done = run(
         &s,
@@ -57,7 +58,8 @@ pub(crate) fn repair(args: &RepairArgs, out: &Output) -> Result<Outcome, Fail> {
     json["records_written"] = json!(done.written);
     json["records_written_again"] = json!(done.replayed);
     json["after"] = after_json;
-    let text = format!("{before_text}\nwrote {what}; the topic now:\n{after_text}");
+    let others = done.others.report(&mut json);
+    let text = format!("{before_text}\nwrote {what}; the topic now:\n{after_text}{others}");
     out.print(&text, &json)?;
     Ok(Outcome::of(after.findings()))
 }

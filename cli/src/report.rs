@@ -47,6 +47,11 @@ pub(crate) struct Counts {
     undecryptable_by_key_id: BTreeMap<u32, u64>,
     /// With `--list-keys`: each key's partition, group and state.
     pub(crate) listed: Vec<(i32, Vec<u8>, &'static str)>,
+    /// The hashes of the keys with a present value, of every partition
+    /// added (12 bytes a key), until [`Counts::across_partitions`].
+    live: Vec<(u64, u32)>,
+    /// Keys with a present value in more than one partition.
+    several: u64,
 }
 
 /// A name for each kind, to count by.
@@ -63,8 +68,29 @@ fn kind_name(k: Kind) -> &'static str {
 impl Counts {
     /// Counts every key of a settled partition index.
     pub(crate) fn add_keys(&mut self, index: &Index) {
-        for e in index.entries() {
+        for (h, e) in index.hashed() {
             self.add_key(e);
+            if matches!(e.kind(), Kind::Live | Kind::Undecryptable | Kind::Plaintext) {
+                self.live.push(h);
+            }
+        }
+    }
+
+    /// Once every partition is added: counts the keys with a present value
+    /// in more than one partition (a key's partition moved: partitions
+    /// were added to the topic, or writers chose partitions differently),
+    /// and lets the hashes go.
+    pub(crate) fn across_partitions(&mut self) {
+        let mut live = std::mem::take(&mut self.live);
+        live.sort_unstable();
+        let mut i = 0;
+        while i < live.len() {
+            let mut j = i + 1;
+            while j < live.len() && live[j] == live[i] {
+                j += 1;
+            }
+            self.several += u64::from(j - i > 1);
+            i = j;
         }
     }
 
@@ -104,6 +130,8 @@ impl Counts {
         add(&mut self.newest_by_key_id, o.newest_by_key_id);
         add(&mut self.undecryptable_by_key_id, o.undecryptable_by_key_id);
         self.listed.extend(o.listed);
+        self.live.extend(o.live);
+        self.several += o.several;
     }
 }
 
@@ -135,9 +163,13 @@ impl Audit {
         self.count(Kind::Live) + self.count(Kind::Undecryptable) + self.count(Kind::Plaintext)
     }
 
-    /// Broken tombstones, undecryptable deciding values or split keys.
+    /// Broken tombstones, undecryptable deciding values, split keys, or
+    /// keys with a value in more than one partition.
     pub(crate) fn findings(&self) -> bool {
-        self.count(Kind::Broken) > 0 || self.count(Kind::Undecryptable) > 0 || self.split() > 0
+        self.count(Kind::Broken) > 0
+            || self.count(Kind::Undecryptable) > 0
+            || self.split() > 0
+            || self.counts.several > 0
     }
 
     /// The report, as text and as JSON; with `list_keys`, each key's state
@@ -161,6 +193,7 @@ impl Audit {
             "live_keys": self.live_keys(),
             "broken_tombstones": self.count(Kind::Broken),
             "split_keys": self.split(),
+            "keys_in_several_partitions": c.several,
             "undecryptable": ids(undecryptable),
             "undecryptable_record_keys": c.undecryptable_record_keys,
             "plaintext": c.plaintext,
@@ -190,6 +223,7 @@ impl Audit {
              live keys          {}\n\
              broken tombstones  {}\n\
              split keys         {}\n\
+             in >1 partition    {}\n\
              undecryptable      {}\n\
              plaintext values   {}\n\
              newest by key id   {}\n\
@@ -207,11 +241,18 @@ impl Audit {
             self.live_keys(),
             self.count(Kind::Broken),
             self.split(),
+            c.several,
             per_id(undecryptable),
             c.plaintext,
             per_id(key_ids),
             per_id(&c.all_by_key_id),
         );
+        if c.several > 0 {
+            text.push_str(&format!(
+                "finding: {} keys have a value in more than one partition (partitions were added to the topic, or its writers choose partitions differently): a reader of one partition, a store restored from it and compaction each see another value, and a delete reaches one copy only. See the README, \"Adding partitions\".\n",
+                c.several
+            ));
+        }
         if list_keys {
             let mut listed: Vec<_> = c.listed.iter().collect();
             listed.sort_unstable();
@@ -247,7 +288,7 @@ pub(crate) fn ranges(ps: &[i32]) -> String {
 }
 
 /// Lowercase hex.
-fn hex(bytes: &[u8]) -> String {
+pub(crate) fn hex(bytes: &[u8]) -> String {
     use std::fmt::Write as _;
     let mut s = String::with_capacity(bytes.len() * 2);
     for b in bytes {

@@ -28,13 +28,25 @@ fn is_true(value: &str) -> bool {
 
 /// Refuses a producer configuration under which a retry could reorder a
 /// key's records (a value landing after the tombstone written after it):
-/// idempotence off with more than one request in flight. Order per key is
-/// the write rule.
+/// idempotence off with more than one request in flight; and one under
+/// which an acknowledgement does not mean the record is stored (`acks`
+/// other than `all`). Order per key is the write rule.
 pub(crate) fn check_ordered(config: &ClientConfig) -> Result<(), Fail> {
     let idempotent = config.get("enable.idempotence").is_none_or(is_true);
     let one_in_flight = ["max.in.flight.requests.per.connection", "max.in.flight"]
         .iter()
         .any(|k| config.get(k).is_some_and(|v| v.trim() == "1"));
+    // A delivery report means the record is stored only with acks=all: a
+    // checkpoint that moved on after acks=1 (or 0) could lose a chunk.
+    for k in ["acks", "request.required.acks"] {
+        if let Some(v) = config.get(k) {
+            if !matches!(v.trim().to_ascii_lowercase().as_str(), "all" | "-1") {
+                return Err(fail(format!(
+                    "-X {k}={v}: the commands need acks=all, so that an acknowledged chunk is stored (the checkpoint moves on after it); leave it out or set it to all"
+                )));
+            }
+        }
+    }
     if idempotent || one_in_flight {
         return Ok(());
     }
@@ -78,8 +90,8 @@ pub(crate) struct Sink<'a> {
     run: &'a [u8],
     /// The checkpoint.
     checkpoint: &'a Checkpoint,
-    /// The partition's end offset before the run's first write.
-    end: i64,
+    /// The partition's progress when the pass began (its `done` moves on).
+    base: Progress,
     /// How long the producer's queue may stay full.
     timeout: Duration,
     /// The chunk being gathered.
@@ -95,7 +107,7 @@ pub(crate) struct Sink<'a> {
 }
 
 impl<'a> Sink<'a> {
-    /// A sink for `partition` of `topic`, whose second pass ends at `end`.
+    /// A sink for `partition` of `topic`, whose second pass is `base`.
     pub(crate) fn new(
         s: &Setup,
         producer: &'a FutureProducer,
@@ -103,7 +115,7 @@ impl<'a> Sink<'a> {
         partition: i32,
         checkpoint: &'a Checkpoint,
         run: &'a [u8],
-        end: i64,
+        base: Progress,
     ) -> Sink<'a> {
         Sink {
             producer,
@@ -111,7 +123,7 @@ impl<'a> Sink<'a> {
             partition,
             run,
             checkpoint,
-            end,
+            base,
             timeout: s.timeout,
             chunk: Vec::new(),
             bytes: 0,
@@ -169,8 +181,8 @@ impl<'a> Sink<'a> {
         self.checkpoint.set(
             self.partition,
             Progress {
-                end: self.end,
                 done: through,
+                ..self.base
             },
         )
     }

@@ -711,6 +711,54 @@ fn bad_input_is_exit_2_with_a_message() {
             ],
             "hex",
         ),
+        // The range is checked before it is expanded: an error at once,
+        // not 2^31 partition numbers in memory.
+        (
+            vec![
+                "audit",
+                "--bootstrap",
+                unreachable,
+                "--topic",
+                "t",
+                "--keyset",
+                &good,
+                "--partitions",
+                "0-2147483647",
+            ],
+            "2^20",
+        ),
+        // An acknowledgement must mean the record is stored: acks=all,
+        // refused before the broker is asked anything.
+        (
+            vec![
+                "repair",
+                "--bootstrap",
+                unreachable,
+                "--topic",
+                "t",
+                "--keyset",
+                &good,
+                "--apply",
+                "-X",
+                "acks=1",
+            ],
+            "acks=all",
+        ),
+        (
+            vec![
+                "reencrypt",
+                "--bootstrap",
+                unreachable,
+                "--topic",
+                "t",
+                "--keyset",
+                &good,
+                "--apply",
+                "-X",
+                "request.required.acks=0",
+            ],
+            "acks=all",
+        ),
     ];
     for (args, mention) in cases {
         let out = cli(&args);
@@ -1481,7 +1529,26 @@ impl KeyedTopic {
             .keys()
             .map(|k| std::str::from_utf8(k).unwrap())
             .collect();
-        assert_eq!(&self.replay(), model, "{what}: the consumer's replay");
+        let got = self.replay();
+        let differ: Vec<_> = model
+            .keys()
+            .chain(got.keys())
+            .filter(|k| got.get(*k) != model.get(*k))
+            .map(|k| {
+                let text = |v: Option<&Option<Vec<u8>>>| {
+                    v.map(|v| v.as_ref().map(|v| String::from_utf8_lossy(v).into_owned()))
+                };
+                (
+                    String::from_utf8_lossy(k),
+                    text(got.get(k)),
+                    text(model.get(k)),
+                )
+            })
+            .collect();
+        assert!(
+            differ.is_empty(),
+            "{what}: the consumer's replay (key, got, model): {differ:?}"
+        );
         let (all, got) = self.restored(&names);
         assert_eq!(all, live(model), "{what}: a restored store's all()");
         assert_eq!(got, live(model), "{what}: a restored store's get()");
@@ -2229,10 +2296,7 @@ fn broken_deletes(dir: &Dir, name: &str) -> (KeyedTopic, State) {
 
 /// `repair --apply` on a topic where a layer wrote deletes as encrypted
 /// empty values, killed in the middle and resumed: the broken keys end
-/// deleted, the others as they were, and the audit is clean. On another
-/// such topic, a record someone else wrote after the run's end makes
-/// `--resume` refuse (the plan would no longer be the topic's), and keeps
-/// the checkpoint.
+/// deleted, the others as they were, and the audit is clean.
 #[test]
 fn repair_killed_and_resumed_ends_as_one_run() {
     if bootstrap().is_none() {
@@ -2262,30 +2326,233 @@ fn repair_killed_and_resumed_ends_as_one_run() {
     assert_eq!(code(&resumed), 0, "{r}");
     assert!(!std::path::Path::new(&ck).exists(), "removed when done");
     t.agree(&model, "repair, resumed");
+}
 
-    let dir = Dir::new("resume-refused");
-    let (t, _) = broken_deletes(&dir, "cli-resume-refused");
-    let ck = dir.file("refused.checkpoint");
-    assert!(kill_midway(&t, "repair", &ck, &small, 3));
-    // Someone else's records after the run's end, in every partition.
-    let (values, keys) = (load(&t.values_file), load(&t.keys_file));
-    let foreign: Vec<(String, Option<String>)> = (0..12)
-        .map(|i| (format!("foreign-{i}"), Some(format!("x {i}"))))
-        .collect();
-    produce_keyed(&t, &values, &keys, &foreign);
-    let refused = t.run("repair", &["--apply", "--resume", &ck]);
-    assert_eq!(
-        code(&refused),
-        2,
-        "{}",
-        String::from_utf8_lossy(&refused.stdout)
-    );
-    let err = String::from_utf8_lossy(&refused.stderr);
-    assert!(
-        err.contains("did not write") && err.contains("someone wrote"),
-        "{err}"
-    );
-    assert!(std::path::Path::new(&ck).exists(), "kept after a refusal");
+/// The keys of a journal (`CHECKPOINT.pN.journal`), decrypted under `keys`
+/// (every form of a key gives its plaintext name).
+fn journal_keys(path: &str, topic: &str, keys: &Keyset) -> Vec<String> {
+    let Ok(b) = std::fs::read(path) else {
+        return Vec::new();
+    };
+    let de = DeterministicDeserializer::new(Bytes, keys.clone());
+    let u32_at = |i: usize| u32::from_be_bytes(b[i..i + 4].try_into().unwrap()) as usize;
+    assert_eq!(&b[..4], b"TCJ1");
+    let n = u32_at(4 + 32 + 4 + 8);
+    let mut at = 4 + 32 + 4 + 8 + 4;
+    let mut names = Vec::new();
+    for _ in 0..n {
+        let k = u32_at(at);
+        let wire = b[at + 4..at + 4 + k].to_vec();
+        at += 4 + k;
+        let v = u32_at(at);
+        at += 4 + if v == u32::MAX as usize { 0 } else { v };
+        let name: Vec<u8> = de
+            .deserialize(&Context::new(topic), Some(&wire))
+            .unwrap()
+            .unwrap();
+        let name = String::from_utf8(name).unwrap();
+        if !names.contains(&name) {
+            names.push(name);
+        }
+    }
+    names
+}
+
+/// A JSON file.
+fn json_of_file(path: &str) -> Value {
+    serde_json::from_str(&std::fs::read_to_string(path).unwrap()).unwrap()
+}
+
+/// A small deterministic generator (xorshift64*), seeded per round.
+struct Rng(u64);
+
+impl Rng {
+    fn below(&mut self, n: u64) -> u64 {
+        self.0 ^= self.0 >> 12;
+        self.0 ^= self.0 << 25;
+        self.0 ^= self.0 >> 27;
+        self.0.wrapping_mul(0x2545_f491_4f6c_dd1d) % n
+    }
+}
+
+/// The model test of a resume: `reencrypt --apply`, `repair --apply` and
+/// `reencrypt --apply --to-topic`, each stopped at a fixed point inside a
+/// chunk (a key cut between its records), then random puts and deletes
+/// by someone else (the keys of the unfinished journal among them; for the
+/// copy, in its source and in its target), then `--resume`. A record the
+/// run did not write decides its key; every other key ends as the run
+/// meant: a replaying consumer, a restored store and `audit --list-keys`
+/// equal the model, and the report names the keys left to others. The
+/// negative control resumes as the command did before it checked first
+/// (its journals written before it reads): a delete made meanwhile is
+/// undone, and the model is not met.
+#[test]
+fn a_resume_lets_what_others_wrote_since_decide_their_keys() {
+    use tombstone_crypt::record_key::murmur2_partition;
+    if bootstrap().is_none() {
+        return;
+    }
+    for (round, (cmd, copy, control)) in [
+        ("reencrypt", false, false),
+        ("reencrypt", false, true),
+        ("repair", false, false),
+        ("repair", false, true),
+        ("reencrypt", true, false),
+        ("reencrypt", true, true),
+    ]
+    .into_iter()
+    .enumerate()
+    {
+        let what = format!(
+            "{cmd}{} (control: {control})",
+            if copy { " --to-topic" } else { "" }
+        );
+        let dir = Dir::new(&format!("resume-model-{round}"));
+        let name = format!("cli-resume-model-{round}");
+        let (t, mut model) = if cmd == "repair" {
+            broken_deletes(&dir, &name)
+        } else {
+            let (t, values, keys) = keyed_topic(&dir, &name, 2);
+            let writes = many_keys(300);
+            produce_keyed(&t, &values, &keys, &writes);
+            let model = writes
+                .iter()
+                .map(|(k, v)| (k.clone().into_bytes(), v.clone().map(String::into_bytes)))
+                .collect();
+            rotate(&t.values_file);
+            rotate(&t.keys_file);
+            (t, model)
+        };
+        // The copy's target, with as many partitions.
+        let target = copy.then(|| {
+            let topic = fresh_topic(&format!("{name}-copy"));
+            create_compacted(&t.bootstrap, &topic, t.partitions);
+            KeyedTopic {
+                bootstrap: t.bootstrap.clone(),
+                topic,
+                partitions: t.partitions,
+                values_file: t.values_file.clone(),
+                keys_file: t.keys_file.clone(),
+            }
+        });
+        let to_topic: Vec<&str> = match &target {
+            Some(target) => vec!["--to-topic", &target.topic],
+            None => vec![],
+        };
+        let ck = dir.file("run.checkpoint");
+        // Two chunks of eight records acknowledged, and three of the third:
+        // a key's records cut in the middle.
+        let mut args = vec![
+            "--apply",
+            "--checkpoint",
+            &ck,
+            "--chunk-records",
+            "8",
+            "--parallel",
+            "1",
+            "--fail-after-records",
+            "19",
+        ];
+        args.extend_from_slice(&to_topic);
+        let stopped = t.run(cmd, &args);
+        assert!(
+            stopped.status.code().is_none(),
+            "{what}: not stopped: {stopped:?}"
+        );
+        let (values, keys) = (load(&t.values_file), load(&t.keys_file));
+        let written = target.as_ref().unwrap_or(&t);
+        let journaled = journal_keys(&format!("{ck}.p0.journal"), &written.topic, &keys);
+        assert!(!journaled.is_empty(), "{what}: no unfinished journal");
+        // Someone else's writes: each journaled key deleted or given a new
+        // value (both kinds at least once), and random keys besides.
+        let mut rng = Rng(0x9e37_79b9_7f4a_7c15 ^ round as u64);
+        let mut others: Vec<(String, Option<String>)> = Vec::new();
+        for (i, k) in journaled.iter().enumerate() {
+            let delete = i == 0 || (i > 1 && rng.below(2) == 0);
+            others.push((k.clone(), (!delete).then(|| format!("{k} by others"))));
+        }
+        for i in 0..30 {
+            let k = format!("key-{}", rng.below(320));
+            let v = (rng.below(3) != 0).then(|| format!("{k} by others {i}"));
+            others.push((k, v));
+        }
+        produce_keyed(written, &values, &keys, &others);
+        // The copy's source changes too: a delete and a new value it must
+        // carry over (unless others wrote the key in the target).
+        let mut source_changes: Vec<(String, Option<String>)> = Vec::new();
+        if copy {
+            for i in 0..10 {
+                let k = format!("key-{}", rng.below(300));
+                source_changes.push((k, (i % 2 == 0).then(|| format!("source {i}"))));
+            }
+            produce_keyed(&t, &values, &keys, &source_changes);
+        }
+        for (k, v) in source_changes.iter() {
+            model.insert(k.clone().into_bytes(), v.clone().map(String::into_bytes));
+        }
+        // Others' writes decide their keys in the partitions the run had
+        // begun to write; in the copy's target, the source's keys of a
+        // partition it had not begun are copied as a run begun now would
+        // (the checkpoint names no end of it to read from).
+        let begun: Vec<u32> = json_of_file(&ck)["partitions"]
+            .as_object()
+            .unwrap()
+            .keys()
+            .map(|p| p.parse().unwrap())
+            .collect();
+        let source: Vec<Vec<u8>> = model.keys().cloned().collect();
+        for (k, v) in &others {
+            let p = murmur2_partition(k.as_bytes(), t.partitions as u32) as u32;
+            if !copy || begun.contains(&p) || !source.contains(&k.clone().into_bytes()) {
+                model.insert(k.clone().into_bytes(), v.clone().map(String::into_bytes));
+            }
+        }
+        let mut resume = vec!["--apply", "--resume", &ck];
+        resume.extend_from_slice(&to_topic);
+        if control {
+            resume.push("--resume-writes-first");
+        }
+        let resumed = t.run(cmd, &resume);
+        let r = json_of(&resumed);
+        assert_eq!(
+            code(&resumed),
+            0,
+            "{what}: {r}\n{}",
+            String::from_utf8_lossy(&resumed.stderr)
+        );
+        assert!(
+            !std::path::Path::new(&ck).exists(),
+            "{what}: removed when done"
+        );
+        if control {
+            let got = written.replay();
+            let undone: Vec<&String> = journaled
+                .iter()
+                .filter(|k| got.get(k.as_bytes()) != model.get(k.as_bytes()))
+                .collect();
+            assert!(!undone.is_empty(), "{what}: the control met the model");
+            continue;
+        }
+        assert!(
+            r["written_by_others"]["keys"].as_u64() > Some(0),
+            "{what}: {r}"
+        );
+        assert_eq!(
+            r["written_by_others"]["journaled_keys_left"].as_u64(),
+            Some(journaled.len() as u64),
+            "{what}: {r}"
+        );
+        let listed: Vec<String> = r["written_by_others"]["listed"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|l| String::from_utf8(unhex(l["key"].as_str().unwrap())).unwrap())
+            .collect();
+        for k in &journaled {
+            assert!(listed.contains(k), "{what}: {k} not named: {r}");
+        }
+        written.agree(&model, &what);
+    }
 }
 
 /// Two processes split one topic between them (`--partitions`), each with

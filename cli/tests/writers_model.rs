@@ -104,7 +104,7 @@ fn op() -> impl Strategy<Value = Op> {
 /// The value a put writes: `v` as text, or empty for `v % 16 == 0` (an
 /// empty value is a value, never a delete).
 fn value_of(v: u8) -> Vec<u8> {
-    if v % 16 == 0 {
+    if v.is_multiple_of(16) {
         Vec::new()
     } else {
         format!("value-{v}").into_bytes()
