@@ -79,6 +79,32 @@ cargo test -p tombstone-crypt
 step "tests of the library without default features"
 cargo test -p tombstone-crypt --no-default-features --lib --tests
 
+step "packaging: the library and the command line package as a release would (built from their .crate files)"
+# After the test stages on purpose: the verify build reuses their
+# artifacts (16 s on 2 cores, the library and then the command line
+# against it through cargo's temporary local registry; cargo >= 1.90).
+# The command line's dependency on the library needs a version, and both
+# ship the LICENSE; the library ships no tests, benches, scripts or CI
+# files (cargo's "ignoring test" lines for those are left out here).
+packaged=$(date +%s)
+if ! pkg_log=$(cargo package -p tombstone-crypt -p tombstone-crypt-cli --allow-dirty 2>&1); then
+  printf '%s\n' "$pkg_log" >&2
+  echo "cargo package failed" >&2
+  exit 1
+fi
+grep -v -E '^warning: ignoring (test|benchmark|example) ' <<<"$pkg_log" >&2 || true
+lib_files=$(cargo package -p tombstone-crypt --list --allow-dirty 2>/dev/null)
+cli_files=$(cargo package -p tombstone-crypt-cli --list --allow-dirty 2>/dev/null)
+for f in LICENSE README.md docs/FORMAT.md src/lib.rs; do
+  grep -qx "$f" <<<"$lib_files" || { echo "the library's package lacks $f" >&2; exit 1; }
+done
+grep -qx LICENSE <<<"$cli_files" || { echo "the command line's package lacks LICENSE" >&2; exit 1; }
+if grep -E '^(\.ci/|scripts/|tests/|benches/|target/)' <<<"$lib_files"; then
+  echo "the library's package ships files a release must not (above)" >&2
+  exit 1
+fi
+echo "packaged and verified in $(( $(date +%s) - packaged )) s" >&2
+
 step "fuzz smoke run: every target ${FUZZ_SECONDS:-20} s"
 bash scripts/fuzz.sh
 
