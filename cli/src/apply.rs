@@ -190,7 +190,11 @@ fn since(
     let mut found = None;
     let run = ck.run.as_bytes();
     let bar = ProgressBar::hidden();
-    let next = read_partition(to, &to.topic, p, (prog.from - 1).max(0), None, &bar, |r| {
+    // Never from past the partition's end (a topic created again can be
+    // shorter): a read there would wait for records that never come.
+    let high = watermark(to, p)?;
+    let start = (prog.from - 1).max(0).min(high);
+    let next = read_partition(to, &to.topic, p, start, None, &bar, |r| {
         if r.offset < prog.from {
             if prog.mark.is_some_and(|m| m.offset == r.offset) {
                 found = Some(Mark::of(r.offset, r.timestamp, r.key, r.value));
@@ -209,7 +213,7 @@ fn since(
         }
         Ok(())
     })?;
-    let end = next.max(watermark(to, p)?);
+    let end = next.max(high);
     let elsewhere = |why: String| {
         fail(format!(
             "{}/{p} is not the partition the run wrote: {why}. Was the topic deleted and created again, or is this another cluster? The checkpoint {} and its journals are kept: resume against the cluster and topic the run wrote",

@@ -2555,6 +2555,145 @@ fn a_resume_lets_what_others_wrote_since_decide_their_keys() {
     }
 }
 
+/// A run stopped inside a chunk, then its checkpoint pointed elsewhere:
+/// another cluster's id, the topic deleted and created again (with more
+/// records than before, and with fewer). Each `--resume` refuses with a
+/// clear error before it writes anything, and keeps the checkpoint and the
+/// journal.
+#[test]
+fn a_resume_elsewhere_refuses_and_keeps_its_files() {
+    if bootstrap().is_none() {
+        return;
+    }
+    let dir = Dir::new("resume-elsewhere");
+    let (t, values, keys) = keyed_topic(&dir, "cli-resume-elsewhere", 1);
+    let writes = many_keys(60);
+    produce_keyed(&t, &values, &keys, &writes);
+    rotate(&t.values_file);
+    rotate(&t.keys_file);
+    let ck = dir.file("run.checkpoint");
+    let journal = format!("{ck}.p0.journal");
+    let stopped = t.run(
+        "reencrypt",
+        &[
+            "--apply",
+            "--checkpoint",
+            &ck,
+            "--chunk-records",
+            "8",
+            "--fail-after-records",
+            "11",
+        ],
+    );
+    assert!(stopped.status.code().is_none(), "not stopped: {stopped:?}");
+    let refused = |why: &str| {
+        let ends = end_offsets(&t.bootstrap, &t.topic, 1);
+        let out = t.run("reencrypt", &["--apply", "--resume", &ck]);
+        let err = String::from_utf8_lossy(&out.stderr);
+        assert_eq!(code(&out), 2, "{why}: {err}");
+        assert!(
+            std::path::Path::new(&ck).exists(),
+            "{why}: the checkpoint kept"
+        );
+        assert!(
+            std::path::Path::new(&journal).exists(),
+            "{why}: the journal kept"
+        );
+        assert_eq!(
+            end_offsets(&t.bootstrap, &t.topic, 1),
+            ends,
+            "{why}: nothing written"
+        );
+        err.into_owned()
+    };
+    // Another cluster.
+    let original = std::fs::read_to_string(&ck).unwrap();
+    let mut other = json_of_file(&ck);
+    assert!(
+        other["cluster"].is_string(),
+        "the broker gives its id: {other}"
+    );
+    other["cluster"] = json!("another-cluster");
+    std::fs::write(&ck, other.to_string()).unwrap();
+    let err = refused("another cluster");
+    assert!(err.contains("cluster another-cluster"), "{err}");
+    std::fs::write(&ck, &original).unwrap();
+    // The topic deleted and created again: more records than before (the
+    // record before the run's first write is another one), then fewer.
+    let admin: AdminClient<DefaultClientContext> = client_config(&t.bootstrap).create().unwrap();
+    for (round, n) in [(0, 120), (1, 2)] {
+        for r in futures_executor::block_on(admin.delete_topics(&[&t.topic], &AdminOptions::new()))
+            .unwrap()
+        {
+            r.unwrap();
+        }
+        create_compacted(&t.bootstrap, &t.topic, 1);
+        let (values, keys) = (load(&t.values_file), load(&t.keys_file));
+        produce_keyed(&t, &values, &keys, &many_keys(n));
+        let err = refused(&format!("created again ({n} keys)"));
+        assert!(err.contains("not the partition the run wrote"), "{err}");
+        let why = if round == 0 {
+            "is not the one that was there"
+        } else {
+            "before the run's first write"
+        };
+        assert!(err.contains(why), "{err}");
+    }
+}
+
+/// A key with a value in two partitions (as after partitions were added,
+/// or under writers that choose partitions differently) is a finding of
+/// `audit` (exit 1), counted once; a key live in one partition and
+/// deleted in the other is not.
+#[test]
+fn audit_reports_a_key_live_in_more_than_one_partition() {
+    let Some(bootstrap) = bootstrap() else { return };
+    let dir = Dir::new("several-partitions");
+    let topic = fresh_topic("cli-several-partitions");
+    create_compacted(&bootstrap, &topic, 2);
+    let (file, keyset) = new_keyset(&dir, "values.json");
+    let ser = EncryptingSerializer::new(Bytes, keyset);
+    let p: FutureProducer = client_config(&bootstrap).create().unwrap();
+    let write = |key: &str, partition: i32, live: bool| {
+        let v = ser
+            .serialize(
+                &Context::new(&topic).with_key(key.as_bytes()),
+                Some(b"v".as_slice()),
+            )
+            .unwrap()
+            .unwrap();
+        let mut r: FutureRecord<'_, [u8], [u8]> = FutureRecord::to(&topic)
+            .partition(partition)
+            .key(key.as_bytes());
+        if live {
+            r = r.payload(&v[..]);
+        }
+        futures_executor::block_on(p.send(r, Duration::from_secs(30))).unwrap();
+    };
+    let audit = || {
+        let out = cli(&[
+            "audit",
+            "--json",
+            "--bootstrap",
+            &bootstrap,
+            "--topic",
+            &topic,
+            "--keyset",
+            &file,
+        ]);
+        (code(&out), json_of(&out))
+    };
+    write("moved", 0, true);
+    write("stays", 0, true);
+    write("gone", 0, true);
+    write("gone", 1, false);
+    let (c, r) = audit();
+    assert_eq!((c, &r["keys_in_several_partitions"]), (0, &json!(0)), "{r}");
+    write("moved", 1, true);
+    let (c, r) = audit();
+    assert_eq!((c, &r["keys_in_several_partitions"]), (1, &json!(1)), "{r}");
+}
+
 /// Two processes split one topic between them (`--partitions`), each with
 /// its own default checkpoint in its directory: together they leave the
 /// topic as one run would.
