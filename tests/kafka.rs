@@ -693,3 +693,98 @@ fn encrypted_keys_through_a_changelog_topic_survive_a_rotation() {
     }
     assert_eq!(decoded, records.len());
 }
+
+/// A changelog's configuration with `acks` (or `request.required.acks`)
+/// other than `all` is refused with an error naming the setting: a
+/// delivery report would not mean the record is stored, and a flush that
+/// returned `Ok` could be lost. Before, `acks=all` was set over `acks`,
+/// and `request.required.acks` (the same librdkafka property) was left
+/// beside it, to be applied in whichever order.
+#[test]
+fn a_changelog_without_acks_all_is_refused() {
+    let Some(bootstrap) = bootstrap() else { return };
+    for (name, value) in [("acks", "0"), ("acks", "1"), ("request.required.acks", "1")] {
+        let mut c = config(&bootstrap);
+        c.set(name, value);
+        let err = KafkaChangelog::with_config(c, &topic("acks")).unwrap_err();
+        let text = err.to_string();
+        assert!(
+            matches!(err, tombstone_crypt::Error::Changelog { .. }),
+            "{text}"
+        );
+        assert!(text.contains(&format!("{name}={value}")), "{text}");
+    }
+    let mut c = config(&bootstrap);
+    c.set("acks", "all");
+    KafkaChangelog::with_config(c, &topic("acks-all")).unwrap();
+}
+
+/// One write of an encrypted store key is two appends: the older form's
+/// tombstone, then the primary record. The broker is paused (SIGSTOP) when
+/// the tombstone is appended, the primary record follows 1.2 s later, and
+/// the broker comes back after the tombstone's `message.timeout.ms` (2 s)
+/// and before the record's: the tombstone fails, and the record may land
+/// without it. Whatever reached the log, the flush fails, names the
+/// tombstone's append and every other one that is not on the log, and says
+/// that a later append may be there without it.
+#[test]
+fn a_timed_out_tombstone_fails_the_flush_and_says_what_may_be_on_the_log() {
+    use std::time::Instant;
+    let Some(_) = bootstrap() else { return };
+    let broker = common::broker::PrivateBroker::start();
+    let mut c = ClientConfig::new();
+    c.set("bootstrap.servers", &broker.bootstrap)
+        .set("message.timeout.ms", "2000")
+        .set("retry.backoff.ms", "100");
+    let name = topic("timed-out-tombstone");
+    let mut log = KafkaChangelog::with_config(c, &name)
+        .unwrap()
+        .with_timeout(Duration::from_secs(20));
+    log.append(b"warm-up", Some(b"v")).unwrap();
+    log.flush().unwrap();
+    broker.pause();
+    let paused = Instant::now();
+    log.append(b"older-form", None).unwrap(); // append #2
+    std::thread::sleep(Duration::from_millis(1200));
+    log.append(b"primary-form", Some(b"value")).unwrap(); // append #3
+    std::thread::sleep(Duration::from_millis(2600).saturating_sub(paused.elapsed()));
+    broker.resume();
+    let err = log
+        .flush()
+        .expect_err("a timed-out append, and the flush said Ok");
+    let text = err.to_string();
+    let records = log.records().unwrap();
+    let on_log = |key: &[u8]| records.iter().any(|r| r.key == key);
+    eprintln!(
+        "on the log: tombstone {}, record {}; flush: {text}",
+        on_log(b"older-form"),
+        on_log(b"primary-form")
+    );
+    assert!(
+        text.contains("#2"),
+        "the tombstone's append is named: {text}"
+    );
+    if !on_log(b"primary-form") {
+        assert!(text.contains("#3"), "the record's append is named: {text}");
+    }
+    assert!(
+        text.contains("may have been delivered"),
+        "the flush says a later append may be on the log: {text}"
+    );
+    // The changelog goes on. The loopback broker answers the producer's
+    // next request after timed-out records with ProducerFenced, a fatal
+    // error for librdkafka's idempotent producer: the changelog replaces a
+    // stopped producer, so at most one more flush fails (saying so), and
+    // then writes succeed again. Before, every later append failed.
+    let mut failed = Vec::new();
+    loop {
+        match log.append(b"after", Some(b"v")).and_then(|()| log.flush()) {
+            Ok(()) => break,
+            Err(e) if failed.len() < 2 => failed.push(e.to_string()),
+            Err(e) => panic!("the changelog does not recover: {e}; before: {failed:?}"),
+        }
+    }
+    eprintln!("failed after the fault: {failed:?}");
+    let records = log.records().unwrap();
+    assert_eq!(records.last().map(|r| &r.key[..]), Some(&b"after"[..]));
+}

@@ -102,9 +102,31 @@ impl Default for TopicSettings {
 /// `append` queues a record; `flush` waits until every queued record is
 /// acknowledged by the broker and fails if any was not, naming which appends
 /// (counted from 1 since the changelog was opened) failed and why; the
-/// failures are then cleared, so a later flush reports only its own. The
-/// producer is idempotent with `acks=all`, whatever the configuration
-/// given: retries never reorder a tombstone and an older value of its key.
+/// failures are then cleared, so a later flush reports only its own.
+///
+/// The producer is idempotent (`enable.idempotence=true` whatever the
+/// configuration says) with `acks=all` (a configuration with `acks` or
+/// `request.required.acks` set to anything else is refused: a delivery
+/// report would not mean the record is stored): retries never reorder a
+/// tombstone and an older value of its key. A write of an encrypted store
+/// key is several appends (a tombstone for each older form, then the
+/// record), pipelined; if one fails, a later one may still be delivered
+/// (librdkafka's `enable.gapless.guarantee`, which this changelog sets,
+/// stops the producer rather than let that happen, except for a record
+/// that fails by `message.timeout.ms`). It is never silent: the flush
+/// fails, names the failed appends and says that later ones may be on the
+/// log; a [`ChangeLoggingStore`](crate::store::ChangeLoggingStore) then
+/// refuses to serve until restored from the log. A producer stopped by a
+/// fatal error is replaced by a new one at the next append or flush, and
+/// that flush fails saying so.
+///
+/// **Partitions.** Every record goes to the changelog's one partition,
+/// named explicitly ([`on_partition`](KafkaChangelog::on_partition)), as
+/// Kafka Streams writes a store's changelog: the partition of the store's
+/// task, which is the input partition the task reads, so no partitioner
+/// (and no `partitioner` setting) is involved. Keys reach a task by the
+/// partitioning of its input topic, murmur2 for Java writers and for
+/// [`TypedProducer`](crate::kafka::TypedProducer).
 /// `records` and `replay` read the partition from the beginning to its end;
 /// `replay` streams, and gives up only when no record has arrived for the
 /// timeout (30 s), however long the whole read takes.
@@ -122,6 +144,8 @@ pub struct KafkaChangelog {
     appended: u64,
     /// Every append up to this one was acknowledged by a successful flush.
     flushed: u64,
+    /// Why the producer was stopped and replaced, until a flush reports it.
+    stopped: Option<(RDKafkaErrorCode, String)>,
 }
 
 impl core::fmt::Debug for KafkaChangelog {
@@ -148,11 +172,15 @@ impl KafkaChangelog {
 
     /// As [`open`](KafkaChangelog::open), with a client configuration of
     /// your own (security settings and the like); it must set
-    /// `bootstrap.servers`. `enable.idempotence` and `acks` are set to
-    /// `true` and `all` over it: the changelog's ordering depends on them.
+    /// `bootstrap.servers`. `enable.idempotence` is set to `true` over it,
+    /// `acks` to `all` when it does not say, and
+    /// `enable.gapless.guarantee` to `true`: the changelog's ordering
+    /// depends on them.
     ///
     /// # Errors
-    /// As [`open`](KafkaChangelog::open).
+    /// As [`open`](KafkaChangelog::open); also [`Error::Changelog`] if the
+    /// configuration sets `acks` (or `request.required.acks`) to anything
+    /// but `all`.
     pub fn with_config(config: ClientConfig, topic: &str) -> Result<Self, Error> {
         Self::with_settings(config, topic, TopicSettings::default())
     }
@@ -167,16 +195,13 @@ impl KafkaChangelog {
         topic: &str,
         settings: TopicSettings,
     ) -> Result<Self, Error> {
+        if let Some(why) = super::acks_refused(&config) {
+            return Err(Error::changelog_msg(format!("kafka: {why}")));
+        }
         let timeout = Duration::from_secs(30);
         ensure_compacted_topic(&config, topic, settings, timeout)?;
         let deliveries = Deliveries::default();
-        let producer: ThreadedProducer<Deliveries> = config
-            .clone()
-            .set("enable.idempotence", "true")
-            .set("acks", "all")
-            .set("linger.ms", "5")
-            .create_with_context(deliveries.clone())
-            .map_err(|e| kafka_err("producer", e))?;
+        let producer = create_producer(&config, &deliveries)?;
         Ok(KafkaChangelog {
             producer,
             deliveries,
@@ -186,6 +211,7 @@ impl KafkaChangelog {
             partition: 0,
             appended: 0,
             flushed: 0,
+            stopped: None,
         })
     }
 
@@ -215,6 +241,19 @@ impl KafkaChangelog {
         &self.topic
     }
 
+    /// A producer stopped by a fatal error (the gapless guarantee: a
+    /// record failed where a later one could have been stored after it)
+    /// has failed every record queued after it, each reported to
+    /// [`Deliveries`]; it is replaced by a new one (a new producer id), and
+    /// the next flush fails, saying so.
+    fn renew_if_stopped(&mut self) -> Result<(), Error> {
+        if let Some(fatal) = self.producer.client().fatal_error() {
+            self.producer = create_producer(&self.config, &self.deliveries)?;
+            self.stopped.get_or_insert(fatal);
+        }
+        Ok(())
+    }
+
     /// Takes the delivery failures reported since the last call.
     fn take_failures(&self) -> Result<(), Error> {
         let failed = {
@@ -231,7 +270,7 @@ impl KafkaChangelog {
         let seqs: Vec<String> = failed.iter().take(8).map(|f| f.seq.to_string()).collect();
         Err(Error::changelog(
             format!(
-                "kafka: {} record(s) not delivered to {} (appends #{}{}), first #{}",
+                "kafka: {} record(s) not delivered to {} (appends #{}{}), first #{}; appends after a failed one may have been delivered (a key's record without the tombstones appended before it): the log, not the store, is the truth now",
                 failed.len(),
                 self.topic,
                 seqs.join(", #"),
@@ -293,6 +332,29 @@ impl KafkaChangelog {
     }
 }
 
+/// The changelog's producer: idempotent, `acks=all` (`acks_refused` has
+/// turned any other value away), and gapless: an error that could leave a
+/// gap in a partition's records (a later record stored after an earlier
+/// one failed) stops the producer with a fatal error instead, so nothing
+/// queued after the failed record is delivered. librdkafka does not cover
+/// records that fail by `message.timeout.ms` with that guarantee: those,
+/// like every failure, make the next flush fail and name them.
+fn create_producer(
+    config: &ClientConfig,
+    deliveries: &Deliveries,
+) -> Result<ThreadedProducer<Deliveries>, Error> {
+    let mut config = config.clone();
+    if config.get("request.required.acks").is_none() {
+        config.set("acks", "all");
+    }
+    config
+        .set("enable.idempotence", "true")
+        .set("enable.gapless.guarantee", "true")
+        .set("linger.ms", "5")
+        .create_with_context(deliveries.clone())
+        .map_err(|e| kafka_err("producer", e))
+}
+
 /// Creates `topic` compacted, or checks that the existing one is.
 fn ensure_compacted_topic(
     config: &ClientConfig,
@@ -342,6 +404,7 @@ fn ensure_compacted_topic(
 
 impl Changelog for KafkaChangelog {
     fn append(&mut self, key: &[u8], value: Option<&[u8]>) -> Result<(), Error> {
+        self.renew_if_stopped()?;
         self.appended += 1;
         let mut record = BaseRecord::with_opaque_to(&self.topic, self.appended as usize)
             .key(key)
@@ -444,8 +507,20 @@ impl Changelog for KafkaChangelog {
                 e,
             )
         });
+        self.renew_if_stopped()?;
         // Failures first: they name the records.
         self.take_failures()?;
+        if let Some((code, reason)) = self.stopped.take() {
+            return Err(Error::changelog(
+                format!(
+                    "kafka: the producer of {} stopped ({reason}): appends #{}..#{} may not all be delivered",
+                    self.topic,
+                    self.flushed + 1,
+                    self.appended
+                ),
+                code,
+            ));
+        }
         flushed?;
         self.flushed = self.appended;
         Ok(())

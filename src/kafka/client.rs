@@ -93,9 +93,9 @@ pub type RecordHeaders = Vec<(String, Option<Vec<u8>>)>;
 /// `topic.metadata.refresh.interval.ms` (librdkafka's interval for the
 /// metadata its own partitioner uses; 300 s when unset), or
 /// [`with_partition_refresh`](TypedProducer::with_partition_refresh). A
-/// delivery error saying the partition is unknown forgets it at once (and a
-/// write refused before any of its records was queued is tried again, once,
-/// with the count read again). Until a producer reads the new count it keeps
+/// delivery error saying the partition is unknown forgets it at once (and,
+/// on an idempotent producer, a write refused before any of its records
+/// was queued is tried again, once, with the count read again). Until a producer reads the new count it keeps
 /// the old modulus: after partitions are added, a writer may put a key in
 /// its old partition for up to that interval, and the records a key had
 /// before stay where they were (see the README on adding partitions).

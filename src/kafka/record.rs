@@ -26,7 +26,9 @@ pub struct KafkaRecord {
     pub payload: Option<Vec<u8>>,
     /// The partition, when the record chose one (an encrypted key's, by its
     /// plaintext: see [`KeyForms::partition`]); `None` leaves it to the
-    /// producer's partitioner, which hashes the key bytes on the wire.
+    /// producer's partitioner, which hashes the key bytes on the wire: set
+    /// `partitioner=murmur2_random` on it to put the key where the Java
+    /// client does ([`TypedProducer`](crate::kafka::TypedProducer) sets it).
     pub partition: Option<i32>,
 }
 
@@ -50,7 +52,9 @@ impl KafkaRecord {
 /// write rule puts on the log, in order (see [`KeyForms`]): a tombstone for
 /// each older form of an encrypted key, then the record under the primary
 /// form, all to the partition of the plaintext key. A key that is not
-/// encrypted gives one record, left to the producer's partitioner.
+/// encrypted gives one record, left to the producer's partitioner (use
+/// `partitioner=murmur2_random`, the Java client's, as
+/// [`TypedProducer`](crate::kafka::TypedProducer) does).
 ///
 /// The value's context is the topic and the key bytes that `binding` names
 /// (the plaintext key by default: see [`KeyBinding`]). `partitions` is the
