@@ -3,7 +3,9 @@
 //! the partition a Java-compatible peer (Python's confluent-kafka with
 //! `partitioner=murmur2_random`, as the Java client and Kafka Streams
 //! partition) picks, so the same key written by both lives in one
-//! partition; a `partitioner` the configuration sets is kept.
+//! partition; a `partitioner` the configuration sets is kept; a writer
+//! reads a partition count again after its refresh interval, and at once
+//! after an unknown-partition error.
 #![cfg(feature = "kafka")]
 
 mod common;
@@ -178,8 +180,12 @@ type SivProducer =
     TypedProducer<str, [u8], DeterministicSerializer<Utf8>, EncryptingSerializer<Bytes>>;
 
 fn siv_producer(bootstrap: &str, keys: &Keyset, values: &Keyset) -> SivProducer {
+    siv_producer_with(&client_config(bootstrap), keys, values)
+}
+
+fn siv_producer_with(config: &ClientConfig, keys: &Keyset, values: &Keyset) -> SivProducer {
     TypedProducer::new(
-        &client_config(bootstrap),
+        config,
         DeterministicSerializer::new(Utf8, keys.clone()),
         EncryptingSerializer::new(Bytes, values.clone()),
     )
@@ -276,4 +282,47 @@ async fn after_the_partition_count_changes_an_old_writer_agrees_with_a_fresh_one
         kept_old_modulus > 0,
         "the control: a writer that keeps its count should have put some key elsewhere"
     );
+}
+
+/// The partition count shrinks under a writer that keeps its count for an
+/// hour (from 6 to 2: the topic deleted and created again): a write to a
+/// partition that no longer exists fails as an unknown partition, the
+/// writer forgets its count, reads it again and writes the key to its
+/// murmur2 partition among 2, where a fresh writer puts it.
+#[tokio::test(flavor = "current_thread")]
+async fn an_unknown_partition_makes_a_writer_read_the_count_again() {
+    let Some(bootstrap) = bootstrap() else { return };
+    let topic = fresh_topic("shrunk");
+    create_topic(&bootstrap, &topic, PARTITIONS);
+    let keys_keyset = Keyset::generate_with(KeyTemplate::aes256_siv()).unwrap();
+    let values = Keyset::generate();
+    let mut config = client_config(&bootstrap);
+    // A record the broker keeps refusing fails in 20 s, not librdkafka's 300.
+    config.set("message.timeout.ms", "20000");
+    let old = siv_producer_with(&config, &keys_keyset, &values)
+        .with_partition_refresh(Duration::from_secs(3600));
+    old.send(&topic, "warm-up", Some(b"v")).await.unwrap();
+    recreate_topic(&bootstrap, &topic, 2);
+    // The loopback broker takes a record for a partition it does not have:
+    // the refusal comes from librdkafka, once its own metadata (read here)
+    // says 2 partitions.
+    {
+        use tombstone_crypt::kafka::rdkafka::producer::Producer as _;
+        let md = old
+            .producer()
+            .client()
+            .fetch_metadata(Some(&topic), Duration::from_secs(10))
+            .unwrap();
+        assert_eq!(md.topics()[0].partitions().len(), 2);
+    }
+    let moved: Vec<String> = keys()
+        .into_iter()
+        .filter(|k| murmur2_partition(k.as_bytes(), PARTITIONS as u32) >= 2)
+        .take(8)
+        .collect();
+    assert!(!moved.is_empty());
+    for key in &moved {
+        let d = old.send(&topic, key, Some(b"old")).await.unwrap();
+        assert_eq!(d.partition, murmur2_partition(key.as_bytes(), 2), "{key}");
+    }
 }
