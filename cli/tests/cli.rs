@@ -227,6 +227,7 @@ fn expected(keyset: &Keyset, topic: &str, writes: &[(Vec<u8>, Option<Vec<u8>>)])
         "live_keys": newest_of(Kind::Value) + newest_of(Kind::Plaintext),
         "broken_tombstones": newest_of(Kind::Marker),
         "split_keys": 0,
+        "keys_in_several_partitions": 0,
         "undecryptable": {},
         "plaintext": all(Kind::Plaintext),
         "marker_values": all(Kind::Marker),
@@ -1533,6 +1534,8 @@ impl KeyedTopic {
         let differ: Vec<_> = model
             .keys()
             .chain(got.keys())
+            .collect::<std::collections::BTreeSet<_>>()
+            .into_iter()
             .filter(|k| got.get(*k) != model.get(*k))
             .map(|k| {
                 let text = |v: Option<&Option<Vec<u8>>>| {
