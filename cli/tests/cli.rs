@@ -2184,6 +2184,14 @@ fn kill_midway(t: &KeyedTopic, cmd: &str, checkpoint: &str, extra: &[&str], dela
     }
 }
 
+/// What a list of writes leaves: each key's last write.
+fn model_of(writes: &[(String, Option<String>)]) -> State {
+    writes
+        .iter()
+        .map(|(k, v)| (k.clone().into_bytes(), v.clone().map(String::into_bytes)))
+        .collect()
+}
+
 /// The keys of a resumable-write test: `key-{i}` for `i` below `n`, every
 /// seventh deleted.
 fn many_keys(n: usize) -> Vec<(String, Option<String>)> {
@@ -2213,15 +2221,7 @@ fn reencrypt_killed_and_resumed_ends_as_one_run() {
         let (t, values, keys) = keyed_topic(&dir, &format!("cli-resume-{round}"), 3);
         let writes = many_keys(600);
         produce_keyed(&t, &values, &keys, &writes);
-        let model: State = writes
-            .iter()
-            .map(|(k, v)| {
-                (
-                    k.as_bytes().to_vec(),
-                    v.as_ref().map(|v| v.as_bytes().to_vec()),
-                )
-            })
-            .collect();
+        let model: State = model_of(&writes);
         let new_values = rotate(&t.values_file);
         rotate(&t.keys_file);
         let ck = dir.file(&format!("reencrypt-{round}.checkpoint"));
@@ -2285,15 +2285,7 @@ fn broken_deletes(dir: &Dir, name: &str) -> (KeyedTopic, State) {
         let w = writes.iter_mut().find(|(x, _)| x == k).unwrap();
         w.1 = None;
     }
-    let model = writes
-        .iter()
-        .map(|(k, v)| {
-            (
-                k.as_bytes().to_vec(),
-                v.as_ref().map(|v| v.as_bytes().to_vec()),
-            )
-        })
-        .collect();
+    let model = model_of(&writes);
     (t, model)
 }
 
@@ -2418,10 +2410,7 @@ fn a_resume_lets_what_others_wrote_since_decide_their_keys() {
             let (t, values, keys) = keyed_topic(&dir, &name, 2);
             let writes = many_keys(300);
             produce_keyed(&t, &values, &keys, &writes);
-            let model = writes
-                .iter()
-                .map(|(k, v)| (k.clone().into_bytes(), v.clone().map(String::into_bytes)))
-                .collect();
+            let model = model_of(&writes);
             rotate(&t.values_file);
             rotate(&t.keys_file);
             (t, model)
@@ -2709,15 +2698,7 @@ fn two_processes_split_a_topic_with_partitions() {
     let (t, values, keys) = keyed_topic(&dir, "cli-split-partitions", 4);
     let writes = many_keys(400);
     produce_keyed(&t, &values, &keys, &writes);
-    let model: State = writes
-        .iter()
-        .map(|(k, v)| {
-            (
-                k.as_bytes().to_vec(),
-                v.as_ref().map(|v| v.as_bytes().to_vec()),
-            )
-        })
-        .collect();
+    let model: State = model_of(&writes);
     rotate(&t.values_file);
     rotate(&t.keys_file);
     let spawn = |parts: &str, cwd: &std::path::Path| {
@@ -2796,15 +2777,7 @@ fn reencrypt_stopped_between_a_keys_records_resumes_on_a_compacting_broker() {
         };
         let writes = many_keys(40);
         produce_keyed(&t, &values, &keys, &writes);
-        let model: State = writes
-            .iter()
-            .map(|(k, v)| {
-                (
-                    k.as_bytes().to_vec(),
-                    v.as_ref().map(|v| v.as_bytes().to_vec()),
-                )
-            })
-            .collect();
+        let model: State = model_of(&writes);
         rotate(&t.values_file);
         rotate(&t.keys_file);
         let ck = dir.file("run.checkpoint");
