@@ -188,6 +188,7 @@ fn since(
 ) -> Result<Foreign, Fail> {
     let mut out = Foreign::default();
     let mut found = None;
+    let mut own = 0u64;
     let run = ck.run.as_bytes();
     let bar = ProgressBar::hidden();
     // Never from past the partition's end (a topic created again can be
@@ -202,6 +203,7 @@ fn since(
             return Ok(());
         }
         if r.run == Some(run) {
+            own += 1;
             return Ok(());
         }
         out.records += 1;
@@ -225,6 +227,15 @@ fn since(
         return Err(elsewhere(format!(
             "it ends at offset {end}, before the run's first write there (offset {})",
             prog.from
+        )));
+    }
+    // The run's records can leave only under someone else's newer ones (or
+    // as tombstones past delete.retention.ms): with neither there, this is
+    // not where they went.
+    if prog.written > 0 && own == 0 && out.records == 0 {
+        return Err(elsewhere(format!(
+            "it holds none of the {} records the run wrote there, and nothing else after offset {}",
+            prog.written, prog.from
         )));
     }
     if let (Some(want), Some(got)) = (prog.mark, found) {
@@ -323,10 +334,16 @@ impl Job<'_> {
                     done: start,
                     from: wrote_from,
                     mark,
+                    written: progress.map_or(0, |prog| prog.written),
                 };
                 ck.set(p, prog)?;
-                written += self.write(index, p, prog, ck, producer)?;
-                progress = Some(Progress { done: end, ..prog });
+                let n = self.write(index, p, prog, ck, producer)?;
+                written += n;
+                progress = Some(Progress {
+                    done: end,
+                    written: prog.written + n,
+                    ..prog
+                });
             }
             // A copy reads its source again: what it gained while it was
             // read and written is copied in another round.
@@ -440,6 +457,7 @@ fn replay(
             p,
             Progress {
                 done: through,
+                written: prog.written + n,
                 ..prog
             },
         )?;

@@ -47,6 +47,10 @@ pub(crate) struct Progress {
     /// The written partition's last record before `from`, if any: a topic
     /// deleted and created again under the same name has another one.
     pub(crate) mark: Option<Mark>,
+    /// Records the run wrote there, acknowledged: a partition that holds
+    /// none of them, and nothing of anyone else's after `from`, is not the
+    /// one it wrote.
+    pub(crate) written: u64,
 }
 
 /// What identifies one record of a partition: its offset, timestamp, and
@@ -255,6 +259,7 @@ impl Checkpoint {
             let end = p["end"].as_i64().filter(|e| *e >= 0);
             let done = p["done"].as_i64().filter(|d| *d >= 0);
             let from = p["from"].as_i64().filter(|f| *f >= 0);
+            let written = p["written"].as_u64();
             let mark = match &p["mark"] {
                 Value::Null => None,
                 m => Some(
@@ -262,8 +267,8 @@ impl Checkpoint {
                         .ok_or_else(|| what(format!("partition {partition}: a bad mark")))?,
                 ),
             };
-            match (end, done, from) {
-                (Some(end), Some(done), Some(from))
+            match (end, done, from, written) {
+                (Some(end), Some(done), Some(from), Some(written))
                     if done <= end && mark.is_none_or(|m| m.offset + 1 == from) =>
                 {
                     parts.insert(
@@ -273,6 +278,7 @@ impl Checkpoint {
                             done,
                             from,
                             mark,
+                            written,
                         },
                     );
                 }
@@ -319,7 +325,8 @@ impl Checkpoint {
             .iter()
             .map(|(k, p)| {
                 let mark = p.mark.map_or(Value::Null, Mark::to_json);
-                let progress = json!({"end": p.end, "done": p.done, "from": p.from, "mark": mark});
+                let progress = json!({"end": p.end, "done": p.done, "from": p.from,
+                    "mark": mark, "written": p.written});
                 (k.to_string(), progress)
             })
             .collect();
@@ -648,6 +655,7 @@ mod tests {
             done,
             from: end,
             mark: Some(Mark::of(end - 1, Some(5), Some(b"k"), None)),
+            written: 7,
         }
     }
 

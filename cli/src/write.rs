@@ -182,6 +182,7 @@ impl<'a> Sink<'a> {
             self.partition,
             Progress {
                 done: through,
+                written: self.base.written + self.written,
                 ..self.base
             },
         )

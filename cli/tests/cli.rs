@@ -2631,6 +2631,44 @@ fn a_resume_elsewhere_refuses_and_keeps_its_files() {
         };
         assert!(err.contains(why), "{err}");
     }
+    // A copy into an empty target, stopped after a chunk; the target
+    // deleted and created again, empty: it holds none of the run's
+    // acknowledged records, and the resume refuses rather than go on from
+    // the recorded offset (the copy's first chunk would be lost).
+    let (values, keys) = (load(&t.values_file), load(&t.keys_file));
+    let source = fresh_topic("cli-resume-elsewhere-source");
+    create_compacted(&t.bootstrap, &source, 1);
+    let s = KeyedTopic {
+        topic: source,
+        bootstrap: t.bootstrap.clone(),
+        partitions: 1,
+        values_file: t.values_file.clone(),
+        keys_file: t.keys_file.clone(),
+    };
+    produce_keyed(&s, &values, &keys, &many_keys(60));
+    let target = fresh_topic("cli-resume-elsewhere-target");
+    create_compacted(&t.bootstrap, &target, 1);
+    let ck = dir.file("copy.checkpoint");
+    let copy = ["--to-topic", target.as_str()];
+    let mut args = vec!["--apply", "--checkpoint", &ck, "--chunk-records", "8"];
+    args.extend_from_slice(&["--fail-after-records", "11"]);
+    args.extend_from_slice(&copy);
+    let stopped = s.run("reencrypt", &args);
+    assert!(stopped.status.code().is_none(), "not stopped: {stopped:?}");
+    for r in
+        futures_executor::block_on(admin.delete_topics(&[&target], &AdminOptions::new())).unwrap()
+    {
+        r.unwrap();
+    }
+    create_compacted(&t.bootstrap, &target, 1);
+    let out = s.run(
+        "reencrypt",
+        &[&["--apply", "--resume", &ck][..], &copy].concat(),
+    );
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(code(&out), 2, "{err}");
+    assert!(err.contains("holds none of the"), "{err}");
+    assert!(std::path::Path::new(&ck).exists(), "the checkpoint kept");
 }
 
 /// A key with a value in two partitions (as after partitions were added,
