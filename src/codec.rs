@@ -203,9 +203,8 @@ impl<T: Serialize + DeserializeOwned> Serializer<T> for Bincode<T> {
     /// (That is why the codec's `Serializer` needs `T: DeserializeOwned`.)
     fn serialize_into(&self, _: &Context<'_>, value: &T, out: &mut Vec<u8>) -> Result<(), Error> {
         let start = out.len();
-        let written = bincode::serde::encode_into_std_write(value, out, bincode_config())
-            .map_err(|e| bincode_encode_error(&e))?;
-        if written > BINCODE_DECODE_LIMIT / MAX_CLAIM_PER_BYTE {
+        let written = bincode_encode(value, out)?;
+        if !bincode_always_decodes(written) {
             if let Err(e) =
                 bincode::serde::decode_from_slice::<T, _>(&out[start..], bincode_config())
             {
@@ -227,21 +226,40 @@ impl<T: Serialize + DeserializeOwned> Serializer<T> for Bincode<T> {
 /// varint is one byte claims 16).
 const MAX_CLAIM_PER_BYTE: usize = 16;
 
+/// Appends `value`'s bincode to `out`: how many bytes.
+pub(crate) fn bincode_encode<T: ?Sized + Serialize>(
+    value: &T,
+    out: &mut Vec<u8>,
+) -> Result<usize, Error> {
+    bincode::serde::encode_into_std_write(value, out, bincode_config())
+        .map_err(|e| bincode_encode_error(&e))
+}
+
+/// Whether a bincode encoding of `len` bytes always decodes under the limit.
+pub(crate) fn bincode_always_decodes(len: usize) -> bool {
+    len <= BINCODE_DECODE_LIMIT / MAX_CLAIM_PER_BYTE
+}
+
+/// Reads a `T` from all of `data`.
+pub(crate) fn bincode_decode<T: DeserializeOwned>(data: &[u8]) -> Result<T, Error> {
+    let (value, used) = bincode::serde::decode_from_slice(data, bincode_config())
+        .map_err(|e| bincode_decode_error(&e))?;
+    if used != data.len() {
+        return Err(Error::codec(
+            "bincode",
+            format!("{} trailing bytes after the value", data.len() - used),
+        ));
+    }
+    Ok(value)
+}
+
 impl<T: DeserializeOwned> Deserializer<T> for Bincode<T> {
     fn deserialize_owned(&self, ctx: &Context<'_>, data: Vec<u8>) -> Result<T, Error> {
         self.deserialize_slice(ctx, &data)
     }
 
     fn deserialize_slice(&self, _: &Context<'_>, data: &[u8]) -> Result<T, Error> {
-        let (value, used) = bincode::serde::decode_from_slice(data, bincode_config())
-            .map_err(|e| bincode_decode_error(&e))?;
-        if used != data.len() {
-            return Err(Error::codec(
-                "bincode",
-                format!("{} trailing bytes after the value", data.len() - used),
-            ));
-        }
-        Ok(value)
+        bincode_decode(data)
     }
 }
 
@@ -296,9 +314,22 @@ fn json_error(op: &str, e: &serde_json::Error) -> Error {
     )
 }
 
+/// Appends `value`'s JSON to `out`.
+pub(crate) fn json_encode<T: ?Sized + Serialize>(
+    value: &T,
+    out: &mut Vec<u8>,
+) -> Result<(), Error> {
+    serde_json::to_writer(out, value).map_err(|e| json_error("encode", &e))
+}
+
+/// Reads a `T` from the JSON `data`.
+pub(crate) fn json_decode<T: DeserializeOwned>(data: &[u8]) -> Result<T, Error> {
+    serde_json::from_slice(data).map_err(|e| json_error("decode", &e))
+}
+
 impl<T: Serialize> Serializer<T> for Json<T> {
     fn serialize_into(&self, _: &Context<'_>, value: &T, out: &mut Vec<u8>) -> Result<(), Error> {
-        serde_json::to_writer(out, value).map_err(|e| json_error("encode", &e))
+        json_encode(value, out)
     }
 }
 
@@ -308,6 +339,6 @@ impl<T: DeserializeOwned> Deserializer<T> for Json<T> {
     }
 
     fn deserialize_slice(&self, _: &Context<'_>, data: &[u8]) -> Result<T, Error> {
-        serde_json::from_slice(data).map_err(|e| json_error("decode", &e))
+        json_decode(data)
     }
 }

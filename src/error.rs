@@ -151,6 +151,17 @@ pub enum Error {
     /// the changelog with
     /// [`ChangeLoggingStore::recover`](crate::store::ChangeLoggingStore::recover).
     NeedsRestore,
+    /// An encrypted field could not be written or read (no keys in scope,
+    /// a ciphertext that does not authenticate at this path, a plaintext
+    /// that is not the field's value): which field, and why (returned by
+    /// `source()`). The path names the record's structure (field names,
+    /// indexes, map keys), never a field's value.
+    Field {
+        /// The field's path (`/customer/cards/0/number`).
+        path: String,
+        /// What went wrong.
+        cause: Box<Error>,
+    },
     /// A key management service (KMS) failed or refused (down, slow,
     /// denied, no client for a key URI), or an envelope ciphertext's
     /// encrypted DEK is malformed.
@@ -341,6 +352,7 @@ impl fmt::Display for Error {
                 "the store may disagree with its changelog after a failed append or flush: recover it from the changelog",
             ),
             Error::Kms { detail, .. } => write!(f, "kms failed: {detail}"),
+            Error::Field { path, cause } => write!(f, "field {path}: {cause}"),
         }
     }
 }
@@ -352,7 +364,7 @@ impl StdError for Error {
             | Error::Changelog { cause, .. }
             | Error::Kafka { cause, .. }
             | Error::Kms { cause, .. } => cause.as_deref().map(|c| c as &(dyn StdError + 'static)),
-            Error::Record { cause, .. } => Some(&**cause),
+            Error::Record { cause, .. } | Error::Field { cause, .. } => Some(&**cause),
             _ => None,
         }
     }
@@ -463,6 +475,7 @@ impl PartialEq for Error {
                     cause: h,
                 },
             ) => a == e && b == f && c == g && d == h,
+            (E::Field { path: a, cause: b }, E::Field { path: c, cause: d }) => a == c && b == d,
             _ => false,
         }
     }

@@ -10,6 +10,7 @@ mod envelope;
 pub mod error;
 #[cfg(feature = "test-hooks")]
 mod fake_kms;
+pub mod field;
 mod json_text;
 #[cfg(feature = "kafka")]
 #[cfg_attr(docsrs, doc(cfg(feature = "kafka")))]

@@ -47,6 +47,9 @@
 //! | `tombstone_crypt_record_keys_encrypted_total` | `record_keys_encrypted` |
 //! | `tombstone_crypt_record_keys_decrypted_total` | `record_keys_decrypted` |
 //! | `tombstone_crypt_fanout_tombstones_total` | `fanout_tombstones` |
+//! | `tombstone_crypt_fields_encrypted_total` | `fields_encrypted` |
+//! | `tombstone_crypt_fields_decrypted_total` | `fields_decrypted` |
+//! | `tombstone_crypt_field_nulls_passed_total` | `field_nulls_passed` |
 //! | `tombstone_crypt_deks_created_total` | `deks_created` |
 //! | `tombstone_crypt_deks_unwrapped_total` | `deks_unwrapped` |
 //! | `tombstone_crypt_edek_cache_hits_total` | `edek_cache_hits` |
@@ -127,6 +130,9 @@ pub(crate) enum Event {
     RecordKeyEncrypted,
     RecordKeyDecrypted,
     FanoutTombstone,
+    FieldEncrypted,
+    FieldDecrypted,
+    FieldNullPassed,
     EdekHit,
     EncryptFailed,
     FailedTruncated,
@@ -386,6 +392,15 @@ pub struct Snapshot {
     /// Tombstones for the older forms of an encrypted record key, in the
     /// writes built by [`KeyForms::writes`](crate::record_key::KeyForms::writes).
     pub fanout_tombstones: u64,
+    /// Encrypted fields written (by a
+    /// [`FieldEncrypting`](crate::field::FieldEncrypting) record; each is
+    /// also a value encrypted, or, deterministic, a record key's form).
+    pub fields_encrypted: u64,
+    /// Encrypted fields read and authenticated.
+    pub fields_decrypted: u64,
+    /// Nulls that a field-encrypting record passed through untouched (every
+    /// `None` in the record, encrypted type or not).
+    pub field_nulls_passed: u64,
     /// Envelope DEKs made (each wrapped by one KMS call).
     pub deks_created: u64,
     /// Envelope DEKs unwrapped by the KMS.
@@ -428,6 +443,9 @@ impl Snapshot {
             record_keys_encrypted: at(Event::RecordKeyEncrypted),
             record_keys_decrypted: at(Event::RecordKeyDecrypted),
             fanout_tombstones: at(Event::FanoutTombstone),
+            fields_encrypted: at(Event::FieldEncrypted),
+            fields_decrypted: at(Event::FieldDecrypted),
+            field_nulls_passed: at(Event::FieldNullPassed),
             edek_cache_hits: at(Event::EdekHit),
             ..Snapshot::default()
         }
@@ -685,6 +703,9 @@ pub fn publish_snapshot(s: &Snapshot) {
     counter!("tombstone_crypt_record_keys_encrypted_total").absolute(s.record_keys_encrypted);
     counter!("tombstone_crypt_record_keys_decrypted_total").absolute(s.record_keys_decrypted);
     counter!("tombstone_crypt_fanout_tombstones_total").absolute(s.fanout_tombstones);
+    counter!("tombstone_crypt_fields_encrypted_total").absolute(s.fields_encrypted);
+    counter!("tombstone_crypt_fields_decrypted_total").absolute(s.fields_decrypted);
+    counter!("tombstone_crypt_field_nulls_passed_total").absolute(s.field_nulls_passed);
     counter!("tombstone_crypt_deks_created_total").absolute(s.deks_created);
     counter!("tombstone_crypt_deks_unwrapped_total").absolute(s.deks_unwrapped);
     counter!("tombstone_crypt_edek_cache_hits_total").absolute(s.edek_cache_hits);

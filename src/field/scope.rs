@@ -1,0 +1,402 @@
+//! What the fields of the record being handled see: the keys, the record's
+//! associated data and the path of the value serde is at, in a thread-local
+//! scope that a [`FieldEncrypting`](super::FieldEncrypting) call sets for
+//! its duration and restores when it returns (or unwinds).
+//!
+//! serde hands a field's `Serialize` impl nothing but the format's
+//! serializer, so the keys reach it here. A field that finds no scope when
+//! it is written fails: it is never written in plaintext.
+
+use std::cell::RefCell;
+
+use zeroize::Zeroizing;
+
+use crate::error::Error;
+use crate::keyset::Keyset;
+use crate::stats::Event;
+
+/// The keys of a scope, and what a field is bound to.
+pub(crate) struct FieldKeys {
+    /// The keys of [`Encrypted`](super::Encrypted) fields.
+    pub(crate) values: Keyset,
+    /// The keys of [`Deterministic`](super::Deterministic) fields.
+    pub(crate) deterministic: Option<Keyset>,
+    /// The record's associated data for randomized fields.
+    pub(crate) record_aad: Vec<u8>,
+    /// The record's associated data for deterministic fields.
+    pub(crate) deterministic_aad: Vec<u8>,
+}
+
+/// The state of one scope.
+struct Scope {
+    /// `None`: a sealed scope (no keys: fields stay sealed).
+    keys: Option<FieldKeys>,
+    /// The current path, `/`-separated, each segment escaped as in a JSON
+    /// Pointer.
+    path: String,
+    /// The path's length before each pushed segment.
+    marks: Vec<usize>,
+    /// How many segments of the current path have no name (a map key that
+    /// is neither a string nor a number).
+    unnamed: usize,
+    /// A field's plaintext is being encoded or decoded (a field inside a
+    /// field is refused).
+    in_field: bool,
+    /// The first field error, typed, with its path.
+    error: Option<Error>,
+}
+
+thread_local! {
+    static SCOPE: RefCell<Option<Scope>> = const { RefCell::new(None) };
+}
+
+/// Restores the scope that was current before [`enter`] when dropped.
+pub(crate) struct ScopeGuard {
+    previous: Option<Scope>,
+}
+
+/// Makes a scope with `keys` (or a sealed one) current on this thread.
+pub(crate) fn enter(keys: Option<FieldKeys>) -> ScopeGuard {
+    let scope = Scope {
+        keys,
+        path: String::new(),
+        marks: Vec::new(),
+        unnamed: 0,
+        in_field: false,
+        error: None,
+    };
+    let previous = SCOPE.with(|s| s.borrow_mut().replace(scope));
+    ScopeGuard { previous }
+}
+
+impl ScopeGuard {
+    /// The first field error of this scope, if any (taken).
+    pub(crate) fn take_error(&self) -> Option<Error> {
+        SCOPE.with(|s| s.borrow_mut().as_mut().and_then(|s| s.error.take()))
+    }
+}
+
+impl Drop for ScopeGuard {
+    fn drop(&mut self) {
+        let previous = self.previous.take();
+        // A scope being dropped while a borrow is live cannot happen: no
+        // borrow is held across a call out of this module.
+        SCOPE.with(|s| *s.borrow_mut() = previous);
+    }
+}
+
+/// Pops the segment pushed with it when dropped.
+pub(crate) struct PathGuard {
+    pushed: bool,
+    unnamed: bool,
+}
+
+impl Drop for PathGuard {
+    fn drop(&mut self) {
+        if !self.pushed {
+            return;
+        }
+        SCOPE.with(|s| {
+            if let Some(s) = s.borrow_mut().as_mut() {
+                if let Some(mark) = s.marks.pop() {
+                    s.path.truncate(mark);
+                }
+                if self.unnamed {
+                    s.unnamed = s.unnamed.saturating_sub(1);
+                }
+            }
+        });
+    }
+}
+
+/// A path segment being pushed.
+pub(crate) enum Segment<'a> {
+    /// A struct field, an enum variant, a map key that is a string.
+    Name(&'a str),
+    /// A sequence or tuple element, or a map key that is an integer.
+    Index(u128),
+    /// A signed map key.
+    Signed(i128),
+    /// A map key that has no name (a struct, a sequence).
+    Unnamed,
+}
+
+/// Pushes `segment` onto the current path (a no-op with no scope).
+pub(crate) fn push(segment: Segment<'_>) -> PathGuard {
+    SCOPE.with(|s| {
+        let mut s = s.borrow_mut();
+        let Some(s) = s.as_mut() else {
+            return PathGuard {
+                pushed: false,
+                unnamed: false,
+            };
+        };
+        s.marks.push(s.path.len());
+        s.path.push('/');
+        let unnamed = matches!(segment, Segment::Unnamed);
+        match segment {
+            Segment::Name(name) => {
+                for c in name.chars() {
+                    match c {
+                        '~' => s.path.push_str("~0"),
+                        '/' => s.path.push_str("~1"),
+                        c => s.path.push(c),
+                    }
+                }
+            }
+            Segment::Index(i) => {
+                use std::fmt::Write as _;
+                let _ = write!(s.path, "{i}");
+            }
+            Segment::Signed(i) => {
+                use std::fmt::Write as _;
+                let _ = write!(s.path, "{i}");
+            }
+            Segment::Unnamed => {
+                s.path.push('?');
+                s.unnamed += 1;
+            }
+        }
+        PathGuard {
+            pushed: true,
+            unnamed,
+        }
+    })
+}
+
+/// Counts a null the field layer passed through untouched.
+pub(crate) fn null_passed() {
+    SCOPE.with(|s| {
+        if let Some(keys) = s.borrow().as_ref().and_then(|s| s.keys.as_ref()) {
+            keys.values.counters().bump(Event::FieldNullPassed);
+        }
+    });
+}
+
+/// Which kind of field.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum Kind {
+    /// [`Encrypted`](super::Encrypted): randomized, the values keyset.
+    Randomized,
+    /// [`Deterministic`](super::Deterministic): AES-SIV.
+    Deterministic,
+}
+
+/// A field's associated data: the record's, then `0x46` (`F`), the path's
+/// length (u32, big-endian) and the path.
+pub(crate) fn field_aad(record_aad: &[u8], path: &str) -> Result<Vec<u8>, Error> {
+    let len = u32::try_from(path.len()).map_err(|_| Error::ContextTooLong)?;
+    let mut aad = Vec::with_capacity(record_aad.len() + 5 + path.len());
+    aad.extend_from_slice(record_aad);
+    aad.push(b'F');
+    aad.extend_from_slice(&len.to_be_bytes());
+    aad.extend_from_slice(path.as_bytes());
+    Ok(aad)
+}
+
+/// What a field needs from the scope, taken out of it so that no borrow is
+/// held while the field's own code runs.
+struct Taken {
+    keyset: Keyset,
+    aad: Vec<u8>,
+}
+
+/// Leaves the field state when dropped.
+struct InField;
+
+impl Drop for InField {
+    fn drop(&mut self) {
+        SCOPE.with(|s| {
+            if let Some(s) = s.borrow_mut().as_mut() {
+                s.in_field = false;
+            }
+        });
+    }
+}
+
+/// Keeps `e`, with the current path, as the scope's first error, and
+/// returns it.
+fn fail(e: Error) -> Error {
+    SCOPE.with(|s| {
+        let mut s = s.borrow_mut();
+        let Some(s) = s.as_mut() else { return e };
+        let e = match e {
+            e @ Error::Field { .. } => e,
+            e => Error::Field {
+                path: if s.path.is_empty() {
+                    "/".to_owned()
+                } else {
+                    s.path.clone()
+                },
+                cause: Box::new(e),
+            },
+        };
+        if s.error.is_none() {
+            s.error = Some(e.clone());
+        }
+        e
+    })
+}
+
+/// The current path, for an error with no scope.
+fn field_error(detail: &str) -> Error {
+    Error::codec("field", detail.to_owned())
+}
+
+/// Takes what a field of `kind` needs to be written or read, or `None` for
+/// a sealed scope or (when reading) no scope.
+fn take(kind: Kind, writing: bool) -> Result<Option<(Taken, InField)>, Error> {
+    SCOPE.with(|s| {
+        let mut s = s.borrow_mut();
+        let Some(scope) = s.as_mut() else {
+            return if writing {
+                Err(field_error(
+                    "an encrypted field was serialized with no keys in scope: serialize the record through FieldEncrypting (a field is never written in plaintext)",
+                ))
+            } else {
+                Ok(None)
+            };
+        };
+        let Some(keys) = scope.keys.as_ref() else {
+            return if writing {
+                Err(fail_in(
+                    scope,
+                    field_error(
+                        "an open field cannot be written by a sealed FieldEncrypting (it holds no keys; only sealed fields pass)",
+                    ),
+                ))
+            } else {
+                Ok(None)
+            };
+        };
+        if scope.in_field {
+            return Err(fail_in(
+                scope,
+                field_error("an encrypted field inside an encrypted field's value"),
+            ));
+        }
+        if scope.unnamed > 0 {
+            return Err(fail_in(
+                scope,
+                field_error(
+                    "an encrypted field under a map key that is neither a string nor a number: its path has no name to bind",
+                ),
+            ));
+        }
+        let (keyset, record_aad) = match kind {
+            Kind::Randomized => (&keys.values, &keys.record_aad),
+            Kind::Deterministic => match &keys.deterministic {
+                Some(k) => (k, &keys.deterministic_aad),
+                None => {
+                    return Err(fail_in(
+                        scope,
+                        field_error(
+                            "a deterministic field with no deterministic keyset in scope (FieldEncrypting::with_deterministic)",
+                        ),
+                    ))
+                }
+            },
+        };
+        let path = if scope.path.is_empty() {
+            "/"
+        } else {
+            scope.path.as_str()
+        };
+        let aad = match field_aad(record_aad, path) {
+            Ok(aad) => aad,
+            Err(e) => return Err(fail_in(scope, e)),
+        };
+        let keyset = keyset.clone();
+        scope.in_field = true;
+        Ok(Some((Taken { keyset, aad }, InField)))
+    })
+}
+
+/// [`fail`] with the scope already borrowed.
+fn fail_in(scope: &mut Scope, e: Error) -> Error {
+    let e = Error::Field {
+        path: if scope.path.is_empty() {
+            "/".to_owned()
+        } else {
+            scope.path.clone()
+        },
+        cause: Box::new(e),
+    };
+    if scope.error.is_none() {
+        scope.error = Some(e.clone());
+    }
+    e
+}
+
+/// Encrypts a field's plaintext, which `encode` writes, under the scope's
+/// keys for `kind`, bound to the record and the current path.
+///
+/// # Errors
+/// No scope, a sealed scope, or what `encode` or the cipher reports; the
+/// error is kept as the scope's with the field's path.
+pub(crate) fn seal(
+    kind: Kind,
+    encode: impl FnOnce(&mut Vec<u8>) -> Result<(), Error>,
+) -> Result<Vec<u8>, Error> {
+    let Some((taken, _in_field)) = take(kind, true)? else {
+        unreachable!("take(writing) returns keys or an error")
+    };
+    let keyset = &taken.keyset;
+    let result = match kind {
+        Kind::Randomized => {
+            let head = keyset.header_len();
+            let mut buf = vec![0u8; head];
+            match encode(&mut buf) {
+                Ok(()) => keyset
+                    .encrypt_in_place(&mut buf, head, &taken.aad)
+                    .map(|()| buf),
+                Err(e) => {
+                    zeroize::Zeroize::zeroize(&mut buf);
+                    Err(e)
+                }
+            }
+        }
+        Kind::Deterministic => {
+            let mut plain = Zeroizing::new(Vec::new());
+            encode(&mut plain).and_then(|()| keyset.encrypt_deterministically(&plain, &taken.aad))
+        }
+    };
+    match result {
+        Ok(ct) => {
+            keyset.counters().bump(Event::FieldEncrypted);
+            Ok(ct)
+        }
+        Err(e) => Err(fail(e)),
+    }
+}
+
+/// Decrypts a field's ciphertext under the scope's keys for `kind`, bound
+/// to the record and the current path, then hands the plaintext to
+/// `decode` (still inside the field, so a field in it is refused).
+///
+/// # Errors
+/// What the cipher or `decode` reports (an authentication failure is an
+/// error, never a null); kept as the scope's error with the field's path.
+pub(crate) fn open<T>(
+    kind: Kind,
+    ciphertext: &[u8],
+    decode: impl FnOnce(&[u8]) -> Result<T, Error>,
+) -> Result<Option<T>, Error> {
+    let Some((taken, _in_field)) = take(kind, false)? else {
+        return Ok(None);
+    };
+    let keyset = &taken.keyset;
+    let plain = match kind {
+        Kind::Randomized => {
+            let mut buf = Zeroizing::new(ciphertext.to_vec());
+            keyset.decrypt_in_place(&mut buf, &taken.aad).map(|()| buf)
+        }
+        Kind::Deterministic => keyset
+            .decrypt_deterministically(ciphertext, &taken.aad)
+            .map(Zeroizing::new),
+    };
+    let plain = plain.map_err(fail)?;
+    let value = decode(&plain).map_err(fail)?;
+    keyset.counters().bump(Event::FieldDecrypted);
+    Ok(Some(value))
+}

@@ -1,0 +1,263 @@
+//! [`FieldEncrypting`]: the record's serde wrapper that puts the keys and
+//! the record's [`Context`] in scope for its fields, and [`FieldFormat`],
+//! the serde formats it writes.
+
+use serde::de::DeserializeOwned;
+use serde::Serialize;
+
+use super::path::{Tracked, TrackedRef};
+use super::scope::{self, FieldKeys};
+use crate::codec::{Bincode, Json};
+use crate::context::{AadPolicy, Context};
+use crate::error::Error;
+use crate::keyset::Keyset;
+use crate::serde::{Deserializer, Serializer};
+use crate::stats::Event;
+use crate::work::BlockingWork;
+
+/// A serde format a record with encrypted fields is written in:
+/// [`Json`] and [`Bincode`] here; implement it to add another (CBOR,
+/// MessagePack). The value handed to it is the record wrapped so that its
+/// fields find their path: pass it to the format's serde entry points as
+/// it is.
+pub trait FieldFormat {
+    /// The record type (`Order` for `Json<Order>`).
+    type Value;
+
+    /// Appends `value` to `out`.
+    ///
+    /// # Errors
+    /// The format failed, or a field did (the wrapper then reports the
+    /// field's own error, with its path).
+    fn encode<T: ?Sized + Serialize>(&self, value: &T, out: &mut Vec<u8>) -> Result<(), Error>;
+
+    /// Reads a `T` from all of `data`.
+    ///
+    /// # Errors
+    /// As [`encode`](FieldFormat::encode).
+    fn decode<T: DeserializeOwned>(&self, data: &[u8]) -> Result<T, Error>;
+
+    /// Whether an encoding of `len` bytes always decodes (bincode's decode
+    /// limit counts claims, not bytes: a long one is decoded once to
+    /// check). `true` by default.
+    fn always_decodes(&self, len: usize) -> bool {
+        let _ = len;
+        true
+    }
+}
+
+impl<X> FieldFormat for Json<X> {
+    type Value = X;
+
+    fn encode<T: ?Sized + Serialize>(&self, value: &T, out: &mut Vec<u8>) -> Result<(), Error> {
+        crate::codec::json_encode(value, out)
+    }
+
+    fn decode<T: DeserializeOwned>(&self, data: &[u8]) -> Result<T, Error> {
+        crate::codec::json_decode(data)
+    }
+}
+
+impl<X> FieldFormat for Bincode<X> {
+    type Value = X;
+
+    fn encode<T: ?Sized + Serialize>(&self, value: &T, out: &mut Vec<u8>) -> Result<(), Error> {
+        crate::codec::bincode_encode(value, out).map(|_| ())
+    }
+
+    fn decode<T: DeserializeOwned>(&self, data: &[u8]) -> Result<T, Error> {
+        crate::codec::bincode_decode(data)
+    }
+
+    fn always_decodes(&self, len: usize) -> bool {
+        crate::codec::bincode_always_decodes(len)
+    }
+}
+
+/// Writes and reads records whose fields are [`Encrypted`](super::Encrypted)
+/// (or [`Deterministic`](super::Deterministic), or plain fields with
+/// [`encrypted`](super::encrypted)): for the duration of each call it puts
+/// its keys, the record's [`Context`] and each value's path in scope for
+/// the fields (see the [module](super) for why a scope).
+///
+/// A tombstone (`None`) is `None` both ways, with no field touched, as for
+/// every serializer here; a record whose fields are all `None` is a
+/// present record. Built with [`sealed`](FieldEncrypting::sealed), it holds
+/// no keys: it reads every encrypted field as sealed ciphertext and writes
+/// sealed fields back byte for byte, and refuses to write an open one.
+///
+/// ```
+/// use serde::{Deserialize, Serialize};
+/// use tombstone_crypt::field::{Encrypted, FieldEncrypting};
+/// use tombstone_crypt::{Context, Deserializer as _, Json, Keyset, Serializer as _};
+///
+/// #[derive(Serialize, Deserialize, Debug, PartialEq)]
+/// struct Payment {
+///     order: u64,
+///     card: Encrypted<String>,
+///     note: Option<Encrypted<String>>,
+/// }
+///
+/// let keyset = Keyset::generate();
+/// let codec = FieldEncrypting::new(Json::<Payment>::new(), keyset);
+/// let ctx = Context::new("payments").with_key(b"order-17");
+/// let p = Payment { order: 17, card: Encrypted::new("4111 1111".into()), note: None };
+///
+/// let bytes = codec.serialize(&ctx, Some(&p))?.unwrap();
+/// let text = std::str::from_utf8(&bytes).unwrap();
+/// assert!(text.starts_with(r#"{"order":17,"card":"AQ"#)); // base64 of 0x01 | key id ...
+/// assert!(text.ends_with(r#","note":null}"#)); // a null field stays null
+/// assert_eq!(codec.deserialize(&ctx, Some(&bytes))?, Some(p));
+/// assert_eq!(codec.serialize(&ctx, None)?, None); // a tombstone stays one
+/// # Ok::<(), tombstone_crypt::Error>(())
+/// ```
+#[derive(Clone, Debug)]
+pub struct FieldEncrypting<F> {
+    format: F,
+    values: Option<Keyset>,
+    deterministic: Option<Keyset>,
+    aad: AadPolicy,
+    deterministic_aad: AadPolicy,
+}
+
+impl<F> FieldEncrypting<F> {
+    /// Records in `format` whose encrypted fields use `keyset` (its
+    /// primary key encrypts; every enabled key decrypts), bound to topic,
+    /// record key and path ([`AadPolicy::TopicAndKey`]).
+    pub fn new(format: F, keyset: Keyset) -> Self {
+        FieldEncrypting {
+            format,
+            values: Some(keyset),
+            deterministic: None,
+            aad: AadPolicy::TopicAndKey,
+            deterministic_aad: AadPolicy::Topic,
+        }
+    }
+
+    /// Records in `format` read and written by a service that holds no
+    /// keys: encrypted fields stay sealed, and pass through unchanged.
+    pub fn sealed(format: F) -> Self {
+        FieldEncrypting {
+            format,
+            values: None,
+            deterministic: None,
+            aad: AadPolicy::TopicAndKey,
+            deterministic_aad: AadPolicy::Topic,
+        }
+    }
+
+    /// The keyset of [`Deterministic`](super::Deterministic) fields (an
+    /// AES-SIV keyset: [`KeyTemplate::aes256_siv`](crate::KeyTemplate::aes256_siv)).
+    #[must_use]
+    pub fn with_deterministic(self, keyset: Keyset) -> Self {
+        FieldEncrypting {
+            deterministic: Some(keyset),
+            ..self
+        }
+    }
+
+    /// What randomized fields are bound to besides their path (default
+    /// [`AadPolicy::TopicAndKey`]).
+    #[must_use]
+    pub fn with_aad(self, aad: AadPolicy) -> Self {
+        FieldEncrypting { aad, ..self }
+    }
+
+    /// What deterministic fields are bound to besides their path (default
+    /// [`AadPolicy::Topic`]: equal values of one field are equal across the
+    /// records of a topic, which is what lookups and joins need;
+    /// [`AadPolicy::None`] makes them equal across topics).
+    #[must_use]
+    pub fn with_deterministic_aad(self, aad: AadPolicy) -> Self {
+        FieldEncrypting {
+            deterministic_aad: aad,
+            ..self
+        }
+    }
+
+    /// The keyset of randomized fields, `None` if sealed.
+    pub fn keyset(&self) -> Option<&Keyset> {
+        self.values.as_ref()
+    }
+
+    /// The format.
+    pub fn format(&self) -> &F {
+        &self.format
+    }
+
+    fn scope(&self, ctx: &Context<'_>) -> Result<scope::ScopeGuard, Error> {
+        let keys = match &self.values {
+            None => None,
+            Some(values) => Some(FieldKeys {
+                values: values.clone(),
+                deterministic: self.deterministic.clone(),
+                record_aad: ctx.associated_data(self.aad)?,
+                deterministic_aad: ctx.associated_data(self.deterministic_aad)?,
+            }),
+        };
+        Ok(scope::enter(keys))
+    }
+
+    fn count_tombstone(&self, event: Event) {
+        if let Some(k) = &self.values {
+            k.counters().bump(event);
+        }
+    }
+}
+
+impl<T, F> Serializer<T> for FieldEncrypting<F>
+where
+    T: Serialize + DeserializeOwned,
+    F: FieldFormat<Value = T>,
+{
+    fn serialize_into(&self, ctx: &Context<'_>, value: &T, out: &mut Vec<u8>) -> Result<(), Error> {
+        let start = out.len();
+        let guard = self.scope(ctx)?;
+        let mut result = self.format.encode(&TrackedRef(value), out);
+        if result.is_ok() && !self.format.always_decodes(out.len() - start) {
+            // Read back once, in this scope, to refuse what would not.
+            result = self.format.decode::<Tracked<T>>(&out[start..]).map(|_| ());
+        }
+        match result {
+            Ok(()) => Ok(()),
+            Err(e) => {
+                out.truncate(start);
+                Err(guard.take_error().unwrap_or(e))
+            }
+        }
+    }
+
+    fn tombstone_passed(&self) {
+        self.count_tombstone(Event::TombstoneSerialized);
+    }
+
+    /// A new data key's KMS call, when the values keyset's primary is a
+    /// KMS envelope key and a new DEK is due.
+    fn blocking_work(&self) -> Option<BlockingWork> {
+        self.values
+            .as_ref()
+            .and_then(crate::envelope::blocking_work_to_seal)
+    }
+}
+
+impl<T, F> Deserializer<T> for FieldEncrypting<F>
+where
+    T: DeserializeOwned,
+    F: FieldFormat<Value = T>,
+{
+    fn deserialize_owned(&self, ctx: &Context<'_>, data: Vec<u8>) -> Result<T, Error> {
+        self.deserialize_slice(ctx, &data)
+    }
+
+    fn deserialize_slice(&self, ctx: &Context<'_>, data: &[u8]) -> Result<T, Error> {
+        let guard = self.scope(ctx)?;
+        match self.format.decode::<Tracked<T>>(data) {
+            Ok(Tracked(v)) => Ok(v),
+            Err(e) => Err(guard.take_error().unwrap_or(e)),
+        }
+    }
+
+    fn tombstone_passed(&self) {
+        self.count_tombstone(Event::TombstoneDeserialized);
+    }
+}
