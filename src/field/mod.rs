@@ -139,6 +139,32 @@ pub use wrapper::{FieldEncrypting, FieldFormat};
 
 use scope::Kind;
 
+/// The associated data of a field at `path` (`/card`, `/items/0/sku`:
+/// see [Paths](self#paths)) of a record in `ctx`, bound under `policy`:
+/// the record's associated data, then `0x46`, the path's length (u32,
+/// big-endian) and the path. What [`FieldEncrypting`] passes to the
+/// cipher, for tools that find fields without the record's type (the
+/// command line re-encrypts a JSON record's fields with it).
+///
+/// # Errors
+/// [`Error::ContextTooLong`].
+///
+/// ```
+/// use tombstone_crypt::{field, AadPolicy, Context, Keyset};
+///
+/// let ctx = Context::new("t").with_key(b"k");
+/// let ad = field::associated_data(&ctx, AadPolicy::TopicAndKey, "/card")?;
+/// assert_eq!(ad, b"\0\0\0\x01t\x01\0\0\0\x01kF\0\0\0\x05/card");
+/// # Ok::<(), tombstone_crypt::Error>(())
+/// ```
+pub fn associated_data(
+    ctx: &crate::Context<'_>,
+    policy: crate::AadPolicy,
+    path: &str,
+) -> Result<Vec<u8>, Error> {
+    scope::field_aad(&ctx.associated_data(policy)?, path)
+}
+
 /// The bytes of an encrypted field kept as they are: what a reader with no
 /// keys holds, and writes back unchanged.
 #[derive(Clone, PartialEq, Eq, Hash)]
