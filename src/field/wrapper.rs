@@ -105,7 +105,7 @@ impl<X> FieldFormat for Bincode<X> {
 ///
 /// let bytes = codec.serialize(&ctx, Some(&p))?.unwrap();
 /// let text = std::str::from_utf8(&bytes).unwrap();
-/// assert!(text.starts_with(r#"{"order":17,"card":"AQ"#)); // base64 of 0x01 | key id ...
+/// assert!(text.starts_with(r#"{"order":17,"card":"A"#)); // base64 of 0x01 | key id | ...
 /// assert!(text.ends_with(r#","note":null}"#)); // a null field stays null
 /// assert_eq!(codec.deserialize(&ctx, Some(&bytes))?, Some(p));
 /// assert_eq!(codec.serialize(&ctx, None)?, None); // a tombstone stays one
