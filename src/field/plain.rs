@@ -289,8 +289,12 @@ impl<'de> Deserializer<'de> for Plain<'de> {
         v.visit_borrowed_bytes(self.0)
     }
 
-    fn deserialize_option<V: Visitor<'de>>(self, _: V) -> Result<V::Value, PlainError> {
-        Err(PlainError::Null)
+    fn deserialize_option<V: Visitor<'de>>(self, v: V) -> Result<V::Value, PlainError> {
+        // A present option is its JSON; a null one was never written.
+        if self.0.trim_ascii() == b"null" {
+            return Err(PlainError::Null);
+        }
+        Plain::json::<V>(self.0, |de| de.deserialize_option(v))
     }
 
     fn deserialize_unit<V: Visitor<'de>>(self, _: V) -> Result<V::Value, PlainError> {
