@@ -962,3 +962,73 @@ fn plain_fields_with_the_serde_modules() {
         assert_eq!(codec.deserialize(&ctx, b.as_deref()).unwrap(), Some(v));
     }
 }
+
+/// Field records through a store that logs to a changelog, and a restore:
+/// a delete is a tombstone on the log and stays deleted; a record whose
+/// optional fields are all `None` is a present record (not a delete) and
+/// comes back with its nulls.
+#[test]
+fn field_records_through_a_change_logging_store_and_a_restore() {
+    use tombstone_crypt::store::{
+        restore_from, ChangeLoggingStore, KeyValueStore, MemoryChangelog, MemoryStore, TypedStore,
+    };
+    use tombstone_crypt::Utf8;
+
+    #[derive(Serialize, Deserialize, Clone, Debug, PartialEq)]
+    struct Account {
+        owner: String,
+        iban: Encrypted<String>,
+        phone: Option<Encrypted<String>>,
+        nick: Option<Encrypted<String>>,
+    }
+    let keyset = Keyset::generate();
+    let codec = || FieldEncrypting::new(Json::<Account>::new(), keyset.clone());
+    let mut store = TypedStore::new(
+        ChangeLoggingStore::new(MemoryStore::new(), MemoryChangelog::new()),
+        "accounts",
+        (Utf8, Utf8),
+        codec(),
+        codec(),
+    );
+    let full = Account {
+        owner: "a".into(),
+        iban: Encrypted::new("FR76 3000".into()),
+        phone: Some(Encrypted::new(String::new())),
+        nick: Some(Encrypted::new("n".into())),
+    };
+    let nulls = Account {
+        owner: "b".into(),
+        iban: Encrypted::new(String::new()),
+        phone: None,
+        nick: None,
+    };
+    store.put(&"a".to_owned(), Some(&full)).unwrap();
+    store.put(&"b".to_owned(), Some(&nulls)).unwrap();
+    store.put(&"c".to_owned(), Some(&full)).unwrap();
+    store.delete(&"c".to_owned()).unwrap();
+    store.flush().unwrap();
+    assert_eq!(store.get(&"c".to_owned()).unwrap(), None);
+    assert_eq!(store.get(&"b".to_owned()).unwrap(), Some(nulls.clone()));
+
+    let log = store.inner().changelog().as_slice().to_vec();
+    let last = |k: &str| log.iter().rev().find(|r| r.key == k.as_bytes()).unwrap();
+    assert_eq!(last("c").value, None, "a delete is a tombstone on the log");
+    let b = last("b")
+        .value
+        .as_deref()
+        .expect("null fields are not a delete");
+    let v: serde_json::Value = serde_json::from_slice(b).unwrap();
+    assert!(v["phone"].is_null() && v["nick"].is_null(), "{v}");
+    assert!(v["iban"].is_string(), "an empty field is encrypted: {v}");
+
+    let mut restored = MemoryStore::new();
+    restore_from(&mut restored, store.inner().changelog()).unwrap();
+    assert_eq!(restored.get(b"c").unwrap(), None);
+    let restored = TypedStore::new(restored, "accounts", (Utf8, Utf8), codec(), codec());
+    let mut all = restored.all().unwrap();
+    all.sort_by(|a, b| a.0.cmp(&b.0));
+    assert_eq!(
+        all,
+        vec![("a".to_owned(), Some(full)), ("b".to_owned(), Some(nulls))]
+    );
+}

@@ -118,6 +118,7 @@ pub struct FieldEncrypting<F> {
     deterministic: Option<Keyset>,
     aad: AadPolicy,
     deterministic_aad: AadPolicy,
+    binding_name: Option<String>,
 }
 
 impl<F> FieldEncrypting<F> {
@@ -131,6 +132,7 @@ impl<F> FieldEncrypting<F> {
             deterministic: None,
             aad: AadPolicy::TopicAndKey,
             deterministic_aad: AadPolicy::Topic,
+            binding_name: None,
         }
     }
 
@@ -143,6 +145,7 @@ impl<F> FieldEncrypting<F> {
             deterministic: None,
             aad: AadPolicy::TopicAndKey,
             deterministic_aad: AadPolicy::Topic,
+            binding_name: None,
         }
     }
 
@@ -175,6 +178,19 @@ impl<F> FieldEncrypting<F> {
         }
     }
 
+    /// Binds fields to `name` instead of the record's topic (the record
+    /// key and the path stay bound): for records that a pipeline moves
+    /// from topic to topic (`orders` → `orders-routed`) and that every
+    /// stage reads and writes with the same name. Without it a field read
+    /// from another topic than the one it was written to does not decrypt.
+    #[must_use]
+    pub fn with_binding_name(self, name: impl Into<String>) -> Self {
+        FieldEncrypting {
+            binding_name: Some(name.into()),
+            ..self
+        }
+    }
+
     /// The keyset of randomized fields, `None` if sealed.
     pub fn keyset(&self) -> Option<&Keyset> {
         self.values.as_ref()
@@ -186,6 +202,17 @@ impl<F> FieldEncrypting<F> {
     }
 
     fn scope(&self, ctx: &Context<'_>) -> Result<scope::ScopeGuard, Error> {
+        let renamed;
+        let ctx = match (&self.binding_name, ctx.key()) {
+            (None, _) => ctx,
+            (Some(name), key) => {
+                renamed = match key {
+                    Some(k) => Context::new(name).with_key(k),
+                    None => Context::new(name),
+                };
+                &renamed
+            }
+        };
         let keys = match &self.values {
             None => None,
             Some(values) => Some(FieldKeys {
