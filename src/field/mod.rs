@@ -459,7 +459,7 @@ fn with_serialize<T: PlainField, S: Serializer>(
     s: S,
 ) -> Result<S::Ok, S::Error> {
     let ct = scope::seal(kind, |out| {
-        out.extend_from_slice(v.plaintext());
+        plain::extend_zeroizing(out, v.plaintext());
         Ok(())
     })
     .map_err(ser::Error::custom)?;

@@ -29,7 +29,7 @@ pub(crate) fn encode<T: ?Sized + Serialize>(value: &T, out: &mut Vec<u8>) -> Res
             "field",
             "the field value's Serialize impl failed",
         )),
-        Err(Probed::NotRaw) => serde_json::to_writer(out, value).map_err(|e| {
+        Err(Probed::NotRaw) => serde_json::to_writer(Growing(out), value).map_err(|e| {
             Error::codec(
                 "field",
                 format!("cannot encode the field's value as JSON: {}", json_kind(&e)),
@@ -57,6 +57,34 @@ pub(crate) fn decode<T: DeserializeOwned>(plain: &[u8]) -> Result<T, Error> {
         ),
         PlainError::Custom => Error::codec("field", "the field value's Deserialize impl failed"),
     })
+}
+
+/// Appends `bytes` to `out`; when `out` must grow, its contents move to a
+/// new block and the old one is zeroized first (the plaintext is never left
+/// in a block a reallocation frees).
+pub(crate) fn extend_zeroizing(out: &mut Vec<u8>, bytes: &[u8]) {
+    if out.capacity() - out.len() < bytes.len() {
+        let want = out.len().saturating_add(bytes.len());
+        let mut grown = Vec::with_capacity(want.max(out.capacity().saturating_mul(2)).max(64));
+        grown.extend_from_slice(out);
+        zeroize::Zeroize::zeroize(out);
+        *out = grown;
+    }
+    out.extend_from_slice(bytes);
+}
+
+/// A writer into a plaintext buffer that grows with [`extend_zeroizing`].
+struct Growing<'a>(&'a mut Vec<u8>);
+
+impl std::io::Write for Growing<'_> {
+    fn write(&mut self, bytes: &[u8]) -> std::io::Result<usize> {
+        extend_zeroizing(self.0, bytes);
+        Ok(bytes.len())
+    }
+
+    fn flush(&mut self) -> std::io::Result<()> {
+        Ok(())
+    }
 }
 
 fn null_error() -> Error {
@@ -128,12 +156,12 @@ impl Serializer for Probe<'_> {
     type SerializeStructVariant = NoCompound;
 
     fn serialize_str(self, v: &str) -> Result<(), Probed> {
-        self.out.extend_from_slice(v.as_bytes());
+        extend_zeroizing(self.out, v.as_bytes());
         Ok(())
     }
 
     fn serialize_bytes(self, v: &[u8]) -> Result<(), Probed> {
-        self.out.extend_from_slice(v);
+        extend_zeroizing(self.out, v);
         Ok(())
     }
 
