@@ -925,35 +925,33 @@ fn plain_fields_with_the_serde_modules() {
             memo: memo.clone(),
             email: "e".into(),
         };
-        for bytes in [FieldEncrypting::new(Json::<Plain>::new(), keyset.clone())
+        let bytes = FieldEncrypting::new(Json::<Plain>::new(), keyset.clone())
             .with_deterministic(det.clone())
             .serialize(&ctx, Some(&v))
             .unwrap()
-            .unwrap()]
-        {
-            let json: serde_json::Value = serde_json::from_slice(&bytes).unwrap();
-            assert_eq!(json["memo"].is_null(), memo.is_none());
-            let codec = FieldEncrypting::new(Json::<Plain>::new(), keyset.clone())
-                .with_deterministic(det.clone());
-            assert_eq!(
-                codec.deserialize(&ctx, Some(&bytes)).unwrap().as_ref(),
-                Some(&v)
-            );
-            // A String field is read by Encrypted<String> as well.
-            let typed = FieldEncrypting::new(Json::<Typed>::new(), keyset.clone())
-                .with_deterministic(det.clone())
-                .deserialize(&ctx, Some(&bytes));
-            match typed {
-                // The blob's plaintext is its bytes, not JSON: Typed reads
-                // it as JSON and fails, by path.
-                Err(Error::Field { path, .. }) => assert_eq!(path, "/blob"),
-                other => panic!("{other:?}"),
-            }
-            let sealed = FieldEncrypting::sealed(Json::<Plain>::new());
-            match sealed.deserialize(&ctx, Some(&bytes)) {
-                Err(e) => assert!(e.to_string().contains("cannot decode"), "{e}"),
-                Ok(v) => panic!("a plain field read with no keys: {v:?}"),
-            }
+            .unwrap();
+        let json: serde_json::Value = serde_json::from_slice(&bytes).unwrap();
+        assert_eq!(json["memo"].is_null(), memo.is_none());
+        let codec = FieldEncrypting::new(Json::<Plain>::new(), keyset.clone())
+            .with_deterministic(det.clone());
+        assert_eq!(
+            codec.deserialize(&ctx, Some(&bytes)).unwrap().as_ref(),
+            Some(&v)
+        );
+        // A String field is read by Encrypted<String> as well.
+        let typed = FieldEncrypting::new(Json::<Typed>::new(), keyset.clone())
+            .with_deterministic(det.clone())
+            .deserialize(&ctx, Some(&bytes));
+        match typed {
+            // The blob's plaintext is its bytes, not JSON: Typed reads
+            // it as JSON and fails, by path.
+            Err(Error::Field { path, .. }) => assert_eq!(path, "/blob"),
+            other => panic!("{other:?}"),
+        }
+        let sealed = FieldEncrypting::sealed(Json::<Plain>::new());
+        match sealed.deserialize(&ctx, Some(&bytes)) {
+            Err(e) => assert!(e.to_string().contains("cannot decode"), "{e}"),
+            Ok(v) => panic!("a plain field read with no keys: {v:?}"),
         }
         // bincode
         let codec = FieldEncrypting::new(Bincode::<Plain>::new(), keyset.clone())
