@@ -57,7 +57,7 @@
 //! - **Fail closed.** A field written with no keys in scope (serialized by
 //!   plain `serde_json`, say, or by a [`sealed`](FieldEncrypting::sealed)
 //!   wrapper) is an error, never plaintext. A field that does not
-//!   authenticate is an error ([`Error::Field`](crate::Error::Field)), never
+//!   authenticate is an error ([`Error::Field`]), never
 //!   a null and never dropped.
 //! - **Bound to topic, record key and path.** A field's associated data is
 //!   the record's (as [`Context::associated_data`](crate::Context::associated_data)
