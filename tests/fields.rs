@@ -1030,3 +1030,35 @@ fn field_records_through_a_change_logging_store_and_a_restore() {
         vec![("a".to_owned(), Some(full)), ("b".to_owned(), Some(nulls))]
     );
 }
+
+/// An envelope key's DEKs, when a record's fields are read: the KMS calls
+/// are handed out as blocking work first (what the typed consumer runs off
+/// its worker), so reading the record then calls no KMS; a record whose
+/// DEKs are cached, and a keyset with no envelope key, have none.
+#[test]
+fn envelope_fields_hand_their_kms_calls_out_before_the_read() {
+    let (kms, clients, keyset) =
+        common::envelope::envelope_keyset("fake-kms://fields/kek-2", DekPolicy::default());
+    let det = siv();
+    let writer = FieldEncrypting::new(Json::<Contract>::new(), keyset.clone())
+        .with_deterministic(det.clone());
+    let ctx = Context::new("people").with_key(b"p");
+    let bytes = writer.serialize(&ctx, Some(&sample())).unwrap().unwrap();
+    // A reader of its own: the writer reads its DEK from its cache.
+    let reader = Keyset::from_tink_json_with(&keyset.to_tink_json(), &clients).unwrap();
+    let codec = FieldEncrypting::new(Json::<Contract>::new(), reader).with_deterministic(det);
+    assert_eq!(kms.decrypt_calls(), 0);
+    let work = Deserializer::<Contract>::blocking_work(&codec, &bytes).expect("a DEK to unwrap");
+    assert_eq!(kms.decrypt_calls(), 0, "finding the work calls nothing");
+    work.run().unwrap();
+    assert_eq!(kms.decrypt_calls(), 1, "one DEK for every field");
+    assert_eq!(
+        codec.deserialize(&ctx, Some(&bytes)).unwrap(),
+        Some(sample())
+    );
+    assert_eq!(kms.decrypt_calls(), 1, "the read calls no KMS");
+    assert!(Deserializer::<Contract>::blocking_work(&codec, &bytes).is_none());
+    let plain = json_codec(&Keyset::generate());
+    let other = plain.serialize(&ctx, Some(&sample())).unwrap().unwrap();
+    assert!(Deserializer::<Contract>::blocking_work(&plain, &other).is_none());
+}

@@ -115,9 +115,11 @@
 //! Rotation works as for whole values: the primary key encrypts, every
 //! enabled key decrypts. An envelope key reuses its DEK across fields and
 //! records as across values ([`DekPolicy`](crate::kms::DekPolicy)); the
-//! wrapper reports a new DEK's KMS call as blocking work before a write. A
-//! DEK not seen before is unwrapped inline when a field is read (the Kafka
-//! consumer cannot see it before parsing). [`Keyset::stats`](crate::Keyset::stats)
+//! wrapper reports a new DEK's KMS call as blocking work before a write,
+//! and, before a read, the unwraps of DEKs not cached (found by reading the
+//! record once without opening a field, only when the keyset holds an
+//! envelope key): the typed Kafka clients run both off their worker.
+//! [`Keyset::stats`](crate::Keyset::stats)
 //! counts `fields_encrypted`, `fields_decrypted` and `field_nulls_passed`.
 //! Plaintext on its way to and from the cipher is in zeroizing buffers;
 //! `Debug` of a field never prints it.

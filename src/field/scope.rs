@@ -14,6 +14,7 @@ use zeroize::Zeroizing;
 use crate::error::Error;
 use crate::keyset::Keyset;
 use crate::stats::Event;
+use crate::work::BlockingWork;
 
 /// The keys of a scope, and what a field is bound to.
 pub(crate) struct FieldKeys {
@@ -44,6 +45,9 @@ struct Scope {
     in_field: bool,
     /// The first field error, typed, with its path.
     error: Option<Error>,
+    /// A probe: fields are not opened, the KMS calls opening them would
+    /// make are collected here.
+    probe: Option<Vec<BlockingWork>>,
 }
 
 thread_local! {
@@ -57,6 +61,16 @@ pub(crate) struct ScopeGuard {
 
 /// Makes a scope with `keys` (or a sealed one) current on this thread.
 pub(crate) fn enter(keys: Option<FieldKeys>) -> ScopeGuard {
+    enter_with(keys, None)
+}
+
+/// Makes a probing scope current: reading collects the KMS calls that
+/// opening each field would make, and opens nothing.
+pub(crate) fn enter_probe(keys: FieldKeys) -> ScopeGuard {
+    enter_with(Some(keys), Some(Vec::new()))
+}
+
+fn enter_with(keys: Option<FieldKeys>, probe: Option<Vec<BlockingWork>>) -> ScopeGuard {
     let scope = Scope {
         keys,
         path: String::new(),
@@ -64,6 +78,7 @@ pub(crate) fn enter(keys: Option<FieldKeys>) -> ScopeGuard {
         unnamed: 0,
         in_field: false,
         error: None,
+        probe,
     };
     let previous = SCOPE.with(|s| s.borrow_mut().replace(scope));
     ScopeGuard { previous }
@@ -73,6 +88,14 @@ impl ScopeGuard {
     /// The first field error of this scope, if any (taken).
     pub(crate) fn take_error(&self) -> Option<Error> {
         SCOPE.with(|s| s.borrow_mut().as_mut().and_then(|s| s.error.take()))
+    }
+
+    /// What a probing scope collected, as one piece of work.
+    pub(crate) fn take_work(&self) -> Option<BlockingWork> {
+        let works = SCOPE.with(|s| s.borrow_mut().as_mut().and_then(|s| s.probe.take()))?;
+        works
+            .into_iter()
+            .fold(None, |all, w| BlockingWork::both(all, Some(w)))
     }
 }
 
@@ -382,6 +405,9 @@ pub(crate) fn open<T>(
     ciphertext: &[u8],
     decode: impl FnOnce(&[u8]) -> Result<T, Error>,
 ) -> Result<Option<T>, Error> {
+    if kind == Kind::Randomized && probe(ciphertext) {
+        return Ok(None);
+    }
     let Some((taken, _in_field)) = take(kind, false)? else {
         return Ok(None);
     };
@@ -399,4 +425,22 @@ pub(crate) fn open<T>(
     let value = decode(&plain).map_err(fail)?;
     keyset.counters().bump(Event::FieldDecrypted);
     Ok(Some(value))
+}
+
+/// In a probing scope, notes the KMS call that opening `ciphertext` would
+/// make (if any) and returns `true`: the field is not opened.
+fn probe(ciphertext: &[u8]) -> bool {
+    SCOPE.with(|s| {
+        let mut s = s.borrow_mut();
+        let Some(scope) = s.as_mut() else {
+            return false;
+        };
+        let (Some(works), Some(keys)) = (scope.probe.as_mut(), scope.keys.as_ref()) else {
+            return false;
+        };
+        if let Some(w) = crate::envelope::blocking_work_to_open(&keys.values, ciphertext) {
+            works.push(w);
+        }
+        true
+    })
 }

@@ -201,7 +201,7 @@ impl<F> FieldEncrypting<F> {
         &self.format
     }
 
-    fn scope(&self, ctx: &Context<'_>) -> Result<scope::ScopeGuard, Error> {
+    fn keys(&self, ctx: &Context<'_>) -> Result<Option<FieldKeys>, Error> {
         let renamed;
         let ctx = match (&self.binding_name, ctx.key()) {
             (None, _) => ctx,
@@ -222,7 +222,11 @@ impl<F> FieldEncrypting<F> {
                 deterministic_aad: ctx.associated_data(self.deterministic_aad)?,
             }),
         };
-        Ok(scope::enter(keys))
+        Ok(keys)
+    }
+
+    fn scope(&self, ctx: &Context<'_>) -> Result<scope::ScopeGuard, Error> {
+        Ok(scope::enter(self.keys(ctx)?))
     }
 
     fn count_tombstone(&self, event: Event) {
@@ -287,4 +291,28 @@ where
     fn tombstone_passed(&self) {
         self.count_tombstone(Event::TombstoneDeserialized);
     }
+
+    /// With an envelope key in the keyset: the KMS calls that reading
+    /// `data` would make for DEKs not cached, found by reading the record
+    /// once without opening a field (the typed Kafka consumer runs them
+    /// off its worker first). `None` for other keysets, at no cost.
+    fn blocking_work(&self, data: &[u8]) -> Option<BlockingWork> {
+        if !self.values.as_ref().is_some_and(has_envelope_key) {
+            return None;
+        }
+        // The context does not matter to a probe: nothing is opened.
+        let keys = self.keys(&Context::new("")).ok()??;
+        let guard = scope::enter_probe(keys);
+        let _ = self.format.decode::<Tracked<T>>(data);
+        guard.take_work()
+    }
+}
+
+/// Whether `keyset` holds a KMS envelope key (whose reads may call a KMS).
+fn has_envelope_key(keyset: &Keyset) -> bool {
+    keyset.keys().any(|(id, _)| {
+        keyset
+            .key_type_url(id)
+            .is_some_and(|u| u.ends_with("KmsEnvelopeAeadKey"))
+    })
 }
