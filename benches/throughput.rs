@@ -29,7 +29,12 @@
 //! `tombstone/*` and `typed/*` use the default backend: aws-lc when the
 //! feature is on, RustCrypto otherwise.
 //!
-//! `scripts/bench.sh` runs this briefly and prints the ratios.
+//! - `fields/*`: a record of 10 fields, 3 of them encrypted (32 B each),
+//!   in JSON and bincode, beside the same record encrypted whole, the bare
+//!   codec, and the raw primitive on 32 bytes (see [`fields`]).
+//!
+//! `scripts/bench.sh` runs this briefly and prints the ratios;
+//! `scripts/bench-fields.sh` runs the `fields` rows.
 
 use std::hint::black_box;
 
@@ -439,6 +444,171 @@ fn envelope(c: &mut Criterion) {
     group.finish();
 }
 
+// ---- fields ----
+
+/// A record of 10 fields, 3 of them secrets of 32 bytes: `S` is their type
+/// (`Encrypted<String>` through `FieldEncrypting`; `String` for the whole
+/// value and the bare codec).
+#[derive(Serialize, Deserialize, Clone)]
+struct TenFields<S> {
+    id: u64,
+    customer: u32,
+    items: u32,
+    paid: bool,
+    at: i64,
+    currency: String,
+    country: String,
+    card: S,
+    iban: S,
+    email: S,
+}
+
+fn order<S>(secret: impl Fn(u8) -> S) -> TenFields<S> {
+    TenFields {
+        id: 1_234_567,
+        customer: 42,
+        items: 3,
+        paid: true,
+        at: 1_733_400_000_000,
+        currency: "EUR".into(),
+        country: "FR".into(),
+        card: secret(b'c'),
+        iban: secret(b'i'),
+        email: secret(b'e'),
+    }
+}
+
+fn secret32(c: u8) -> String {
+    String::from_utf8(vec![c; 32]).expect("ASCII")
+}
+
+/// `fields/{json,bincode}/{encrypt,decrypt}/{fields,whole,codec,codec_wire}`
+/// and `fields/raw32/{encrypt,decrypt}`: a record of 10 fields with 3
+/// encrypted (32 B each) through `FieldEncrypting`; the same record with
+/// plain fields encrypted as one whole value; the plain record through the
+/// bare codec; the plain record whose 3 fields hold text as long as the
+/// fields' wire form (what the codec costs for the longer fields); the raw
+/// AES-GCM primitive on 32 bytes with a field's associated data.
+/// `scripts/bench-fields.sh` runs it and prints the ratios.
+fn fields(c: &mut Criterion) {
+    use tombstone_crypt::field::{Encrypted, FieldEncrypting};
+    use tombstone_crypt::Json;
+
+    let keyset = Keyset::generate();
+    let ctx = ctx();
+    let encrypted = order(|c| Encrypted::new(secret32(c)));
+    let plain = order(secret32);
+    let field_aad = tombstone_crypt::field::associated_data(&ctx, AadPolicy::TopicAndKey, "/email")
+        .expect("short");
+    macro_rules! format_group {
+        ($name:literal, $codec:ident) => {{
+            let fe = FieldEncrypting::new(
+                $codec::<TenFields<Encrypted<String>>>::new(),
+                keyset.clone(),
+            );
+            let whole_ser =
+                EncryptingSerializer::new($codec::<TenFields<String>>::new(), keyset.clone());
+            let whole_de =
+                DecryptingDeserializer::new($codec::<TenFields<String>>::new(), keyset.clone());
+            let bare = $codec::<TenFields<String>>::new();
+            let fields_ct = fe
+                .serialize(&ctx, Some(&encrypted))
+                .expect("fields")
+                .expect("present");
+            let whole_ct = whole_ser
+                .serialize(&ctx, Some(&plain))
+                .expect("whole")
+                .expect("present");
+            let bare_bytes = bare
+                .serialize(&ctx, Some(&plain))
+                .expect("bare")
+                .expect("present");
+            // The wire form of a field: base64 text in JSON (64 characters
+            // for 48 bytes... here 33 + 32 = 65 bytes, 88 characters), the
+            // bytes in bincode.
+            let wire_len = if $name == "json" {
+                (65 + 2) / 3 * 4
+            } else {
+                65
+            };
+            let wire = order(|c| String::from_utf8(vec![c; wire_len]).expect("ASCII"));
+            let wire_bytes = bare
+                .serialize(&ctx, Some(&wire))
+                .expect("bare")
+                .expect("present");
+            let mut group = c.benchmark_group(concat!("fields/", $name, "/encrypt"));
+            group.bench_function("fields", |b| {
+                b.iter(|| fe.serialize(black_box(&ctx), Some(black_box(&encrypted))))
+            });
+            group.bench_function("whole", |b| {
+                b.iter(|| whole_ser.serialize(black_box(&ctx), Some(black_box(&plain))))
+            });
+            group.bench_function("codec", |b| {
+                b.iter(|| bare.serialize(black_box(&ctx), Some(black_box(&plain))))
+            });
+            group.bench_function("codec_wire", |b| {
+                b.iter(|| bare.serialize(black_box(&ctx), Some(black_box(&wire))))
+            });
+            group.finish();
+            let mut group = c.benchmark_group(concat!("fields/", $name, "/decrypt"));
+            group.bench_function("fields", |b| {
+                b.iter(|| {
+                    fe.deserialize(black_box(&ctx), Some(black_box(&fields_ct[..])))
+                        .expect("decrypt")
+                })
+            });
+            group.bench_function("whole", |b| {
+                b.iter(|| {
+                    whole_de
+                        .deserialize(black_box(&ctx), Some(black_box(&whole_ct[..])))
+                        .expect("decrypt")
+                })
+            });
+            group.bench_function("codec", |b| {
+                b.iter(|| {
+                    bare.deserialize(black_box(&ctx), Some(black_box(&bare_bytes[..])))
+                        .expect("decode")
+                })
+            });
+            group.bench_function("codec_wire", |b| {
+                b.iter(|| {
+                    bare.deserialize(black_box(&ctx), Some(black_box(&wire_bytes[..])))
+                        .expect("decode")
+                })
+            });
+            group.finish();
+        }};
+    }
+    format_group!("json", Json);
+    format_group!("bincode", Bincode);
+
+    let pt = [7u8; 32];
+    let mut group = c.benchmark_group("fields/raw32");
+    #[cfg(feature = "aws-lc")]
+    {
+        let key = aws_lc::key();
+        let ct = aws_lc::seal(&key, &field_aad, &pt);
+        group.bench_function("encrypt", |b| {
+            b.iter(|| aws_lc::seal(&key, black_box(&field_aad), black_box(&pt)))
+        });
+        group.bench_function("decrypt", |b| {
+            b.iter(|| aws_lc::open(&key, black_box(&field_aad), black_box(&ct)).expect("open"))
+        });
+    }
+    #[cfg(not(feature = "aws-lc"))]
+    {
+        let cipher = raw_cipher();
+        let ct = raw_seal(&cipher, &field_aad, &pt);
+        group.bench_function("encrypt", |b| {
+            b.iter(|| raw_seal(&cipher, black_box(&field_aad), black_box(&pt)))
+        });
+        group.bench_function("decrypt", |b| {
+            b.iter(|| raw_open(&cipher, black_box(&field_aad), black_box(&ct)).expect("open"))
+        });
+    }
+    group.finish();
+}
+
 criterion_group!(
     benches,
     encrypt,
@@ -447,6 +617,7 @@ criterion_group!(
     tombstone,
     typed,
     siv,
-    envelope
+    envelope,
+    fields
 );
 criterion_main!(benches);

@@ -48,6 +48,8 @@ struct Scope {
     /// A probe: fields are not opened, the KMS calls opening them would
     /// make are collected here.
     probe: Option<Vec<BlockingWork>>,
+    /// The field associated data's buffer, reused.
+    aad: Vec<u8>,
 }
 
 thread_local! {
@@ -79,6 +81,7 @@ fn enter_with(keys: Option<FieldKeys>, probe: Option<Vec<BlockingWork>>) -> Scop
         in_field: false,
         error: None,
         probe,
+        aad: Vec::new(),
     };
     let previous = SCOPE.with(|s| s.borrow_mut().replace(scope));
     ScopeGuard { previous }
@@ -217,13 +220,6 @@ pub(crate) fn field_aad(record_aad: &[u8], path: &str) -> Result<Vec<u8>, Error>
     Ok(aad)
 }
 
-/// What a field needs from the scope, taken out of it so that no borrow is
-/// held while the field's own code runs.
-struct Taken {
-    keyset: Keyset,
-    aad: Vec<u8>,
-}
-
 /// Leaves the field state when dropped.
 struct InField;
 
@@ -240,35 +236,58 @@ impl Drop for InField {
 /// Keeps `e`, with the current path, as the scope's first error, and
 /// returns it.
 fn fail(e: Error) -> Error {
-    SCOPE.with(|s| {
-        let mut s = s.borrow_mut();
-        let Some(s) = s.as_mut() else { return e };
-        let e = match e {
-            e @ Error::Field { .. } => e,
-            e => Error::Field {
-                path: if s.path.is_empty() {
-                    "/".to_owned()
-                } else {
-                    s.path.clone()
-                },
-                cause: Box::new(e),
-            },
-        };
-        if s.error.is_none() {
-            s.error = Some(e.clone());
-        }
-        e
+    SCOPE.with(|s| match s.borrow_mut().as_mut() {
+        Some(scope) => fail_in(scope, e),
+        None => e,
     })
 }
 
-/// The current path, for an error with no scope.
 fn field_error(detail: &str) -> Error {
     Error::codec("field", detail.to_owned())
 }
 
-/// Takes what a field of `kind` needs to be written or read, or `None` for
-/// a sealed scope or (when reading) no scope.
-fn take(kind: Kind, writing: bool) -> Result<Option<(Taken, InField)>, Error> {
+/// The keyset of `kind` in `scope` and the record's associated data for
+/// it, checked for a field to be written (`writing`) or read: `Ok(None)`
+/// when a read is to keep the field sealed.
+fn keys_for(
+    scope: &mut Scope,
+    kind: Kind,
+    writing: bool,
+) -> Result<Option<(&Keyset, &[u8])>, Error> {
+    let Some(keys) = scope.keys.as_ref() else {
+        return if writing {
+            Err(field_error(
+                "an open field cannot be written by a sealed FieldEncrypting (it holds no keys; only sealed fields pass)",
+            ))
+        } else {
+            Ok(None)
+        };
+    };
+    if scope.in_field {
+        return Err(field_error(
+            "an encrypted field inside an encrypted field's value",
+        ));
+    }
+    if scope.unnamed > 0 {
+        return Err(field_error(
+            "an encrypted field under a map key that is neither a string nor a number: its path has no name to bind",
+        ));
+    }
+    match kind {
+        Kind::Randomized => Ok(Some((&keys.values, &keys.record_aad))),
+        Kind::Deterministic => match &keys.deterministic {
+            Some(k) => Ok(Some((k, &keys.deterministic_aad))),
+            None => Err(field_error(
+                "a deterministic field with no deterministic keyset in scope (FieldEncrypting::with_deterministic)",
+            )),
+        },
+    }
+}
+
+/// Starts a field of `kind`: checks the scope, marks it as inside a field,
+/// and returns the room a ciphertext puts before its plaintext (0 for a
+/// deterministic field); `None` for a read that keeps the field sealed.
+fn enter_field(kind: Kind, writing: bool) -> Result<Option<(usize, InField)>, Error> {
     SCOPE.with(|s| {
         let mut s = s.borrow_mut();
         let Some(scope) = s.as_mut() else {
@@ -280,76 +299,87 @@ fn take(kind: Kind, writing: bool) -> Result<Option<(Taken, InField)>, Error> {
                 Ok(None)
             };
         };
-        let Some(keys) = scope.keys.as_ref() else {
-            return if writing {
-                Err(fail_in(
-                    scope,
-                    field_error(
-                        "an open field cannot be written by a sealed FieldEncrypting (it holds no keys; only sealed fields pass)",
-                    ),
-                ))
-            } else {
-                Ok(None)
-            };
-        };
-        if scope.in_field {
-            return Err(fail_in(
-                scope,
-                field_error("an encrypted field inside an encrypted field's value"),
-            ));
-        }
-        if scope.unnamed > 0 {
-            return Err(fail_in(
-                scope,
-                field_error(
-                    "an encrypted field under a map key that is neither a string nor a number: its path has no name to bind",
-                ),
-            ));
-        }
-        let (keyset, record_aad) = match kind {
-            Kind::Randomized => (&keys.values, &keys.record_aad),
-            Kind::Deterministic => match &keys.deterministic {
-                Some(k) => (k, &keys.deterministic_aad),
-                None => {
-                    return Err(fail_in(
-                        scope,
-                        field_error(
-                            "a deterministic field with no deterministic keyset in scope (FieldEncrypting::with_deterministic)",
-                        ),
-                    ))
-                }
+        let head = match keys_for(scope, kind, writing) {
+            Ok(None) => return Ok(None),
+            Ok(Some((keyset, _))) => match kind {
+                Kind::Randomized => keyset.header_len(),
+                Kind::Deterministic => 0,
             },
-        };
-        let path = if scope.path.is_empty() {
-            "/"
-        } else {
-            scope.path.as_str()
-        };
-        let aad = match field_aad(record_aad, path) {
-            Ok(aad) => aad,
             Err(e) => return Err(fail_in(scope, e)),
         };
-        let keyset = keyset.clone();
         scope.in_field = true;
-        Ok(Some((Taken { keyset, aad }, InField)))
+        Ok(Some((head, InField)))
     })
+}
+
+/// Runs `f` with the keyset of `kind` and the field's associated data (the
+/// record's, then the current path, built in the scope's own buffer).
+fn with_field_keys<R>(
+    kind: Kind,
+    f: impl FnOnce(&Keyset, &[u8]) -> Result<R, Error>,
+) -> Result<R, Error> {
+    SCOPE.with(|s| {
+        let mut s = s.borrow_mut();
+        let Some(scope) = s.as_mut() else {
+            return Err(field_error("the field's scope is gone"));
+        };
+        let mut aad = std::mem::take(&mut scope.aad);
+        let result = (|| {
+            let path = if scope.path.is_empty() {
+                "/"
+            } else {
+                scope.path.as_str()
+            };
+            let len = u32::try_from(path.len()).map_err(|_| Error::ContextTooLong)?;
+            let Some((keyset, record_aad)) = keys_for_in_field(scope, kind) else {
+                return Err(field_error("the field's keys are gone"));
+            };
+            aad.clear();
+            aad.extend_from_slice(record_aad);
+            aad.push(b'F');
+            aad.extend_from_slice(&len.to_be_bytes());
+            aad.extend_from_slice(path.as_bytes());
+            f(keyset, &aad)
+        })();
+        scope.aad = aad;
+        result.map_err(|e| fail_in(scope, e))
+    })
+}
+
+/// [`keys_for`] once inside the field (the checks are done).
+fn keys_for_in_field(scope: &Scope, kind: Kind) -> Option<(&Keyset, &[u8])> {
+    let keys = scope.keys.as_ref()?;
+    match kind {
+        Kind::Randomized => Some((&keys.values, &keys.record_aad)),
+        Kind::Deterministic => keys
+            .deterministic
+            .as_ref()
+            .map(|k| (k, &keys.deterministic_aad[..])),
+    }
 }
 
 /// [`fail`] with the scope already borrowed.
 fn fail_in(scope: &mut Scope, e: Error) -> Error {
-    let e = Error::Field {
-        path: if scope.path.is_empty() {
-            "/".to_owned()
-        } else {
-            scope.path.clone()
+    let e = match e {
+        e @ Error::Field { .. } => e,
+        e => Error::Field {
+            path: if scope.path.is_empty() {
+                "/".to_owned()
+            } else {
+                scope.path.clone()
+            },
+            cause: Box::new(e),
         },
-        cause: Box::new(e),
     };
     if scope.error.is_none() {
         scope.error = Some(e.clone());
     }
     e
 }
+
+/// The room to leave after a short plaintext for the tag, before the
+/// buffer has to grow.
+const FIELD_ROOM: usize = 64 + 16;
 
 /// Encrypts a field's plaintext, which `encode` writes, under the scope's
 /// keys for `kind`, bound to the record and the current path.
@@ -361,41 +391,32 @@ pub(crate) fn seal(
     kind: Kind,
     encode: impl FnOnce(&mut Vec<u8>) -> Result<(), Error>,
 ) -> Result<Vec<u8>, Error> {
-    let Some((taken, _in_field)) = take(kind, true)? else {
-        unreachable!("take(writing) returns keys or an error")
+    let Some((head, _in_field)) = enter_field(kind, true)? else {
+        unreachable!("enter_field(writing) gives keys or an error")
     };
-    let keyset = &taken.keyset;
-    let result = match kind {
-        Kind::Randomized => {
-            let head = keyset.header_len();
-            let mut buf = vec![0u8; head];
-            match encode(&mut buf) {
-                Ok(()) => keyset
-                    .encrypt_in_place(&mut buf, head, &taken.aad)
-                    .map(|()| buf),
-                Err(e) => {
-                    zeroize::Zeroize::zeroize(&mut buf);
-                    Err(e)
-                }
-            }
-        }
-        Kind::Deterministic => {
-            let mut plain = Zeroizing::new(Vec::new());
-            encode(&mut plain).and_then(|()| keyset.encrypt_deterministically(&plain, &taken.aad))
-        }
-    };
-    match result {
-        Ok(ct) => {
-            keyset.counters().bump(Event::FieldEncrypted);
-            Ok(ct)
-        }
-        Err(e) => Err(fail(e)),
+    let mut buf = Vec::with_capacity(head + FIELD_ROOM);
+    buf.resize(head, 0);
+    if let Err(e) = encode(&mut buf) {
+        zeroize::Zeroize::zeroize(&mut buf);
+        return Err(fail(e));
     }
+    with_field_keys(kind, |keyset, aad| {
+        let ct = match kind {
+            Kind::Randomized => keyset.encrypt_in_place(&mut buf, head, aad).map(|()| buf),
+            Kind::Deterministic => {
+                let plain = Zeroizing::new(buf);
+                keyset.encrypt_deterministically(&plain, aad)
+            }
+        }?;
+        keyset.counters().bump(Event::FieldEncrypted);
+        Ok(ct)
+    })
 }
 
 /// Decrypts a field's ciphertext under the scope's keys for `kind`, bound
 /// to the record and the current path, then hands the plaintext to
-/// `decode` (still inside the field, so a field in it is refused).
+/// `decode` (still inside the field, so a field in it is refused); `None`
+/// with no keys (the field stays sealed).
 ///
 /// # Errors
 /// What the cipher or `decode` reports (an authentication failure is an
@@ -408,23 +429,19 @@ pub(crate) fn open<T>(
     if kind == Kind::Randomized && probe(ciphertext) {
         return Ok(None);
     }
-    let Some((taken, _in_field)) = take(kind, false)? else {
+    let Some((_, _in_field)) = enter_field(kind, false)? else {
         return Ok(None);
     };
-    let keyset = &taken.keyset;
-    let plain = match kind {
-        Kind::Randomized => {
-            let mut buf = Zeroizing::new(ciphertext.to_vec());
-            keyset.decrypt_in_place(&mut buf, &taken.aad).map(|()| buf)
+    let plain = with_field_keys(kind, |keyset, aad| {
+        let plain = match kind {
+            Kind::Randomized => keyset.decrypt(ciphertext, aad),
+            Kind::Deterministic => keyset.decrypt_deterministically(ciphertext, aad),
         }
-        Kind::Deterministic => keyset
-            .decrypt_deterministically(ciphertext, &taken.aad)
-            .map(Zeroizing::new),
-    };
-    let plain = plain.map_err(fail)?;
-    let value = decode(&plain).map_err(fail)?;
-    keyset.counters().bump(Event::FieldDecrypted);
-    Ok(Some(value))
+        .map(Zeroizing::new)?;
+        keyset.counters().bump(Event::FieldDecrypted);
+        Ok(plain)
+    })?;
+    decode(&plain).map(Some).map_err(fail)
 }
 
 /// In a probing scope, notes the KMS call that opening `ciphertext` would
