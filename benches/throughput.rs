@@ -523,11 +523,10 @@ fn fields(c: &mut Criterion) {
                 .serialize(&ctx, Some(&plain))
                 .expect("bare")
                 .expect("present");
-            // The wire form of a field: base64 text in JSON (64 characters
-            // for 48 bytes... here 33 + 32 = 65 bytes, 88 characters), the
-            // bytes in bincode.
+            // The wire form of a field (33 + 32 = 65 bytes): its base64 in
+            // JSON (88 characters), the bytes in bincode.
             let wire_len = if $name == "json" {
-                (65 + 2) / 3 * 4
+                65_usize.div_ceil(3) * 4
             } else {
                 65
             };
