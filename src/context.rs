@@ -182,6 +182,20 @@ pub(crate) fn aad(policy: AadPolicy, ctx: &Context<'_>) -> Result<Vec<u8>, Error
     Ok(out)
 }
 
+/// [`aad`] written into `out` (cleared first), which keeps its capacity.
+pub(crate) fn aad_into(
+    policy: AadPolicy,
+    ctx: &Context<'_>,
+    out: &mut Vec<u8>,
+) -> Result<(), Error> {
+    out.clear();
+    let Some(AadLayout { len, key }) = aad_layout(policy, ctx)? else {
+        return Ok(());
+    };
+    out.resize(len, 0);
+    encode_aad(ctx, key, out)
+}
+
 /// Associated data up to this long is computed on the stack: a topic and a
 /// record key of up to 119 bytes together. Longer ones take one allocation.
 const INLINE_AAD: usize = 128;

@@ -226,7 +226,15 @@ enum State<T> {
 fn write_sealed<S: Serializer>(s: S, bytes: &[u8]) -> Result<S::Ok, S::Error> {
     if s.is_human_readable() {
         use base64::Engine as _;
-        s.serialize_str(&base64::engine::general_purpose::STANDARD.encode(bytes))
+        let engine = base64::engine::general_purpose::STANDARD;
+        let mut stack = [0u8; 512];
+        match engine.encode_slice(bytes, &mut stack) {
+            Ok(n) => match core::str::from_utf8(&stack[..n]) {
+                Ok(text) => s.serialize_str(text),
+                Err(_) => Err(ser::Error::custom("base64 is ASCII")),
+            },
+            Err(_) => s.serialize_str(&engine.encode(bytes)),
+        }
     } else {
         s.serialize_bytes(bytes)
     }
@@ -281,8 +289,12 @@ fn serialize_open<T: ?Sized + Serialize, S: Serializer>(
     open: &T,
     s: S,
 ) -> Result<S::Ok, S::Error> {
-    let ct = scope::seal(kind, |out| plain::encode(open, out)).map_err(ser::Error::custom)?;
-    write_sealed(s, &ct)
+    scope::seal(
+        kind,
+        |out| plain::encode(open, out),
+        |ct| write_sealed(s, ct),
+    )
+    .map_err(ser::Error::custom)?
 }
 
 /// Reads a field of `kind`: opened with the scope's keys, or sealed.
@@ -460,12 +472,15 @@ fn with_serialize<T: PlainField, S: Serializer>(
     v: &T,
     s: S,
 ) -> Result<S::Ok, S::Error> {
-    let ct = scope::seal(kind, |out| {
-        plain::extend_zeroizing(out, v.plaintext());
-        Ok(())
-    })
-    .map_err(ser::Error::custom)?;
-    write_sealed(s, &ct)
+    scope::seal(
+        kind,
+        |out| {
+            plain::extend_zeroizing(out, v.plaintext());
+            Ok(())
+        },
+        |ct| write_sealed(s, ct),
+    )
+    .map_err(ser::Error::custom)?
 }
 
 /// Reads a plain field of `kind`: it must open (a plain field cannot be

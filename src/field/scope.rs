@@ -50,10 +50,49 @@ struct Scope {
     probe: Option<Vec<BlockingWork>>,
     /// The field associated data's buffer, reused.
     aad: Vec<u8>,
+    /// A field's plaintext and ciphertext, reused.
+    scratch: Vec<u8>,
 }
 
 thread_local! {
     static SCOPE: RefCell<Option<Scope>> = const { RefCell::new(None) };
+    /// Buffers of scopes that ended, for the next one on this thread (a
+    /// record's path, associated data and field buffer cost no allocation
+    /// once the thread has handled one).
+    static SPARE: RefCell<Spare> = const { RefCell::new(Spare { bytes: Vec::new(), path: String::new(), marks: Vec::new() }) };
+}
+
+/// Buffers kept between scopes.
+struct Spare {
+    bytes: Vec<Vec<u8>>,
+    path: String,
+    marks: Vec<usize>,
+}
+
+/// How many byte buffers a thread keeps.
+const SPARE_BUFFERS: usize = 8;
+
+/// A byte buffer from this thread's spares (empty), or a new one.
+pub(crate) fn spare_bytes() -> Vec<u8> {
+    SPARE
+        .with(|s| s.borrow_mut().bytes.pop())
+        .unwrap_or_default()
+}
+
+/// Keeps `buf` for a later scope: its contents are zeroized first (it may
+/// have held a plaintext).
+fn keep_spare(mut buf: Vec<u8>) {
+    if buf.capacity() == 0 || buf.capacity() > 4096 {
+        zeroize::Zeroize::zeroize(&mut buf);
+        return;
+    }
+    zeroize::Zeroize::zeroize(&mut buf);
+    SPARE.with(|s| {
+        let mut s = s.borrow_mut();
+        if s.bytes.len() < SPARE_BUFFERS {
+            s.bytes.push(buf);
+        }
+    });
 }
 
 /// Restores the scope that was current before [`enter`] when dropped.
@@ -73,15 +112,20 @@ pub(crate) fn enter_probe(keys: FieldKeys) -> ScopeGuard {
 }
 
 fn enter_with(keys: Option<FieldKeys>, probe: Option<Vec<BlockingWork>>) -> ScopeGuard {
+    let (path, marks) = SPARE.with(|s| {
+        let mut s = s.borrow_mut();
+        (std::mem::take(&mut s.path), std::mem::take(&mut s.marks))
+    });
     let scope = Scope {
         keys,
-        path: String::new(),
-        marks: Vec::new(),
+        path,
+        marks,
         unnamed: 0,
         in_field: false,
         error: None,
         probe,
-        aad: Vec::new(),
+        aad: spare_bytes(),
+        scratch: spare_bytes(),
     };
     let previous = SCOPE.with(|s| s.borrow_mut().replace(scope));
     ScopeGuard { previous }
@@ -107,7 +151,26 @@ impl Drop for ScopeGuard {
         let previous = self.previous.take();
         // A scope being dropped while a borrow is live cannot happen: no
         // borrow is held across a call out of this module.
-        SCOPE.with(|s| *s.borrow_mut() = previous);
+        let ended = SCOPE.with(|s| std::mem::replace(&mut *s.borrow_mut(), previous));
+        let Some(ended) = ended else { return };
+        keep_spare(ended.aad);
+        keep_spare(ended.scratch);
+        if let Some(keys) = ended.keys {
+            keep_spare(keys.record_aad);
+            keep_spare(keys.deterministic_aad);
+        }
+        let (mut path, mut marks) = (ended.path, ended.marks);
+        path.clear();
+        marks.clear();
+        SPARE.with(|s| {
+            let mut s = s.borrow_mut();
+            if s.path.capacity() < path.capacity() {
+                s.path = path;
+            }
+            if s.marks.capacity() < marks.capacity() {
+                s.marks = marks;
+            }
+        });
     }
 }
 
@@ -170,10 +233,7 @@ pub(crate) fn push(segment: Segment<'_>) -> PathGuard {
                     }
                 }
             }
-            Segment::Index(i) => {
-                use std::fmt::Write as _;
-                let _ = write!(s.path, "{i}");
-            }
+            Segment::Index(i) => push_decimal(&mut s.path, i),
             Segment::Signed(i) => {
                 use std::fmt::Write as _;
                 let _ = write!(s.path, "{i}");
@@ -188,6 +248,24 @@ pub(crate) fn push(segment: Segment<'_>) -> PathGuard {
             unnamed,
         }
     })
+}
+
+/// Appends `i` in decimal.
+fn push_decimal(out: &mut String, mut i: u128) {
+    let mut digits = [0u8; 40];
+    let mut at = digits.len();
+    loop {
+        at -= 1;
+        // A digit: `i % 10` is below 10.
+        digits[at] = b'0' + (i % 10) as u8;
+        i /= 10;
+        if i == 0 {
+            break;
+        }
+    }
+    for &d in &digits[at..] {
+        out.push(char::from(d));
+    }
 }
 
 /// Counts a null the field layer passed through untouched.
@@ -220,14 +298,21 @@ pub(crate) fn field_aad(record_aad: &[u8], path: &str) -> Result<Vec<u8>, Error>
     Ok(aad)
 }
 
-/// Leaves the field state when dropped.
-struct InField;
+/// Leaves the field state when dropped, giving the scope its field buffer
+/// back.
+struct InField {
+    scratch: Vec<u8>,
+}
 
 impl Drop for InField {
     fn drop(&mut self) {
+        let scratch = std::mem::take(&mut self.scratch);
         SCOPE.with(|s| {
             if let Some(s) = s.borrow_mut().as_mut() {
                 s.in_field = false;
+                if scratch.capacity() > 0 {
+                    s.scratch = scratch;
+                }
             }
         });
     }
@@ -308,7 +393,12 @@ fn enter_field(kind: Kind, writing: bool) -> Result<Option<(usize, InField)>, Er
             Err(e) => return Err(fail_in(scope, e)),
         };
         scope.in_field = true;
-        Ok(Some((head, InField)))
+        let scratch = if writing {
+            std::mem::take(&mut scope.scratch)
+        } else {
+            Vec::new()
+        };
+        Ok(Some((head, InField { scratch })))
     })
 }
 
@@ -382,35 +472,41 @@ fn fail_in(scope: &mut Scope, e: Error) -> Error {
 const FIELD_ROOM: usize = 64 + 16;
 
 /// Encrypts a field's plaintext, which `encode` writes, under the scope's
-/// keys for `kind`, bound to the record and the current path.
+/// keys for `kind`, bound to the record and the current path, and hands
+/// the ciphertext to `write` (in the scope's reused buffer).
 ///
 /// # Errors
 /// No scope, a sealed scope, or what `encode` or the cipher reports; the
 /// error is kept as the scope's with the field's path.
-pub(crate) fn seal(
+pub(crate) fn seal<R>(
     kind: Kind,
     encode: impl FnOnce(&mut Vec<u8>) -> Result<(), Error>,
-) -> Result<Vec<u8>, Error> {
-    let Some((head, _in_field)) = enter_field(kind, true)? else {
+    write: impl FnOnce(&[u8]) -> R,
+) -> Result<R, Error> {
+    let Some((head, mut field)) = enter_field(kind, true)? else {
         unreachable!("enter_field(writing) gives keys or an error")
     };
-    let mut buf = Vec::with_capacity(head + FIELD_ROOM);
+    let buf = &mut field.scratch;
+    buf.clear();
+    buf.reserve(head + FIELD_ROOM);
     buf.resize(head, 0);
-    if let Err(e) = encode(&mut buf) {
-        zeroize::Zeroize::zeroize(&mut buf);
+    if let Err(e) = encode(buf) {
+        zeroize::Zeroize::zeroize(buf);
         return Err(fail(e));
     }
     with_field_keys(kind, |keyset, aad| {
-        let ct = match kind {
-            Kind::Randomized => keyset.encrypt_in_place(&mut buf, head, aad).map(|()| buf),
+        match kind {
+            Kind::Randomized => keyset.encrypt_in_place(buf, head, aad)?,
             Kind::Deterministic => {
-                let plain = Zeroizing::new(buf);
-                keyset.encrypt_deterministically(&plain, aad)
+                let ct = keyset.encrypt_deterministically(buf, aad);
+                zeroize::Zeroize::zeroize(&mut buf[..]);
+                *buf = ct?;
             }
-        }?;
+        }
         keyset.counters().bump(Event::FieldEncrypted);
-        Ok(ct)
-    })
+        Ok(())
+    })?;
+    Ok(write(buf))
 }
 
 /// Decrypts a field's ciphertext under the scope's keys for `kind`, bound

@@ -215,12 +215,20 @@ impl<F> FieldEncrypting<F> {
         };
         let keys = match &self.values {
             None => None,
-            Some(values) => Some(FieldKeys {
-                values: values.clone(),
-                deterministic: self.deterministic.clone(),
-                record_aad: ctx.associated_data(self.aad)?,
-                deterministic_aad: ctx.associated_data(self.deterministic_aad)?,
-            }),
+            Some(values) => {
+                let mut record_aad = scope::spare_bytes();
+                let mut deterministic_aad = scope::spare_bytes();
+                crate::context::aad_into(self.aad, ctx, &mut record_aad)?;
+                if self.deterministic.is_some() {
+                    crate::context::aad_into(self.deterministic_aad, ctx, &mut deterministic_aad)?;
+                }
+                Some(FieldKeys {
+                    values: values.clone(),
+                    deterministic: self.deterministic.clone(),
+                    record_aad,
+                    deterministic_aad,
+                })
+            }
         };
         Ok(keys)
     }
