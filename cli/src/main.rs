@@ -200,6 +200,19 @@ struct InspectArgs {
     /// The KMS key the keyset file is encrypted with.
     #[arg(long, value_name = "URI")]
     decrypt_with: Option<String>,
+    /// The input is a JSON record (its text, not hex): list each of its
+    /// encrypted fields (`tombstone_crypt::field`) by path, with its key id
+    /// and shape; with `--keyset` and `--topic`, whether it authenticates
+    /// at its path. Never a field's plaintext.
+    #[arg(long)]
+    fields: bool,
+    /// With `--fields`: the topic the record was written to (or the name
+    /// its fields are bound to).
+    #[arg(long, requires = "fields")]
+    topic: Option<String>,
+    /// With `--fields`: the record key, as text.
+    #[arg(long, requires = "fields")]
+    record_key: Option<String>,
 }
 
 /// How a broken layer wrote a delete.
@@ -627,11 +640,14 @@ fn inspect(a: InspectArgs, out: &Output) -> Result<Outcome, Fail> {
             s
         }
     };
-    let bytes = hex_decode(&text).map_err(|e| fail(format!("the ciphertext is not hex: {e}")))?;
     let keyset = match &a.keyset {
         Some(path) => Some(keysets::load(path, a.decrypt_with.as_deref())?),
         None => None,
     };
+    if a.fields {
+        return inspect_fields(&text, keyset.as_ref(), &a, out);
+    }
+    let bytes = hex_decode(&text).map_err(|e| fail(format!("the ciphertext is not hex: {e}")))?;
     let report = describe(&bytes, keyset.as_ref());
     let mut text = String::new();
     for (k, v) in report.as_object().into_iter().flatten() {
@@ -645,6 +661,105 @@ fn inspect(a: InspectArgs, out: &Output) -> Result<Outcome, Fail> {
     Ok(Outcome::of(
         report["ciphertext"] != serde_json::Value::Bool(true),
     ))
+}
+
+/// `inspect --fields`: the encrypted fields of the JSON record `text`.
+fn inspect_fields(
+    text: &str,
+    keyset: Option<&Keyset>,
+    a: &InspectArgs,
+    out: &Output,
+) -> Result<Outcome, Fail> {
+    use tombstone_crypt::{field, AadPolicy, Context};
+    let record: serde_json::Value = serde_json::from_str(text).map_err(|e| {
+        fail(format!(
+            "the record is not JSON (line {}, column {})",
+            e.line(),
+            e.column()
+        ))
+    })?;
+    let mut found = Vec::new();
+    encrypted_fields(&record, &mut String::new(), &mut found);
+    let mut fields = Vec::new();
+    let mut text = String::new();
+    let mut bad = 0;
+    for (path, ct) in &found {
+        let mut d = describe(ct, keyset);
+        if let (Some(keyset), Some(topic)) = (keyset, &a.topic) {
+            let mut ctx = Context::new(topic);
+            if let Some(k) = &a.record_key {
+                ctx = ctx.with_key(k.as_bytes());
+            }
+            // Randomized fields bind topic and key, deterministic ones the
+            // topic (the defaults of FieldEncrypting); the plaintext is
+            // dropped unread.
+            let ok = if keyset.is_deterministic() {
+                field::associated_data(&ctx, AadPolicy::Topic, path)
+                    .is_ok_and(|ad| keyset.decrypt_deterministically(ct, &ad).is_ok())
+            } else {
+                field::associated_data(&ctx, AadPolicy::TopicAndKey, path)
+                    .is_ok_and(|ad| keyset.decrypt(ct, &ad).is_ok())
+            };
+            bad += usize::from(!ok);
+            d["authenticates"] = serde_json::Value::Bool(ok);
+        }
+        text.push_str(&format!(
+            "{path}\tkey id {}\t{} bytes{}\n",
+            d["key_id"],
+            ct.len(),
+            match d.get("authenticates") {
+                Some(serde_json::Value::Bool(true)) => "\tauthenticates here",
+                Some(_) => "\tDOES NOT AUTHENTICATE HERE",
+                None => "",
+            }
+        ));
+        d["path"] = serde_json::Value::String(path.clone());
+        fields.push(d);
+    }
+    if found.is_empty() {
+        text.push_str("no encrypted field\n");
+    }
+    out.print(&text, &serde_json::json!({ "fields": fields }))?;
+    Ok(Outcome::of(bad > 0))
+}
+
+/// Every string of `v` that holds a field's ciphertext (canonical base64 of
+/// `0x01 | key id | ...`), with its path (a JSON Pointer, as
+/// `tombstone_crypt::field` names paths).
+fn encrypted_fields(v: &serde_json::Value, path: &mut String, out: &mut Vec<(String, Vec<u8>)>) {
+    use base64::Engine as _;
+    match v {
+        serde_json::Value::String(s) => {
+            if let Ok(b) = base64::engine::general_purpose::STANDARD.decode(s) {
+                if b.len() > 5 && b[0] == 1 {
+                    let p = if path.is_empty() {
+                        "/".to_owned()
+                    } else {
+                        path.clone()
+                    };
+                    out.push((p, b));
+                }
+            }
+        }
+        serde_json::Value::Array(items) => {
+            for (i, x) in items.iter().enumerate() {
+                let mark = path.len();
+                path.push_str(&format!("/{i}"));
+                encrypted_fields(x, path, out);
+                path.truncate(mark);
+            }
+        }
+        serde_json::Value::Object(map) => {
+            for (k, x) in map {
+                let mark = path.len();
+                path.push('/');
+                path.push_str(&k.replace('~', "~0").replace('/', "~1"));
+                encrypted_fields(x, path, out);
+                path.truncate(mark);
+            }
+        }
+        _ => {}
+    }
 }
 
 /// The shape of `bytes` as a ciphertext: never any of its bytes beyond the

@@ -2860,3 +2860,93 @@ fn reencrypt_stopped_between_a_keys_records_resumes_on_a_compacting_broker() {
         }
     }
 }
+
+/// `inspect --fields`: a JSON record's encrypted fields by path, with key
+/// ids and, given the keyset and where the record lives, whether each
+/// authenticates at its path (a field moved to another path does not,
+/// and the exit code says so); never a field's plaintext.
+#[test]
+fn inspect_lists_a_json_records_encrypted_fields_and_where_they_authenticate() {
+    use serde::{Deserialize, Serialize};
+    use tombstone_crypt::field::{Encrypted, FieldEncrypting};
+    use tombstone_crypt::{Context, Json, Serializer as _};
+
+    #[derive(Serialize, Deserialize)]
+    struct Customer {
+        id: u64,
+        ssn: Encrypted<String>,
+        phone: Option<Encrypted<String>>,
+        cards: Vec<Encrypted<String>>,
+    }
+    let dir = Dir::new("inspect-fields");
+    let f = dir.file("keyset.json");
+    assert_eq!(code(&cli(&["keyset", "new", "--out", &f])), 0);
+    let keyset = load(&f);
+    let codec = FieldEncrypting::new(Json::<Customer>::new(), keyset.clone());
+    let ctx = Context::new("customers").with_key(b"c-1");
+    let record = Customer {
+        id: 1,
+        ssn: Encrypted::new("secret-ssn-078".into()),
+        phone: None,
+        cards: vec![
+            Encrypted::new("secret-card-1".into()),
+            Encrypted::new("secret-card-2".into()),
+        ],
+    };
+    let bytes = codec.serialize(&ctx, Some(&record)).unwrap().unwrap();
+    let text = String::from_utf8(bytes).unwrap();
+    let args = |t: &str| {
+        vec![
+            "inspect".to_owned(),
+            "--json".to_owned(),
+            "--fields".to_owned(),
+            "--keyset".to_owned(),
+            f.clone(),
+            "--topic".to_owned(),
+            "customers".to_owned(),
+            "--record-key".to_owned(),
+            "c-1".to_owned(),
+            t.to_owned(),
+        ]
+    };
+    let run = |t: &str| {
+        let a = args(t);
+        cli(&a.iter().map(String::as_str).collect::<Vec<_>>())
+    };
+    let out = run(&text);
+    assert_eq!(code(&out), 0);
+    let printed = String::from_utf8_lossy(&out.stdout).to_string();
+    assert!(!printed.contains("secret-"), "{printed}");
+    let r = json_of(&out);
+    let paths: Vec<&str> = r["fields"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|f| f["path"].as_str().unwrap())
+        .collect();
+    assert_eq!(paths, ["/cards/0", "/cards/1", "/ssn"]);
+    for f in r["fields"].as_array().unwrap() {
+        assert_eq!(f["key_id"], json!(keyset.primary().0));
+        assert_eq!(f["authenticates"], json!(true), "{f}");
+    }
+    // Swap the two cards: both are found, neither authenticates, exit 1.
+    let mut v: Value = serde_json::from_str(&text).unwrap();
+    let a = v["cards"][0].clone();
+    v["cards"][0] = v["cards"][1].clone();
+    v["cards"][1] = a;
+    let out = run(&v.to_string());
+    assert_eq!(code(&out), 1);
+    let r = json_of(&out);
+    let auth: Vec<&Value> = r["fields"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|f| &f["authenticates"])
+        .collect();
+    assert_eq!(auth, [&json!(false), &json!(false), &json!(true)]);
+    // Another record key: nothing authenticates.
+    let mut a = args(&text);
+    a[8] = "c-2".into();
+    let out = cli(&a.iter().map(String::as_str).collect::<Vec<_>>());
+    assert_eq!(code(&out), 1);
+}
