@@ -475,7 +475,7 @@ fn plan_options(from: &Setup, to: &Setup, command: Command) -> String {
             .collect::<Vec<_>>()
             .join(",")
     };
-    format!(
+    let mut plan = format!(
         "{command:?}, null marker {:?}, aad {:?}, names {} and {}, value key {:?}, values keyset [{}], key keyset [{}]",
         from.marker,
         from.aad,
@@ -484,7 +484,18 @@ fn plan_options(from: &Setup, to: &Setup, command: Command) -> String {
         from.value_key,
         keys(&to.keyset),
         to.key_keyset.as_ref().map(keys).unwrap_or_default(),
-    )
+    );
+    // Only with --fields: a run without it plans as before.
+    if let Some(f) = &to.fields {
+        plan.push_str(&format!(
+            ", fields json, field aad {:?} and {:?}, field keysets [{}] and [{}]",
+            f.aad,
+            f.deterministic_aad,
+            keys(&f.randomized),
+            f.deterministic.as_ref().map(keys).unwrap_or_default(),
+        ));
+    }
+    plan
 }
 
 /// Runs `command` from `from` to `to` on every partition read, a few at

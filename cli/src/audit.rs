@@ -8,9 +8,10 @@ use std::collections::HashMap;
 use indicatif::ProgressBar;
 
 use crate::checkpoint::Mark;
+use crate::fields::FieldState;
 use crate::key_state::{Index, KeyHash, Kind, Seen};
 use crate::read::{partitions, progress, read_partition, setup, Rec, Setup};
-use crate::record::{bound, key_of, open_value, Value};
+use crate::record::{bound, key_of, open_value, value_context, Value};
 use crate::report::{Audit, Counts};
 use crate::run::for_partitions;
 use crate::{fail, AuditArgs, Fail, Outcome, Output};
@@ -59,18 +60,21 @@ pub(crate) fn classify(
     if !key.readable {
         counts.undecryptable_record_keys += 1;
     }
+    let bound = bound(s, &key, wire);
+    let mut fields = FieldState::Unchecked;
     let (kind, key_id) = match r.value {
         None => {
             counts.tombstones += 1;
             (Kind::Tombstone, None)
         }
-        Some(v) => match open_value(s, r, v, bound(s, &key, wire))? {
+        Some(v) => match open_value(s, r, v, bound)? {
             Value::Plain(p, id) => {
                 counts.decrypted += 1;
                 if s.marker.matches(&p) {
                     counts.marker_values += 1;
                     (Kind::Broken, Some(id))
                 } else {
+                    fields = check_fields(s, counts, r, &p, bound)?;
                     (Kind::Live, Some(id))
                 }
             }
@@ -81,6 +85,7 @@ pub(crate) fn classify(
             }
             Value::NotCiphertext => {
                 counts.plaintext += 1;
+                fields = check_fields(s, counts, r, v, bound)?;
                 (Kind::Plaintext, None)
             }
         },
@@ -95,8 +100,38 @@ pub(crate) fn classify(
         key_id,
         readable: key.readable,
         encrypted: key.encrypted,
+        fields,
     };
     Ok(Some((hash.of(key.encrypted, &key.group), seen, key.group)))
+}
+
+/// With `--fields`, what the encrypted fields of the value `text` (its
+/// plaintext, or the value itself when it is not encrypted) of `r` are,
+/// bound as its value is (`bound`: the record key's bytes, `None` when its
+/// plaintext is unknown: then unchecked), counted. A KMS error fails the
+/// command: the fields cannot be told apart.
+fn check_fields(
+    s: &Setup,
+    counts: &mut Counts,
+    r: &Rec<'_>,
+    text: &[u8],
+    bound: Option<&[u8]>,
+) -> Result<FieldState, Fail> {
+    let (Some(keys), Some(b)) = (&s.fields, bound) else {
+        return Ok(FieldState::Unchecked);
+    };
+    let checked =
+        crate::fields::check(keys, text, &value_context(&s.name, Some(b))).map_err(|e| {
+            fail(format!(
+                "the fields of the value at {}/{} offset {}: {}",
+                s.topic,
+                r.partition,
+                r.offset,
+                crate::chain(&e)
+            ))
+        })?;
+    counts.fields.add(&checked, r.partition, r.offset);
+    Ok(checked.state)
 }
 
 /// The form of a record key: the position of the key it names in the key
@@ -140,6 +175,7 @@ pub(crate) fn scan_partition(
 ) -> Result<Scanned, Fail> {
     let Pass { hash, bar, list } = *pass;
     let mut counts = Counts::default();
+    counts.fields.on = s.fields.is_some();
     index.reset(partition);
     let mut groups: HashMap<u64, Vec<u8>> = HashMap::new();
     let stop = match upto {
@@ -176,6 +212,18 @@ pub(crate) fn scan_partition(
 /// Fails when not one value of the topic decrypts and some do not: the
 /// wrong keyset (or `--aad`), not a topic full of findings.
 pub(crate) fn check_keyset(s: &Setup, c: &Counts) -> Result<(), Fail> {
+    if let Some(keys) = s.fields.as_ref().filter(|_| c.fields.none_authenticates()) {
+        let named: Vec<u32> = c.fields.not_authenticating_ids.iter().copied().collect();
+        let have = |k: &tombstone_crypt::Keyset| k.keys().map(|(id, _)| id.0).collect::<Vec<_>>();
+        return Err(fail(format!(
+            "no field of {} authenticates under these keysets: the fields name key ids {named:?}, the field keyset holds {:?}{}; is it the keyset the fields were written with, with the --field-aad (and --aad-name, --value-key) they were written with?",
+            s.topic,
+            have(&keys.randomized),
+            keys.deterministic
+                .as_ref()
+                .map_or(String::new(), |d| format!(", the deterministic one {:?}", have(d)))
+        )));
+    }
     if c.decrypted > 0 || c.undecryptable_values == 0 {
         return Ok(());
     }

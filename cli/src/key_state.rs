@@ -16,6 +16,7 @@
 use std::collections::HashMap;
 use std::hash::{BuildHasher, BuildHasherDefault, Hasher};
 
+use crate::fields::FieldState;
 use crate::{fail, Fail};
 
 /// What a record (or the newest record of a key) is.
@@ -94,6 +95,8 @@ pub(crate) struct Seen {
     /// Whether its key's group is a plaintext decrypted with the key
     /// keyset.
     pub(crate) encrypted: bool,
+    /// What its value's encrypted fields are (`reencrypt --fields`).
+    pub(crate) fields: FieldState,
 }
 
 // The bits of `Entry::bits`.
@@ -105,6 +108,18 @@ const HAS_ID: u32 = 1 << 24;
 const ENCRYPTED: u32 = 1 << 25;
 const ACTION_SHIFT: u32 = 26;
 const SPLIT: u32 = 1 << 28;
+const FIELDS_SHIFT: u32 = 29;
+
+/// A [`FieldState`]'s three bits in an [`Entry`].
+fn field_bits(f: FieldState) -> u32 {
+    match f {
+        FieldState::Unchecked => 0,
+        FieldState::Current => 1,
+        FieldState::Old => 2,
+        FieldState::Bad => 3,
+        FieldState::NotJson => 4,
+    }
+}
 
 /// One key in its partition: the record that decides its state (the
 /// newest of its readable forms, the newest of all when none is readable),
@@ -120,7 +135,8 @@ pub(crate) struct Entry {
     /// are told apart (a clear error, never one key's state for another's).
     check: u32,
     /// Present forms (16 bits), the deciding form (4), its kind (3),
-    /// readable, key id present, encrypted, the action (2), split.
+    /// readable, key id present, encrypted, the action (2), split, its
+    /// fields (3).
     bits: u32,
 }
 
@@ -154,7 +170,8 @@ impl Entry {
             | (u32::from(r.form) << FORM_SHIFT)
             | (r.kind.bits() << KIND_SHIFT)
             | if r.readable { READABLE } else { 0 }
-            | if r.key_id.is_some() { HAS_ID } else { 0 };
+            | if r.key_id.is_some() { HAS_ID } else { 0 }
+            | (field_bits(r.fields) << FIELDS_SHIFT);
     }
 
     fn set_present(&mut self, r: &Seen) {
@@ -210,6 +227,18 @@ impl Entry {
     /// The key id the deciding value names.
     pub(crate) fn key_id(&self) -> Option<u32> {
         (self.bits & HAS_ID != 0).then_some(self.key_id)
+    }
+
+    /// What the deciding value's encrypted fields are (`reencrypt
+    /// --fields`).
+    pub(crate) fn fields(&self) -> FieldState {
+        match (self.bits >> FIELDS_SHIFT) & 7 {
+            1 => FieldState::Current,
+            2 => FieldState::Old,
+            3 => FieldState::Bad,
+            4 => FieldState::NotJson,
+            _ => FieldState::Unchecked,
+        }
     }
 
     /// Another form than the deciding one still holds a present value.
@@ -411,6 +440,7 @@ mod tests {
             key_id: (kind != Kind::Tombstone).then_some(7),
             readable,
             encrypted: true,
+            fields: FieldState::Unchecked,
         }
     }
 
@@ -461,6 +491,26 @@ mod tests {
             e.set_action(a);
             assert_eq!(e.action(), a);
             assert_eq!(e.kind(), Kind::Plaintext);
+        }
+        for f in [
+            FieldState::Unchecked,
+            FieldState::Current,
+            FieldState::Old,
+            FieldState::Bad,
+            FieldState::NotJson,
+        ] {
+            let mut e = Entry::new(
+                &Seen {
+                    fields: f,
+                    ..seen(5, 15, Kind::Live, true)
+                },
+                0,
+                0,
+            );
+            e.set_action(Some(Action::Value { reencrypt: true }));
+            e.settle();
+            assert_eq!((e.fields(), e.kind(), e.form()), (f, Kind::Live, 15));
+            assert_eq!(e.action(), Some(Action::Value { reencrypt: true }));
         }
         assert!(std::mem::size_of::<(u64, Entry)>() <= 24);
     }

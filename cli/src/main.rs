@@ -15,8 +15,10 @@
 //! found), `run` (partitions in parallel), `audit`, `write` (producing in
 //! order, in journaled chunks), `checkpoint` (resumable writes), `plan`
 //! (the write rule, key by key), `apply` (the passes of `repair` and
-//! `reencrypt` over each partition), `repair` and `reencrypt`; this file
-//! holds the arguments, `inspect` and the exit codes.
+//! `reencrypt` over each partition), `repair` and `reencrypt`, and `fields`
+//! (a JSON record's encrypted fields, for `inspect --fields` and
+//! `reencrypt --fields json`); this file holds the arguments, `inspect`
+//! and the exit codes.
 #![forbid(unsafe_code)]
 // The lints live in Cargo.toml's [lints]; this one is allowed in tests.
 #![cfg_attr(not(test), warn(clippy::unwrap_used))]
@@ -24,6 +26,7 @@
 mod apply;
 mod audit;
 mod checkpoint;
+mod fields;
 mod key_state;
 mod keysets;
 mod plan;
@@ -85,7 +88,9 @@ enum Command {
     Repair(RepairArgs),
     /// Rewrite every live value under the keyset's primary key (and, with
     /// `--key-keyset`, every key under its primary key), through the write
-    /// rule, to finish a rotation or encrypt plaintext values.
+    /// rule, to finish a rotation or encrypt plaintext values; with
+    /// `--fields json`, every encrypted field of each JSON record in place,
+    /// the rest of the record byte for byte as it was.
     Reencrypt(ReencryptArgs),
 }
 
@@ -419,6 +424,13 @@ struct RepairArgs {
     progress: ProgressArgs,
 }
 
+/// The formats whose encrypted fields `reencrypt --fields` rewrites.
+#[derive(ValueEnum, Clone, Copy, Debug, PartialEq, Eq)]
+enum FieldsFormat {
+    /// JSON records: a field is a string, base64 of its ciphertext.
+    Json,
+}
+
 /// What to do with a value that is not a ciphertext.
 #[derive(ValueEnum, Clone, Copy, Debug, PartialEq, Eq)]
 enum UnencryptedArg {
@@ -442,6 +454,36 @@ struct ReencryptArgs {
     /// Values that are not ciphertexts of the keyset.
     #[arg(long, value_enum, default_value = "reject")]
     unencrypted: UnencryptedArg,
+    /// Rewrite the encrypted fields (`tombstone_crypt::field`) of each
+    /// live record instead: `json`. A field is a string that is canonical
+    /// base64 of `0x01 | key id | ...`; each must authenticate at its path
+    /// (a JSON Pointer), and each under an older key is encrypted again
+    /// under the primary key at the same path, in place of its old text:
+    /// every other byte of the record stays as it was. A value that is not
+    /// encrypted stays so; one encrypted as a whole (under --keyset) is
+    /// decrypted, its fields rewritten, and encrypted again. A record with
+    /// a field that does not authenticate, or that is not JSON, is left
+    /// as it is, counted and named by partition, offset and path (exit 1).
+    /// A string too short for an AES-GCM ciphertext, under a key id no
+    /// field keyset holds, is taken for plain text.
+    #[arg(long, value_enum, value_name = "FORMAT")]
+    fields: Option<FieldsFormat>,
+    /// With --fields: the keyset of the randomized fields
+    /// (`Encrypted<T>`), if not --keyset.
+    #[arg(long, value_name = "FILE", requires = "fields")]
+    field_keyset: Option<PathBuf>,
+    /// With --fields: the keyset of the deterministic fields
+    /// (`Deterministic<T>`, AES-SIV), if the records have any.
+    #[arg(long, value_name = "FILE", requires = "fields")]
+    deterministic_field_keyset: Option<PathBuf>,
+    /// With --fields: what the randomized fields are bound to besides
+    /// their path (`FieldEncrypting::with_aad`).
+    #[arg(long, value_enum, default_value = "topic-and-key", requires = "fields")]
+    field_aad: Aad,
+    /// With --fields: what the deterministic fields are bound to besides
+    /// their path (`FieldEncrypting::with_deterministic_aad`).
+    #[arg(long, value_enum, default_value = "topic", requires = "fields")]
+    deterministic_field_aad: Aad,
     /// Write (without it: print the plan only).
     #[arg(long)]
     apply: bool,
@@ -671,15 +713,11 @@ fn inspect_fields(
     out: &Output,
 ) -> Result<Outcome, Fail> {
     use tombstone_crypt::{field, AadPolicy, Context};
-    let record: serde_json::Value = serde_json::from_str(text).map_err(|e| {
-        fail(format!(
-            "the record is not JSON (line {}, column {})",
-            e.line(),
-            e.column()
-        ))
-    })?;
-    let mut found = Vec::new();
-    encrypted_fields(&record, &mut String::new(), &mut found);
+    let found = fields::find(text.as_bytes())
+        .map_err(|e| fail(format!("the record is {e}")))?
+        .into_iter()
+        .map(|f| (f.path, f.bytes));
+    let found: Vec<(String, Vec<u8>)> = found.collect();
     let mut fields = Vec::new();
     let mut text = String::new();
     let mut bad = 0;
@@ -721,45 +759,6 @@ fn inspect_fields(
     }
     out.print(&text, &serde_json::json!({ "fields": fields }))?;
     Ok(Outcome::of(bad > 0))
-}
-
-/// Every string of `v` that holds a field's ciphertext (canonical base64 of
-/// `0x01 | key id | ...`), with its path (a JSON Pointer, as
-/// `tombstone_crypt::field` names paths).
-fn encrypted_fields(v: &serde_json::Value, path: &mut String, out: &mut Vec<(String, Vec<u8>)>) {
-    use base64::Engine as _;
-    match v {
-        serde_json::Value::String(s) => {
-            if let Ok(b) = base64::engine::general_purpose::STANDARD.decode(s) {
-                if b.len() > 5 && b[0] == 1 {
-                    let p = if path.is_empty() {
-                        "/".to_owned()
-                    } else {
-                        path.clone()
-                    };
-                    out.push((p, b));
-                }
-            }
-        }
-        serde_json::Value::Array(items) => {
-            for (i, x) in items.iter().enumerate() {
-                let mark = path.len();
-                path.push_str(&format!("/{i}"));
-                encrypted_fields(x, path, out);
-                path.truncate(mark);
-            }
-        }
-        serde_json::Value::Object(map) => {
-            for (k, x) in map {
-                let mark = path.len();
-                path.push('/');
-                path.push_str(&k.replace('~', "~0").replace('/', "~1"));
-                encrypted_fields(x, path, out);
-                path.truncate(mark);
-            }
-        }
-        _ => {}
-    }
 }
 
 /// The shape of `bytes` as a ciphertext: never any of its bytes beyond the

@@ -8,7 +8,9 @@
 //! topic it writes, decided from the entry alone, and ([`Planner::writes`])
 //! the key's records in the rule's order, made when the second pass reaches
 //! the key's deciding record: its value read then, as it is or encrypted
-//! again. Nothing of a value is held longer than its chunk.
+//! again (with `--fields`: its encrypted fields encrypted again in its
+//! text, and the value too when it is encrypted as a whole). Nothing of a
+//! value is held longer than its chunk.
 
 use tombstone_crypt::record_key::KeyForms;
 use tombstone_crypt::{
@@ -16,6 +18,7 @@ use tombstone_crypt::{
 };
 use zeroize::Zeroizing;
 
+use crate::fields::{FieldKeys, FieldState, NotRewritten};
 pub(crate) use crate::key_state::Action;
 use crate::key_state::{Entry, Kind};
 use crate::read::{Rec, Setup};
@@ -47,6 +50,11 @@ pub(crate) struct PlanCounts {
     /// Keys `reencrypt` skips: plaintext values, without
     /// `--unencrypted pass-through`.
     pub(crate) skipped_plaintext: u64,
+    /// Keys `reencrypt --fields` skips: a field of their value does not
+    /// authenticate at its path.
+    pub(crate) skipped_fields: u64,
+    /// Keys `reencrypt --fields` skips: their value is not JSON.
+    pub(crate) skipped_not_json: u64,
 }
 
 impl PlanCounts {
@@ -62,6 +70,8 @@ impl PlanCounts {
         self.skipped_broken += o.skipped_broken;
         self.skipped_undecryptable += o.skipped_undecryptable;
         self.skipped_plaintext += o.skipped_plaintext;
+        self.skipped_fields += o.skipped_fields;
+        self.skipped_not_json += o.skipped_not_json;
     }
 
     /// Every tombstone planned (the older forms', and the deletes').
@@ -206,6 +216,35 @@ impl<'a> Planner<'a> {
                     }
                 }
             }
+            // With --fields: a value's fields are rewritten, and the value
+            // with them when it is encrypted as a whole; a value that is
+            // not encrypted stays so.
+            Command::Reencrypt { .. }
+                if self.from.fields.is_some() && matches!(kind, Kind::Live | Kind::Plaintext) =>
+            {
+                match e.fields() {
+                    FieldState::Bad => {
+                        c.skipped_fields += 1;
+                        None
+                    }
+                    FieldState::NotJson => {
+                        c.skipped_not_json += 1;
+                        None
+                    }
+                    fields => {
+                        let rekey = fields == FieldState::Old
+                            || (kind == Kind::Live && e.key_id() != Some(self.primary));
+                        let rebind = self.rebinds(e);
+                        if self.same && !(rekey || rebind || self.moved(e) || e.split()) {
+                            None
+                        } else {
+                            Some(Action::Value {
+                                reencrypt: rekey || rebind,
+                            })
+                        }
+                    }
+                }
+            }
             Command::Reencrypt { pass_through } => match kind {
                 // A deleted key is never published again: its tombstones
                 // are copied to another topic, and written again here only
@@ -317,10 +356,12 @@ impl<'a> Planner<'a> {
             Action::Delete => None,
             Action::Value { reencrypt } => {
                 let v = r.value.ok_or_else(changed)?;
-                if reencrypt {
-                    Some(self.encrypt_again(e, r, v, wire, &forms)?)
-                } else {
-                    Some(v.to_vec())
+                match &self.from.fields {
+                    Some(keys) if reencrypt => {
+                        Some(self.fields_again(keys, e, r, v, wire, &forms)?)
+                    }
+                    _ if reencrypt => Some(self.encrypt_again(e, r, v, wire, &forms)?),
+                    _ => Some(v.to_vec()),
                 }
             }
         };
@@ -370,6 +411,70 @@ impl<'a> Planner<'a> {
         };
         self.value_ser
             .serialize(&value_context(&to.name, Some(bound)), Some(&plaintext[..]))?
+            .ok_or_else(|| fail("a present value encrypted to nothing"))
+    }
+
+    /// The value `v` of `r` with its encrypted fields (`--fields`) under
+    /// the primary keys, bound to the target's name and key: each field
+    /// not under its keyset's primary key (every field, when the target
+    /// binds them otherwise) encrypted again at its path, in place of its
+    /// old text, every other byte of the record as it was; a value
+    /// encrypted as a whole is decrypted first and encrypted again.
+    fn fields_again(
+        &self,
+        keys: &FieldKeys,
+        e: &Entry,
+        r: &Rec<'_>,
+        v: &[u8],
+        wire: &[u8],
+        forms: &KeyForms,
+    ) -> Result<Vec<u8>, Fail> {
+        let (from, to) = (self.from, self.to);
+        let changed = |why: String| {
+            fail(format!(
+                "the value at {}/{} offset {} {why}: run again",
+                from.topic, r.partition, r.offset
+            ))
+        };
+        let from_bound = match from.value_key {
+            ValueKey::Wire => wire,
+            ValueKey::Plaintext => forms.plaintext(),
+        };
+        let to_bound = match to.value_key {
+            ValueKey::Wire => forms.primary(),
+            ValueKey::Plaintext => forms.plaintext(),
+        };
+        let (text, whole) = match e.kind() {
+            Kind::Plaintext => (Zeroizing::new(v.to_vec()), false),
+            _ => match open_value(from, r, v, Some(from_bound))? {
+                Value::Plain(plaintext, _) => (plaintext, true),
+                _ => return Err(changed("no longer decrypts".into())),
+            },
+        };
+        let from_ctx = value_context(&from.name, Some(from_bound));
+        let to_ctx = value_context(&to.name, Some(to_bound));
+        let all = from.name != to.name || from_bound != to_bound;
+        let text =
+            crate::fields::rewrite(keys, &text, &from_ctx, &to_ctx, all).map_err(
+                |why| match why {
+                    NotRewritten::NotJson(j) => changed(format!("is no longer JSON ({j})")),
+                    NotRewritten::Bad(path) => changed(format!(
+                        "has a field at {path} that no longer authenticates"
+                    )),
+                    NotRewritten::Error(err) => fail(format!(
+                        "the fields of the value at {}/{} offset {}: {}",
+                        from.topic,
+                        r.partition,
+                        r.offset,
+                        crate::chain(&err)
+                    )),
+                },
+            )?;
+        if !whole {
+            return Ok(text.to_vec());
+        }
+        self.value_ser
+            .serialize(&to_ctx, Some(&text[..]))?
             .ok_or_else(|| fail("a present value encrypted to nothing"))
     }
 }

@@ -16,6 +16,7 @@ use tombstone_crypt::kafka::rdkafka::message::{Headers as _, Message as _};
 use tombstone_crypt::kafka::rdkafka::{Offset, TopicPartitionList};
 use tombstone_crypt::{AadPolicy, KeyStatus, Keyset};
 
+use crate::fields::FieldKeys;
 use crate::key_state::MAX_FORMS;
 use crate::{fail, keysets, Fail, NullMarker, TopicArgs, ValueKey};
 
@@ -55,6 +56,9 @@ pub(crate) struct Setup {
     pub(crate) only: Option<BTreeSet<i32>>,
     /// How many partitions are read at once (`--parallel`).
     pub(crate) parallel: usize,
+    /// The keys of the values' encrypted fields (`reencrypt --fields`):
+    /// with them, each present value's fields are checked as it is read.
+    pub(crate) fields: Option<FieldKeys>,
 }
 
 /// Loads the keysets and builds the client configuration of a topic
@@ -120,6 +124,7 @@ pub(crate) fn setup(a: &TopicArgs) -> Result<Setup, Fail> {
         form_ids,
         only: a.partitions.clone(),
         parallel,
+        fields: None,
     })
 }
 

@@ -8,6 +8,8 @@ use std::collections::{BTreeMap, BTreeSet};
 
 use serde_json::json;
 
+use crate::apply::LISTED;
+use crate::fields::{Checked, FieldState};
 use crate::key_state::{Entry, Index, Kind};
 
 /// What was counted in one partition or more; partitions add up.
@@ -52,6 +54,88 @@ pub(crate) struct Counts {
     live: Vec<(u64, u32)>,
     /// Keys with a present value in more than one partition.
     several: u64,
+    /// The values' encrypted fields (`reencrypt --fields`).
+    pub(crate) fields: FieldCounts,
+}
+
+/// What was counted of the values' encrypted fields (`reencrypt
+/// --fields`): never a field's plaintext, nor a record key.
+#[derive(Default)]
+pub(crate) struct FieldCounts {
+    /// Whether fields were looked at.
+    pub(crate) on: bool,
+    /// Fields that authenticate at their path, of every present value
+    /// read (not only each key's newest), by key id.
+    by_key_id: BTreeMap<u32, u64>,
+    /// Fields that do not authenticate at their path, of every present
+    /// value read.
+    not_authenticating: u64,
+    /// The key ids those name.
+    pub(crate) not_authenticating_ids: BTreeSet<u32>,
+    /// Present values that are not JSON.
+    not_json: u64,
+    /// The first records ([`LISTED`]) with a field that does not
+    /// authenticate: partition, offset, the paths of those fields.
+    pub(crate) listed: Vec<(i32, i64, Vec<String>)>,
+    /// Keys by what their deciding value's fields are.
+    keys: BTreeMap<&'static str, u64>,
+}
+
+impl FieldCounts {
+    /// Counts the fields of one present value, at `partition`/`offset`.
+    pub(crate) fn add(&mut self, c: &Checked, partition: i32, offset: i64) {
+        for id in &c.key_ids {
+            *self.by_key_id.entry(*id).or_default() += 1;
+        }
+        self.not_authenticating += c.bad.len() as u64;
+        self.not_authenticating_ids
+            .extend(c.bad.iter().map(|(_, id)| *id));
+        self.not_json += u64::from(c.state == FieldState::NotJson);
+        if !c.bad.is_empty() && self.listed.len() < LISTED {
+            let paths = c.bad.iter().map(|(p, _)| p.clone()).collect();
+            self.listed.push((partition, offset, paths));
+        }
+    }
+
+    /// Whether no field authenticates and some do not: the wrong keyset
+    /// (or `--field-aad`), not a topic full of findings.
+    pub(crate) fn none_authenticates(&self) -> bool {
+        self.by_key_id.is_empty() && self.not_authenticating > 0
+    }
+
+    /// Keys whose deciding value's fields are `state`.
+    fn keys_of(&self, state: FieldState) -> u64 {
+        self.keys.get(field_state_name(state)).copied().unwrap_or(0)
+    }
+
+    fn merge(&mut self, o: FieldCounts) {
+        self.on |= o.on;
+        for (k, v) in o.by_key_id {
+            *self.by_key_id.entry(k).or_default() += v;
+        }
+        self.not_authenticating += o.not_authenticating;
+        self.not_authenticating_ids.extend(o.not_authenticating_ids);
+        self.not_json += o.not_json;
+        for l in o.listed {
+            if self.listed.len() < LISTED {
+                self.listed.push(l);
+            }
+        }
+        for (k, v) in o.keys {
+            *self.keys.entry(k).or_default() += v;
+        }
+    }
+}
+
+/// A name for each state of a value's fields, to count by.
+fn field_state_name(f: FieldState) -> &'static str {
+    match f {
+        FieldState::Unchecked => "unchecked",
+        FieldState::Current => "current",
+        FieldState::Old => "under_older_keys",
+        FieldState::Bad => "not_authenticating",
+        FieldState::NotJson => "not_json",
+    }
 }
 
 /// A name for each kind, to count by.
@@ -105,6 +189,13 @@ impl Counts {
                 *self.undecryptable_by_key_id.entry(id).or_default() += 1;
             }
         }
+        if self.fields.on && matches!(e.kind(), Kind::Live | Kind::Plaintext) {
+            *self
+                .fields
+                .keys
+                .entry(field_state_name(e.fields()))
+                .or_default() += 1;
+        }
     }
 
     /// Adds `o`'s counts to these.
@@ -132,6 +223,7 @@ impl Counts {
         self.listed.extend(o.listed);
         self.live.extend(o.live);
         self.several += o.several;
+        self.fields.merge(o.fields);
     }
 }
 
@@ -164,12 +256,17 @@ impl Audit {
     }
 
     /// Broken tombstones, undecryptable deciding values, split keys, or
-    /// keys with a value in more than one partition.
+    /// keys with a value in more than one partition; with `--fields`,
+    /// deciding values with a field that does not authenticate, or that
+    /// are not JSON.
     pub(crate) fn findings(&self) -> bool {
+        let f = &self.counts.fields;
         self.count(Kind::Broken) > 0
             || self.count(Kind::Undecryptable) > 0
             || self.split() > 0
             || self.counts.several > 0
+            || f.keys_of(FieldState::Bad) > 0
+            || f.keys_of(FieldState::NotJson) > 0
     }
 
     /// The report, as text and as JSON; with `list_keys`, each key's state
@@ -247,6 +344,50 @@ impl Audit {
             per_id(key_ids),
             per_id(&c.all_by_key_id),
         );
+        if c.fields.on {
+            let f = &c.fields;
+            let listed: Vec<serde_json::Value> = f
+                .listed
+                .iter()
+                .map(|(p, o, paths)| json!({"partition": p, "offset": o, "paths": paths}))
+                .collect();
+            json["fields"] = json!({
+                "all_by_key_id": ids(&f.by_key_id),
+                "not_authenticating": f.not_authenticating,
+                "values_not_json": f.not_json,
+                "keys": {
+                    "current": f.keys_of(FieldState::Current),
+                    "under_older_keys": f.keys_of(FieldState::Old),
+                    "not_authenticating": f.keys_of(FieldState::Bad),
+                    "not_json": f.keys_of(FieldState::NotJson),
+                },
+                "not_authenticating_records": listed,
+            });
+            text.push_str(&format!(
+                "all fields by id   {}\n\
+                 fields failing     {} (they do not authenticate at their path)\n\
+                 values not JSON    {}\n\
+                 keys' fields       {} current, {} under older keys, {} not authenticating, {} not JSON\n",
+                per_id(&f.by_key_id),
+                f.not_authenticating,
+                f.not_json,
+                f.keys_of(FieldState::Current),
+                f.keys_of(FieldState::Old),
+                f.keys_of(FieldState::Bad),
+                f.keys_of(FieldState::NotJson),
+            ));
+            for (p, o, paths) in &f.listed {
+                text.push_str(&format!(
+                    "record {p}/{o}: {} not authenticate at {}\n",
+                    if paths.len() == 1 {
+                        "a field does"
+                    } else {
+                        "fields do"
+                    },
+                    paths.join(", ")
+                ));
+            }
+        }
         if c.several > 0 {
             text.push_str(&format!(
                 "finding: {} keys have a value in more than one partition (partitions were added to the topic, or its writers choose partitions differently): a reader of one partition, a store restored from it and compaction each see another value, and a delete reaches one copy only. See the README, \"Adding partitions\".\n",
