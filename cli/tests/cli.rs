@@ -6,12 +6,12 @@
 mod common;
 
 use std::collections::BTreeMap;
-use std::path::PathBuf;
 use std::process::{Command, Output};
 use std::time::Duration;
 
 use common::compacting::{compacting_bootstrap, wait_compacted};
 use common::kafka::{bootstrap, client_config, fresh_topic};
+use common::process::{cli, code, json_of, load, new_keyset, Dir};
 use common::tink::{hex, peer, python, unhex};
 use serde_json::{json, Value};
 use tombstone_crypt::kafka::rdkafka::admin::{
@@ -27,62 +27,6 @@ use tombstone_crypt::{
     DeterministicSerializer, EncryptingSerializer, Keyset, Serializer as _, Unencrypted,
 };
 
-fn cli(args: &[&str]) -> Output {
-    let out = Command::new(env!("CARGO_BIN_EXE_tombstone-crypt"))
-        .args(args)
-        .output()
-        .expect("run tombstone-crypt");
-    let stderr = String::from_utf8_lossy(&out.stderr);
-    assert!(
-        !stderr.contains("panicked") && !stderr.contains("RUST_BACKTRACE"),
-        "{args:?} panicked: {stderr}"
-    );
-    out
-}
-
-fn code(out: &Output) -> i32 {
-    out.status.code().expect("exited, not killed")
-}
-
-fn json_of(out: &Output) -> Value {
-    serde_json::from_slice(&out.stdout).unwrap_or_else(|e| {
-        panic!(
-            "not JSON ({e}): {}\nstderr: {}",
-            String::from_utf8_lossy(&out.stdout),
-            String::from_utf8_lossy(&out.stderr)
-        )
-    })
-}
-
-struct Dir(PathBuf);
-
-impl Dir {
-    fn new(name: &str) -> Dir {
-        let d = std::env::temp_dir().join(format!("tc-cli-{name}-{}", std::process::id()));
-        let _ = std::fs::remove_dir_all(&d);
-        std::fs::create_dir_all(&d).unwrap();
-        Dir(d)
-    }
-    fn file(&self, name: &str) -> String {
-        self.0.join(name).to_str().unwrap().to_owned()
-    }
-}
-
-impl Drop for Dir {
-    fn drop(&mut self) {
-        let _ = std::fs::remove_dir_all(&self.0);
-    }
-}
-
-/// `keyset new --out DIR/NAME` (an AES-256-GCM keyset): its path and keys.
-fn new_keyset(dir: &Dir, name: &str) -> (String, Keyset) {
-    let path = dir.file(name);
-    let out = cli(&["keyset", "new", "--out", &path]);
-    assert_eq!(code(&out), 0, "{}", String::from_utf8_lossy(&out.stderr));
-    let keyset = load(&path);
-    (path, keyset)
-}
-
 /// The loopback OpenBao's key (`scripts/kms.sh`, which the test command
 /// starts); `None`, and a note, without it.
 fn vault_kek() -> Option<String> {
@@ -91,10 +35,6 @@ fn vault_kek() -> Option<String> {
         eprintln!("TOMBSTONE_VAULT_KEY_URI unset: skipped (scripts/test.sh sets it)");
     }
     kek
-}
-
-fn load(path: &str) -> Keyset {
-    Keyset::from_tink_json(&std::fs::read_to_string(path).unwrap()).unwrap()
 }
 
 fn create_compacted(bootstrap: &str, topic: &str, partitions: i32) {

@@ -8,81 +8,20 @@
 mod common;
 
 use std::collections::BTreeMap;
-use std::path::PathBuf;
-use std::process::{Command, Output};
 use std::time::Duration;
 
 use base64::Engine as _;
 use common::compacting::{read_all, RawRecord};
 use common::kafka::{bootstrap, client_config, create_topic, fresh_topic};
+use common::process::{cli, code, json_of, load, new_keyset, Dir};
 use serde::{Deserialize, Serialize};
-use serde_json::{json, Value};
+use serde_json::json;
 use tombstone_crypt::field::{self, Encrypted, FieldEncrypting};
 use tombstone_crypt::kafka::rdkafka::producer::{FutureProducer, FutureRecord};
 use tombstone_crypt::{
     AadPolicy, Bytes, Context, DecryptingDeserializer, Deserializer as _, EncryptingSerializer,
     Json, Keyset, Serializer as _,
 };
-
-fn cli(args: &[&str]) -> Output {
-    let out = Command::new(env!("CARGO_BIN_EXE_tombstone-crypt"))
-        .args(args)
-        .output()
-        .expect("run tombstone-crypt");
-    let stderr = String::from_utf8_lossy(&out.stderr);
-    assert!(
-        !stderr.contains("panicked") && !stderr.contains("RUST_BACKTRACE"),
-        "{args:?} panicked: {stderr}"
-    );
-    out
-}
-
-fn code(out: &Output) -> i32 {
-    out.status.code().expect("exited, not killed")
-}
-
-fn json_of(out: &Output) -> Value {
-    serde_json::from_slice(&out.stdout).unwrap_or_else(|e| {
-        panic!(
-            "not JSON ({e}): {}\nstderr: {}",
-            String::from_utf8_lossy(&out.stdout),
-            String::from_utf8_lossy(&out.stderr)
-        )
-    })
-}
-
-struct Dir(PathBuf);
-
-impl Dir {
-    fn new(name: &str) -> Dir {
-        let d = std::env::temp_dir().join(format!("tc-cli-{name}-{}", std::process::id()));
-        let _ = std::fs::remove_dir_all(&d);
-        std::fs::create_dir_all(&d).unwrap();
-        Dir(d)
-    }
-    fn file(&self, name: &str) -> String {
-        self.0.join(name).to_str().unwrap().to_owned()
-    }
-}
-
-impl Drop for Dir {
-    fn drop(&mut self) {
-        let _ = std::fs::remove_dir_all(&self.0);
-    }
-}
-
-fn load(path: &str) -> Keyset {
-    Keyset::from_tink_json(&std::fs::read_to_string(path).unwrap()).unwrap()
-}
-
-/// `keyset new --out DIR/NAME`: its path and keys.
-fn new_keyset(dir: &Dir, name: &str) -> (String, Keyset) {
-    let path = dir.file(name);
-    let out = cli(&["keyset", "new", "--out", &path]);
-    assert_eq!(code(&out), 0, "{}", String::from_utf8_lossy(&out.stderr));
-    let keyset = load(&path);
-    (path, keyset)
-}
 
 /// `keyset rotate --in FILE`: the keyset with its new primary.
 fn rotate(path: &str) -> Keyset {

@@ -13,6 +13,7 @@ pub mod compacting;
 pub mod kafka;
 #[path = "../../../tests/common/naive.rs"]
 pub mod naive;
+pub mod process;
 #[path = "../../../tests/common/root.rs"]
 pub mod root;
 #[path = "../../../tests/common/tink.rs"]

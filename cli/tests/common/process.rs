@@ -1,0 +1,70 @@
+//! Running the command line as a process in tests, and the scratch
+//! directories and keyset files its tests use (shared by `cli.rs` and
+//! `fields.rs`).
+#![allow(dead_code)]
+
+use std::path::PathBuf;
+use std::process::{Command, Output};
+
+use serde_json::Value;
+use tombstone_crypt::Keyset;
+
+pub fn cli(args: &[&str]) -> Output {
+    let out = Command::new(env!("CARGO_BIN_EXE_tombstone-crypt"))
+        .args(args)
+        .output()
+        .expect("run tombstone-crypt");
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        !stderr.contains("panicked") && !stderr.contains("RUST_BACKTRACE"),
+        "{args:?} panicked: {stderr}"
+    );
+    out
+}
+
+pub fn code(out: &Output) -> i32 {
+    out.status.code().expect("exited, not killed")
+}
+
+pub fn json_of(out: &Output) -> Value {
+    serde_json::from_slice(&out.stdout).unwrap_or_else(|e| {
+        panic!(
+            "not JSON ({e}): {}\nstderr: {}",
+            String::from_utf8_lossy(&out.stdout),
+            String::from_utf8_lossy(&out.stderr)
+        )
+    })
+}
+
+pub struct Dir(pub PathBuf);
+
+impl Dir {
+    pub fn new(name: &str) -> Dir {
+        let d = std::env::temp_dir().join(format!("tc-cli-{name}-{}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&d);
+        std::fs::create_dir_all(&d).unwrap();
+        Dir(d)
+    }
+    pub fn file(&self, name: &str) -> String {
+        self.0.join(name).to_str().unwrap().to_owned()
+    }
+}
+
+impl Drop for Dir {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_dir_all(&self.0);
+    }
+}
+
+/// `keyset new --out DIR/NAME` (an AES-256-GCM keyset): its path and keys.
+pub fn new_keyset(dir: &Dir, name: &str) -> (String, Keyset) {
+    let path = dir.file(name);
+    let out = cli(&["keyset", "new", "--out", &path]);
+    assert_eq!(code(&out), 0, "{}", String::from_utf8_lossy(&out.stderr));
+    let keyset = load(&path);
+    (path, keyset)
+}
+
+pub fn load(path: &str) -> Keyset {
+    Keyset::from_tink_json(&std::fs::read_to_string(path).unwrap()).unwrap()
+}
