@@ -31,7 +31,7 @@ use crate::key_state::{Index, KeyHash};
 use crate::plan::{Command, PlanCounts, Planner};
 use crate::read::{consumer, partitions, progress, read_partition, Setup};
 use crate::record::{key_of, Write};
-use crate::report::{hex, ranges, Audit, Counts};
+use crate::report::{hex, ranges, Audit, Counts, LISTED};
 use crate::run::for_partitions;
 use crate::write::{check_ordered, produce, producer, Sink, CHUNK_RECORDS};
 use crate::{fail, Fail};
@@ -112,9 +112,6 @@ impl Others {
         text
     }
 }
-
-/// The most keys a report names.
-pub(crate) const LISTED: usize = 100;
 
 /// The keys others wrote to one partition since the run's first write.
 #[derive(Default)]

@@ -8,9 +8,11 @@ use std::collections::{BTreeMap, BTreeSet};
 
 use serde_json::json;
 
-use crate::apply::LISTED;
 use crate::fields::{Checked, FieldState};
 use crate::key_state::{Entry, Index, Kind};
+
+/// The most keys (or records) a report names.
+pub(crate) const LISTED: usize = 100;
 
 /// What was counted in one partition or more; partitions add up.
 #[derive(Default)]
