@@ -180,6 +180,11 @@ impl SealedField {
         &self.bytes
     }
 
+    /// The ciphertext, owned.
+    pub fn into_bytes(self) -> Vec<u8> {
+        self.bytes
+    }
+
     /// The id of the key it was encrypted under.
     pub fn key_id(&self) -> KeyId {
         KeyId(u32::from_be_bytes([
@@ -304,9 +309,9 @@ fn deserialize_field<'de, T, D: Deserializer<'de>>(
     decode: impl FnOnce(&[u8]) -> Result<T, Error>,
 ) -> Result<State<T>, D::Error> {
     let sealed = read_sealed(d)?;
-    match scope::open(kind, sealed.as_bytes(), decode).map_err(de::Error::custom)? {
-        Some(v) => Ok(State::Open(v)),
-        None => Ok(State::Sealed(sealed)),
+    match scope::open(kind, sealed, decode).map_err(de::Error::custom)? {
+        Ok(v) => Ok(State::Open(v)),
+        Err(sealed) => Ok(State::Sealed(sealed)),
     }
 }
 

@@ -291,6 +291,9 @@ enum KeyName {
     Index(u128),
     Signed(i128),
     Unnamed,
+    /// No name yet, with a buffer that a name is written into (a map's
+    /// keys reuse one buffer instead of allocating one per key).
+    Spare(String),
 }
 
 impl KeyName {
@@ -299,7 +302,28 @@ impl KeyName {
             KeyName::Name(n) => scope::push(Segment::Name(n)),
             KeyName::Index(i) => scope::push(Segment::Index(*i)),
             KeyName::Signed(i) => scope::push(Segment::Signed(*i)),
-            KeyName::Unnamed => scope::push(Segment::Unnamed),
+            KeyName::Unnamed | KeyName::Spare(_) => scope::push(Segment::Unnamed),
+        }
+    }
+
+    /// Makes this the name `text`, in its own buffer when it has one.
+    fn set(&mut self, text: &str) {
+        match self {
+            KeyName::Name(buf) | KeyName::Spare(buf) => {
+                let mut buf = std::mem::take(buf);
+                buf.clear();
+                buf.push_str(text);
+                *self = KeyName::Name(buf);
+            }
+            _ => *self = KeyName::Name(text.to_owned()),
+        }
+    }
+
+    /// This name's buffer, for the next key.
+    fn into_spare(self) -> String {
+        match self {
+            KeyName::Name(buf) | KeyName::Spare(buf) => buf,
+            _ => String::new(),
         }
     }
 
@@ -687,6 +711,7 @@ impl<'de, V: Visitor<'de>> Visitor<'de> for Vis<V> {
         self.v.visit_map(MapAcc {
             inner: map,
             key: None,
+            spare: String::new(),
         })
     }
 
@@ -741,6 +766,8 @@ impl<'de, A: de::SeqAccess<'de>> de::SeqAccess<'de> for SeqAcc<A> {
 struct MapAcc<A> {
     inner: A,
     key: Option<KeyName>,
+    /// The buffer of the last key's name, reused for the next.
+    spare: String,
 }
 
 impl<'de, A: de::MapAccess<'de>> de::MapAccess<'de> for MapAcc<A> {
@@ -750,7 +777,7 @@ impl<'de, A: de::MapAccess<'de>> de::MapAccess<'de> for MapAcc<A> {
         &mut self,
         seed: K,
     ) -> Result<Option<K::Value>, A::Error> {
-        let mut name = KeyName::Unnamed;
+        let mut name = KeyName::Spare(std::mem::take(&mut self.spare));
         let key = self.inner.next_key_seed(NamingSeed {
             seed,
             name: &mut name,
@@ -761,8 +788,13 @@ impl<'de, A: de::MapAccess<'de>> de::MapAccess<'de> for MapAcc<A> {
     }
 
     fn next_value_seed<V: DeserializeSeed<'de>>(&mut self, seed: V) -> Result<V::Value, A::Error> {
-        let _g = self.key.take().unwrap_or(KeyName::Unnamed).push();
-        self.inner.next_value_seed(Seed(seed))
+        let name = self.key.take().unwrap_or(KeyName::Unnamed);
+        let value = {
+            let _g = name.push();
+            self.inner.next_value_seed(Seed(seed))
+        };
+        self.spare = name.into_spare();
+        value
     }
 
     fn size_hint(&self) -> Option<usize> {
@@ -1003,17 +1035,17 @@ impl<'de, V: Visitor<'de>> Visitor<'de> for NamingVis<'_, V> {
     }
 
     fn visit_str<E: de::Error>(self, x: &str) -> Result<V::Value, E> {
-        *self.name = KeyName::Name(x.to_owned());
+        self.name.set(x);
         self.v.visit_str(x)
     }
 
     fn visit_borrowed_str<E: de::Error>(self, x: &'de str) -> Result<V::Value, E> {
-        *self.name = KeyName::Name(x.to_owned());
+        self.name.set(x);
         self.v.visit_borrowed_str(x)
     }
 
     fn visit_string<E: de::Error>(self, x: String) -> Result<V::Value, E> {
-        *self.name = KeyName::Name(x.clone());
+        self.name.set(&x);
         self.v.visit_string(x)
     }
 

@@ -11,6 +11,7 @@ use std::cell::RefCell;
 
 use zeroize::Zeroizing;
 
+use super::SealedField;
 use crate::error::Error;
 use crate::keyset::Keyset;
 use crate::stats::Event;
@@ -289,12 +290,8 @@ pub(crate) enum Kind {
 /// A field's associated data: the record's, then `0x46` (`F`), the path's
 /// length (u32, big-endian) and the path.
 pub(crate) fn field_aad(record_aad: &[u8], path: &str) -> Result<Vec<u8>, Error> {
-    let len = u32::try_from(path.len()).map_err(|_| Error::ContextTooLong)?;
-    let mut aad = Vec::with_capacity(record_aad.len() + 5 + path.len());
-    aad.extend_from_slice(record_aad);
-    aad.push(b'F');
-    aad.extend_from_slice(&len.to_be_bytes());
-    aad.extend_from_slice(path.as_bytes());
+    let mut aad = Vec::new();
+    field_aad_into(&mut aad, record_aad, path)?;
     Ok(aad)
 }
 
@@ -415,20 +412,10 @@ fn with_field_keys<R>(
         };
         let mut aad = std::mem::take(&mut scope.aad);
         let result = (|| {
-            let path = if scope.path.is_empty() {
-                "/"
-            } else {
-                scope.path.as_str()
-            };
-            let len = u32::try_from(path.len()).map_err(|_| Error::ContextTooLong)?;
             let Some((keyset, record_aad)) = keys_for_in_field(scope, kind) else {
                 return Err(field_error("the field's keys are gone"));
             };
-            aad.clear();
-            aad.extend_from_slice(record_aad);
-            aad.push(b'F');
-            aad.extend_from_slice(&len.to_be_bytes());
-            aad.extend_from_slice(path.as_bytes());
+            field_aad_into(&mut aad, record_aad, current_path(scope))?;
             f(keyset, &aad)
         })();
         scope.aad = aad;
@@ -510,50 +497,93 @@ pub(crate) fn seal<R>(
 }
 
 /// Decrypts a field's ciphertext under the scope's keys for `kind`, bound
-/// to the record and the current path, then hands the plaintext to
-/// `decode` (still inside the field, so a field in it is refused); `None`
-/// with no keys (the field stays sealed).
+/// to the record and the current path (in place: the ciphertext's buffer
+/// becomes the plaintext's), then hands the plaintext to `decode` (still
+/// inside the field, so a field in it is refused); `Err(sealed)` back with
+/// no keys (the field stays sealed), or in a probing scope.
 ///
 /// # Errors
 /// What the cipher or `decode` reports (an authentication failure is an
 /// error, never a null); kept as the scope's error with the field's path.
 pub(crate) fn open<T>(
     kind: Kind,
-    ciphertext: &[u8],
+    sealed: SealedField,
     decode: impl FnOnce(&[u8]) -> Result<T, Error>,
-) -> Result<Option<T>, Error> {
-    if kind == Kind::Randomized && probe(ciphertext) {
-        return Ok(None);
-    }
-    let Some((_, _in_field)) = enter_field(kind, false)? else {
-        return Ok(None);
-    };
-    let plain = with_field_keys(kind, |keyset, aad| {
-        let plain = match kind {
-            Kind::Randomized => keyset.decrypt(ciphertext, aad),
-            Kind::Deterministic => keyset.decrypt_deterministically(ciphertext, aad),
-        }
-        .map(Zeroizing::new)?;
-        keyset.counters().bump(Event::FieldDecrypted);
-        Ok(plain)
-    })?;
-    decode(&plain).map(Some).map_err(fail)
-}
-
-/// In a probing scope, notes the KMS call that opening `ciphertext` would
-/// make (if any) and returns `true`: the field is not opened.
-fn probe(ciphertext: &[u8]) -> bool {
-    SCOPE.with(|s| {
+) -> Result<Result<T, SealedField>, Error> {
+    // One visit to the scope checks it, marks the field and decrypts.
+    let opened = SCOPE.with(|s| {
         let mut s = s.borrow_mut();
         let Some(scope) = s.as_mut() else {
-            return false;
+            return Ok(Err(sealed));
         };
-        let (Some(works), Some(keys)) = (scope.probe.as_mut(), scope.keys.as_ref()) else {
-            return false;
-        };
-        if let Some(w) = crate::envelope::blocking_work_to_open(&keys.values, ciphertext) {
-            works.push(w);
+        if kind == Kind::Randomized {
+            if let (Some(works), Some(keys)) = (scope.probe.as_mut(), scope.keys.as_ref()) {
+                if let Some(w) =
+                    crate::envelope::blocking_work_to_open(&keys.values, sealed.as_bytes())
+                {
+                    works.push(w);
+                }
+                return Ok(Err(sealed));
+            }
         }
-        true
-    })
+        match keys_for(scope, kind, false) {
+            Ok(None) => return Ok(Err(sealed)),
+            Ok(Some(_)) => {}
+            Err(e) => return Err(fail_in(scope, e)),
+        }
+        let mut aad = std::mem::take(&mut scope.aad);
+        let result = (|| {
+            let (keyset, record_aad) = keys_for_in_field(scope, kind)
+                .ok_or_else(|| field_error("the field's keys are gone"))?;
+            field_aad_into(&mut aad, record_aad, current_path(scope))?;
+            let mut buf = Zeroizing::new(sealed.into_bytes());
+            match kind {
+                Kind::Randomized => keyset.decrypt_in_place(&mut buf, &aad)?,
+                Kind::Deterministic => {
+                    let plain = keyset.decrypt_deterministically(&buf, &aad)?;
+                    *buf = plain;
+                }
+            }
+            keyset.counters().bump(Event::FieldDecrypted);
+            Ok(buf)
+        })();
+        scope.aad = aad;
+        match result {
+            Ok(buf) => {
+                scope.in_field = true;
+                Ok(Ok(buf))
+            }
+            Err(e) => Err(fail_in(scope, e)),
+        }
+    })?;
+    let plain = match opened {
+        Ok(plain) => plain,
+        Err(sealed) => return Ok(Err(sealed)),
+    };
+    let _in_field = InField {
+        scratch: Vec::new(),
+    };
+    decode(&plain).map(Ok).map_err(fail)
+}
+
+/// The current path (`/` for the record itself).
+fn current_path(scope: &Scope) -> &str {
+    if scope.path.is_empty() {
+        "/"
+    } else {
+        scope.path.as_str()
+    }
+}
+
+/// Writes a field's associated data into `aad`: the record's, `0x46`, the
+/// path's length (u32, big-endian) and the path.
+fn field_aad_into(aad: &mut Vec<u8>, record_aad: &[u8], path: &str) -> Result<(), Error> {
+    let len = u32::try_from(path.len()).map_err(|_| Error::ContextTooLong)?;
+    aad.clear();
+    aad.reserve(record_aad.len() + 5 + path.len());
+    aad.extend_from_slice(record_aad);
+    aad.push(b'F');
+    aad.extend_from_slice(&len.to_be_bytes());
+    aad.extend_from_slice(path.as_bytes());
+    Ok(())
 }

@@ -2,6 +2,8 @@
 //! the record's [`Context`] in scope for its fields, and [`FieldFormat`],
 //! the serde formats it writes.
 
+use std::sync::atomic::{AtomicUsize, Ordering};
+
 use serde::de::DeserializeOwned;
 use serde::Serialize;
 
@@ -119,6 +121,19 @@ pub struct FieldEncrypting<F> {
     aad: AadPolicy,
     deterministic_aad: AadPolicy,
     binding_name: Option<String>,
+    last_len: LastLen,
+}
+
+/// The length of the last record written, as the next one's allocation
+/// hint (records of a topic are mostly of one size; the hint is capped
+/// where it is used, and a wrong one costs only a reallocation).
+#[derive(Debug, Default)]
+struct LastLen(AtomicUsize);
+
+impl Clone for LastLen {
+    fn clone(&self) -> Self {
+        LastLen(AtomicUsize::new(self.0.load(Ordering::Relaxed)))
+    }
 }
 
 impl<F> FieldEncrypting<F> {
@@ -133,6 +148,7 @@ impl<F> FieldEncrypting<F> {
             aad: AadPolicy::TopicAndKey,
             deterministic_aad: AadPolicy::Topic,
             binding_name: None,
+            last_len: LastLen::default(),
         }
     }
 
@@ -146,6 +162,7 @@ impl<F> FieldEncrypting<F> {
             aad: AadPolicy::TopicAndKey,
             deterministic_aad: AadPolicy::Topic,
             binding_name: None,
+            last_len: LastLen::default(),
         }
     }
 
@@ -258,7 +275,10 @@ where
             result = self.format.decode::<Tracked<T>>(&out[start..]).map(|_| ());
         }
         match result {
-            Ok(()) => Ok(()),
+            Ok(()) => {
+                self.last_len.0.store(out.len() - start, Ordering::Relaxed);
+                Ok(())
+            }
             Err(e) => {
                 out.truncate(start);
                 Err(guard.take_error().unwrap_or(e))
@@ -268,6 +288,12 @@ where
 
     fn tombstone_passed(&self) {
         self.count_tombstone(Event::TombstoneSerialized);
+    }
+
+    /// The length of the last record written (records of a topic are
+    /// mostly of one size).
+    fn size_hint(&self, _: &T) -> Option<usize> {
+        Some(self.last_len.0.load(Ordering::Relaxed))
     }
 
     /// A new data key's KMS call, when the values keyset's primary is a
