@@ -173,6 +173,12 @@ pub enum Error {
         /// returned by `source()`.
         cause: Option<Cause>,
     },
+    /// Confluent's format: a frame, a rule, a schema or a DEK that this
+    /// crate cannot read or use (what is wrong, never a value or a key).
+    Confluent {
+        /// What is wrong.
+        detail: String,
+    },
 }
 
 /// The kind of an [`Error::Keyset`]: what is wrong with a keyset.
@@ -210,6 +216,13 @@ pub enum KeysetErrorKind {
 }
 
 impl Error {
+    /// An [`Error::Confluent`].
+    pub(crate) fn confluent(detail: impl Into<String>) -> Self {
+        Error::Confluent {
+            detail: detail.into(),
+        }
+    }
+
     /// A codec error for an inner codec written outside this crate.
     ///
     /// `detail` must describe the kind of failure only: never put the value,
@@ -352,6 +365,7 @@ impl fmt::Display for Error {
                 "the store may disagree with its changelog after a failed append or flush: recover it from the changelog",
             ),
             Error::Kms { detail, .. } => write!(f, "kms failed: {detail}"),
+            Error::Confluent { detail } => write!(f, "confluent format: {detail}"),
             Error::Field { path, cause } => write!(f, "field {path}: {cause}"),
         }
     }

@@ -5,6 +5,9 @@
 
 mod cipher;
 pub mod codec;
+#[cfg(feature = "confluent")]
+#[cfg_attr(docsrs, doc(cfg(feature = "confluent")))]
+pub mod confluent;
 mod context;
 mod envelope;
 pub mod error;

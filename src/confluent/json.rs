@@ -1,0 +1,600 @@
+//! Records of a JSON Schema in Confluent's format, with its encryption
+//! rules: [`ConfluentJson`].
+
+use std::collections::HashMap;
+use std::sync::Mutex;
+use std::time::{Duration, SystemTime};
+
+use base64::Engine as _;
+use serde_json::Value;
+use zeroize::Zeroizing;
+
+use super::{parse_frame, split_version, write_frame, Dek, DekAlgorithm, LocalKms, MAGIC};
+use crate::error::Error;
+
+/// What a rule encrypts.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum RuleKind {
+    /// `ENCRYPT`: the string fields carrying one of these tags.
+    Fields(Vec<String>),
+    /// `ENCRYPT_PAYLOAD`: the whole encoded record.
+    Payload,
+}
+
+/// An encryption rule of a schema's rule set, as Confluent writes it.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Rule {
+    /// Fields or payload.
+    pub kind: RuleKind,
+    /// `encrypt.kek.name`.
+    pub kek_name: String,
+    /// `encrypt.dek.algorithm` (default `AES256_GCM`).
+    pub algorithm: DekAlgorithm,
+    /// `encrypt.dek.expiry.days` (0: DEKs never expire, and values carry no
+    /// DEK version).
+    pub expiry_days: u32,
+}
+
+impl Rule {
+    /// Reads a rule from its JSON (an element of `domainRules` or
+    /// `encodingRules`); `None` for a rule that is not an encryption rule
+    /// or is disabled.
+    ///
+    /// # Errors
+    /// [`Error::Confluent`] for an encryption rule with no KEK name, an
+    /// unknown algorithm or a bad expiry.
+    pub fn from_json(rule: &Value) -> Result<Option<Rule>, Error> {
+        if rule.get("disabled").and_then(Value::as_bool) == Some(true) {
+            return Ok(None);
+        }
+        let kind = match rule.get("type").and_then(Value::as_str) {
+            Some("ENCRYPT") => RuleKind::Fields(
+                rule.get("tags")
+                    .and_then(Value::as_array)
+                    .map(|t| {
+                        t.iter()
+                            .filter_map(Value::as_str)
+                            .map(str::to_owned)
+                            .collect()
+                    })
+                    .unwrap_or_default(),
+            ),
+            Some("ENCRYPT_PAYLOAD") => RuleKind::Payload,
+            _ => return Ok(None),
+        };
+        let param = |name: &str| {
+            rule.get("params")
+                .and_then(|p| p.get(name))
+                .and_then(Value::as_str)
+        };
+        let kek_name = param("encrypt.kek.name")
+            .filter(|n| !n.is_empty())
+            .ok_or_else(|| Error::confluent("an encryption rule has no encrypt.kek.name"))?
+            .to_owned();
+        let algorithm = match param("encrypt.dek.algorithm") {
+            Some(a) => DekAlgorithm::from_name(a)?,
+            None => DekAlgorithm::Aes256Gcm,
+        };
+        let expiry_days = match param("encrypt.dek.expiry.days") {
+            Some(d) => d.parse().map_err(|_| {
+                Error::confluent("encrypt.dek.expiry.days is not a whole number of days")
+            })?,
+            None => 0,
+        };
+        Ok(Some(Rule {
+            kind,
+            kek_name,
+            algorithm,
+            expiry_days,
+        }))
+    }
+
+    fn rotates(&self) -> bool {
+        self.expiry_days > 0
+    }
+}
+
+/// A registered schema: its subject, rules and the paths of its tagged
+/// fields for each field rule.
+#[derive(Debug)]
+struct Registered {
+    subject: String,
+    /// Each field rule with the paths it encrypts (`*`: every element of
+    /// an array).
+    fields: Vec<(Rule, Vec<Vec<String>>)>,
+    payload: Option<Rule>,
+}
+
+/// A DEK's registry key: KEK name, subject, algorithm, version.
+type DekId = (String, String, DekAlgorithm, u32);
+
+/// The DEKs known here: opened ones, their wrapped form, and when each
+/// was made (for rotation by expiry).
+#[derive(Default)]
+struct Deks {
+    open: HashMap<DekId, (Dek, SystemTime)>,
+    wrapped: HashMap<DekId, Vec<u8>>,
+}
+
+/// Reads and writes the records of JSON Schemas in Confluent's format, with
+/// their field and payload encryption rules: the schemas, rules and DEKs are
+/// given to it ([`register`](ConfluentJson::register),
+/// [`add_wrapped_dek`](ConfluentJson::add_wrapped_dek)) or made by it (a
+/// writer makes a subject's DEK on first use and wraps it under the KEK, as
+/// Confluent's clients do, and a new version when the rule's expiry has
+/// passed).
+///
+/// ```
+/// use serde_json::json;
+/// use tombstone_crypt::confluent::{ConfluentJson, LocalKms};
+///
+/// let schema = json!({
+///     "schema": r#"{"type":"object","properties":{"id":{"type":"integer"},
+///                  "ssn":{"type":"string","confluent:tags":["PII"]}}}"#,
+///     "schemaType": "JSON",
+///     "ruleSet": {"domainRules": [{"name": "pii", "kind": "TRANSFORM", "mode": "WRITEREAD",
+///         "type": "ENCRYPT", "tags": ["PII"],
+///         "params": {"encrypt.kek.name": "k1", "encrypt.kms.type": "local-kms",
+///                    "encrypt.kms.key.id": "local-kms://k1"}}]}
+/// });
+/// let mut codec = ConfluentJson::new(LocalKms::new("mysecret"));
+/// codec.register(1, "customers-value", &schema)?;
+/// let record = json!({"id": 7, "ssn": "078-05-1120"});
+/// let bytes = codec.encode("customers-value", Some(&record))?.unwrap();
+/// assert_eq!(&bytes[..5], &[0, 0, 0, 0, 1]); // 0x00 | schema id
+/// assert!(!String::from_utf8_lossy(&bytes).contains("078-05-1120"));
+/// assert_eq!(codec.decode(Some(&bytes))?, Some(record));
+/// assert_eq!(codec.encode("customers-value", None)?, None); // a tombstone stays one
+/// # Ok::<(), tombstone_crypt::Error>(())
+/// ```
+pub struct ConfluentJson {
+    kms: LocalKms,
+    schemas: HashMap<u32, Registered>,
+    latest: HashMap<String, u32>,
+    deks: Mutex<Deks>,
+}
+
+impl std::fmt::Debug for ConfluentJson {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("ConfluentJson")
+            .field("schemas", &self.schemas.len())
+            .finish_non_exhaustive()
+    }
+}
+
+/// The longest record read or written (a bound on what one record may
+/// allocate).
+const MAX_RECORD: usize = 16 << 20;
+
+impl ConfluentJson {
+    /// Records whose DEKs are wrapped by `kms`.
+    pub fn new(kms: LocalKms) -> Self {
+        ConfluentJson {
+            kms,
+            schemas: HashMap::new(),
+            latest: HashMap::new(),
+            deks: Mutex::new(Deks::default()),
+        }
+    }
+
+    /// Registers a schema as the Schema Registry returns it
+    /// (`{"schema": "...", "schemaType": "JSON", "ruleSet": {...}}`) under
+    /// its id, as the latest of `subject`.
+    ///
+    /// # Errors
+    /// [`Error::Confluent`] for a schema that is not JSON Schema, a rule
+    /// that cannot be read, or tags this reader cannot follow (inside
+    /// `oneOf`, `anyOf`, `allOf` or `$ref`): it refuses such a schema
+    /// rather than leave a tagged field in plaintext.
+    pub fn register(&mut self, schema_id: u32, subject: &str, schema: &Value) -> Result<(), Error> {
+        match schema.get("schemaType").and_then(Value::as_str) {
+            Some("JSON") => {}
+            _ => {
+                return Err(Error::confluent(
+                    "only JSON Schema (schemaType JSON) is read here",
+                ))
+            }
+        }
+        let text = schema
+            .get("schema")
+            .and_then(Value::as_str)
+            .ok_or_else(|| Error::confluent("a schema without its text"))?;
+        let doc: Value = serde_json::from_str(text)
+            .map_err(|_| Error::confluent("a schema's text is not JSON"))?;
+        let mut fields = Vec::new();
+        let mut payload = None;
+        let rules = |kind: &str| {
+            schema
+                .get("ruleSet")
+                .and_then(|r| r.get(kind))
+                .and_then(Value::as_array)
+                .cloned()
+                .unwrap_or_default()
+        };
+        for rule in rules("domainRules")
+            .iter()
+            .chain(rules("encodingRules").iter())
+        {
+            let Some(rule) = Rule::from_json(rule)? else {
+                continue;
+            };
+            match &rule.kind {
+                RuleKind::Fields(tags) => {
+                    let mut paths = Vec::new();
+                    collect_tagged(&doc, tags, &mut Vec::new(), &mut paths)?;
+                    let all = count_tagged(&doc, tags);
+                    if all != paths.len() {
+                        return Err(Error::confluent(format!(
+                            "{} field(s) tagged for encryption are not plain properties or array items \
+                             (oneOf, anyOf, allOf, $ref): refusing the schema rather than leave them in plaintext",
+                            all - paths.len()
+                        )));
+                    }
+                    fields.push((rule, paths));
+                }
+                RuleKind::Payload => payload = Some(rule),
+            }
+        }
+        self.schemas.insert(
+            schema_id,
+            Registered {
+                subject: subject.to_owned(),
+                fields,
+                payload,
+            },
+        );
+        self.latest.insert(subject.to_owned(), schema_id);
+        Ok(())
+    }
+
+    /// Adds a DEK as the DEK registry holds it: wrapped under the KEK
+    /// (`encryptedKeyMaterial`, base64-decoded). It is unwrapped here.
+    ///
+    /// # Errors
+    /// [`Error::Confluent`] if it does not unwrap under this KEK.
+    pub fn add_wrapped_dek(
+        &self,
+        kek_name: &str,
+        subject: &str,
+        algorithm: DekAlgorithm,
+        version: u32,
+        wrapped: &[u8],
+    ) -> Result<(), Error> {
+        let dek = self.kms.unwrap(algorithm, version, wrapped)?;
+        let id = (kek_name.to_owned(), subject.to_owned(), algorithm, version);
+        let mut deks = self.lock();
+        deks.wrapped.insert(id.clone(), wrapped.to_vec());
+        deks.open.insert(id, (dek, SystemTime::now()));
+        Ok(())
+    }
+
+    /// The wrapped DEKs known here (made here or added), as the DEK
+    /// registry would hold them: KEK name, subject, algorithm, version and
+    /// `encryptedKeyMaterial` (before base64). No key is in the clear.
+    pub fn wrapped_deks(&self) -> Vec<(String, String, DekAlgorithm, u32, Vec<u8>)> {
+        let deks = self.lock();
+        let mut out: Vec<_> = deks
+            .wrapped
+            .iter()
+            .map(|((k, s, a, v), w)| (k.clone(), s.clone(), *a, *v, w.clone()))
+            .collect();
+        out.sort_by(|a, b| (&a.0, &a.1, a.3).cmp(&(&b.0, &b.1, b.3)));
+        out
+    }
+
+    fn lock(&self) -> std::sync::MutexGuard<'_, Deks> {
+        self.deks
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+    }
+
+    /// The DEK `version` of `rule` for `subject`, to read with.
+    fn dek_to_read(&self, rule: &Rule, subject: &str, version: u32) -> Result<Dek, Error> {
+        let id = (
+            rule.kek_name.clone(),
+            subject.to_owned(),
+            rule.algorithm,
+            version,
+        );
+        self.lock()
+            .open
+            .get(&id)
+            .map(|(d, _)| d.clone())
+            .ok_or_else(|| {
+                Error::confluent(format!(
+                    "no DEK version {version} of KEK {:?} for subject {:?} ({})",
+                    crate::error::printable(&rule.kek_name),
+                    crate::error::printable(subject),
+                    rule.algorithm.name()
+                ))
+            })
+    }
+
+    /// The DEK to write with: the latest version, or a new one (made here
+    /// and wrapped) when there is none or the latest has expired.
+    fn dek_to_write(&self, rule: &Rule, subject: &str) -> Result<Dek, Error> {
+        let mut deks = self.lock();
+        let latest = deks
+            .open
+            .iter()
+            .filter(|((k, s, a, _), _)| k == &rule.kek_name && s == subject && *a == rule.algorithm)
+            .max_by_key(|((_, _, _, v), _)| *v)
+            .map(|((_, _, _, v), (d, made))| (*v, d.clone(), *made));
+        let expired = |made: SystemTime| {
+            rule.rotates()
+                && made.elapsed().unwrap_or_default()
+                    > Duration::from_secs(u64::from(rule.expiry_days) * 86_400)
+        };
+        let version = match latest {
+            Some((_, dek, made)) if !expired(made) => return Ok(dek),
+            Some((v, _, _)) => v + 1,
+            None => 1,
+        };
+        let dek = Dek::generate(rule.algorithm, version);
+        let wrapped = self.kms.wrap(&dek)?;
+        let id = (
+            rule.kek_name.clone(),
+            subject.to_owned(),
+            rule.algorithm,
+            version,
+        );
+        deks.wrapped.insert(id.clone(), wrapped);
+        deks.open.insert(id, (dek.clone(), SystemTime::now()));
+        Ok(dek)
+    }
+
+    /// Reads a record: `None` (a tombstone) is `None`, with nothing
+    /// touched; a present record is its JSON with every encrypted field
+    /// and payload decrypted.
+    ///
+    /// # Errors
+    /// [`Error::Confluent`] for a frame, schema id or DEK unknown here,
+    /// [`Error::Decryption`] (within [`Error::Field`] for a field, with
+    /// its path) for what does not authenticate. Never a partial record.
+    pub fn decode(&self, bytes: Option<&[u8]>) -> Result<Option<Value>, Error> {
+        let Some(bytes) = bytes else { return Ok(None) };
+        if bytes.len() > MAX_RECORD {
+            return Err(Error::confluent("a record longer than 16 MiB"));
+        }
+        let (id, body) = parse_frame(bytes)?;
+        let schema = self
+            .schemas
+            .get(&id)
+            .ok_or_else(|| Error::confluent(format!("schema id {id} is not registered here")))?;
+        let text: Zeroizing<Vec<u8>>;
+        let body = match &schema.payload {
+            Some(rule) => {
+                let (version, ct) = if rule.rotates() {
+                    split_version(body)?
+                } else {
+                    (1, body)
+                };
+                text = self
+                    .dek_to_read(rule, &schema.subject, version)?
+                    .decrypt(ct)?;
+                &text[..]
+            }
+            None => body,
+        };
+        let mut value: Value = serde_json::from_slice(body).map_err(|e| {
+            Error::codec(
+                "json",
+                format!("a Confluent record's body: {}", json_kind(&e)),
+            )
+        })?;
+        for (rule, paths) in &schema.fields {
+            for path in paths {
+                let mut at = Vec::new();
+                each_at(&mut value, path, &mut at, &mut |field, at| {
+                    open_field(self, rule, &schema.subject, field).map_err(|e| in_field(at, e))
+                })?;
+            }
+        }
+        Ok(Some(value))
+    }
+
+    /// Writes a record under the latest schema of `subject`: `None` (a
+    /// tombstone) is `None`, before any rule runs; a present record has
+    /// its tagged string fields encrypted (a null one stays null), then its
+    /// payload if the schema has a payload rule.
+    ///
+    /// # Errors
+    /// [`Error::Confluent`] for a subject with no schema here or a tagged
+    /// field that is neither a string nor null. Nothing is written in
+    /// plaintext on any error.
+    pub fn encode(&self, subject: &str, value: Option<&Value>) -> Result<Option<Vec<u8>>, Error> {
+        let Some(value) = value else { return Ok(None) };
+        let id = *self.latest.get(subject).ok_or_else(|| {
+            Error::confluent(format!(
+                "subject {:?} has no schema here",
+                crate::error::printable(subject)
+            ))
+        })?;
+        let schema = &self.schemas[&id];
+        let mut value = value.clone();
+        for (rule, paths) in &schema.fields {
+            let dek = self.dek_to_write(rule, subject)?;
+            for path in paths {
+                let mut at = Vec::new();
+                each_at(&mut value, path, &mut at, &mut |field, at| {
+                    seal_field(rule, &dek, field).map_err(|e| in_field(at, e))
+                })?;
+            }
+        }
+        let text = Zeroizing::new(
+            serde_json::to_vec(&value)
+                .map_err(|_| Error::codec("json", "cannot encode the record"))?,
+        );
+        let mut out = Vec::with_capacity(5 + text.len() + 64);
+        write_frame(id, &mut out);
+        match &schema.payload {
+            Some(rule) => {
+                let dek = self.dek_to_write(rule, subject)?;
+                if rule.rotates() {
+                    out.push(MAGIC);
+                    out.extend_from_slice(&dek.version().to_be_bytes());
+                }
+                out.extend_from_slice(&dek.encrypt(&text)?);
+            }
+            None => out.extend_from_slice(&text),
+        }
+        Ok(Some(out))
+    }
+}
+
+fn in_field(at: &[String], e: Error) -> Error {
+    Error::Field {
+        path: format!("/{}", at.join("/")),
+        cause: Box::new(e),
+    }
+}
+
+fn json_kind(e: &serde_json::Error) -> &'static str {
+    use serde_json::error::Category;
+    match e.classify() {
+        Category::Io => "I/O error",
+        Category::Syntax => "syntax error",
+        Category::Data => "wrong type or shape",
+        Category::Eof => "unexpected end of input",
+    }
+}
+
+/// Decrypts a field in place (a null stays null).
+fn open_field(
+    codec: &ConfluentJson,
+    rule: &Rule,
+    subject: &str,
+    field: &mut Value,
+) -> Result<(), Error> {
+    let text = match field {
+        Value::Null => return Ok(()),
+        Value::String(s) => s,
+        _ => return Err(Error::confluent("an encrypted field is not a string")),
+    };
+    let bytes = Zeroizing::new(
+        base64::engine::general_purpose::STANDARD
+            .decode(text.as_bytes())
+            .map_err(|_| Error::confluent("an encrypted field is not base64"))?,
+    );
+    let (version, ct) = if rule.rotates() {
+        split_version(&bytes)?
+    } else {
+        (1, &bytes[..])
+    };
+    let plain = codec.dek_to_read(rule, subject, version)?.decrypt(ct)?;
+    let plain = String::from_utf8(plain.to_vec())
+        .map_err(|_| Error::confluent("a decrypted field is not UTF-8"))?;
+    *field = Value::String(plain);
+    Ok(())
+}
+
+/// Encrypts a field in place (a null stays null).
+fn seal_field(rule: &Rule, dek: &Dek, field: &mut Value) -> Result<(), Error> {
+    let text = match field {
+        Value::Null => return Ok(()),
+        Value::String(s) => s,
+        _ => {
+            return Err(Error::confluent(
+                "a field tagged for encryption is not a string",
+            ))
+        }
+    };
+    let mut bytes = Vec::new();
+    if rule.rotates() {
+        bytes.push(MAGIC);
+        bytes.extend_from_slice(&dek.version().to_be_bytes());
+    }
+    bytes.extend_from_slice(&dek.encrypt(text.as_bytes())?);
+    let sealed = base64::engine::general_purpose::STANDARD.encode(&bytes);
+    zeroize::Zeroize::zeroize(text);
+    *field = Value::String(sealed);
+    Ok(())
+}
+
+/// What is done to a field: its value and its path.
+type FieldFn<'a> = dyn FnMut(&mut Value, &[String]) -> Result<(), Error> + 'a;
+
+/// Calls `f` on every value at `path` in `value` (`*`: each element of an
+/// array); a missing property or a null on the way is skipped.
+fn each_at(
+    value: &mut Value,
+    path: &[String],
+    at: &mut Vec<String>,
+    f: &mut FieldFn<'_>,
+) -> Result<(), Error> {
+    let Some((first, rest)) = path.split_first() else {
+        return f(value, at);
+    };
+    match (first.as_str(), value) {
+        ("*", Value::Array(items)) => {
+            for (i, item) in items.iter_mut().enumerate() {
+                at.push(i.to_string());
+                each_at(item, rest, at, f)?;
+                at.pop();
+            }
+            Ok(())
+        }
+        (name, Value::Object(map)) => match map.get_mut(name) {
+            Some(v) => {
+                at.push(name.replace('~', "~0").replace('/', "~1"));
+                let r = each_at(v, rest, at, f);
+                at.pop();
+                r
+            }
+            None => Ok(()),
+        },
+        _ => Ok(()),
+    }
+}
+
+/// Whether `schema` carries one of `tags` in `confluent:tags`.
+fn tagged(schema: &Value, tags: &[String]) -> bool {
+    schema
+        .get("confluent:tags")
+        .and_then(Value::as_array)
+        .is_some_and(|t| {
+            t.iter()
+                .filter_map(Value::as_str)
+                .any(|t| tags.iter().any(|w| w == t))
+        })
+}
+
+/// The paths of the tagged properties and array items of `schema`.
+fn collect_tagged(
+    schema: &Value,
+    tags: &[String],
+    path: &mut Vec<String>,
+    out: &mut Vec<Vec<String>>,
+) -> Result<(), Error> {
+    if path.len() > 64 {
+        return Err(Error::confluent("a schema nested more than 64 levels"));
+    }
+    if tagged(schema, tags) {
+        out.push(path.clone());
+    }
+    if let Some(props) = schema.get("properties").and_then(Value::as_object) {
+        for (name, sub) in props {
+            path.push(name.clone());
+            collect_tagged(sub, tags, path, out)?;
+            path.pop();
+        }
+    }
+    if let Some(items) = schema.get("items") {
+        path.push("*".to_owned());
+        collect_tagged(items, tags, path, out)?;
+        path.pop();
+    }
+    Ok(())
+}
+
+/// How many subschemas anywhere in `schema` carry one of `tags`.
+fn count_tagged(schema: &Value, tags: &[String]) -> usize {
+    match schema {
+        Value::Object(map) => {
+            usize::from(tagged(schema, tags))
+                + map.values().map(|v| count_tagged(v, tags)).sum::<usize>()
+        }
+        Value::Array(items) => items.iter().map(|v| count_tagged(v, tags)).sum(),
+        _ => 0,
+    }
+}
