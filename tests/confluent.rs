@@ -1,8 +1,15 @@
 //! Confluent's format against records Confluent's own client wrote:
 //! `tests/fixtures/confluent/*.json`, made by `scripts/confluent-fixtures.py`
 //! with confluent-kafka 2.16.1 for Python (its `mock://` registries and the
-//! `local-kms` KEK), committed as they were made.
+//! `local-kms` KEK), committed as they were made; and live, both ways,
+//! against the same client (`tests/interop/confluent_peer.py`, in the venv
+//! of `scripts/tink-venv.sh`).
 #![cfg(feature = "confluent")]
+
+mod common;
+
+use std::io::Write as _;
+use std::process::{Command, Stdio};
 
 use base64::Engine as _;
 use serde_json::{json, Value};
@@ -297,4 +304,155 @@ fn debug_shows_no_key() {
         .unwrap();
     let shown = format!("{dek:?}");
     assert_eq!(shown, "Dek { AES256_GCM, version 1 }");
+}
+
+/// Runs the Confluent peer with `arg`, `input` on its stdin: its stdout, or
+/// its stderr when it fails.
+fn peer(arg: &str, input: &str) -> Option<Result<String, String>> {
+    let py = common::tink::python()?;
+    let script = common::root::repo_root().join("tests/interop/confluent_peer.py");
+    let mut child = Command::new(py)
+        .arg(script)
+        .arg(arg)
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("start the Confluent peer");
+    child
+        .stdin
+        .take()
+        .unwrap()
+        .write_all(input.as_bytes())
+        .unwrap();
+    let out = child.wait_with_output().unwrap();
+    let text = |b: Vec<u8>| String::from_utf8_lossy(&b).into_owned();
+    Some(if out.status.success() {
+        Ok(text(out.stdout))
+    } else {
+        Err(text(out.stderr))
+    })
+}
+
+/// What a writer here wrote: the schema's fixture, the wrapped DEKs, the
+/// records (base64, null for a tombstone).
+type Written = (
+    Value,
+    Vec<(String, String, DekAlgorithm, u32, Vec<u8>)>,
+    Vec<Option<Vec<u8>>>,
+);
+
+/// Asks Confluent's client to read each job's records, its schema
+/// registered under id `i + 1`: each record's value, or why it failed.
+fn confluent_reads(jobs: &[Written]) -> Option<Vec<Vec<Result<Value, String>>>> {
+    let b64 = |b: &[u8]| base64::engine::general_purpose::STANDARD.encode(b);
+    let jobs: Vec<Value> = jobs
+        .iter()
+        .map(|(f, deks, records)| {
+            json!({
+                "schema": f["schema"],
+                "subject": f["subject"],
+                "secret": "mysecret",
+                "deks": deks.iter().map(|(k, s, a, v, w)| json!({
+                    "kekName": k, "subject": s, "algorithm": a.name(), "version": v,
+                    "encryptedKeyMaterial": b64(w),
+                })).collect::<Vec<_>>(),
+                "records": records.iter().map(|r| r.as_deref().map(b64)).collect::<Vec<_>>(),
+            })
+        })
+        .collect();
+    let out = peer("read", &Value::Array(jobs).to_string())?.expect("the peer runs");
+    let out: Vec<Vec<Value>> = serde_json::from_str(&out).expect("the peer's JSON");
+    Some(
+        out.into_iter()
+            .map(|job| {
+                job.into_iter()
+                    .map(|r| match r.get("ok") {
+                        Some(v) => Ok(v.clone()),
+                        None => Err(r["error"].to_string()),
+                    })
+                    .collect()
+            })
+            .collect(),
+    )
+}
+
+/// Flips a bit of the encrypted part of a record written here: the last
+/// byte of a payload, the last byte of the `ssn` field's ciphertext.
+fn tamper(name: &str, record: &mut Vec<u8>) {
+    if name.starts_with("payload") {
+        *record.last_mut().unwrap() ^= 1;
+        return;
+    }
+    let mut body: Value = serde_json::from_slice(&record[5..]).unwrap();
+    let mut ssn = b64(body["ssn"].as_str().unwrap());
+    *ssn.last_mut().unwrap() ^= 1;
+    body["ssn"] = Value::String(base64::engine::general_purpose::STANDARD.encode(&ssn));
+    record.truncate(5);
+    record.extend_from_slice(&serde_json::to_vec(&body).unwrap());
+}
+
+#[test]
+fn confluents_client_reads_every_record_written_here() {
+    let mut jobs = Vec::new();
+    let mut expected = Vec::new();
+    for (i, name) in CASES.iter().enumerate() {
+        let f = fixture(name);
+        let subject = f["subject"].as_str().unwrap().to_owned();
+        let mut writer = ConfluentJson::new(LocalKms::new("mysecret"));
+        writer
+            .register(u32::try_from(i + 1).unwrap(), &subject, &f["schema"])
+            .unwrap();
+        let (mut written, mut values) = (Vec::new(), Vec::new());
+        for (_, value) in records(&f) {
+            written.push(writer.encode(&subject, value.as_ref()).unwrap());
+            values.push(value.unwrap_or(Value::Null));
+        }
+        jobs.push((f, writer.wrapped_deks(), written));
+        expected.push(values);
+    }
+    let Some(read) = confluent_reads(&jobs) else {
+        return;
+    };
+    for ((name, got), want) in CASES.iter().zip(read).zip(expected) {
+        let got: Vec<Value> = got
+            .into_iter()
+            .map(|r| r.unwrap_or_else(|e| panic!("{name}: {e}")))
+            .collect();
+        assert_eq!(got, want, "{name}");
+    }
+
+    // The control: every present record with one bit of its encrypted
+    // part flipped; Confluent's client refuses each (a tombstone still
+    // reads as null).
+    for (name, (_, _, records)) in CASES.iter().zip(jobs.iter_mut()) {
+        for r in records.iter_mut().flatten() {
+            tamper(name, r);
+        }
+    }
+    let read = confluent_reads(&jobs).unwrap();
+    for (name, got) in CASES.iter().zip(read) {
+        for (i, r) in got.iter().enumerate() {
+            match r {
+                Ok(Value::Null) if i == 2 => {}
+                Ok(v) => panic!("{name}: Confluent's client read a tampered record as {v}"),
+                Err(_) => {}
+            }
+        }
+    }
+}
+
+#[test]
+fn what_confluents_client_writes_now_reads_here() {
+    // Live: the peer writes every case afresh (new DEKs, nonces).
+    let Some(out) = peer("write", "") else { return };
+    let cases: Vec<Value> = serde_json::from_str(&out.expect("the peer writes")).unwrap();
+    assert_eq!(cases.len(), CASES.len());
+    for f in &cases {
+        let name = f["case"].as_str().unwrap();
+        let codec = reader(f, "mysecret").unwrap();
+        for (bytes, value) in records(f) {
+            assert_eq!(codec.decode(bytes.as_deref()).unwrap(), value, "{name}");
+        }
+    }
 }

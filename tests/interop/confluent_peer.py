@@ -1,0 +1,216 @@
+#!/usr/bin/env python3
+"""Confluent's own client (confluent-kafka 2.16.1 for Python, its schema
+registry client and encryption rules) as a peer of tests/confluent.rs,
+offline: `mock://` schema and DEK registries, the `local-kms` KEK driver.
+
+    confluent_peer.py write   prints, for each case (field and payload rules,
+                              GCM, SIV, rotated DEKs), the records this
+                              client wrote with what a reader needs besides
+                              them: the schema and rule, the secret, the
+                              wrapped DEKs as the DEK registry holds them
+    confluent_peer.py read    reads stdin [{schema, subject, secret, deks,
+                              records: [base64 | null]}, ...]: registers
+                              each schema (job i must get id i + 1, the id
+                              its records carry) and the wrapped DEKs,
+                              deserializes each record with this client,
+                              prints [[{"ok": value} | {"error": why}], ...]
+"""
+import base64
+import copy
+import json
+import os
+import sys
+import uuid
+import time
+
+from confluent_kafka.schema_registry import Schema, SchemaRegistryClient
+from confluent_kafka.schema_registry.json_schema import JSONDeserializer, JSONSerializer
+from confluent_kafka.schema_registry.rules.encryption.dek_registry.dek_registry_client import (
+    DekAlgorithm,
+)
+from confluent_kafka.schema_registry.rules.encryption.encrypt_executor import (
+    Clock,
+    EncryptionExecutor,
+    FieldEncryptionExecutor,
+)
+from confluent_kafka.schema_registry.rules.encryption.localkms.local_driver import LocalKmsDriver
+from confluent_kafka.schema_registry.schema_registry_client import Rule, RuleKind, RuleMode, RuleParams, RuleSet
+from confluent_kafka.serialization import MessageField, SerializationContext
+
+SECRET = "mysecret"
+URL = "mock://confluent-fixtures"
+DAY_MS = 24 * 60 * 60 * 1000
+
+SCHEMA = {
+    "type": "object",
+    "properties": {
+        "id": {"type": "integer"},
+        "name": {"type": "string"},
+        "ssn": {"type": "string", "confluent:tags": ["PII"]},
+        "note": {"type": ["null", "string"], "confluent:tags": ["PII"]},
+    },
+}
+
+RECORDS = [
+    {"id": 1, "name": "Ada", "ssn": "078-05-1120", "note": None},
+    {"id": 2, "name": "Bo", "ssn": "", "note": "a note"},
+    None,  # a tombstone
+    {"id": 3, "name": "Cy", "ssn": "078-05-1120", "note": "ünïcode ✓"},
+]
+
+
+class FakeClock(Clock):
+    def __init__(self):
+        # The mock DEK registry stamps a DEK with the real time.
+        self.fixed_now = int(time.time() * 1000)
+
+    def now(self):
+        return self.fixed_now
+
+
+CLOCK = FakeClock()
+LocalKmsDriver.register()
+FIELD_EXECUTOR = FieldEncryptionExecutor.register_with_clock(CLOCK)
+PAYLOAD_EXECUTOR = EncryptionExecutor.register_with_clock(CLOCK)
+
+
+def case(name, rule_type, algorithm, expiry_days, rotate_after=None):
+    # One registry for every case (the rule executors are configured once
+    # per registry); each case is a topic of its own.
+    topic = "customers-" + name
+    subject = topic + "-value"
+    client = SchemaRegistryClient.new_client({"url": URL})
+    params = {
+        "encrypt.kek.name": "kek-" + name,
+        "encrypt.kms.type": "local-kms",
+        "encrypt.kms.key.id": "local-kms://" + name,
+        "encrypt.dek.algorithm": algorithm,
+    }
+    if expiry_days:
+        params["encrypt.dek.expiry.days"] = str(expiry_days)
+    if rule_type == "ENCRYPT":
+        rule = Rule("encrypt-pii", "", RuleKind.TRANSFORM, RuleMode.WRITEREAD, "ENCRYPT", ["PII"],
+                    RuleParams(params), None, None, "ERROR,ERROR", False)
+        rule_set = RuleSet(None, [rule])
+    else:
+        rule = Rule("encrypt-payload", "", RuleKind.TRANSFORM, RuleMode.WRITEREAD, "ENCRYPT_PAYLOAD", None,
+                    RuleParams(params), None, None, "ERROR,ERROR", False)
+        rule_set = RuleSet(None, None, [rule])
+    schema = Schema(json.dumps(SCHEMA), "JSON", [], None, rule_set)
+    schema_id = client.register_schema(subject, schema)
+    conf = {"auto.register.schemas": False, "use.latest.version": True}
+    rule_conf = {"secret": SECRET}
+    ser = JSONSerializer(json.dumps(SCHEMA), client, conf=conf, rule_conf=rule_conf)
+    de = JSONDeserializer(None, schema_registry_client=client, rule_conf=rule_conf)
+    ctx = SerializationContext(topic, MessageField.VALUE)
+    records = []
+    for i, value in enumerate(RECORDS):
+        if rotate_after is not None and i == rotate_after:
+            CLOCK.fixed_now += (expiry_days + 1) * DAY_MS
+        # The serializer encrypts the fields of the dict it is given in place.
+        data = ser(copy.deepcopy(value), ctx)
+        if value is not None:
+            assert de(data, ctx) == value, (name, value)
+        records.append({"value": value, "bytes": None if data is None else base64.b64encode(data).decode()})
+    CLOCK.fixed_now = int(time.time() * 1000)
+    # The DEK registry the rule's executor wrote to.
+    deks = FIELD_EXECUTOR.executor.client if rule_type == "ENCRYPT" else PAYLOAD_EXECUTOR.client
+    kek_name = params["encrypt.kek.name"]
+    dek_list = []
+    for version in range(1, 21):
+        try:
+            dek = deks.get_dek(kek_name, subject, DekAlgorithm[algorithm], version)
+        except Exception:
+            break  # no such version: the last one was the newest
+        if dek is None or not dek.encrypted_key_material:
+            break
+        dek_list.append({
+            "kekName": kek_name,
+            "subject": subject,
+            "version": dek.version,
+            "algorithm": algorithm,
+            "encryptedKeyMaterial": dek.encrypted_key_material,
+        })
+    return {
+        "made_by": "scripts/confluent-fixtures.py, confluent-kafka 2.16.1 (Python), tink 1.16.1",
+        "case": name,
+        "topic": topic,
+        "subject": subject,
+        "schema_id": schema_id,
+        "schema": schema.to_dict() if hasattr(schema, "to_dict") else None,
+        "rule": rule.to_dict(),
+        "secret": SECRET,
+        "deks": dek_list,
+        "records": records,
+    }
+
+
+
+def write():
+    return [
+        case("field-gcm", "ENCRYPT", "AES256_GCM", 0),
+        case("field-gcm128", "ENCRYPT", "AES128_GCM", 0),
+        case("field-siv", "ENCRYPT", "AES256_SIV", 0),
+        case("field-gcm-rotated", "ENCRYPT", "AES256_GCM", 1, rotate_after=1),
+        case("payload-gcm", "ENCRYPT_PAYLOAD", "AES256_GCM", 0),
+        case("payload-gcm-rotated", "ENCRYPT_PAYLOAD", "AES256_GCM", 1, rotate_after=1),
+    ]
+
+
+def read(jobs):
+    """Reads records written elsewhere: each job {schema, subject, secret,
+    deks, records} registers its schema (job i must get id i + 1, the id its
+    records carry) and its wrapped DEKs in one registry of this run's own;
+    each record gives {"ok": value} or {"error": why}."""
+    url = "mock://read-" + uuid.uuid4().hex
+    client = SchemaRegistryClient.new_client({"url": url})
+    results = []
+    for i, job in enumerate(jobs):
+        s = job["schema"]
+        rule_set = RuleSet.from_dict(s["ruleSet"]) if s.get("ruleSet") else None
+        schema = Schema(s["schema"], s.get("schemaType", "JSON"), [], None, rule_set)
+        schema_id = client.register_schema(job["subject"], schema)
+        if schema_id != i + 1:
+            raise SystemExit(f"job {i}: the schema got id {schema_id}, not {i + 1}")
+        de = JSONDeserializer(None, schema_registry_client=client, rule_conf={"secret": job["secret"]})
+        # Each KEK as the schema's rules name it.
+        keks = {}
+        for kind in ("domainRules", "encodingRules"):
+            for rule in (s.get("ruleSet") or {}).get(kind) or []:
+                params = rule.get("params") or {}
+                if "encrypt.kek.name" in params:
+                    keks[params["encrypt.kek.name"]] = (params.get("encrypt.kms.type"), params.get("encrypt.kms.key.id"))
+        for d in job["deks"]:
+            for registry in (FIELD_EXECUTOR.executor.client, PAYLOAD_EXECUTOR.client):
+                if registry is None:
+                    continue
+                kms_type, kms_key_id = keks[d["kekName"]]
+                try:
+                    registry.register_kek(d["kekName"], kms_type, kms_key_id, False)
+                except Exception:
+                    pass  # registered already
+                registry.register_dek(d["kekName"], d["subject"], d["encryptedKeyMaterial"],
+                                      DekAlgorithm[d["algorithm"]], d["version"])
+        topic = job["subject"].removesuffix("-value")
+        out = []
+        for r in job["records"]:
+            data = None if r is None else base64.b64decode(r)
+            try:
+                out.append({"ok": de(data, SerializationContext(topic, MessageField.VALUE))})
+            except Exception as e:
+                out.append({"error": repr(e.__cause__ or e)})
+        results.append(out)
+    return results
+
+
+def main():
+    if sys.argv[1:] == ["write"]:
+        json.dump(write(), sys.stdout, ensure_ascii=False)
+    elif sys.argv[1:] == ["read"]:
+        json.dump(read(json.load(sys.stdin)), sys.stdout, ensure_ascii=False)
+    else:
+        raise SystemExit("usage: confluent_peer.py write|read")
+
+
+if __name__ == "__main__":
+    main()
