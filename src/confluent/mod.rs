@@ -20,7 +20,8 @@
 //!
 //! What is here: [`ConfluentJson`], with the schemas, rules and DEKs given
 //! to it (an in-memory registry: the embedded default for tests and
-//! single-process use). Not here yet: the Schema Registry and DEK registry
+//! single-process use), and [`ConfluentSerde`], its typed face for the
+//! Kafka clients and stores. Not here yet: the Schema Registry and DEK registry
 //! over HTTP, Avro, KEKs in AWS KMS or Vault, the typed Kafka clients and
 //! the command line (see the README's "Confluent's format").
 
@@ -28,7 +29,7 @@ mod dek;
 mod json;
 
 pub use dek::{Dek, DekAlgorithm, LocalKms};
-pub use json::{ConfluentJson, Rule, RuleKind};
+pub use json::{ConfluentJson, ConfluentSerde, Rule, RuleKind};
 
 use crate::error::Error;
 
