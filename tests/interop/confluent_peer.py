@@ -14,6 +14,12 @@ offline: `mock://` schema and DEK registries, the `local-kms` KEK driver.
                               its records carry) and the wrapped DEKs,
                               deserializes each record with this client,
                               prints [[{"ok": value} | {"error": why}], ...]
+    confluent_peer.py consume reads stdin {bootstrap, topic, count, schema,
+                              subject, secret, deks}: reads count records of
+                              partition 0 from the broker with its Consumer
+    confluent_peer.py produce reads stdin {bootstrap, topic, case}: writes a
+                              case's records to partition 0 with its
+                              Producer, prints the case as write does
 """
 import base64
 import copy
@@ -74,10 +80,10 @@ FIELD_EXECUTOR = FieldEncryptionExecutor.register_with_clock(CLOCK)
 PAYLOAD_EXECUTOR = EncryptionExecutor.register_with_clock(CLOCK)
 
 
-def case(name, rule_type, algorithm, expiry_days, rotate_after=None):
+def case(name, rule_type, algorithm, expiry_days, rotate_after=None, topic=None, produce=None):
     # One registry for every case (the rule executors are configured once
     # per registry); each case is a topic of its own.
-    topic = "customers-" + name
+    topic = topic or "customers-" + name
     subject = topic + "-value"
     client = SchemaRegistryClient.new_client({"url": URL})
     params = {
@@ -109,6 +115,8 @@ def case(name, rule_type, algorithm, expiry_days, rotate_after=None):
             CLOCK.fixed_now += (expiry_days + 1) * DAY_MS
         # The serializer encrypts the fields of the dict it is given in place.
         data = ser(copy.deepcopy(value), ctx)
+        if produce is not None:
+            produce(f"c-{i}".encode(), data)
         if value is not None:
             assert de(data, ctx) == value, (name, value)
         records.append({"value": value, "bytes": None if data is None else base64.b64encode(data).decode()})
@@ -162,36 +170,10 @@ def read(jobs):
     deks, records} registers its schema (job i must get id i + 1, the id its
     records carry) and its wrapped DEKs in one registry of this run's own;
     each record gives {"ok": value} or {"error": why}."""
-    url = "mock://read-" + uuid.uuid4().hex
-    client = SchemaRegistryClient.new_client({"url": url})
+    client = SchemaRegistryClient.new_client({"url": "mock://read-" + uuid.uuid4().hex})
     results = []
     for i, job in enumerate(jobs):
-        s = job["schema"]
-        rule_set = RuleSet.from_dict(s["ruleSet"]) if s.get("ruleSet") else None
-        schema = Schema(s["schema"], s.get("schemaType", "JSON"), [], None, rule_set)
-        schema_id = client.register_schema(job["subject"], schema)
-        if schema_id != i + 1:
-            raise SystemExit(f"job {i}: the schema got id {schema_id}, not {i + 1}")
-        de = JSONDeserializer(None, schema_registry_client=client, rule_conf={"secret": job["secret"]})
-        # Each KEK as the schema's rules name it.
-        keks = {}
-        for kind in ("domainRules", "encodingRules"):
-            for rule in (s.get("ruleSet") or {}).get(kind) or []:
-                params = rule.get("params") or {}
-                if "encrypt.kek.name" in params:
-                    keks[params["encrypt.kek.name"]] = (params.get("encrypt.kms.type"), params.get("encrypt.kms.key.id"))
-        for d in job["deks"]:
-            for registry in (FIELD_EXECUTOR.executor.client, PAYLOAD_EXECUTOR.client):
-                if registry is None:
-                    continue
-                kms_type, kms_key_id = keks[d["kekName"]]
-                try:
-                    registry.register_kek(d["kekName"], kms_type, kms_key_id, False)
-                except Exception:
-                    pass  # registered already
-                registry.register_dek(d["kekName"], d["subject"], d["encryptedKeyMaterial"],
-                                      DekAlgorithm[d["algorithm"]], d["version"])
-        topic = job["subject"].removesuffix("-value")
+        de, topic = reader(client, i, job)
         out = []
         for r in job["records"]:
             data = None if r is None else base64.b64decode(r)
@@ -203,13 +185,101 @@ def read(jobs):
     return results
 
 
+def reader(client, i, job):
+    """Registers job i's schema (it must get id i + 1) and wrapped DEKs;
+    its deserializer and topic."""
+    s = job["schema"]
+    rule_set = RuleSet.from_dict(s["ruleSet"]) if s.get("ruleSet") else None
+    schema = Schema(s["schema"], s.get("schemaType", "JSON"), [], None, rule_set)
+    schema_id = client.register_schema(job["subject"], schema)
+    if schema_id != i + 1:
+        raise SystemExit(f"job {i}: the schema got id {schema_id}, not {i + 1}")
+    de = JSONDeserializer(None, schema_registry_client=client, rule_conf={"secret": job["secret"]})
+    # Each KEK as the schema's rules name it.
+    keks = {}
+    for kind in ("domainRules", "encodingRules"):
+        for rule in (s.get("ruleSet") or {}).get(kind) or []:
+            params = rule.get("params") or {}
+            if "encrypt.kek.name" in params:
+                keks[params["encrypt.kek.name"]] = (params.get("encrypt.kms.type"), params.get("encrypt.kms.key.id"))
+    for d in job["deks"]:
+        for registry in (FIELD_EXECUTOR.executor.client, PAYLOAD_EXECUTOR.client):
+            if registry is None:
+                continue
+            kms_type, kms_key_id = keks[d["kekName"]]
+            try:
+                registry.register_kek(d["kekName"], kms_type, kms_key_id, False)
+            except Exception:
+                pass  # registered already
+            registry.register_dek(d["kekName"], d["subject"], d["encryptedKeyMaterial"],
+                                  DekAlgorithm[d["algorithm"]], d["version"])
+    return de, job["subject"].removesuffix("-value")
+
+
+def consume(job):
+    """Reads job["count"] records of partition 0 of job["topic"] from the
+    broker with confluent-kafka's Consumer, each value through the
+    deserializer: [{"key": text, "ok": value} | {"key": text, "error": why}]."""
+    from confluent_kafka import Consumer, TopicPartition, OFFSET_BEGINNING
+
+    client = SchemaRegistryClient.new_client({"url": "mock://consume-" + uuid.uuid4().hex})
+    de, topic = reader(client, 0, job)
+    consumer = Consumer({"bootstrap.servers": job["bootstrap"], "group.id": "confluent-peer-" + topic,
+                         "enable.auto.commit": False})
+    consumer.assign([TopicPartition(topic, 0, OFFSET_BEGINNING)])
+    out = []
+    deadline = time.monotonic() + 60
+    try:
+        while len(out) < job["count"]:
+            if time.monotonic() > deadline:
+                raise SystemExit(f"timed out after {len(out)} records")
+            msg = consumer.poll(0.2)
+            if msg is None:
+                continue
+            if msg.error():
+                raise SystemExit(f"consume error: {msg.error()}")
+            r = {"key": (msg.key() or b"").decode()}
+            try:
+                r["ok"] = de(msg.value(), SerializationContext(topic, MessageField.VALUE))
+            except Exception as e:
+                r["error"] = repr(e.__cause__ or e)
+            out.append(r)
+    finally:
+        consumer.close()
+    return out
+
+
+def produce(job):
+    """Writes the records of one case to partition 0 of job["topic"] on the
+    broker with confluent-kafka's Producer (keys c-0, c-1, ...; a tombstone
+    is a null value); prints the case (schema, DEKs, values) as write does."""
+    from confluent_kafka import Producer
+
+    producer = Producer({"bootstrap.servers": job["bootstrap"], "enable.idempotence": True})
+
+    def send(key, value):
+        producer.produce(job["topic"], key=key, value=value, partition=0)
+
+    kinds = {"field-gcm": ("ENCRYPT", "AES256_GCM", 0), "field-siv": ("ENCRYPT", "AES256_SIV", 0),
+             "payload-gcm": ("ENCRYPT_PAYLOAD", "AES256_GCM", 0)}
+    rule_type, algorithm, expiry = kinds[job["case"]]
+    c = case(job["case"], rule_type, algorithm, expiry, topic=job["topic"], produce=send)
+    if producer.flush(30) != 0:
+        raise SystemExit("records not delivered")
+    return c
+
+
 def main():
     if sys.argv[1:] == ["write"]:
         json.dump(write(), sys.stdout, ensure_ascii=False)
+    elif sys.argv[1:] == ["consume"]:
+        json.dump(consume(json.load(sys.stdin)), sys.stdout, ensure_ascii=False)
+    elif sys.argv[1:] == ["produce"]:
+        json.dump(produce(json.load(sys.stdin)), sys.stdout, ensure_ascii=False)
     elif sys.argv[1:] == ["read"]:
         json.dump(read(json.load(sys.stdin)), sys.stdout, ensure_ascii=False)
     else:
-        raise SystemExit("usage: confluent_peer.py write|read")
+        raise SystemExit("usage: confluent_peer.py write|read|consume|produce")
 
 
 if __name__ == "__main__":
