@@ -309,9 +309,19 @@ fn debug_shows_no_key() {
 /// Runs the Confluent peer with `arg`, `input` on its stdin: its stdout, or
 /// its stderr when it fails.
 fn peer(arg: &str, input: &str) -> Option<Result<String, String>> {
+    peer_with(arg, input, None)
+}
+
+/// [`peer`], with the registry at `registry` (over HTTP) instead of one in
+/// memory.
+fn peer_with(arg: &str, input: &str, registry: Option<&str>) -> Option<Result<String, String>> {
     let py = common::tink::python()?;
     let script = common::root::repo_root().join("tests/interop/confluent_peer.py");
-    let mut child = Command::new(py)
+    let mut cmd = Command::new(py);
+    if let Some(url) = registry {
+        cmd.env("CONFLUENT_PEER_REGISTRY", url);
+    }
+    let mut child = cmd
         .arg(script)
         .arg(arg)
         .stdin(Stdio::piped())
@@ -455,4 +465,153 @@ fn what_confluents_client_writes_now_reads_here() {
             assert_eq!(codec.decode(bytes.as_deref()).unwrap(), value, "{name}");
         }
     }
+}
+
+/// The test Schema Registry (`tests/interop/schema_registry_server.py`) on
+/// a free loopback port, stopped when dropped.
+struct TestRegistry {
+    child: std::process::Child,
+    url: String,
+}
+
+impl TestRegistry {
+    fn start() -> Option<Self> {
+        use std::io::BufRead as _;
+        let py = common::tink::python()?;
+        let script = common::root::repo_root().join("tests/interop/schema_registry_server.py");
+        let mut child = Command::new(py)
+            .arg(script)
+            .stdin(Stdio::piped())
+            .stdout(Stdio::piped())
+            .spawn()
+            .expect("start the test registry");
+        let mut line = String::new();
+        std::io::BufReader::new(child.stdout.take().unwrap())
+            .read_line(&mut line)
+            .unwrap();
+        let port: u16 = line.trim().parse().expect("the registry's port");
+        Some(TestRegistry {
+            child,
+            url: format!("http://127.0.0.1:{port}"),
+        })
+    }
+}
+
+impl Drop for TestRegistry {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+#[test]
+fn both_ways_through_a_schema_registry_over_http() {
+    use tombstone_crypt::confluent::Registry;
+    let Some(server) = TestRegistry::start() else {
+        return;
+    };
+    // Confluent's client writes every case, its schemas, KEKs and DEKs
+    // going to the registry over its REST client.
+    let out = peer_with("write", "", Some(&server.url))
+        .unwrap()
+        .expect("the peer writes");
+    let cases: Vec<Value> = serde_json::from_str(&out).unwrap();
+    // A reader here that is given nothing but the secret and the registry.
+    let reader = ConfluentJson::new(LocalKms::new("mysecret"))
+        .with_registry(Registry::new(&server.url).unwrap());
+    for f in &cases {
+        let name = f["case"].as_str().unwrap();
+        let subject = f["subject"].as_str();
+        for (bytes, value) in records(f) {
+            let got = reader.decode_for(subject, bytes.as_deref());
+            assert_eq!(
+                got.unwrap_or_else(|e| panic!("{name}: {e}")),
+                value,
+                "{name}"
+            );
+        }
+    }
+
+    // A writer here with the registry: the schema registered there, its
+    // KEK and DEKs created there; Confluent's client reads every record
+    // with what it finds in the registry alone.
+    let registry = Registry::new(&server.url).unwrap();
+    for f in &cases {
+        let name = f["case"].as_str().unwrap();
+        let subject = format!("ours-{name}-value");
+        registry.register(&subject, &f["schema"]).unwrap();
+        let writer = ConfluentJson::new(LocalKms::new("mysecret"))
+            .with_registry(Registry::new(&server.url).unwrap());
+        let mut written = Vec::new();
+        let mut want = Vec::new();
+        for (_, value) in records(f) {
+            let bytes = writer.encode(&subject, value.as_ref()).unwrap();
+            written.push(bytes.map(|b| base64::engine::general_purpose::STANDARD.encode(b)));
+            want.push(value.unwrap_or(Value::Null));
+        }
+        let job = json!({"subject": subject, "secret": "mysecret", "records": written});
+        let out = peer_with("read-registry", &job.to_string(), Some(&server.url))
+            .unwrap()
+            .expect("the peer reads");
+        let got: Vec<Value> = serde_json::from_str(&out).unwrap();
+        let got: Vec<Value> = got
+            .into_iter()
+            .map(|r| {
+                r.get("ok")
+                    .cloned()
+                    .unwrap_or_else(|| panic!("{name}: {r}"))
+            })
+            .collect();
+        assert_eq!(got, want, "{name}");
+    }
+}
+
+#[test]
+fn a_registry_that_is_down_or_missing_a_dek_is_a_clear_error_and_nothing_is_written() {
+    use tombstone_crypt::confluent::Registry;
+    use tombstone_crypt::kms::KmsTimeouts;
+    // Nothing listens on this port (bound, then closed).
+    let port = std::net::TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port();
+    let quick = KmsTimeouts {
+        request: std::time::Duration::from_millis(500),
+        attempts: 2,
+        backoff: std::time::Duration::from_millis(10),
+    };
+    let down = ConfluentJson::new(LocalKms::new("mysecret")).with_registry(
+        Registry::new(&format!("http://127.0.0.1:{port}"))
+            .unwrap()
+            .with_timeouts(quick),
+    );
+    let e = down
+        .encode("customers-value", Some(&json!({"ssn": "x"})))
+        .unwrap_err();
+    assert!(matches!(e, Error::Confluent { .. }), "{e}");
+    assert!(e.to_string().contains("no answer"), "{e}");
+    assert_eq!(
+        down.encode("customers-value", None).unwrap(),
+        None,
+        "a tombstone needs no registry"
+    );
+
+    // A registry that has the schema but not the DEK a record names.
+    let Some(server) = TestRegistry::start() else {
+        return;
+    };
+    let f = fixture("field-gcm");
+    let registry = Registry::new(&server.url).unwrap();
+    let id = registry
+        .register(f["subject"].as_str().unwrap(), &f["schema"])
+        .unwrap();
+    let (bytes, _) = records(&f).next().unwrap();
+    let mut bytes = bytes.unwrap();
+    bytes[1..5].copy_from_slice(&id.to_be_bytes());
+    let reader = ConfluentJson::new(LocalKms::new("mysecret")).with_registry(registry);
+    let e = reader
+        .decode_for(f["subject"].as_str(), Some(&bytes))
+        .unwrap_err();
+    assert!(e.to_string().contains("no DEK version 1"), "{e}");
 }

@@ -3,14 +3,16 @@
 
 use std::collections::HashMap;
 use std::marker::PhantomData;
-use std::sync::{Arc, Mutex};
+use std::sync::{Arc, Mutex, RwLock};
 use std::time::{Duration, SystemTime};
 
 use base64::Engine as _;
 use serde_json::Value;
 use zeroize::Zeroizing;
 
-use super::{parse_frame, split_version, write_frame, Dek, DekAlgorithm, LocalKms, MAGIC};
+use super::{
+    parse_frame, split_version, write_frame, Dek, DekAlgorithm, LocalKms, Registry, MAGIC,
+};
 use crate::context::Context;
 use crate::error::Error;
 use crate::serde::{Deserializer, Serializer};
@@ -36,6 +38,9 @@ pub struct Rule {
     /// `encrypt.dek.expiry.days` (0: DEKs never expire, and values carry no
     /// DEK version).
     pub expiry_days: u32,
+    /// `encrypt.kms.type` and `encrypt.kms.key.id`: where a writer creates
+    /// the KEK in the DEK registry when it is not there.
+    pub kms: Option<(String, String)>,
 }
 
 impl Rule {
@@ -84,11 +89,15 @@ impl Rule {
             })?,
             None => 0,
         };
+        let kms = param("encrypt.kms.type")
+            .zip(param("encrypt.kms.key.id"))
+            .map(|(t, k)| (t.to_owned(), k.to_owned()));
         Ok(Some(Rule {
             kind,
             kek_name,
             algorithm,
             expiry_days,
+            kms,
         }))
     }
 
@@ -152,15 +161,17 @@ struct Deks {
 /// ```
 pub struct ConfluentJson {
     kms: LocalKms,
-    schemas: HashMap<u32, Registered>,
-    latest: HashMap<String, u32>,
+    schemas: RwLock<HashMap<u32, Arc<Registered>>>,
+    latest: RwLock<HashMap<String, u32>>,
     deks: Mutex<Deks>,
+    registry: Option<Registry>,
 }
 
 impl std::fmt::Debug for ConfluentJson {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("ConfluentJson")
-            .field("schemas", &self.schemas.len())
+            .field("schemas", &read(&self.schemas).len())
+            .field("registry", &self.registry)
             .finish_non_exhaustive()
     }
 }
@@ -174,9 +185,21 @@ impl ConfluentJson {
     pub fn new(kms: LocalKms) -> Self {
         ConfluentJson {
             kms,
-            schemas: HashMap::new(),
-            latest: HashMap::new(),
+            schemas: RwLock::new(HashMap::new()),
+            latest: RwLock::new(HashMap::new()),
             deks: Mutex::new(Deks::default()),
+            registry: None,
+        }
+    }
+
+    /// Schemas and DEKs not given here are fetched from `registry` (and
+    /// kept), and the DEKs a writer makes are created there, as
+    /// Confluent's clients do.
+    #[must_use]
+    pub fn with_registry(self, registry: Registry) -> Self {
+        ConfluentJson {
+            registry: Some(registry),
+            ..self
         }
     }
 
@@ -190,6 +213,15 @@ impl ConfluentJson {
     /// `oneOf`, `anyOf`, `allOf` or `$ref`): it refuses such a schema
     /// rather than leave a tagged field in plaintext.
     pub fn register(&mut self, schema_id: u32, subject: &str, schema: &Value) -> Result<(), Error> {
+        self.insert(schema_id, subject, schema).map(|_| ())
+    }
+
+    fn insert(
+        &self,
+        schema_id: u32,
+        subject: &str,
+        schema: &Value,
+    ) -> Result<Arc<Registered>, Error> {
         match schema.get("schemaType").and_then(Value::as_str) {
             Some("JSON") => {}
             _ => {
@@ -238,16 +270,29 @@ impl ConfluentJson {
                 RuleKind::Payload => payload = Some(rule),
             }
         }
-        self.schemas.insert(
-            schema_id,
-            Registered {
-                subject: subject.to_owned(),
-                fields,
-                payload,
-            },
-        );
-        self.latest.insert(subject.to_owned(), schema_id);
-        Ok(())
+        let registered = Arc::new(Registered {
+            subject: subject.to_owned(),
+            fields,
+            payload,
+        });
+        write(&self.schemas).insert(schema_id, Arc::clone(&registered));
+        write(&self.latest).insert(subject.to_owned(), schema_id);
+        Ok(registered)
+    }
+
+    /// The schema with `id`: known here, or fetched from the registry.
+    fn schema(&self, id: u32, subject: Option<&str>) -> Result<Arc<Registered>, Error> {
+        if let Some(s) = read(&self.schemas).get(&id) {
+            return Ok(Arc::clone(s));
+        }
+        let Some(registry) = &self.registry else {
+            return Err(Error::confluent(format!(
+                "schema id {id} is not registered here"
+            )));
+        };
+        let schema = registry.schema(id)?;
+        let registered = self.insert(id, subject.unwrap_or(""), &schema)?;
+        Ok(registered)
     }
 
     /// Adds a DEK as the DEK registry holds it: wrapped under the KEK
@@ -299,48 +344,106 @@ impl ConfluentJson {
             rule.algorithm,
             version,
         );
-        self.lock()
-            .open
-            .get(&id)
-            .map(|(d, _)| d.clone())
-            .ok_or_else(|| {
-                Error::confluent(format!(
-                    "no DEK version {version} of KEK {:?} for subject {:?} ({})",
-                    crate::error::printable(&rule.kek_name),
-                    crate::error::printable(subject),
-                    rule.algorithm.name()
-                ))
-            })
+        if let Some((d, _)) = self.lock().open.get(&id) {
+            return Ok(d.clone());
+        }
+        if let Some(registry) = &self.registry {
+            if let Some((v, wrapped, ts)) =
+                registry.dek(&rule.kek_name, subject, rule.algorithm, Some(version))?
+            {
+                return self.keep(rule, subject, v, &wrapped, ts);
+            }
+        }
+        Err(Error::confluent(format!(
+            "no DEK version {version} of KEK {:?} for subject {:?} ({})",
+            crate::error::printable(&rule.kek_name),
+            crate::error::printable(subject),
+            rule.algorithm.name()
+        )))
     }
 
-    /// The DEK to write with: the latest version, or a new one (made here
-    /// and wrapped) when there is none or the latest has expired.
-    fn dek_to_write(&self, rule: &Rule, subject: &str) -> Result<Dek, Error> {
-        let mut deks = self.lock();
-        let latest = deks
-            .open
-            .iter()
-            .filter(|((k, s, a, _), _)| k == &rule.kek_name && s == subject && *a == rule.algorithm)
-            .max_by_key(|((_, _, _, v), _)| *v)
-            .map(|((_, _, _, v), (d, made))| (*v, d.clone(), *made));
-        let expired = |made: SystemTime| {
-            rule.rotates()
-                && made.elapsed().unwrap_or_default()
-                    > Duration::from_secs(u64::from(rule.expiry_days) * 86_400)
-        };
-        let version = match latest {
-            Some((_, dek, made)) if !expired(made) => return Ok(dek),
-            Some((v, _, _)) => v + 1,
-            None => 1,
-        };
-        let dek = Dek::generate(rule.algorithm, version);
-        let wrapped = self.kms.wrap(&dek)?;
+    /// Unwraps and keeps a DEK fetched from the registry (`ts`: when it was
+    /// made, in milliseconds since the epoch).
+    fn keep(
+        &self,
+        rule: &Rule,
+        subject: &str,
+        version: u32,
+        wrapped: &[u8],
+        ts: u64,
+    ) -> Result<Dek, Error> {
+        let dek = self.kms.unwrap(rule.algorithm, version, wrapped)?;
+        let made = SystemTime::UNIX_EPOCH + Duration::from_millis(ts);
         let id = (
             rule.kek_name.clone(),
             subject.to_owned(),
             rule.algorithm,
             version,
         );
+        let mut deks = self.lock();
+        deks.wrapped.insert(id.clone(), wrapped.to_vec());
+        deks.open.insert(id, (dek.clone(), made));
+        Ok(dek)
+    }
+
+    /// The newest DEK of `rule` for `subject` known here: version, DEK,
+    /// when it was made.
+    fn newest(&self, rule: &Rule, subject: &str) -> Option<(u32, Dek, SystemTime)> {
+        self.lock()
+            .open
+            .iter()
+            .filter(|((k, s, a, _), _)| k == &rule.kek_name && s == subject && *a == rule.algorithm)
+            .max_by_key(|((_, _, _, v), _)| *v)
+            .map(|((_, _, _, v), (d, made))| (*v, d.clone(), *made))
+    }
+
+    /// The DEK to write with: the newest version, known here or in the
+    /// registry, or a new one (made here, wrapped, and created in the
+    /// registry) when there is none or the newest has expired.
+    fn dek_to_write(&self, rule: &Rule, subject: &str) -> Result<Dek, Error> {
+        let expired = |made: SystemTime| {
+            rule.rotates()
+                && made.elapsed().unwrap_or_default()
+                    > Duration::from_secs(u64::from(rule.expiry_days) * 86_400)
+        };
+        let mut newest = self.newest(rule, subject);
+        if let Some(registry) = &self.registry {
+            if newest.as_ref().is_none_or(|(_, _, made)| expired(*made)) {
+                if let Some((v, wrapped, ts)) =
+                    registry.dek(&rule.kek_name, subject, rule.algorithm, None)?
+                {
+                    let dek = self.keep(rule, subject, v, &wrapped, ts)?;
+                    newest = Some((v, dek, SystemTime::UNIX_EPOCH + Duration::from_millis(ts)));
+                }
+            }
+        }
+        let version = match newest {
+            Some((_, dek, made)) if !expired(made) => return Ok(dek),
+            Some((v, _, _)) => v + 1,
+            None => 1,
+        };
+        let dek = Dek::generate(rule.algorithm, version);
+        let wrapped = self.kms.wrap(&dek)?;
+        if let Some(registry) = &self.registry {
+            let (kms_type, kms_key_id) = rule.kms.clone().unwrap_or_else(|| {
+                (
+                    "local-kms".to_owned(),
+                    format!("local-kms://{}", rule.kek_name),
+                )
+            });
+            registry.create_kek(&rule.kek_name, &kms_type, &kms_key_id)?;
+            if !registry.create_dek(&rule.kek_name, subject, rule.algorithm, version, &wrapped)? {
+                // Another writer made this version first: use theirs.
+                return self.dek_to_read(rule, subject, version);
+            }
+        }
+        let id = (
+            rule.kek_name.clone(),
+            subject.to_owned(),
+            rule.algorithm,
+            version,
+        );
+        let mut deks = self.lock();
         deks.wrapped.insert(id.clone(), wrapped);
         deks.open.insert(id, (dek.clone(), SystemTime::now()));
         Ok(dek)
@@ -355,15 +458,27 @@ impl ConfluentJson {
     /// [`Error::Decryption`] (within [`Error::Field`] for a field, with
     /// its path) for what does not authenticate. Never a partial record.
     pub fn decode(&self, bytes: Option<&[u8]>) -> Result<Option<Value>, Error> {
+        self.decode_for(None, bytes)
+    }
+
+    /// [`decode`](ConfluentJson::decode) for a record of `subject` (its
+    /// DEKs are the subject's): a schema or DEK not known here is fetched
+    /// from the registry for that subject.
+    ///
+    /// # Errors
+    /// As [`decode`](ConfluentJson::decode); what the registry reports.
+    pub fn decode_for(
+        &self,
+        subject: Option<&str>,
+        bytes: Option<&[u8]>,
+    ) -> Result<Option<Value>, Error> {
         let Some(bytes) = bytes else { return Ok(None) };
         if bytes.len() > MAX_RECORD {
             return Err(Error::confluent("a record longer than 16 MiB"));
         }
         let (id, body) = parse_frame(bytes)?;
-        let schema = self
-            .schemas
-            .get(&id)
-            .ok_or_else(|| Error::confluent(format!("schema id {id} is not registered here")))?;
+        let schema = self.schema(id, subject)?;
+        let subject = subject.unwrap_or(&schema.subject);
         let text: Zeroizing<Vec<u8>>;
         let body = match &schema.payload {
             Some(rule) => {
@@ -372,9 +487,7 @@ impl ConfluentJson {
                 } else {
                     (1, body)
                 };
-                text = self
-                    .dek_to_read(rule, &schema.subject, version)?
-                    .decrypt(ct)?;
+                text = self.dek_to_read(rule, subject, version)?.decrypt(ct)?;
                 &text[..]
             }
             None => body,
@@ -389,7 +502,7 @@ impl ConfluentJson {
             for path in paths {
                 let mut at = Vec::new();
                 each_at(&mut value, path, &mut at, &mut |field, at| {
-                    open_field(self, rule, &schema.subject, field).map_err(|e| in_field(at, e))
+                    open_field(self, rule, subject, field).map_err(|e| in_field(at, e))
                 })?;
             }
         }
@@ -412,7 +525,7 @@ impl ConfluentJson {
     }
 
     fn encode_value(&self, subject: &str, id: u32, mut value: Value) -> Result<Vec<u8>, Error> {
-        let schema = &self.schemas[&id];
+        let schema = self.schema(id, Some(subject))?;
         for (rule, paths) in &schema.fields {
             let dek = self.dek_to_write(rule, subject)?;
             for path in paths {
@@ -442,14 +555,32 @@ impl ConfluentJson {
         Ok(out)
     }
 
+    /// The id of `subject`'s latest schema: known here, or fetched from the
+    /// registry (once: a schema registered later is seen after a restart).
     fn latest_id(&self, subject: &str) -> Result<u32, Error> {
-        self.latest.get(subject).copied().ok_or_else(|| {
-            Error::confluent(format!(
+        if let Some(id) = read(&self.latest).get(subject) {
+            return Ok(*id);
+        }
+        let Some(registry) = &self.registry else {
+            return Err(Error::confluent(format!(
                 "subject {:?} has no schema here",
                 crate::error::printable(subject)
-            ))
-        })
+            )));
+        };
+        let (id, schema) = registry.latest(subject)?;
+        self.insert(id, subject, &schema)?;
+        Ok(id)
     }
+}
+
+fn read<T>(lock: &RwLock<T>) -> std::sync::RwLockReadGuard<'_, T> {
+    lock.read()
+        .unwrap_or_else(std::sync::PoisonError::into_inner)
+}
+
+fn write<T>(lock: &RwLock<T>) -> std::sync::RwLockWriteGuard<'_, T> {
+    lock.write()
+        .unwrap_or_else(std::sync::PoisonError::into_inner)
 }
 
 /// Records of type `T` in Confluent's format, through a shared
@@ -557,10 +688,10 @@ impl<T: serde::de::DeserializeOwned> Deserializer<T> for ConfluentSerde<T> {
         self.deserialize_slice(ctx, &data)
     }
 
-    fn deserialize_slice(&self, _: &Context<'_>, data: &[u8]) -> Result<T, Error> {
+    fn deserialize_slice(&self, ctx: &Context<'_>, data: &[u8]) -> Result<T, Error> {
         let value = self
             .codec
-            .decode(Some(data))?
+            .decode_for(Some(&self.subject(ctx)), Some(data))?
             .ok_or_else(|| Error::confluent("a present record read as none"))?;
         serde_json::from_value(value).map_err(|e| {
             Error::codec(

@@ -27,9 +27,11 @@
 
 mod dek;
 mod json;
+mod registry;
 
 pub use dek::{Dek, DekAlgorithm, LocalKms};
 pub use json::{ConfluentJson, ConfluentSerde, Rule, RuleKind};
+pub use registry::Registry;
 
 use crate::error::Error;
 

@@ -126,6 +126,7 @@ impl<T: Transport> Transport for Wiped<T> {
 /// HTTP 200 as `A`. Transport failures, HTTP 429 and 5xx are retryable;
 /// another status or an answer of the wrong shape is not. The answer's
 /// bytes (which may hold a data key) are zeroized once read.
+#[cfg_attr(not(any(feature = "aws-kms", feature = "vault")), allow(dead_code))]
 pub(crate) fn post_json<A: serde::de::DeserializeOwned>(
     agent: &ureq::Agent,
     url: &str,
@@ -151,6 +152,7 @@ pub(crate) fn post_json<A: serde::de::DeserializeOwned>(
 }
 
 /// POSTs `body` to `url` with `headers`: the status and the body.
+#[cfg_attr(not(any(feature = "aws-kms", feature = "vault")), allow(dead_code))]
 fn post(
     agent: &ureq::Agent,
     url: &str,
@@ -158,10 +160,19 @@ fn post(
     body: &[u8],
     what: &str,
 ) -> Result<(u16, Zeroizing<Vec<u8>>), Failed> {
-    let mut req = agent.post(url);
-    for (k, v) in headers {
-        req = req.header(*k, *v);
-    }
+    request(agent, url, headers, Some(body), what)
+}
+
+/// GETs `url` (no `body`) or POSTs `body` to it, with `headers`: the
+/// status and the answer's body, read into a zeroized buffer. Transport
+/// failures are retryable.
+pub(crate) fn request(
+    agent: &ureq::Agent,
+    url: &str,
+    headers: &[(&str, &str)],
+    body: Option<&[u8]>,
+    what: &str,
+) -> Result<(u16, Zeroizing<Vec<u8>>), Failed> {
     let fail = |e: ureq::Error| Failed {
         retry: true,
         error: Error::Kms {
@@ -169,7 +180,23 @@ fn post(
             cause: Some(Arc::new(e)),
         },
     };
-    let mut resp = req.send(body).map_err(fail)?;
+    let mut resp = match body {
+        Some(body) => {
+            let mut req = agent.post(url);
+            for (k, v) in headers {
+                req = req.header(*k, *v);
+            }
+            req.send(body)
+        }
+        None => {
+            let mut req = agent.get(url);
+            for (k, v) in headers {
+                req = req.header(*k, *v);
+            }
+            req.call()
+        }
+    }
+    .map_err(fail)?;
     let status = resp.status().as_u16();
     let size = resp
         .headers()
@@ -370,12 +397,13 @@ pub(crate) fn base64_zeroizing(b64: &[u8]) -> Result<Zeroizing<Vec<u8>>, base64:
 }
 
 /// Whether an HTTP status is worth retrying.
-fn retryable(status: u16) -> bool {
+pub(crate) fn retryable(status: u16) -> bool {
     status == 429 || status >= 500
 }
 
 /// A short, printable excerpt of a KMS error body (it never holds key
 /// material: those are only in successful answers).
+#[cfg_attr(not(any(feature = "aws-kms", feature = "vault")), allow(dead_code))]
 fn excerpt(body: &str) -> String {
     crate::error::printable_long(body, 300)
 }
@@ -384,6 +412,7 @@ fn excerpt(body: &str) -> String {
 /// plaintext is a key). The string is allocated once at its size; with
 /// [`post_json`]'s answers `serde_json` borrows it from the zeroized
 /// answer, with no copy of its own.
+#[cfg_attr(not(any(feature = "aws-kms", feature = "vault")), allow(dead_code))]
 pub(crate) fn zeroizing_opt<'de, D: serde::Deserializer<'de>>(
     d: D,
 ) -> Result<Option<zeroize::Zeroizing<String>>, D::Error> {

@@ -48,7 +48,7 @@ use crate::error::Error;
 #[cfg(feature = "aws-kms")]
 pub(crate) mod aws;
 pub(crate) mod dek;
-#[cfg(any(feature = "aws-kms", feature = "vault"))]
+#[cfg(any(feature = "aws-kms", feature = "vault", feature = "confluent"))]
 pub(crate) mod http;
 #[cfg(feature = "vault")]
 pub(crate) mod vault;
@@ -268,7 +268,7 @@ impl Default for KmsTimeouts {
 }
 
 /// One attempt's failure: whether to try again, and the error.
-#[cfg(any(feature = "aws-kms", feature = "vault"))]
+#[cfg(any(feature = "aws-kms", feature = "vault", feature = "confluent"))]
 pub(crate) struct Failed {
     pub(crate) retry: bool,
     pub(crate) error: Error,
@@ -276,7 +276,7 @@ pub(crate) struct Failed {
 
 /// Runs `attempt` up to `t.attempts` times while it fails with a failure
 /// worth retrying, sleeping `backoff`, `2 * backoff`, ... in between.
-#[cfg(any(feature = "aws-kms", feature = "vault"))]
+#[cfg(any(feature = "aws-kms", feature = "vault", feature = "confluent"))]
 pub(crate) fn with_retries<T>(
     t: &KmsTimeouts,
     mut attempt: impl FnMut() -> Result<T, Failed>,

@@ -14,6 +14,11 @@ offline: `mock://` schema and DEK registries, the `local-kms` KEK driver.
                               its records carry) and the wrapped DEKs,
                               deserializes each record with this client,
                               prints [[{"ok": value} | {"error": why}], ...]
+    confluent_peer.py read-registry reads stdin {subject, secret, records}:
+                              everything else from the registry at
+                              CONFLUENT_PEER_REGISTRY, over its REST client
+    (with CONFLUENT_PEER_REGISTRY=http://..., write and produce use that
+    registry instead of one in memory)
     confluent_peer.py consume reads stdin {bootstrap, topic, count, schema,
                               subject, secret, deks}: reads count records of
                               partition 0 from the broker with its Consumer
@@ -44,7 +49,9 @@ from confluent_kafka.schema_registry.schema_registry_client import Rule, RuleKin
 from confluent_kafka.serialization import MessageField, SerializationContext
 
 SECRET = "mysecret"
-URL = "mock://confluent-fixtures"
+# A registry over HTTP (tests/interop/schema_registry_server.py) when the
+# test gives one, else one in memory.
+URL = os.environ.get("CONFLUENT_PEER_REGISTRY") or "mock://confluent-fixtures"
 DAY_MS = 24 * 60 * 60 * 1000
 
 SCHEMA = {
@@ -216,6 +223,23 @@ def reader(client, i, job):
     return de, job["subject"].removesuffix("-value")
 
 
+def read_registry(job):
+    """Reads records of job["subject"] with everything (schemas, KEKs, DEKs)
+    from the registry at CONFLUENT_PEER_REGISTRY, through its REST client:
+    [{"ok": value} | {"error": why}]."""
+    client = SchemaRegistryClient.new_client({"url": URL})
+    de = JSONDeserializer(None, schema_registry_client=client, rule_conf={"secret": job["secret"]})
+    topic = job["subject"].removesuffix("-value")
+    out = []
+    for r in job["records"]:
+        data = None if r is None else base64.b64decode(r)
+        try:
+            out.append({"ok": de(data, SerializationContext(topic, MessageField.VALUE))})
+        except Exception as e:
+            out.append({"error": repr(e.__cause__ or e)})
+    return out
+
+
 def consume(job):
     """Reads job["count"] records of partition 0 of job["topic"] from the
     broker with confluent-kafka's Consumer, each value through the
@@ -272,6 +296,8 @@ def produce(job):
 def main():
     if sys.argv[1:] == ["write"]:
         json.dump(write(), sys.stdout, ensure_ascii=False)
+    elif sys.argv[1:] == ["read-registry"]:
+        json.dump(read_registry(json.load(sys.stdin)), sys.stdout, ensure_ascii=False)
     elif sys.argv[1:] == ["consume"]:
         json.dump(consume(json.load(sys.stdin)), sys.stdout, ensure_ascii=False)
     elif sys.argv[1:] == ["produce"]:
@@ -279,7 +305,7 @@ def main():
     elif sys.argv[1:] == ["read"]:
         json.dump(read(json.load(sys.stdin)), sys.stdout, ensure_ascii=False)
     else:
-        raise SystemExit("usage: confluent_peer.py write|read|consume|produce")
+        raise SystemExit("usage: confluent_peer.py write|read|read-registry|consume|produce")
 
 
 if __name__ == "__main__":
