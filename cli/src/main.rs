@@ -17,8 +17,9 @@
 //! (the write rule, key by key), `apply` (the passes of `repair` and
 //! `reencrypt` over each partition), `repair` and `reencrypt`, and `fields`
 //! (a JSON record's encrypted fields, for `inspect --fields` and
-//! `reencrypt --fields json`); this file holds the arguments, `inspect`
-//! and the exit codes.
+//! `reencrypt --fields json`), and `consume` (a topic as JSON lines, in
+//! this library's format or Confluent's); this file holds the arguments,
+//! `inspect` and the exit codes.
 #![forbid(unsafe_code)]
 // The lints live in Cargo.toml's [lints]; this one is allowed in tests.
 #![cfg_attr(not(test), warn(clippy::unwrap_used))]
@@ -26,6 +27,7 @@
 mod apply;
 mod audit;
 mod checkpoint;
+mod consume;
 mod fields;
 mod key_state;
 mod keysets;
@@ -92,6 +94,50 @@ enum Command {
     /// `--fields json`, every encrypted field of each JSON record in place,
     /// the rest of the record byte for byte as it was.
     Reencrypt(ReencryptArgs),
+    /// Print a topic's records as JSON lines, `{"partition", "offset",
+    /// "key", "value"}`, decrypted, a delete as `"value": null`: in this
+    /// library's format with `--keyset`, in Confluent's (CSFLE fields, CSPE
+    /// payloads of JSON Schema records) with `--schema-registry`.
+    Consume(ConsumeArgs),
+}
+
+/// `consume`'s arguments.
+#[derive(Args, Debug)]
+pub(crate) struct ConsumeArgs {
+    /// The brokers (`host:port,...`).
+    #[arg(long, value_name = "SERVERS")]
+    pub(crate) bootstrap: String,
+    /// The topic.
+    #[arg(long)]
+    pub(crate) topic: String,
+    /// The values' keyset file (this library's format).
+    #[arg(long, value_name = "FILE", conflicts_with = "schema_registry")]
+    pub(crate) keyset: Option<PathBuf>,
+    /// The KMS key the keyset file is encrypted with.
+    #[arg(long, value_name = "URI")]
+    pub(crate) decrypt_with: Option<String>,
+    /// The values' associated data (this library's format).
+    #[arg(long, value_enum, default_value = "topic-and-key")]
+    pub(crate) aad: Aad,
+    /// The name values are bound to, if not the topic.
+    #[arg(long, value_name = "NAME")]
+    pub(crate) aad_name: Option<String>,
+    /// Confluent's format: the Schema Registry (with its DEK registry) the
+    /// records' schemas and DEKs are in; the subject is `TOPIC-value`. The
+    /// local-kms secret comes from `LOCAL_SECRET` (as Confluent's clients
+    /// take it); basic auth from `SCHEMA_REGISTRY_BASIC_AUTH`
+    /// (`user:password`) or a token from `SCHEMA_REGISTRY_BEARER_TOKEN`.
+    #[arg(long, value_name = "URL")]
+    pub(crate) schema_registry: Option<String>,
+    /// An rdkafka setting, `key=value`; repeatable.
+    #[arg(short = 'X', value_name = "KEY=VALUE")]
+    pub(crate) config: Vec<String>,
+    /// Give up when no record arrives for this many seconds.
+    #[arg(long, default_value_t = 30)]
+    pub(crate) timeout: u64,
+    /// Only these partitions (`0-15,32`).
+    #[arg(long, value_name = "LIST", value_parser = read::parse_partitions)]
+    pub(crate) partitions: Option<BTreeSet<i32>>,
 }
 
 /// Key templates for `keyset new` and `keyset rotate`.
@@ -260,7 +306,7 @@ fn parse_marker(s: &str) -> Result<NullMarker, String> {
 
 /// The associated-data policies.
 #[derive(ValueEnum, Clone, Copy, Debug)]
-enum Aad {
+pub(crate) enum Aad {
     /// The topic and the record key (the default of the serde wrappers).
     TopicAndKey,
     /// The topic only.
@@ -568,6 +614,7 @@ fn main() -> ExitCode {
         Command::Audit(a) => audit::audit(&a, &out),
         Command::Repair(a) => repair::repair(&a, &out),
         Command::Reencrypt(a) => reencrypt::reencrypt(&a, &out),
+        Command::Consume(a) => consume::consume(&a, &out),
     };
     match result {
         Ok(Outcome::Clean) => ExitCode::SUCCESS,
@@ -620,6 +667,7 @@ impl Command {
             Command::Audit(_) => "audit",
             Command::Repair(_) => "repair",
             Command::Reencrypt(_) => "reencrypt",
+            Command::Consume(_) => "consume",
         }
     }
 }

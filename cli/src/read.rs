@@ -128,6 +128,47 @@ pub(crate) fn setup(a: &TopicArgs) -> Result<Setup, Fail> {
     })
 }
 
+impl Setup {
+    /// A setup for a command that reads records and decrypts them its own
+    /// way (`consume`): the brokers, `-X` settings, timeout and partitions;
+    /// its keyset is a fresh one that decrypts nothing and is never used.
+    ///
+    /// # Errors
+    /// A `-X` without `=`.
+    pub(crate) fn for_reading(
+        topic: &str,
+        bootstrap: &str,
+        settings: &[String],
+        timeout: u64,
+        only: Option<BTreeSet<i32>>,
+    ) -> Result<Setup, Fail> {
+        let mut config = ClientConfig::new();
+        config.set("bootstrap.servers", bootstrap);
+        for kv in settings {
+            let (k, v) = kv
+                .split_once('=')
+                .ok_or_else(|| fail(format!("-X {kv}: expected key=value")))?;
+            config.set(k.trim(), v.trim());
+        }
+        Ok(Setup {
+            topic: topic.to_owned(),
+            name: topic.to_owned(),
+            value_key: ValueKey::Plaintext,
+            keyset: Keyset::generate(),
+            key_keyset: None,
+            widened_keys: None,
+            marker: NullMarker::None,
+            aad: AadPolicy::TopicAndKey,
+            config,
+            timeout: Duration::from_secs(timeout.max(1)),
+            form_ids: Vec::new(),
+            only,
+            parallel: 1,
+            fields: None,
+        })
+    }
+}
+
 /// `keys` with every disabled key enabled, if it has one.
 fn widened(keys: &Keyset) -> Option<Keyset> {
     let disabled: Vec<_> = keys

@@ -1,0 +1,251 @@
+//! `tombstone-crypt consume`, run as a process against the loopback
+//! broker: records of this library's format (JSON, text, bytes, a delete,
+//! a value under another keyset) and records that Confluent's own client
+//! (confluent-kafka 2.16.1 for Python) produced with field and payload
+//! encryption, its schemas and DEKs in a Schema Registry over HTTP (the
+//! test registry of `tests/interop/schema_registry_server.py`): one JSON
+//! line per record, decrypted, a delete as `null`, a value that does not
+//! decrypt as an error (exit 1), never as `null`.
+
+mod common;
+
+use std::io::{BufRead as _, Write as _};
+use std::process::{Command, Stdio};
+use std::time::Duration;
+
+use common::kafka::{bootstrap, client_config, create_topic, fresh_topic};
+use common::process::{code, new_keyset, Dir};
+use serde_json::{json, Value};
+use tombstone_crypt::kafka::rdkafka::producer::{FutureProducer, FutureRecord};
+use tombstone_crypt::{Bytes, Context, EncryptingSerializer, Keyset, Serializer as _};
+
+/// Runs the command line with `env`; exit code and stdout's JSON lines.
+fn consume(args: &[&str], env: &[(&str, &str)]) -> (i32, Vec<Value>, String) {
+    let out = Command::new(env!("CARGO_BIN_EXE_tombstone-crypt"))
+        .args(args)
+        .envs(env.iter().copied())
+        .output()
+        .expect("run tombstone-crypt");
+    let stderr = String::from_utf8_lossy(&out.stderr).into_owned();
+    assert!(!stderr.contains("panicked"), "{stderr}");
+    let status = code(&out);
+    let lines = String::from_utf8(out.stdout)
+        .unwrap()
+        .lines()
+        .map(|l| serde_json::from_str(l).unwrap_or_else(|e| panic!("not JSON ({e}): {l}")))
+        .collect();
+    (status, lines, stderr)
+}
+
+fn produce(bootstrap: &str, topic: &str, records: &[(&[u8], Option<Vec<u8>>)]) {
+    let mut config = client_config(bootstrap);
+    config.set("enable.idempotence", "true");
+    let p: FutureProducer = config.create().unwrap();
+    for (k, v) in records {
+        let mut r: FutureRecord<'_, [u8], [u8]> = FutureRecord::to(topic).key(*k).partition(0);
+        if let Some(v) = v {
+            r = r.payload(&v[..]);
+        }
+        futures_executor::block_on(p.send(r, Duration::from_secs(30))).unwrap();
+    }
+}
+
+#[test]
+fn consume_prints_our_records_decrypted_and_a_delete_as_null() {
+    let Some(bootstrap) = bootstrap() else { return };
+    let dir = Dir::new("consume-ours");
+    let (path, keyset) = new_keyset(&dir, "values.json");
+    let topic = fresh_topic("consume-ours");
+    create_topic(&bootstrap, &topic, 1);
+    let ser = EncryptingSerializer::new(Bytes, keyset);
+    let enc = |k: &[u8], v: &[u8]| {
+        ser.serialize(&Context::new(&topic).with_key(k), Some(&v.to_vec()))
+            .unwrap()
+    };
+    let other = EncryptingSerializer::new(Bytes, Keyset::generate());
+    let binary_key: &[u8] = &[0xff, 0x00, 0x01];
+    produce(
+        &bootstrap,
+        &topic,
+        &[
+            (b"k1", enc(b"k1", br#"{"id":1,"ssn":"078-05-1120"}"#)),
+            (b"k2", enc(b"k2", b"plain text")),
+            (binary_key, enc(binary_key, &[0, 159, 146, 150])),
+            (b"k1", None),
+            (
+                b"k3",
+                other
+                    .serialize(&Context::new(&topic).with_key(b"k3"), Some(&b"x".to_vec()))
+                    .unwrap(),
+            ),
+        ],
+    );
+    let (code, lines, stderr) = consume(
+        &[
+            "consume",
+            "--bootstrap",
+            &bootstrap,
+            "--topic",
+            &topic,
+            "--keyset",
+            &path,
+            "--quiet",
+        ],
+        &[],
+    );
+    assert_eq!(code, 1, "a value did not decrypt: exit 1; {stderr}");
+    assert_eq!(lines.len(), 5, "{lines:?}");
+    assert_eq!(
+        lines[0],
+        json!({"partition": 0, "offset": 0, "key": "k1", "value": {"id": 1, "ssn": "078-05-1120"}})
+    );
+    assert_eq!(lines[1]["value"], json!("plain text"));
+    assert_eq!(lines[2]["key_base64"], json!("/wAB"));
+    assert_eq!(lines[2]["value"], json!("AJ+Slg=="));
+    assert_eq!(lines[2]["value_encoding"], json!("base64"));
+    assert_eq!(
+        lines[3],
+        json!({"partition": 0, "offset": 3, "key": "k1", "value": null}),
+        "a delete is null"
+    );
+    assert!(
+        lines[4].get("value").is_none(),
+        "an undecryptable value is never null: {}",
+        lines[4]
+    );
+    assert!(
+        lines[4]["error"]
+            .as_str()
+            .unwrap()
+            .contains("unknown key id"),
+        "{}",
+        lines[4]
+    );
+}
+
+/// The test Schema Registry on a free loopback port, stopped when dropped.
+struct TestRegistry {
+    child: std::process::Child,
+    url: String,
+}
+
+impl Drop for TestRegistry {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+fn registry(py: &std::path::Path) -> TestRegistry {
+    let script = common::root::repo_root().join("tests/interop/schema_registry_server.py");
+    let mut child = Command::new(py)
+        .arg(script)
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .spawn()
+        .expect("start the test registry");
+    let mut line = String::new();
+    std::io::BufReader::new(child.stdout.take().unwrap())
+        .read_line(&mut line)
+        .unwrap();
+    let port: u16 = line.trim().parse().expect("the registry's port");
+    TestRegistry {
+        child,
+        url: format!("http://127.0.0.1:{port}"),
+    }
+}
+
+#[test]
+fn consume_reads_what_confluents_producer_wrote_with_its_registry() {
+    let Some(bootstrap) = bootstrap() else { return };
+    let Some(py) = common::tink::python() else {
+        return;
+    };
+    let server = registry(&py);
+    for case in ["field-gcm", "field-siv", "payload-gcm"] {
+        let topic = fresh_topic(&format!("consume-confluent-{case}"));
+        create_topic(&bootstrap, &topic, 1);
+        let script = common::root::repo_root().join("tests/interop/confluent_peer.py");
+        let mut child = Command::new(&py)
+            .arg(script)
+            .arg("produce")
+            .env("CONFLUENT_PEER_REGISTRY", &server.url)
+            .stdin(Stdio::piped())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped())
+            .spawn()
+            .unwrap();
+        child
+            .stdin
+            .take()
+            .unwrap()
+            .write_all(
+                json!({"bootstrap": bootstrap, "topic": topic, "case": case})
+                    .to_string()
+                    .as_bytes(),
+            )
+            .unwrap();
+        let out = child.wait_with_output().unwrap();
+        assert!(
+            out.status.success(),
+            "{}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        let written: Value = serde_json::from_slice(&out.stdout).unwrap();
+
+        let args = [
+            "consume",
+            "--bootstrap",
+            &bootstrap,
+            "--topic",
+            &topic,
+            "--schema-registry",
+            &server.url,
+        ];
+        // Without the secret: a clear error, nothing printed.
+        let (code, lines, stderr) = consume(&args, &[]);
+        assert_eq!(code, 2, "{stderr}");
+        assert!(
+            lines.is_empty() && stderr.contains("LOCAL_SECRET"),
+            "{stderr}"
+        );
+
+        let (code, lines, stderr) = consume(&args, &[("LOCAL_SECRET", "mysecret")]);
+        assert_eq!(code, 0, "{case}: {stderr}");
+        let want: Vec<&Value> = written["records"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|r| &r["value"])
+            .collect();
+        assert_eq!(lines.len(), want.len(), "{case}: {lines:?} {stderr}");
+        for (i, (line, want)) in lines.iter().zip(want).enumerate() {
+            assert_eq!(line["key"], json!(format!("c-{i}")), "{case}");
+            assert_eq!(&line["value"], want, "{case}: record {i}");
+        }
+        assert!(
+            lines.iter().any(|l| l["value"].is_null()),
+            "{case}: a delete among them"
+        );
+
+        // Another secret: every present value is an error line, never null.
+        let (code, lines, stderr) = consume(&args, &[("LOCAL_SECRET", "another")]);
+        assert_eq!(code, 1, "{case}: {stderr}");
+        let want = written["records"].as_array().unwrap();
+        assert_eq!(lines.len(), want.len(), "{case}: {lines:?} {stderr}");
+        for (l, w) in lines.iter().zip(want) {
+            if w["value"].is_null() {
+                assert_eq!(
+                    l["value"],
+                    Value::Null,
+                    "{case}: a delete needs no key: {l}"
+                );
+            } else {
+                assert!(
+                    l.get("value").is_none() && l.get("error").is_some(),
+                    "{case}: {l}"
+                );
+            }
+        }
+    }
+}
