@@ -615,3 +615,84 @@ fn a_registry_that_is_down_or_missing_a_dek_is_a_clear_error_and_nothing_is_writ
         .unwrap_err();
     assert!(e.to_string().contains("no DEK version 1"), "{e}");
 }
+
+#[test]
+fn a_schema_with_tags_and_no_encryption_rule_is_not_written_in_plaintext() {
+    // What Confluent's auto.register.schemas registers: the schema without
+    // its rules. Writing with it is refused unless asked for by name.
+    let f = fixture("field-gcm");
+    let mut schema = f["schema"].clone();
+    schema.as_object_mut().unwrap().remove("ruleSet");
+    let record = json!({"id": 1, "ssn": "078-05-1120"});
+    let mut codec = ConfluentJson::new(LocalKms::new("mysecret"));
+    codec.register(1, "c-value", &schema).unwrap();
+    let e = codec.encode("c-value", Some(&record)).unwrap_err();
+    assert!(
+        e.to_string()
+            .contains("refusing to write them in plaintext"),
+        "{e}"
+    );
+    let mut allowed =
+        ConfluentJson::new(LocalKms::new("mysecret")).writing_tagged_fields_in_plaintext();
+    allowed.register(1, "c-value", &schema).unwrap();
+    let bytes = allowed.encode("c-value", Some(&record)).unwrap().unwrap();
+    assert!(
+        String::from_utf8_lossy(&bytes).contains("078-05-1120"),
+        "asked for: plaintext"
+    );
+}
+
+#[test]
+fn a_subjects_latest_schema_is_asked_again_after_the_cache_ttl() {
+    use std::time::Duration;
+    use tombstone_crypt::confluent::Registry;
+    let Some(server) = TestRegistry::start() else {
+        return;
+    };
+    let f = fixture("field-gcm");
+    let registry = Registry::new(&server.url).unwrap();
+    let first = registry.register("t-value", &f["schema"]).unwrap();
+    let cached = ConfluentJson::new(LocalKms::new("mysecret"))
+        .with_registry(Registry::new(&server.url).unwrap());
+    let fresh = ConfluentJson::new(LocalKms::new("mysecret"))
+        .with_registry(Registry::new(&server.url).unwrap())
+        .with_cache_ttl(Duration::ZERO);
+    let id_of = |b: Option<Vec<u8>>| parse_frame(&b.unwrap()).unwrap().0;
+    let record = json!({"id": 1, "ssn": "x"});
+    assert_eq!(
+        id_of(cached.encode("t-value", Some(&record)).unwrap()),
+        first
+    );
+    assert_eq!(
+        id_of(fresh.encode("t-value", Some(&record)).unwrap()),
+        first
+    );
+    // A new version of the subject's schema (the payload rule's).
+    let second = registry
+        .register("t-value", &fixture("payload-gcm")["schema"])
+        .unwrap();
+    assert_ne!(first, second);
+    assert_eq!(
+        id_of(cached.encode("t-value", Some(&record)).unwrap()),
+        first,
+        "within the TTL"
+    );
+    assert_eq!(
+        id_of(fresh.encode("t-value", Some(&record)).unwrap()),
+        second,
+        "after the TTL"
+    );
+    // A record of the first version still reads, its schema fetched by id,
+    // and that does not make it the latest.
+    let old = cached.encode("t-value", Some(&record)).unwrap();
+    let reader = ConfluentJson::new(LocalKms::new("mysecret"))
+        .with_registry(Registry::new(&server.url).unwrap());
+    assert_eq!(
+        reader.decode_for(Some("t-value"), old.as_deref()).unwrap(),
+        Some(record.clone())
+    );
+    assert_eq!(
+        id_of(reader.encode("t-value", Some(&record)).unwrap()),
+        second
+    );
+}

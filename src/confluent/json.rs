@@ -4,7 +4,7 @@
 use std::collections::HashMap;
 use std::marker::PhantomData;
 use std::sync::{Arc, Mutex, RwLock};
-use std::time::{Duration, SystemTime};
+use std::time::{Duration, Instant, SystemTime};
 
 use base64::Engine as _;
 use serde_json::Value;
@@ -115,7 +115,26 @@ struct Registered {
     /// an array).
     fields: Vec<(Rule, Vec<Vec<String>>)>,
     payload: Option<Rule>,
+    /// Fetched from the registry (may be evicted), not given here.
+    fetched: bool,
+    /// How many subschemas carry `confluent:tags` when no rule of the
+    /// schema encrypts anything (a schema registered without its rules).
+    unruled_tags: usize,
 }
+
+/// Whether a schema inserted is its subject's latest.
+enum Latest {
+    /// Given here ([`ConfluentJson::register`]): the latest, for good.
+    Given,
+    /// Fetched as the subject's latest: until the cache TTL passes.
+    Fetched,
+    /// Fetched by id: not the latest.
+    No,
+}
+
+/// The most schemas, subjects and DEKs fetched from a registry that are
+/// kept.
+const MAX_CACHED: usize = 4096;
 
 /// A DEK's registry key: KEK name, subject, algorithm, version.
 type DekId = (String, String, DekAlgorithm, u32);
@@ -162,7 +181,11 @@ struct Deks {
 pub struct ConfluentJson {
     kms: LocalKms,
     schemas: RwLock<HashMap<u32, Arc<Registered>>>,
-    latest: RwLock<HashMap<String, u32>>,
+    /// Each subject's latest schema id; with when it was fetched from the
+    /// registry (`None`: given here, never stale).
+    latest: RwLock<HashMap<String, (u32, Option<Instant>)>>,
+    cache_ttl: Duration,
+    plaintext_tags: bool,
     deks: Mutex<Deks>,
     registry: Option<Registry>,
 }
@@ -187,18 +210,46 @@ impl ConfluentJson {
             kms,
             schemas: RwLock::new(HashMap::new()),
             latest: RwLock::new(HashMap::new()),
+            cache_ttl: Duration::from_secs(300),
+            plaintext_tags: false,
             deks: Mutex::new(Deks::default()),
             registry: None,
         }
     }
 
     /// Schemas and DEKs not given here are fetched from `registry` (and
-    /// kept), and the DEKs a writer makes are created there, as
-    /// Confluent's clients do.
+    /// kept: at most 4096 of each, a subject's latest schema for
+    /// [`with_cache_ttl`](ConfluentJson::with_cache_ttl)), and the DEKs a
+    /// writer makes are created there, as Confluent's clients do.
     #[must_use]
     pub fn with_registry(self, registry: Registry) -> Self {
         ConfluentJson {
             registry: Some(registry),
+            ..self
+        }
+    }
+
+    /// Writes records of a schema that has tagged fields and no encryption
+    /// rule, tagged fields in plaintext. By default such a write is
+    /// refused: a schema registered again without its rules (Confluent's
+    /// `auto.register.schemas` does that) would otherwise send fields
+    /// meant to be encrypted in the clear.
+    #[must_use]
+    pub fn writing_tagged_fields_in_plaintext(self) -> Self {
+        ConfluentJson {
+            plaintext_tags: true,
+            ..self
+        }
+    }
+
+    /// How long a subject's latest schema fetched from the registry is used
+    /// before it is asked again (default 5 minutes): a schema registered
+    /// later reaches a writer within this time. Schemas by id and DEK
+    /// versions never change, and are kept.
+    #[must_use]
+    pub fn with_cache_ttl(self, ttl: Duration) -> Self {
+        ConfluentJson {
+            cache_ttl: ttl,
             ..self
         }
     }
@@ -213,7 +264,8 @@ impl ConfluentJson {
     /// `oneOf`, `anyOf`, `allOf` or `$ref`): it refuses such a schema
     /// rather than leave a tagged field in plaintext.
     pub fn register(&mut self, schema_id: u32, subject: &str, schema: &Value) -> Result<(), Error> {
-        self.insert(schema_id, subject, schema).map(|_| ())
+        self.insert(schema_id, subject, schema, Latest::Given)
+            .map(|_| ())
     }
 
     fn insert(
@@ -221,6 +273,7 @@ impl ConfluentJson {
         schema_id: u32,
         subject: &str,
         schema: &Value,
+        latest: Latest,
     ) -> Result<Arc<Registered>, Error> {
         match schema.get("schemaType").and_then(Value::as_str) {
             Some("JSON") => {}
@@ -270,13 +323,43 @@ impl ConfluentJson {
                 RuleKind::Payload => payload = Some(rule),
             }
         }
+        let fetched = !matches!(latest, Latest::Given);
+        let unruled_tags = if fields.is_empty() && payload.is_none() {
+            count_any_tag(&doc)
+        } else {
+            0
+        };
         let registered = Arc::new(Registered {
             subject: subject.to_owned(),
             fields,
             payload,
+            fetched,
+            unruled_tags,
         });
-        write(&self.schemas).insert(schema_id, Arc::clone(&registered));
-        write(&self.latest).insert(subject.to_owned(), schema_id);
+        {
+            let mut schemas = write(&self.schemas);
+            if fetched && schemas.len() >= MAX_CACHED {
+                // Bounded: one fetched schema goes (it is fetched again if
+                // needed); those given here stay.
+                if let Some(old) = schemas.iter().find(|(_, r)| r.fetched).map(|(id, _)| *id) {
+                    schemas.remove(&old);
+                }
+            }
+            schemas.insert(schema_id, Arc::clone(&registered));
+        }
+        match latest {
+            Latest::Given => {
+                write(&self.latest).insert(subject.to_owned(), (schema_id, None));
+            }
+            Latest::Fetched => {
+                let mut l = write(&self.latest);
+                if l.len() >= MAX_CACHED {
+                    l.retain(|_, (_, at)| at.is_none());
+                }
+                l.insert(subject.to_owned(), (schema_id, Some(Instant::now())));
+            }
+            Latest::No => {}
+        }
         Ok(registered)
     }
 
@@ -291,8 +374,8 @@ impl ConfluentJson {
             )));
         };
         let schema = registry.schema(id)?;
-        let registered = self.insert(id, subject.unwrap_or(""), &schema)?;
-        Ok(registered)
+        // A schema read by id is not made its subject's latest.
+        self.insert(id, subject.unwrap_or(""), &schema, Latest::No)
     }
 
     /// Adds a DEK as the DEK registry holds it: wrapped under the KEK
@@ -381,6 +464,13 @@ impl ConfluentJson {
             version,
         );
         let mut deks = self.lock();
+        if deks.open.len() >= MAX_CACHED {
+            // Bounded: one DEK goes (it is fetched again if needed).
+            if let Some(old) = deks.open.keys().next().cloned() {
+                deks.open.remove(&old);
+                deks.wrapped.remove(&old);
+            }
+        }
         deks.wrapped.insert(id.clone(), wrapped.to_vec());
         deks.open.insert(id, (dek.clone(), made));
         Ok(dek)
@@ -526,6 +616,13 @@ impl ConfluentJson {
 
     fn encode_value(&self, subject: &str, id: u32, mut value: Value) -> Result<Vec<u8>, Error> {
         let schema = self.schema(id, Some(subject))?;
+        if schema.unruled_tags > 0 && !self.plaintext_tags {
+            return Err(Error::confluent(format!(
+                "the schema (id {id}) has {} tagged field(s) and no encryption rule (registered without its rules?): \
+                 refusing to write them in plaintext (ConfluentJson::writing_tagged_fields_in_plaintext allows it)",
+                schema.unruled_tags
+            )));
+        }
         for (rule, paths) in &schema.fields {
             let dek = self.dek_to_write(rule, subject)?;
             for path in paths {
@@ -555,11 +652,13 @@ impl ConfluentJson {
         Ok(out)
     }
 
-    /// The id of `subject`'s latest schema: known here, or fetched from the
-    /// registry (once: a schema registered later is seen after a restart).
+    /// The id of `subject`'s latest schema: given here, or fetched from the
+    /// registry (again once the cache TTL has passed).
     fn latest_id(&self, subject: &str) -> Result<u32, Error> {
-        if let Some(id) = read(&self.latest).get(subject) {
-            return Ok(*id);
+        if let Some((id, at)) = read(&self.latest).get(subject) {
+            if at.is_none_or(|at| at.elapsed() < self.cache_ttl) {
+                return Ok(*id);
+            }
         }
         let Some(registry) = &self.registry else {
             return Err(Error::confluent(format!(
@@ -568,7 +667,7 @@ impl ConfluentJson {
             )));
         };
         let (id, schema) = registry.latest(subject)?;
-        self.insert(id, subject, &schema)?;
+        self.insert(id, subject, &schema, Latest::Fetched)?;
         Ok(id)
     }
 }
@@ -845,6 +944,21 @@ fn collect_tagged(
         path.pop();
     }
     Ok(())
+}
+
+/// How many subschemas anywhere in `schema` carry a tag.
+fn count_any_tag(schema: &Value) -> usize {
+    match schema {
+        Value::Object(map) => {
+            usize::from(
+                map.get("confluent:tags")
+                    .and_then(Value::as_array)
+                    .is_some_and(|t| !t.is_empty()),
+            ) + map.values().map(count_any_tag).sum::<usize>()
+        }
+        Value::Array(items) => items.iter().map(count_any_tag).sum(),
+        _ => 0,
+    }
 }
 
 /// How many subschemas anywhere in `schema` carry one of `tags`.
