@@ -608,6 +608,75 @@ fn fields(c: &mut Criterion) {
     group.finish();
 }
 
+/// `fields/confluent/{encrypt,decrypt}/{fields,payload}`: the record of
+/// `fields` in Confluent's format (`ConfluentSerde`, JSON Schema): its 3
+/// secrets tagged and encrypted by the field rule (AES256_GCM, a DEK made
+/// once), or the whole record by the payload rule; beside `fields/json/*`
+/// (this library's field format) in the same run.
+#[cfg(feature = "confluent")]
+fn confluent(c: &mut Criterion) {
+    use std::sync::Arc;
+    use tombstone_crypt::confluent::{ConfluentJson, ConfluentSerde, LocalKms};
+
+    let ctx = Context::new("orders");
+    let record = order(secret32);
+    let schema = |rule: &str| {
+        serde_json::json!({
+            "schemaType": "JSON",
+            "schema": r#"{"type":"object","properties":{
+                "card":{"type":"string","confluent:tags":["PII"]},
+                "iban":{"type":"string","confluent:tags":["PII"]},
+                "email":{"type":"string","confluent:tags":["PII"]}}}"#,
+            "ruleSet": {"domainRules": [{"type": rule, "tags": ["PII"],
+                "params": {"encrypt.kek.name": "bench"}}]}
+        })
+    };
+    let serde_of = |rule: &str| {
+        let mut codec = ConfluentJson::new(LocalKms::new("bench"));
+        codec
+            .register(1, "orders-value", &schema(rule))
+            .expect("schema");
+        ConfluentSerde::<TenFields<String>>::new(Arc::new(codec))
+    };
+    let fields = serde_of("ENCRYPT");
+    let payload = serde_of("ENCRYPT_PAYLOAD");
+    let fields_ct = fields
+        .serialize(&ctx, Some(&record))
+        .expect("fields")
+        .expect("present");
+    let payload_ct = payload
+        .serialize(&ctx, Some(&record))
+        .expect("payload")
+        .expect("present");
+    let mut group = c.benchmark_group("fields/confluent/encrypt");
+    group.bench_function("fields", |b| {
+        b.iter(|| fields.serialize(black_box(&ctx), Some(black_box(&record))))
+    });
+    group.bench_function("payload", |b| {
+        b.iter(|| payload.serialize(black_box(&ctx), Some(black_box(&record))))
+    });
+    group.finish();
+    let mut group = c.benchmark_group("fields/confluent/decrypt");
+    group.bench_function("fields", |b| {
+        b.iter(|| {
+            fields
+                .deserialize(black_box(&ctx), Some(black_box(&fields_ct[..])))
+                .expect("read")
+        })
+    });
+    group.bench_function("payload", |b| {
+        b.iter(|| {
+            payload
+                .deserialize(black_box(&ctx), Some(black_box(&payload_ct[..])))
+                .expect("read")
+        })
+    });
+    group.finish();
+}
+
+#[cfg(not(feature = "confluent"))]
+fn confluent(_: &mut Criterion) {}
+
 criterion_group!(
     benches,
     encrypt,
@@ -617,6 +686,7 @@ criterion_group!(
     typed,
     siv,
     envelope,
-    fields
+    fields,
+    confluent
 );
 criterion_main!(benches);

@@ -5,7 +5,7 @@
 # fastest sample of each row over all rounds, and the spread of the per-round
 # ratios.
 #
-#   scripts/bench-fields.sh              # 3 rounds, about 3 minutes
+#   scripts/bench-fields.sh              # 3 rounds, about 4 minutes
 #   ROUNDS=5 scripts/bench-fields.sh
 #
 # A: a record of 10 fields with 3 encrypted (32 B each) through
@@ -24,7 +24,7 @@ for round in $(seq 1 "$ROUNDS"); do
     printf '==> round %s of %s\n' "$round" "$ROUNDS" >&2
     rm -rf target/criterion/fields_*
     # shellcheck disable=SC2086 # BENCH_ARGS is a list of words
-    cargo bench --bench throughput -- --noplot $BENCH_ARGS 'fields/' >"$OUT/log.$round" 2>&1 || {
+    cargo bench --bench throughput --features confluent -- --noplot $BENCH_ARGS 'fields/' >"$OUT/log.$round" 2>&1 || {
         cat "$OUT/log.$round" >&2
         exit 1
     }
@@ -59,4 +59,12 @@ for fmt in ["json", "bincode"]:
             per_round.append(fk / wk)
         spread = f"{min(per_round):.2f}-{max(per_round):.2f}"
         print(f"| {fmt} | {d} | {f:.0f} | {w:.0f} | {c:.0f} | {cw:.0f} | {r:.0f} | {a:.2f} ({spread}) | {b:.2f} |")
+
+print("\nConfluent's format (ConfluentSerde, JSON Schema, AES256_GCM) beside this library's (FieldEncrypting<Json>, whole value), ns per record\n")
+print("| direction | Confluent fields | Confluent payload | our fields | our whole value | Confluent fields / our fields |")
+print("|---|---:|---:|---:|---:|---:|")
+for d in ["encrypt", "decrypt"]:
+    cf, cp = best(f"fields_confluent_{d}", "fields"), best(f"fields_confluent_{d}", "payload")
+    of, ow = best(f"fields_json_{d}", "fields"), best(f"fields_json_{d}", "whole")
+    print(f"| {d} | {cf:.0f} | {cp:.0f} | {of:.0f} | {ow:.0f} | {cf / of:.2f} |")
 PY
