@@ -143,7 +143,7 @@ type DekId = (String, String, DekAlgorithm, u32);
 /// was made (for rotation by expiry).
 #[derive(Default)]
 struct Deks {
-    open: HashMap<DekId, (Dek, SystemTime)>,
+    open: HashMap<DekId, (Arc<Dek>, SystemTime)>,
     wrapped: HashMap<DekId, Vec<u8>>,
 }
 
@@ -395,7 +395,7 @@ impl ConfluentJson {
         let id = (kek_name.to_owned(), subject.to_owned(), algorithm, version);
         let mut deks = self.lock();
         deks.wrapped.insert(id.clone(), wrapped.to_vec());
-        deks.open.insert(id, (dek, SystemTime::now()));
+        deks.open.insert(id, (Arc::new(dek), SystemTime::now()));
         Ok(())
     }
 
@@ -420,7 +420,7 @@ impl ConfluentJson {
     }
 
     /// The DEK `version` of `rule` for `subject`, to read with.
-    fn dek_to_read(&self, rule: &Rule, subject: &str, version: u32) -> Result<Dek, Error> {
+    fn dek_to_read(&self, rule: &Rule, subject: &str, version: u32) -> Result<Arc<Dek>, Error> {
         let id = (
             rule.kek_name.clone(),
             subject.to_owned(),
@@ -428,7 +428,7 @@ impl ConfluentJson {
             version,
         );
         if let Some((d, _)) = self.lock().open.get(&id) {
-            return Ok(d.clone());
+            return Ok(Arc::clone(d));
         }
         if let Some(registry) = &self.registry {
             if let Some((v, wrapped, ts)) =
@@ -454,8 +454,8 @@ impl ConfluentJson {
         version: u32,
         wrapped: &[u8],
         ts: u64,
-    ) -> Result<Dek, Error> {
-        let dek = self.kms.unwrap(rule.algorithm, version, wrapped)?;
+    ) -> Result<Arc<Dek>, Error> {
+        let dek = Arc::new(self.kms.unwrap(rule.algorithm, version, wrapped)?);
         let made = SystemTime::UNIX_EPOCH + Duration::from_millis(ts);
         let id = (
             rule.kek_name.clone(),
@@ -472,25 +472,25 @@ impl ConfluentJson {
             }
         }
         deks.wrapped.insert(id.clone(), wrapped.to_vec());
-        deks.open.insert(id, (dek.clone(), made));
+        deks.open.insert(id, (Arc::clone(&dek), made));
         Ok(dek)
     }
 
     /// The newest DEK of `rule` for `subject` known here: version, DEK,
     /// when it was made.
-    fn newest(&self, rule: &Rule, subject: &str) -> Option<(u32, Dek, SystemTime)> {
+    fn newest(&self, rule: &Rule, subject: &str) -> Option<(u32, Arc<Dek>, SystemTime)> {
         self.lock()
             .open
             .iter()
             .filter(|((k, s, a, _), _)| k == &rule.kek_name && s == subject && *a == rule.algorithm)
             .max_by_key(|((_, _, _, v), _)| *v)
-            .map(|((_, _, _, v), (d, made))| (*v, d.clone(), *made))
+            .map(|((_, _, _, v), (d, made))| (*v, Arc::clone(d), *made))
     }
 
     /// The DEK to write with: the newest version, known here or in the
     /// registry, or a new one (made here, wrapped, and created in the
     /// registry) when there is none or the newest has expired.
-    fn dek_to_write(&self, rule: &Rule, subject: &str) -> Result<Dek, Error> {
+    fn dek_to_write(&self, rule: &Rule, subject: &str) -> Result<Arc<Dek>, Error> {
         let expired = |made: SystemTime| {
             rule.rotates()
                 && made.elapsed().unwrap_or_default()
@@ -512,7 +512,7 @@ impl ConfluentJson {
             Some((v, _, _)) => v + 1,
             None => 1,
         };
-        let dek = Dek::generate(rule.algorithm, version);
+        let dek = Arc::new(Dek::generate(rule.algorithm, version));
         let wrapped = self.kms.wrap(&dek)?;
         if let Some(registry) = &self.registry {
             let (kms_type, kms_key_id) = rule.kms.clone().unwrap_or_else(|| {
@@ -535,7 +535,7 @@ impl ConfluentJson {
         );
         let mut deks = self.lock();
         deks.wrapped.insert(id.clone(), wrapped);
-        deks.open.insert(id, (dek.clone(), SystemTime::now()));
+        deks.open.insert(id, (Arc::clone(&dek), SystemTime::now()));
         Ok(dek)
     }
 
@@ -589,10 +589,23 @@ impl ConfluentJson {
             )
         })?;
         for (rule, paths) in &schema.fields {
+            // The DEK of the last field, for the next (a record's fields
+            // are mostly under one version): one lookup per record.
+            let mut last: Option<(u32, Arc<Dek>)> = None;
+            let mut dek = |version: u32| -> Result<Arc<Dek>, Error> {
+                match &last {
+                    Some((v, d)) if *v == version => Ok(Arc::clone(d)),
+                    _ => {
+                        let d = self.dek_to_read(rule, subject, version)?;
+                        last = Some((version, Arc::clone(&d)));
+                        Ok(d)
+                    }
+                }
+            };
             for path in paths {
                 let mut at = Vec::new();
                 each_at(&mut value, path, &mut at, &mut |field, at| {
-                    open_field(self, rule, subject, field).map_err(|e| in_field(at, e))
+                    open_field(rule, &mut dek, field).map_err(|e| in_field(at, e))
                 })?;
             }
         }
@@ -820,9 +833,8 @@ fn json_kind(e: &serde_json::Error) -> &'static str {
 
 /// Decrypts a field in place (a null stays null).
 fn open_field(
-    codec: &ConfluentJson,
     rule: &Rule,
-    subject: &str,
+    dek: &mut dyn FnMut(u32) -> Result<Arc<Dek>, Error>,
     field: &mut Value,
 ) -> Result<(), Error> {
     let text = match field {
@@ -840,7 +852,7 @@ fn open_field(
     } else {
         (1, &bytes[..])
     };
-    let plain = codec.dek_to_read(rule, subject, version)?.decrypt(ct)?;
+    let plain = dek(version)?.decrypt(ct)?;
     let plain = String::from_utf8(plain.to_vec())
         .map_err(|_| Error::confluent("a decrypted field is not UTF-8"))?;
     *field = Value::String(plain);
