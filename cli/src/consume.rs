@@ -17,7 +17,7 @@ enum Reader {
     /// This library's format.
     Ours(DecryptingDeserializer<Bytes>, String),
     /// Confluent's, with its registry.
-    Confluent(ConfluentJson),
+    Confluent(Box<ConfluentJson>),
 }
 
 /// A record's key: its text when it is UTF-8, else its base64 under
@@ -81,9 +81,9 @@ impl Reader {
                 } else if let Ok(token) = std::env::var("SCHEMA_REGISTRY_BEARER_TOKEN") {
                     registry = registry.with_bearer_token(&token);
                 }
-                Ok(Reader::Confluent(
+                Ok(Reader::Confluent(Box::new(
                     ConfluentJson::new(LocalKms::new(&secret)).with_registry(registry),
-                ))
+                )))
             }
             _ => Err(fail("give exactly one of --keyset and --schema-registry")),
         }

@@ -59,7 +59,7 @@ fn consume_prints_our_records_decrypted_and_a_delete_as_null() {
     create_topic(&bootstrap, &topic, 1);
     let ser = EncryptingSerializer::new(Bytes, keyset);
     let enc = |k: &[u8], v: &[u8]| {
-        ser.serialize(&Context::new(&topic).with_key(k), Some(&v.to_vec()))
+        ser.serialize(&Context::new(&topic).with_key(k), Some(v))
             .unwrap()
     };
     let other = EncryptingSerializer::new(Bytes, Keyset::generate());
@@ -75,7 +75,7 @@ fn consume_prints_our_records_decrypted_and_a_delete_as_null() {
             (
                 b"k3",
                 other
-                    .serialize(&Context::new(&topic).with_key(b"k3"), Some(&b"x".to_vec()))
+                    .serialize(&Context::new(&topic).with_key(b"k3"), Some(b"x".as_ref()))
                     .unwrap(),
             ),
         ],
