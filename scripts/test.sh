@@ -76,8 +76,11 @@ cargo test --workspace --all-features -- --skip compacting_broker
 step "tests of the library, pure Rust (RustCrypto backend: no aws-lc, the default's other half)"
 cargo test -p tombstone-crypt --no-default-features --features redb
 
-step "tests of the library without default features"
-cargo test -p tombstone-crypt --no-default-features --lib --tests
+step "the library without default features (no redb): its unit tests, and its integration tests built"
+# The integration tests ran pure Rust in the stage above (with redb, which
+# they need only for their own cases); here they must still build.
+cargo test -p tombstone-crypt --no-default-features --lib
+cargo test -p tombstone-crypt --no-default-features --tests --no-run
 
 step "packaging: the library and the command line package as a release would (built from their .crate files)"
 # After the test stages on purpose: the verify build reuses their
@@ -87,6 +90,14 @@ step "packaging: the library and the command line package as a release would (bu
 # ship the LICENSE; the library ships no tests, benches, scripts or CI
 # files (cargo's "ignoring test" lines for those are left out here).
 packaged=$(date +%s)
+# The verify build unpacks the library from cargo's temporary local
+# registry into $CARGO_HOME/registry/src/<hash of that registry's path>/,
+# and does not unpack it again if an earlier run at the same path left
+# one there: the command line would then be built against that earlier
+# library (seen on a second fresh clone at one path). These crates are
+# never fetched from a real registry, so their unpacked copies can go.
+rm -rf "${CARGO_HOME:-$HOME/.cargo}"/registry/src/*/tombstone-crypt-[0-9]* \
+  "${CARGO_HOME:-$HOME/.cargo}"/registry/src/*/tombstone-crypt-cli-[0-9]*
 if ! pkg_log=$(cargo package -p tombstone-crypt -p tombstone-crypt-cli --allow-dirty 2>&1); then
   printf '%s\n' "$pkg_log" >&2
   echo "cargo package failed" >&2
