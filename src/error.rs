@@ -217,6 +217,7 @@ pub enum KeysetErrorKind {
 
 impl Error {
     /// An [`Error::Confluent`].
+    #[cfg(feature = "confluent")]
     pub(crate) fn confluent(detail: impl Into<String>) -> Self {
         Error::Confluent {
             detail: detail.into(),
