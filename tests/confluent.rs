@@ -315,12 +315,19 @@ fn peer(arg: &str, input: &str) -> Option<Result<String, String>> {
 /// [`peer`], with the registry at `registry` (over HTTP) instead of one in
 /// memory.
 fn peer_with(arg: &str, input: &str, registry: Option<&str>) -> Option<Result<String, String>> {
+    let env: Vec<(&str, &str)> = registry
+        .map(|url| ("CONFLUENT_PEER_REGISTRY", url))
+        .into_iter()
+        .collect();
+    peer_env(arg, input, &env)
+}
+
+/// [`peer`], with these variables in its environment.
+fn peer_env(arg: &str, input: &str, env: &[(&str, &str)]) -> Option<Result<String, String>> {
     let py = common::tink::python()?;
     let script = common::root::repo_root().join("tests/interop/confluent_peer.py");
     let mut cmd = Command::new(py);
-    if let Some(url) = registry {
-        cmd.env("CONFLUENT_PEER_REGISTRY", url);
-    }
+    cmd.envs(env.iter().copied());
     let mut child = cmd
         .arg(script)
         .arg(arg)
@@ -695,4 +702,138 @@ fn a_subjects_latest_schema_is_asked_again_after_the_cache_ttl() {
         id_of(reader.encode("t-value", Some(&record)).unwrap()),
         second
     );
+}
+
+/// The KMS servers' settings (`scripts/kms.sh start`, exported by the test
+/// command); `None` (the test skipped) only with `TOMBSTONE_SKIP_KMS`.
+#[cfg(all(feature = "aws-kms", feature = "vault"))]
+fn kms_env(name: &str) -> Option<String> {
+    if std::env::var_os("TOMBSTONE_SKIP_KMS").is_some() {
+        eprintln!("TOMBSTONE_SKIP_KMS is set: KMS server tests skipped");
+        return None;
+    }
+    Some(std::env::var(name).unwrap_or_else(|_| {
+        panic!("{name} is not set: run ./scripts/test.sh, or source the file `scripts/kms.sh start` prints (or set TOMBSTONE_SKIP_KMS=1)")
+    }))
+}
+
+#[cfg(all(feature = "aws-kms", feature = "vault"))]
+#[test]
+fn keks_in_aws_kms_and_vault_under_confluents_names_open_both_ways() {
+    use tombstone_crypt::confluent::Registry;
+    use tombstone_crypt::kms::{KmsClients, VaultClient};
+    let (Some(aws), Some(vault), Some(vault_addr)) = (
+        kms_env("TOMBSTONE_AWS_KEY_URI"),
+        kms_env("TOMBSTONE_VAULT_KEY_URI"),
+        kms_env("VAULT_ADDR"),
+    ) else {
+        return;
+    };
+    // Confluent's key ids: the key's ARN, the Vault key's URL.
+    let arn = aws.strip_prefix("aws-kms://").unwrap().to_owned();
+    let scheme = vault_addr.split("://").next().unwrap();
+    let vault_url = format!("{scheme}://{}", vault.strip_prefix("hcvault://").unwrap());
+    let cases = "field-gcm,payload-gcm-rotated";
+    for (kms_type, key_id) in [("aws-kms", arn.as_str()), ("hcvault", vault_url.as_str())] {
+        let Some(server) = TestRegistry::start() else {
+            return;
+        };
+        let kms = format!("{kms_type} {key_id}");
+        let env = [
+            ("CONFLUENT_PEER_REGISTRY", server.url.as_str()),
+            ("CONFLUENT_PEER_KMS", kms.as_str()),
+            ("CONFLUENT_PEER_CASES", cases),
+        ];
+        // Confluent's client writes through its aws-kms or hcvault driver;
+        // a reader here with no local secret reads every record, its DEKs
+        // unwrapped by this crate's KMS client for that KMS.
+        let out = peer_env("write", "", &env)
+            .unwrap()
+            .unwrap_or_else(|e| panic!("{kms_type}: the peer writes: {e}"));
+        let written: Vec<Value> = serde_json::from_str(&out).unwrap();
+        assert_eq!(written.len(), 2);
+        let reader =
+            ConfluentJson::without_local_kms().with_registry(Registry::new(&server.url).unwrap());
+        for f in &written {
+            let name = f["case"].as_str().unwrap();
+            assert_eq!(f["rule"]["params"]["encrypt.kms.type"], kms_type, "{name}");
+            // The DEK is wrapped by the KMS: the local-kms KEK does not
+            // open it.
+            let d = &f["deks"][0];
+            let algorithm = DekAlgorithm::from_name(d["algorithm"].as_str().unwrap()).unwrap();
+            let wrapped = b64(d["encryptedKeyMaterial"].as_str().unwrap());
+            assert!(LocalKms::new("mysecret")
+                .unwrap(algorithm, 1, &wrapped)
+                .is_err());
+            for (bytes, value) in records(f) {
+                let got = reader.decode_for(f["subject"].as_str(), bytes.as_deref());
+                assert_eq!(
+                    got.unwrap_or_else(|e| panic!("{kms_type} {name}: {e}")),
+                    value,
+                    "{kms_type} {name}"
+                );
+            }
+        }
+
+        // A writer here with no local secret creates the KEK and DEKs in
+        // the registry, wrapped by the KMS; Confluent's client reads every
+        // record from the registry alone, through its own driver.
+        let registry = Registry::new(&server.url).unwrap();
+        for f in &written {
+            let name = f["case"].as_str().unwrap();
+            let subject = format!("ours-{kms_type}-{name}-value");
+            registry.register(&subject, &f["schema"]).unwrap();
+            let writer = ConfluentJson::without_local_kms()
+                .with_registry(Registry::new(&server.url).unwrap());
+            let mut bytes = Vec::new();
+            let mut want = Vec::new();
+            for (_, value) in records(f) {
+                let b = writer.encode(&subject, value.as_ref()).unwrap();
+                bytes.push(b.map(|b| base64::engine::general_purpose::STANDARD.encode(b)));
+                want.push(value.unwrap_or(Value::Null));
+            }
+            // Its DEK is wrapped by the KMS, not a local secret.
+            let (_, _, algorithm, version, wrapped) =
+                writer.wrapped_deks().into_iter().next().unwrap();
+            assert!(LocalKms::new("mysecret")
+                .unwrap(algorithm, version, &wrapped)
+                .is_err());
+            let job = json!({"subject": subject, "secret": "not-the-kek", "records": bytes});
+            let out = peer_env("read-registry", &job.to_string(), &env)
+                .unwrap()
+                .unwrap_or_else(|e| panic!("{kms_type} {name}: the peer reads: {e}"));
+            let got: Vec<Value> = serde_json::from_str(&out).unwrap();
+            let got: Vec<Value> = got
+                .into_iter()
+                .map(|r| {
+                    r.get("ok")
+                        .cloned()
+                        .unwrap_or_else(|| panic!("{kms_type} {name}: {r}"))
+                })
+                .collect();
+            assert_eq!(got, want, "{kms_type} {name}");
+        }
+
+        // Clients given explicitly are the only ones asked: with no client
+        // for this KMS, a record does not open, and says why.
+        let other: KmsClients =
+            KmsClients::new().with(VaultClient::new("t").with_address("http://127.0.0.1:9"));
+        let reader = ConfluentJson::without_local_kms()
+            .with_registry(Registry::new(&server.url).unwrap())
+            .with_kms_clients(if kms_type == "aws-kms" {
+                other
+            } else {
+                KmsClients::new()
+            });
+        let f = &written[0];
+        let (bytes, _) = records(f).next().unwrap();
+        let e = reader
+            .decode_for(f["subject"].as_str(), bytes.as_deref())
+            .unwrap_err();
+        let shown = format!("{e} {:?}", std::error::Error::source(&e));
+        assert!(
+            shown.contains("KMS") || shown.contains("kms"),
+            "{kms_type}: {shown}"
+        );
+    }
 }

@@ -10,11 +10,13 @@ use base64::Engine as _;
 use serde_json::Value;
 use zeroize::Zeroizing;
 
+use super::kek::{self, Kek, KekPlace};
 use super::{
     parse_frame, split_version, write_frame, Dek, DekAlgorithm, LocalKms, Registry, MAGIC,
 };
 use crate::context::Context;
 use crate::error::Error;
+use crate::kms::KmsClients;
 use crate::serde::{Deserializer, Serializer};
 
 /// What a rule encrypts.
@@ -145,6 +147,8 @@ type DekId = (String, String, DekAlgorithm, u32);
 struct Deks {
     open: HashMap<DekId, (Arc<Dek>, SystemTime)>,
     wrapped: HashMap<DekId, Vec<u8>>,
+    /// Where each KEK lives, as given or fetched from the registry.
+    keks: HashMap<String, KekPlace>,
 }
 
 /// Reads and writes the records of JSON Schemas in Confluent's format, with
@@ -179,7 +183,8 @@ struct Deks {
 /// # Ok::<(), tombstone_crypt::Error>(())
 /// ```
 pub struct ConfluentJson {
-    kms: LocalKms,
+    local: Option<LocalKms>,
+    kms_clients: Option<KmsClients>,
     schemas: RwLock<HashMap<u32, Arc<Registered>>>,
     /// Each subject's latest schema id; with when it was fetched from the
     /// registry (`None`: given here, never stale).
@@ -204,10 +209,23 @@ impl std::fmt::Debug for ConfluentJson {
 const MAX_RECORD: usize = 16 << 20;
 
 impl ConfluentJson {
-    /// Records whose DEKs are wrapped by `kms`.
+    /// Records whose DEKs are wrapped by `kms` (Confluent's `local-kms`
+    /// KEKs), or by a KMS key: `aws-kms` and `hcvault` KEKs are opened with
+    /// this crate's KMS clients (see
+    /// [`with_kms_clients`](ConfluentJson::with_kms_clients)).
     pub fn new(kms: LocalKms) -> Self {
         ConfluentJson {
-            kms,
+            local: Some(kms),
+            ..Self::without_local_kms()
+        }
+    }
+
+    /// Records whose DEKs are wrapped by KMS keys only (`aws-kms`,
+    /// `hcvault`): a `local-kms` KEK is an error.
+    pub fn without_local_kms() -> Self {
+        ConfluentJson {
+            local: None,
+            kms_clients: None,
             schemas: RwLock::new(HashMap::new()),
             latest: RwLock::new(HashMap::new()),
             cache_ttl: Duration::from_secs(300),
@@ -215,6 +233,64 @@ impl ConfluentJson {
             deks: Mutex::new(Deks::default()),
             registry: None,
         }
+    }
+
+    /// KEKs in a KMS (Confluent's KMS types `aws-kms`, whose key id is the
+    /// key's ARN, and `hcvault`, whose key id is the key's URL
+    /// `http(s)://HOST[:PORT]/MOUNT/keys/NAME`) are opened with `clients`
+    /// (this crate's [`AwsKmsClient`](crate::kms::AwsKmsClient) and
+    /// [`VaultClient`](crate::kms::VaultClient), with features `aws-kms`
+    /// and `vault`, or a [`KmsClient`](crate::kms::KmsClient) of your own
+    /// for the URIs `aws-kms://ARN` and `hcvault://HOST[:PORT]/MOUNT/keys/NAME`).
+    /// Without this, they are opened with the clients registered for the
+    /// process and the built-in ones configured from the environment (a
+    /// Vault key then at the server its URL names unless `VAULT_ADDR` is
+    /// set, as Confluent's driver).
+    #[must_use]
+    pub fn with_kms_clients(self, clients: KmsClients) -> Self {
+        ConfluentJson {
+            kms_clients: Some(clients),
+            ..self
+        }
+    }
+
+    /// Says where the KEK `name` lives (Confluent's `kmsType`, e.g.
+    /// `aws-kms`, and `kmsKeyId`), for DEKs added with
+    /// [`add_wrapped_dek`](ConfluentJson::add_wrapped_dek) or read under
+    /// rules that do not say it, when no registry does. A KEK nobody
+    /// places is `local-kms`.
+    pub fn add_kek(&self, name: &str, kms_type: &str, kms_key_id: &str) {
+        let mut deks = self.lock();
+        if deks.keks.len() >= MAX_CACHED {
+            deks.keks.clear();
+        }
+        deks.keks.insert(
+            name.to_owned(),
+            (kms_type.to_owned(), kms_key_id.to_owned()),
+        );
+    }
+
+    /// The KEK `name`: where `rule` says it lives, else where it was
+    /// placed or the registry says, else `local-kms`.
+    fn kek(&self, name: &str, rule: Option<&Rule>) -> Result<Kek<'_>, Error> {
+        let place = match rule.and_then(|r| r.kms.clone()) {
+            Some(p) => p,
+            None => {
+                let known = self.lock().keks.get(name).cloned();
+                match (known, &self.registry) {
+                    (Some(p), _) => p,
+                    (None, Some(registry)) => match registry.kek(name)? {
+                        Some(p) => {
+                            self.add_kek(name, &p.0, &p.1);
+                            p
+                        }
+                        None => ("local-kms".to_owned(), String::new()),
+                    },
+                    (None, None) => ("local-kms".to_owned(), String::new()),
+                }
+            }
+        };
+        kek::resolve(name, &place, self.local.as_ref(), self.kms_clients.as_ref())
     }
 
     /// Schemas and DEKs not given here are fetched from `registry` (and
@@ -382,7 +458,8 @@ impl ConfluentJson {
     /// (`encryptedKeyMaterial`, base64-decoded). It is unwrapped here.
     ///
     /// # Errors
-    /// [`Error::Confluent`] if it does not unwrap under this KEK.
+    /// [`Error::Confluent`] if it does not unwrap under this KEK,
+    /// [`Error::Kms`] if the KEK's KMS refuses or fails.
     pub fn add_wrapped_dek(
         &self,
         kek_name: &str,
@@ -391,7 +468,9 @@ impl ConfluentJson {
         version: u32,
         wrapped: &[u8],
     ) -> Result<(), Error> {
-        let dek = self.kms.unwrap(algorithm, version, wrapped)?;
+        let dek = self
+            .kek(kek_name, None)?
+            .unwrap(algorithm, version, wrapped)?;
         let id = (kek_name.to_owned(), subject.to_owned(), algorithm, version);
         let mut deks = self.lock();
         deks.wrapped.insert(id.clone(), wrapped.to_vec());
@@ -455,7 +534,11 @@ impl ConfluentJson {
         wrapped: &[u8],
         ts: u64,
     ) -> Result<Arc<Dek>, Error> {
-        let dek = Arc::new(self.kms.unwrap(rule.algorithm, version, wrapped)?);
+        let dek = Arc::new(self.kek(&rule.kek_name, Some(rule))?.unwrap(
+            rule.algorithm,
+            version,
+            wrapped,
+        )?);
         let made = SystemTime::UNIX_EPOCH + Duration::from_millis(ts);
         let id = (
             rule.kek_name.clone(),
@@ -513,7 +596,7 @@ impl ConfluentJson {
             None => 1,
         };
         let dek = Arc::new(Dek::generate(rule.algorithm, version));
-        let wrapped = self.kms.wrap(&dek)?;
+        let wrapped = self.kek(&rule.kek_name, Some(rule))?.wrap(&dek)?;
         if let Some(registry) = &self.registry {
             let (kms_type, kms_key_id) = rule.kms.clone().unwrap_or_else(|| {
                 (

@@ -27,6 +27,7 @@
 
 mod dek;
 mod json;
+mod kek;
 mod registry;
 
 pub use dek::{Dek, DekAlgorithm, LocalKms};

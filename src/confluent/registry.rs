@@ -216,6 +216,35 @@ impl Registry {
             .ok_or_else(|| Error::confluent("the registry's answer has no schema id"))
     }
 
+    /// A KEK as the registry holds it: its KMS type (`kmsType`) and key id
+    /// (`kmsKeyId`); `None` if there is none.
+    ///
+    /// # Errors
+    /// [`Error::Confluent`] if the registry fails, the KEK lacks either
+    /// field, or it is shared (the registry would unwrap its DEKs: not
+    /// supported).
+    pub fn kek(&self, name: &str) -> Result<Option<(String, String)>, Error> {
+        let Some(k) = self.get(
+            &format!("/dek-registry/v1/keks/{}", segment(name)),
+            "get a KEK",
+        )?
+        else {
+            return Ok(None);
+        };
+        if k.get("shared").and_then(Value::as_bool) == Some(true) {
+            return Err(Error::confluent(
+                "a shared KEK (the registry unwraps its DEKs): not supported",
+            ));
+        }
+        let field = |f: &str| {
+            k.get(f)
+                .and_then(Value::as_str)
+                .map(str::to_owned)
+                .ok_or_else(|| Error::confluent(format!("a KEK without {f}")))
+        };
+        Ok(Some((field("kmsType")?, field("kmsKeyId")?)))
+    }
+
     /// Creates a KEK (`POST /dek-registry/v1/keks`), not shared; a KEK of
     /// that name already there is kept.
     ///

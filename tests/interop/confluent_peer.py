@@ -18,7 +18,11 @@ offline: `mock://` schema and DEK registries, the `local-kms` KEK driver.
                               everything else from the registry at
                               CONFLUENT_PEER_REGISTRY, over its REST client
     (with CONFLUENT_PEER_REGISTRY=http://..., write and produce use that
-    registry instead of one in memory)
+    registry instead of one in memory; with CONFLUENT_PEER_KMS="TYPE KEY_ID",
+    e.g. "aws-kms arn:aws:kms:..." or "hcvault http://HOST:PORT/transit/
+    keys/NAME", write's KEKs are that KMS key, through Confluent's aws-kms
+    and hcvault drivers (boto3 and hvac, configured from the environment),
+    and CONFLUENT_PEER_CASES="a,b" writes only those cases)
     confluent_peer.py consume reads stdin {bootstrap, topic, count, schema,
                               subject, secret, deks}: reads count records of
                               partition 0 from the broker with its Consumer
@@ -83,6 +87,14 @@ class FakeClock(Clock):
 
 CLOCK = FakeClock()
 LocalKmsDriver.register()
+# A KEK in a KMS instead of local-kms: "TYPE KEY_ID".
+KMS = os.environ.get("CONFLUENT_PEER_KMS")
+if KMS:
+    from confluent_kafka.schema_registry.rules.encryption.awskms.aws_driver import AwsKmsDriver
+    from confluent_kafka.schema_registry.rules.encryption.hcvault.hcvault_driver import HcVaultKmsDriver
+
+    AwsKmsDriver.register()
+    HcVaultKmsDriver.register()
 FIELD_EXECUTOR = FieldEncryptionExecutor.register_with_clock(CLOCK)
 PAYLOAD_EXECUTOR = EncryptionExecutor.register_with_clock(CLOCK)
 
@@ -99,6 +111,8 @@ def case(name, rule_type, algorithm, expiry_days, rotate_after=None, topic=None,
         "encrypt.kms.key.id": "local-kms://" + name,
         "encrypt.dek.algorithm": algorithm,
     }
+    if KMS:
+        params["encrypt.kms.type"], params["encrypt.kms.key.id"] = KMS.split(" ", 1)
     if expiry_days:
         params["encrypt.dek.expiry.days"] = str(expiry_days)
     if rule_type == "ENCRYPT":
@@ -161,15 +175,20 @@ def case(name, rule_type, algorithm, expiry_days, rotate_after=None, topic=None,
 
 
 
+CASES = {
+    "field-gcm": ("ENCRYPT", "AES256_GCM", 0, None),
+    "field-gcm128": ("ENCRYPT", "AES128_GCM", 0, None),
+    "field-siv": ("ENCRYPT", "AES256_SIV", 0, None),
+    "field-gcm-rotated": ("ENCRYPT", "AES256_GCM", 1, 1),
+    "payload-gcm": ("ENCRYPT_PAYLOAD", "AES256_GCM", 0, None),
+    "payload-gcm-rotated": ("ENCRYPT_PAYLOAD", "AES256_GCM", 1, 1),
+}
+
+
 def write():
-    return [
-        case("field-gcm", "ENCRYPT", "AES256_GCM", 0),
-        case("field-gcm128", "ENCRYPT", "AES128_GCM", 0),
-        case("field-siv", "ENCRYPT", "AES256_SIV", 0),
-        case("field-gcm-rotated", "ENCRYPT", "AES256_GCM", 1, rotate_after=1),
-        case("payload-gcm", "ENCRYPT_PAYLOAD", "AES256_GCM", 0),
-        case("payload-gcm-rotated", "ENCRYPT_PAYLOAD", "AES256_GCM", 1, rotate_after=1),
-    ]
+    only = os.environ.get("CONFLUENT_PEER_CASES")
+    names = only.split(",") if only else list(CASES)
+    return [case(n, *CASES[n][:3], rotate_after=CASES[n][3]) for n in names]
 
 
 def read(jobs):
