@@ -69,9 +69,13 @@ impl Reader {
                 ))
             }
             (None, Some(url)) => {
-                let secret = std::env::var("LOCAL_SECRET").map_err(|_| {
-                    fail("--schema-registry: set LOCAL_SECRET to the local-kms secret the DEKs are wrapped with")
-                })?;
+                // local-kms KEKs need the secret; KEKs in AWS KMS or Vault
+                // are opened with the KMS clients configured from the
+                // environment, as for this library's own envelope keys.
+                let codec = match std::env::var("LOCAL_SECRET") {
+                    Ok(secret) => ConfluentJson::new(LocalKms::new(&secret)),
+                    Err(_) => ConfluentJson::without_local_kms(),
+                };
                 let mut registry = Registry::new(url)?;
                 if let Ok(auth) = std::env::var("SCHEMA_REGISTRY_BASIC_AUTH") {
                     let (user, password) = auth.split_once(':').ok_or_else(|| {
@@ -82,7 +86,7 @@ impl Reader {
                     registry = registry.with_bearer_token(&token);
                 }
                 Ok(Reader::Confluent(Box::new(
-                    ConfluentJson::new(LocalKms::new(&secret)).with_registry(registry),
+                    codec.with_registry(registry),
                 )))
             }
             _ => Err(fail("give exactly one of --keyset and --schema-registry")),
