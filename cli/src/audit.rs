@@ -10,7 +10,7 @@ use indicatif::ProgressBar;
 use crate::checkpoint::Mark;
 use crate::fields::FieldState;
 use crate::key_state::{Index, KeyHash, Kind, Seen};
-use crate::read::{partitions, progress, read_partition, setup, Rec, Setup};
+use crate::read::{confluent_codec, partitions, progress, read_partition, setup_with, Rec, Setup};
 use crate::record::{bound, key_of, open_value, value_context, Value};
 use crate::report::{Audit, Counts};
 use crate::run::for_partitions;
@@ -67,6 +67,7 @@ pub(crate) fn classify(
             counts.tombstones += 1;
             (Kind::Tombstone, None)
         }
+        Some(v) if s.confluent.is_some() => confluent_kind(s, counts, r, v)?,
         Some(v) => match open_value(s, r, v, bound)? {
             Value::Plain(p, id) => {
                 counts.decrypted += 1;
@@ -103,6 +104,52 @@ pub(crate) fn classify(
         fields,
     };
     Ok(Some((hash.of(key.encrypted, &key.group), seen, key.group)))
+}
+
+/// What a present value of Confluent's format is to the reading rule, and
+/// the schema id it names (where this library's format has a key id):
+/// live when it decodes to a record, broken when it decodes to JSON `null`
+/// (a delete written as a value: compaction keeps it), undecryptable when
+/// it does not decode (a DEK or schema missing, a wrong secret, a value
+/// that does not authenticate), plaintext when it is not in Confluent's
+/// frame. A KMS error fails the command.
+fn confluent_kind(
+    s: &Setup,
+    counts: &mut Counts,
+    r: &Rec<'_>,
+    v: &[u8],
+) -> Result<(Kind, Option<u32>), Fail> {
+    let Some(codec) = &s.confluent else {
+        return Ok((Kind::Plaintext, None));
+    };
+    let Ok((schema_id, _)) = tombstone_crypt::confluent::parse_frame(v) else {
+        counts.plaintext += 1;
+        return Ok((Kind::Plaintext, None));
+    };
+    let subject = format!("{}-value", s.topic);
+    match codec.decode_for(Some(&subject), Some(v)) {
+        Ok(Some(serde_json::Value::Null) | None) => {
+            counts.decrypted += 1;
+            counts.marker_values += 1;
+            Ok((Kind::Broken, Some(schema_id)))
+        }
+        Ok(Some(_)) => {
+            counts.decrypted += 1;
+            Ok((Kind::Live, Some(schema_id)))
+        }
+        Err(e @ tombstone_crypt::Error::Kms { .. }) => Err(fail(format!(
+            "the value at {}/{} offset {}: {}",
+            s.topic,
+            r.partition,
+            r.offset,
+            crate::chain(&e)
+        ))),
+        Err(_) => {
+            counts.undecryptable_values += 1;
+            counts.undecryptable_ids.insert(schema_id);
+            Ok((Kind::Undecryptable, Some(schema_id)))
+        }
+    }
 }
 
 /// With `--fields`, what the encrypted fields of the value `text` (its
@@ -228,6 +275,12 @@ pub(crate) fn check_keyset(s: &Setup, c: &Counts) -> Result<(), Fail> {
         return Ok(());
     }
     let named: Vec<u32> = c.undecryptable_ids.iter().copied().collect();
+    if s.confluent.is_some() {
+        return Err(fail(format!(
+            "no value of {} decodes with this registry and KEK: {} values of schema ids {named:?} do not (run consume to see why); is LOCAL_SECRET the secret they were written with, or the KMS settings those of their KEKs?",
+            s.topic, c.undecryptable_values
+        )));
+    }
     let have: Vec<u32> = s.keyset.keys().map(|(id, _)| id.0).collect();
     let keys = if c.undecryptable_record_keys > 0 {
         format!(
@@ -277,7 +330,12 @@ pub(crate) fn scan(s: &Setup, quiet: bool, list: bool) -> Result<Audit, Fail> {
 
 /// `tombstone-crypt audit`: the report of [`scan`]; findings are exit 1.
 pub(crate) fn audit(args: &AuditArgs, out: &Output) -> Result<Outcome, Fail> {
-    let s = setup(&args.topic)?;
+    let confluent = args
+        .schema_registry
+        .as_deref()
+        .map(confluent_codec)
+        .transpose()?;
+    let s = setup_with(&args.topic, confluent)?;
     let a = scan(&s, out.quiet, args.list_keys)?;
     let (text, json) = a.report(&s.topic, args.list_keys);
     out.print(&text, &json)?;

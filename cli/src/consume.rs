@@ -6,7 +6,7 @@ use std::io::Write as _;
 
 use base64::Engine as _;
 use serde_json::{json, Value};
-use tombstone_crypt::confluent::{ConfluentJson, LocalKms, Registry};
+use tombstone_crypt::confluent::ConfluentJson;
 use tombstone_crypt::{Bytes, Context, DecryptingDeserializer, Deserializer as _};
 
 use crate::read::{self, Rec, Setup};
@@ -68,27 +68,7 @@ impl Reader {
                     a.aad_name.clone().unwrap_or_else(|| a.topic.clone()),
                 ))
             }
-            (None, Some(url)) => {
-                // local-kms KEKs need the secret; KEKs in AWS KMS or Vault
-                // are opened with the KMS clients configured from the
-                // environment, as for this library's own envelope keys.
-                let codec = match std::env::var("LOCAL_SECRET") {
-                    Ok(secret) => ConfluentJson::new(LocalKms::new(&secret)),
-                    Err(_) => ConfluentJson::without_local_kms(),
-                };
-                let mut registry = Registry::new(url)?;
-                if let Ok(auth) = std::env::var("SCHEMA_REGISTRY_BASIC_AUTH") {
-                    let (user, password) = auth.split_once(':').ok_or_else(|| {
-                        fail("SCHEMA_REGISTRY_BASIC_AUTH: expected user:password")
-                    })?;
-                    registry = registry.with_basic_auth(user, password);
-                } else if let Ok(token) = std::env::var("SCHEMA_REGISTRY_BEARER_TOKEN") {
-                    registry = registry.with_bearer_token(&token);
-                }
-                Ok(Reader::Confluent(Box::new(
-                    codec.with_registry(registry),
-                )))
-            }
+            (None, Some(url)) => Ok(Reader::Confluent(Box::new(read::confluent_codec(url)?))),
             _ => Err(fail("give exactly one of --keyset and --schema-registry")),
         }
     }
@@ -131,7 +111,8 @@ impl Reader {
 /// Prints every record of the topic's partitions, in partition and offset
 /// order, to each partition's end: `{"partition", "offset", "key",
 /// "value"}`, or `"error"` in place of `"value"` for a value that does not
-/// decrypt (then exit 1).
+/// decrypt (then exit 1); a present value that reads as JSON null has
+/// `"broken_delete": true` beside its `null`.
 pub(crate) fn consume(a: &ConsumeArgs, out: &Output) -> Result<Outcome, Fail> {
     let reader = Reader::new(a)?;
     let s = Setup::for_reading(
@@ -158,6 +139,10 @@ pub(crate) fn consume(a: &ConsumeArgs, out: &Output) -> Result<Outcome, Fail> {
             if let Err(why) = reader.value(&a.topic, r, &mut line) {
                 failed += 1;
                 line.insert("error".into(), Value::String(why));
+            } else if r.value.is_some() && line.get("value") == Some(&Value::Null) {
+                // A present value that reads as JSON null: not a delete
+                // (compaction keeps it), though it prints as one.
+                line.insert("broken_delete".into(), Value::Bool(true));
             }
             writeln!(stdout, "{}", Value::Object(line)).map_err(|e| fail(format!("stdout: {e}")))
         })?;

@@ -344,9 +344,10 @@ struct TopicArgs {
     /// The topic.
     #[arg(long)]
     topic: String,
-    /// The values' keyset file.
+    /// The values' keyset file (required, except for `audit
+    /// --schema-registry`).
     #[arg(long, value_name = "FILE")]
-    keyset: PathBuf,
+    keyset: Option<PathBuf>,
     /// The KMS key the keyset files are encrypted with.
     #[arg(long, value_name = "URI")]
     decrypt_with: Option<String>,
@@ -454,6 +455,13 @@ struct AuditArgs {
     /// --key-keyset) to stdout.
     #[arg(long)]
     list_keys: bool,
+    /// The topic is in Confluent's format (CSFLE fields, CSPE payloads,
+    /// JSON Schema; subject `TOPIC-value`), its schemas and DEKs in the
+    /// Schema Registry at this URL: a value that decrypts to JSON `null`
+    /// is a broken delete. The local-kms secret from `LOCAL_SECRET`, the
+    /// registry's auth as for `consume`. Instead of --keyset.
+    #[arg(long, value_name = "URL", conflicts_with = "keyset")]
+    schema_registry: Option<String>,
 }
 
 /// The arguments of `repair`.

@@ -9,11 +9,14 @@ use std::io::IsTerminal as _;
 use std::time::{Duration, Instant};
 
 use indicatif::{ProgressBar, ProgressDrawTarget, ProgressStyle};
+use std::sync::Arc;
 use tombstone_crypt::kafka::rdkafka::config::ClientConfig;
 use tombstone_crypt::kafka::rdkafka::consumer::{BaseConsumer, Consumer as _};
 use tombstone_crypt::kafka::rdkafka::error::KafkaError;
 use tombstone_crypt::kafka::rdkafka::message::{Headers as _, Message as _};
 use tombstone_crypt::kafka::rdkafka::{Offset, TopicPartitionList};
+
+use tombstone_crypt::confluent::{ConfluentJson, LocalKms, Registry};
 use tombstone_crypt::{AadPolicy, KeyStatus, Keyset};
 
 use crate::fields::FieldKeys;
@@ -59,6 +62,37 @@ pub(crate) struct Setup {
     /// The keys of the values' encrypted fields (`reencrypt --fields`):
     /// with them, each present value's fields are checked as it is read.
     pub(crate) fields: Option<FieldKeys>,
+    /// Confluent's format (`audit --schema-registry`): the values are read
+    /// with this codec, subject `{topic}-value`, and `keyset` is unused.
+    pub(crate) confluent: Option<Arc<ConfluentJson>>,
+}
+
+/// The codec of Confluent-format records with the Schema Registry at
+/// `url`: the local-kms secret from `LOCAL_SECRET` (KEKs in AWS KMS or
+/// Vault with the KMS clients configured from the environment), the
+/// registry's auth from `SCHEMA_REGISTRY_BASIC_AUTH` (`user:password`) or
+/// `SCHEMA_REGISTRY_BEARER_TOKEN`.
+///
+/// # Errors
+/// A URL that is not one, a basic auth without `:`.
+pub(crate) fn confluent_codec(url: &str) -> Result<ConfluentJson, Fail> {
+    // local-kms KEKs need the secret; KEKs in AWS KMS or Vault are opened
+    // with the KMS clients configured from the environment, as for this
+    // library's own envelope keys.
+    let codec = match std::env::var("LOCAL_SECRET") {
+        Ok(secret) => ConfluentJson::new(LocalKms::new(&secret)),
+        Err(_) => ConfluentJson::without_local_kms(),
+    };
+    let mut registry = Registry::new(url)?;
+    if let Ok(auth) = std::env::var("SCHEMA_REGISTRY_BASIC_AUTH") {
+        let (user, password) = auth
+            .split_once(':')
+            .ok_or_else(|| fail("SCHEMA_REGISTRY_BASIC_AUTH: expected user:password"))?;
+        registry = registry.with_basic_auth(user, password);
+    } else if let Ok(token) = std::env::var("SCHEMA_REGISTRY_BEARER_TOKEN") {
+        registry = registry.with_bearer_token(&token);
+    }
+    Ok(codec.with_registry(registry))
 }
 
 /// Loads the keysets and builds the client configuration of a topic
@@ -68,7 +102,21 @@ pub(crate) struct Setup {
 /// A keyset that does not load, a deterministic `--keyset`, a
 /// `--key-keyset` that is not deterministic, a `-X` without `=`.
 pub(crate) fn setup(a: &TopicArgs) -> Result<Setup, Fail> {
-    let keyset = keysets::load(&a.keyset, a.decrypt_with.as_deref())?;
+    setup_with(a, None)
+}
+
+/// [`setup`], the values of Confluent's format read with `confluent`
+/// (then `--keyset` is not given, and the setup's keyset is a fresh one
+/// that is never used).
+///
+/// # Errors
+/// As [`setup`]; `--keyset` missing without `confluent`.
+pub(crate) fn setup_with(a: &TopicArgs, confluent: Option<ConfluentJson>) -> Result<Setup, Fail> {
+    let keyset = match (&a.keyset, &confluent) {
+        (Some(path), _) => keysets::load(path, a.decrypt_with.as_deref())?,
+        (None, Some(_)) => Keyset::generate(),
+        (None, None) => return Err(fail("--keyset FILE is required (the values' keyset)")),
+    };
     if keyset.is_deterministic() {
         return Err(fail(
             "--keyset holds a deterministic (AES-SIV) keyset: that is for record keys (--key-keyset)",
@@ -125,6 +173,7 @@ pub(crate) fn setup(a: &TopicArgs) -> Result<Setup, Fail> {
         only: a.partitions.clone(),
         parallel,
         fields: None,
+        confluent: confluent.map(Arc::new),
     })
 }
 
@@ -165,6 +214,7 @@ impl Setup {
             only,
             parallel: 1,
             fields: None,
+            confluent: None,
         })
     }
 }

@@ -16,6 +16,7 @@ use std::time::Duration;
 use common::kafka::{bootstrap, client_config, create_topic, fresh_topic};
 use common::process::{code, new_keyset, Dir};
 use serde_json::{json, Value};
+use tombstone_crypt::confluent::{ConfluentJson, LocalKms, Registry};
 use tombstone_crypt::kafka::rdkafka::producer::{FutureProducer, FutureRecord};
 use tombstone_crypt::{Bytes, Context, EncryptingSerializer, Keyset, Serializer as _};
 
@@ -257,5 +258,59 @@ fn consume_reads_what_confluents_producer_wrote_with_its_registry() {
                 );
             }
         }
+
+        // audit reads the topic in Confluent's format: 3 keys live, 1
+        // deleted, nothing broken.
+        let audit_args = [
+            "audit",
+            "--bootstrap",
+            &bootstrap,
+            "--topic",
+            &topic,
+            "--schema-registry",
+            &server.url,
+            "--json",
+            "-q",
+        ];
+        let secret = [("LOCAL_SECRET", "mysecret")];
+        let (code, report, stderr) = consume(&audit_args, &secret);
+        assert_eq!(code, 0, "{case}: {report:?} {stderr}");
+        let r = &report[0];
+        assert_eq!(
+            (&r["live_keys"], &r["tombstones"], &r["broken_tombstones"]),
+            (&json!(3), &json!(1), &json!(0)),
+            "{case}: {r}"
+        );
+        // A writer that turns a delete of c-1 into a value (the record
+        // JSON `null`, encrypted where the rules say): audit finds it, and
+        // the key counts as not live.
+        let codec = ConfluentJson::new(LocalKms::new("mysecret"))
+            .with_registry(Registry::new(&server.url).unwrap());
+        let subject = format!("{topic}-value");
+        let broken = codec.encode(&subject, Some(&Value::Null)).unwrap();
+        produce(&bootstrap, &topic, &[(b"c-1", broken)]);
+        let (code, report, stderr) = consume(&audit_args, &secret);
+        assert_eq!(code, 1, "{case}: {report:?} {stderr}");
+        let r = &report[0];
+        assert_eq!(
+            (&r["live_keys"], &r["broken_tombstones"]),
+            (&json!(2), &json!(1)),
+            "{case}: {r}"
+        );
+        // consume tells it from a delete.
+        let (_, lines, _) = consume(&args, &secret);
+        let last = lines.last().unwrap();
+        assert_eq!(
+            (&last["key"], &last["value"], &last["broken_delete"]),
+            (&json!("c-1"), &Value::Null, &json!(true)),
+            "{case}: {last}"
+        );
+        assert!(
+            lines
+                .iter()
+                .filter(|l| l.get("broken_delete").is_some())
+                .count()
+                == 1
+        );
     }
 }
