@@ -213,6 +213,9 @@ build_tansu_sqlite() {
   log "building tansu $TANSU_VERSION with the SQLite engine into $SQLITE_ROOT (once; about 8 min on 2 cores)"
   local start_s
   start_s="$(date +%s)"
+  # Without debug info (nobody debugs the broker here): less to generate
+  # and link in every one of its crates.
+  CARGO_PROFILE_DEV_DEBUG=false \
   cargo install --debug --locked tansu --version "$TANSU_VERSION" --features libsql \
       --root "$SQLITE_ROOT" --target-dir "$SQLITE_BUILD_DIR" >&2 \
     || die "cargo install of tansu $TANSU_VERSION (libsql) failed"
