@@ -574,7 +574,7 @@ fn both_ways_through_a_schema_registry_over_http() {
 }
 
 #[test]
-fn a_registry_that_is_down_or_missing_a_dek_is_a_clear_error_and_nothing_is_written() {
+fn a_registry_that_is_down_slow_or_missing_a_dek_is_a_clear_error_and_nothing_is_written() {
     use tombstone_crypt::confluent::Registry;
     use tombstone_crypt::kms::KmsTimeouts;
     // Nothing listens on this port (bound, then closed).
@@ -602,6 +602,49 @@ fn a_registry_that_is_down_or_missing_a_dek_is_a_clear_error_and_nothing_is_writ
         down.encode("customers-value", None).unwrap(),
         None,
         "a tombstone needs no registry"
+    );
+
+    // A slow registry: it accepts the connection and never answers. The
+    // request timeout bounds the wait; the error says so, nothing is
+    // written, and a read fails the same way.
+    let slow = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let slow_url = format!("http://{}", slow.local_addr().unwrap());
+    let done = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
+    let stop = std::sync::Arc::clone(&done);
+    let held = std::thread::spawn(move || {
+        // Holds every connection open, unanswered, until told to stop.
+        let mut open = Vec::new();
+        slow.set_nonblocking(true).unwrap();
+        while !stop.load(std::sync::atomic::Ordering::Relaxed) {
+            if let Ok((c, _)) = slow.accept() {
+                open.push(c);
+            }
+            std::thread::sleep(std::time::Duration::from_millis(20));
+        }
+        open.len()
+    });
+    let hung = ConfluentJson::new(LocalKms::new("mysecret"))
+        .with_registry(Registry::new(&slow_url).unwrap().with_timeouts(quick));
+    let started = std::time::Instant::now();
+    let e = hung
+        .encode("customers-value", Some(&json!({"ssn": "x"})))
+        .unwrap_err();
+    let waited = started.elapsed();
+    assert!(matches!(e, Error::Confluent { .. }), "{e}");
+    assert!(e.to_string().contains("no answer"), "{e}");
+    assert!(
+        waited < std::time::Duration::from_secs(5),
+        "two attempts of 500 ms, not {waited:?}"
+    );
+    let f = fixture("field-gcm");
+    let (bytes, _) = records(&f).next().unwrap();
+    assert!(hung
+        .decode_for(f["subject"].as_str(), bytes.as_deref())
+        .is_err());
+    done.store(true, std::sync::atomic::Ordering::Relaxed);
+    assert!(
+        held.join().unwrap() >= 2,
+        "the registry was asked, and retried"
     );
 
     // A registry that has the schema but not the DEK a record names.
