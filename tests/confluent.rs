@@ -651,6 +651,28 @@ fn a_registry_that_is_down_slow_or_missing_a_dek_is_a_clear_error_and_nothing_is
     let Some(server) = TestRegistry::start() else {
         return;
     };
+    // A shared KEK (the registry would hand out its DEKs unwrapped) is
+    // refused, not used.
+    let body = r#"{"name":"kek-shared","kmsType":"local-kms","kmsKeyId":"k","shared":true}"#;
+    let addr = server.url.strip_prefix("http://").unwrap();
+    let mut conn = std::net::TcpStream::connect(addr).unwrap();
+    write!(
+        conn,
+        "POST /dek-registry/v1/keks HTTP/1.1\r\nHost: {addr}\r\nContent-Type: application/json\r\nContent-Length: {}\r\nConnection: close\r\n\r\n{body}",
+        body.len()
+    )
+    .unwrap();
+    let mut answer = String::new();
+    std::io::Read::read_to_string(&mut conn, &mut answer).unwrap();
+    assert!(
+        answer.starts_with("HTTP/1.0 200") || answer.starts_with("HTTP/1.1 200"),
+        "{answer}"
+    );
+    let e = Registry::new(&server.url)
+        .unwrap()
+        .kek("kek-shared")
+        .unwrap_err();
+    assert!(e.to_string().contains("shared KEK"), "{e}");
     let f = fixture("field-gcm");
     let registry = Registry::new(&server.url).unwrap();
     let id = registry
@@ -815,6 +837,33 @@ fn keks_in_aws_kms_and_vault_under_confluents_names_open_both_ways() {
                     value,
                     "{kms_type} {name}"
                 );
+            }
+        }
+
+        // Given the schema and the wrapped DEKs, as the fixtures are, with
+        // no registry: the rule places the KEK in the KMS.
+        for f in &written {
+            let mut given = ConfluentJson::without_local_kms();
+            given
+                .register(
+                    u32::try_from(f["schema_id"].as_u64().unwrap()).unwrap(),
+                    f["subject"].as_str().unwrap(),
+                    &f["schema"],
+                )
+                .unwrap();
+            for d in f["deks"].as_array().unwrap() {
+                given
+                    .add_wrapped_dek(
+                        d["kekName"].as_str().unwrap(),
+                        d["subject"].as_str().unwrap(),
+                        DekAlgorithm::from_name(d["algorithm"].as_str().unwrap()).unwrap(),
+                        u32::try_from(d["version"].as_u64().unwrap()).unwrap(),
+                        &b64(d["encryptedKeyMaterial"].as_str().unwrap()),
+                    )
+                    .unwrap_or_else(|e| panic!("{kms_type}: {e}"));
+            }
+            for (bytes, value) in records(f) {
+                assert_eq!(given.decode(bytes.as_deref()).unwrap(), value);
             }
         }
 

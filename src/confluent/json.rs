@@ -257,8 +257,9 @@ impl ConfluentJson {
     /// Says where the KEK `name` lives (Confluent's `kmsType`, e.g.
     /// `aws-kms`, and `kmsKeyId`), for DEKs added with
     /// [`add_wrapped_dek`](ConfluentJson::add_wrapped_dek) or read under
-    /// rules that do not say it, when no registry does. A KEK nobody
-    /// places is `local-kms`.
+    /// rules that do not say it (a rule that does, `encrypt.kms.type` and
+    /// `encrypt.kms.key.id`, of a schema registered here, places its KEK
+    /// too), when no registry does. A KEK nobody places is `local-kms`.
     pub fn add_kek(&self, name: &str, kms_type: &str, kms_key_id: &str) {
         let mut deks = self.lock();
         if deks.keks.len() >= MAX_CACHED {
@@ -271,12 +272,18 @@ impl ConfluentJson {
     }
 
     /// The KEK `name`: where `rule` says it lives, else where it was
-    /// placed or the registry says, else `local-kms`.
+    /// placed, a rule of a schema known here or the registry says, else
+    /// `local-kms`.
     fn kek(&self, name: &str, rule: Option<&Rule>) -> Result<Kek<'_>, Error> {
         let place = match rule.and_then(|r| r.kms.clone()) {
             Some(p) => p,
             None => {
-                let known = self.lock().keks.get(name).cloned();
+                let known = self
+                    .lock()
+                    .keks
+                    .get(name)
+                    .cloned()
+                    .or_else(|| self.place_in_rules(name));
                 match (known, &self.registry) {
                     (Some(p), _) => p,
                     (None, Some(registry)) => match registry.kek(name)? {
@@ -291,6 +298,18 @@ impl ConfluentJson {
             }
         };
         kek::resolve(name, &place, self.local.as_ref(), self.kms_clients.as_ref())
+    }
+
+    /// Where a rule of a schema known here says the KEK `name` lives.
+    fn place_in_rules(&self, name: &str) -> Option<KekPlace> {
+        read(&self.schemas).values().find_map(|r| {
+            r.fields
+                .iter()
+                .map(|(rule, _)| rule)
+                .chain(r.payload.as_ref())
+                .find(|rule| rule.kek_name == name)
+                .and_then(|rule| rule.kms.clone())
+        })
     }
 
     /// Schemas and DEKs not given here are fetched from `registry` (and
