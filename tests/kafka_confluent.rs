@@ -1,6 +1,7 @@
 //! Confluent's format through a real broker, both ways, against Confluent's
 //! own client (confluent-kafka 2.16.1 for Python: its Producer, Consumer,
-//! JSON Schema serializer and encryption rules, `tests/interop/
+//! JSON Schema and (feature `confluent-avro`) Avro serializers and
+//! encryption rules, `tests/interop/
 //! confluent_peer.py`): our typed producer writes records with encrypted
 //! fields, null fields and deletes, its consumer reads every one; its
 //! producer writes, our typed consumer reads every one. A delete is a null
@@ -95,55 +96,106 @@ fn customers() -> Vec<(String, Option<Customer>)> {
         .collect()
 }
 
+/// The customers of [`customers`] in the Avro cases' schema, with a tagged
+/// `bytes` field (JSON: an array of numbers, as serde writes a `Vec<u8>`).
+#[cfg(feature = "confluent-avro")]
+#[derive(Serialize, Deserialize, Clone, Debug, PartialEq)]
+struct AvroCustomer {
+    id: u64,
+    name: String,
+    ssn: String,
+    note: Option<String>,
+    blob: Vec<u8>,
+}
+
+/// Our typed producer writes `records` under `case`'s schema; Confluent's
+/// consumer reads each one back (a delete as null).
+async fn ours_to_confluent<T>(
+    bootstrap: &str,
+    case: &str,
+    records: &[(String, Option<T>)],
+) -> Option<()>
+where
+    T: Serialize + serde::de::DeserializeOwned + Send + Sync + 'static,
+{
+    let topic = fresh_topic(&format!("confluent-{case}"));
+    create_topic(bootstrap, &topic, 1);
+    let mut codec = ConfluentJson::new(LocalKms::new("mysecret"));
+    codec
+        .register(1, &format!("{topic}-value"), &schema(case))
+        .unwrap();
+    let codec = Arc::new(codec);
+    let producer = TypedProducer::<str, T, _, _>::new(
+        &client_config(bootstrap),
+        Utf8,
+        ConfluentSerde::<T>::new(Arc::clone(&codec)),
+    )
+    .unwrap();
+    for (key, value) in records {
+        producer.send(&topic, key, value.as_ref()).await.unwrap();
+    }
+    let b64 = |b: &[u8]| base64::engine::general_purpose::STANDARD.encode(b);
+    let job = json!({
+        "bootstrap": bootstrap, "topic": topic, "count": records.len(),
+        "schema": schema(case), "subject": format!("{topic}-value"), "secret": "mysecret",
+        "deks": codec.wrapped_deks().iter().map(|(k, s, a, v, w)| json!({
+            "kekName": k, "subject": s, "algorithm": a.name(), "version": v,
+            "encryptedKeyMaterial": b64(w),
+        })).collect::<Vec<_>>(),
+    });
+    let read = peer("consume", &job)?;
+    let read = read.as_array().unwrap();
+    assert_eq!(read.len(), records.len());
+    for ((key, value), got) in records.iter().zip(read) {
+        assert_eq!(got["key"], json!(key), "{case}");
+        let want = value
+            .as_ref()
+            .map_or(Value::Null, |c| serde_json::to_value(c).unwrap());
+        assert_eq!(got.get("ok"), Some(&want), "{case}: {got}");
+    }
+    Some(())
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn confluents_consumer_reads_what_our_typed_producer_writes() {
     let Some(bootstrap) = bootstrap() else { return };
     for case in ["field-gcm", "payload-gcm"] {
-        let topic = fresh_topic(&format!("confluent-{case}"));
-        create_topic(&bootstrap, &topic, 1);
-        let mut codec = ConfluentJson::new(LocalKms::new("mysecret"));
-        codec
-            .register(1, &format!("{topic}-value"), &schema(case))
-            .unwrap();
-        let codec = Arc::new(codec);
-        let producer = TypedProducer::<str, Customer, _, _>::new(
-            &client_config(&bootstrap),
-            Utf8,
-            ConfluentSerde::<Customer>::new(Arc::clone(&codec)),
-        )
-        .unwrap();
-        let records = customers();
-        for (key, value) in &records {
-            producer.send(&topic, key, value.as_ref()).await.unwrap();
-        }
-        let b64 = |b: &[u8]| base64::engine::general_purpose::STANDARD.encode(b);
-        let job = json!({
-            "bootstrap": bootstrap, "topic": topic, "count": records.len(),
-            "schema": schema(case), "subject": format!("{topic}-value"), "secret": "mysecret",
-            "deks": codec.wrapped_deks().iter().map(|(k, s, a, v, w)| json!({
-                "kekName": k, "subject": s, "algorithm": a.name(), "version": v,
-                "encryptedKeyMaterial": b64(w),
-            })).collect::<Vec<_>>(),
-        });
-        let Some(read) = peer("consume", &job) else {
+        if ours_to_confluent(&bootstrap, case, &customers())
+            .await
+            .is_none()
+        {
             return;
-        };
-        let read = read.as_array().unwrap();
-        assert_eq!(read.len(), records.len());
-        for ((key, value), got) in records.iter().zip(read) {
-            assert_eq!(got["key"], json!(key), "{case}");
-            let want = value
-                .as_ref()
-                .map_or(Value::Null, |c| serde_json::to_value(c).unwrap());
-            assert_eq!(got.get("ok"), Some(&want), "{case}: {got}");
         }
+    }
+    #[cfg(feature = "confluent-avro")]
+    for case in ["avro-field-gcm", "avro-payload-gcm"] {
+        let records: Vec<(String, Option<AvroCustomer>)> = customers()
+            .into_iter()
+            .map(|(k, v)| {
+                let v = v.map(|c| AvroCustomer {
+                    blob: c.ssn.as_bytes().to_vec(),
+                    id: c.id,
+                    name: c.name,
+                    ssn: c.ssn,
+                    note: c.note,
+                });
+                (k, v)
+            })
+            .collect();
+        assert!(ours_to_confluent(&bootstrap, case, &records)
+            .await
+            .is_some());
     }
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn our_typed_consumer_reads_what_confluents_producer_writes() {
     let Some(bootstrap) = bootstrap() else { return };
-    for case in ["field-gcm", "field-siv", "payload-gcm"] {
+    let mut cases = vec!["field-gcm", "field-siv", "payload-gcm"];
+    if cfg!(feature = "confluent-avro") {
+        cases.extend(["avro-field-gcm", "avro-field-siv", "avro-payload-gcm"]);
+    }
+    for case in cases {
         let topic = fresh_topic(&format!("confluent-in-{case}"));
         create_topic(&bootstrap, &topic, 1);
         let Some(written) = peer(

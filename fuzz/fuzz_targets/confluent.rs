@@ -1,6 +1,7 @@
 //! Arbitrary bytes as Confluent-format records (`tombstone_crypt::confluent`),
-//! under a reader that knows a field-rule schema (id 1, DEK versions) and a
-//! payload-rule schema (id 2), with their DEKs.
+//! under a reader that knows a field-rule schema (id 1, DEK versions), a
+//! payload-rule schema (id 2) and a deterministic one (id 3), each in JSON
+//! Schema and in Avro (ids 4, 5, 6), with their DEKs.
 //!
 //! The first byte picks a leg: the input as a whole record; the input
 //! spliced into a genuine record (the second byte says where); the input
@@ -34,6 +35,21 @@ fn schema(rule: &str, algorithm: &str, expiry: &str) -> Value {
     })
 }
 
+fn avro_schema(rule: &str, algorithm: &str, expiry: &str) -> Value {
+    json!({
+        "schemaType": "AVRO",
+        "schema": r#"{"type":"record","name":"R","fields":[{"name":"id","type":"long"},
+            {"name":"ssn","type":"string","confluent:tags":["PII"]},
+            {"name":"cards","type":["null",{"type":"array","items":"string"}]}]}"#,
+        "ruleSet": {"domainRules": [{"type": rule, "tags": ["PII"],
+            "params": {"encrypt.kek.name": "k", "encrypt.dek.algorithm": algorithm,
+                       "encrypt.dek.expiry.days": expiry}}]}
+    })
+}
+
+/// Payload-rule schemas: a changed body never reads.
+const PAYLOAD_IDS: [u32; 2] = [2, 5];
+
 fn fixture() -> &'static Fixture {
     static F: OnceLock<Fixture> = OnceLock::new();
     F.get_or_init(|| {
@@ -44,6 +60,9 @@ fn fixture() -> &'static Fixture {
             (1, "f-value", schema("ENCRYPT", "AES256_GCM", "1")),
             (2, "p-value", schema("ENCRYPT_PAYLOAD", "AES128_GCM", "0")),
             (3, "s-value", schema("ENCRYPT", "AES256_SIV", "0")),
+            (4, "af-value", avro_schema("ENCRYPT", "AES256_GCM", "1")),
+            (5, "ap-value", avro_schema("ENCRYPT_PAYLOAD", "AES128_GCM", "0")),
+            (6, "as-value", avro_schema("ENCRYPT", "AES256_SIV", "0")),
         ];
         for (id, subject, s) in &schemas {
             writer.register(*id, subject, s).expect("schema");
@@ -106,10 +125,13 @@ fuzz_target!(|data: &[u8]| {
                 assert_eq!(&read, value);
                 return;
             }
-            // A payload record (schema 2) never reads once its body changed.
+            // A payload record never reads once its body changed.
             let (id, body) = parse_frame(&record).expect("it read");
             let (_, genuine_body) = parse_frame(genuine).expect("genuine");
-            assert!(!(id == 2 && body != genuine_body), "a changed payload read");
+            assert!(
+                !(PAYLOAD_IDS.contains(&id) && body != genuine_body),
+                "a changed payload read"
+            );
             // Whatever a field record reads as, an encrypted field's value
             // is a plaintext that was written, or null.
             for field in ["ssn"] {
@@ -123,7 +145,8 @@ fuzz_target!(|data: &[u8]| {
         3 => {
             if let Ok(text) = std::str::from_utf8(rest) {
                 let mut scratch = ConfluentJson::new(LocalKms::new("fuzz"));
-                let s = json!({"schemaType": "JSON", "schema": text, "ruleSet":
+                let kind = if rest.len() % 2 == 0 { "JSON" } else { "AVRO" };
+                let s = json!({"schemaType": kind, "schema": text, "ruleSet":
                     {"domainRules": [{"type": "ENCRYPT", "tags": ["PII"], "params": {"encrypt.kek.name": "k"}}]}});
                 if scratch.register(9, "x-value", &s).is_ok() {
                     let _ = scratch.encode("x-value", Some(&json!({"ssn": "s", "a": [1, "b"]})));

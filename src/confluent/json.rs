@@ -103,7 +103,7 @@ impl Rule {
         }))
     }
 
-    fn rotates(&self) -> bool {
+    pub(super) fn rotates(&self) -> bool {
         self.expiry_days > 0
     }
 }
@@ -122,7 +122,17 @@ struct Registered {
     /// How many subschemas carry `confluent:tags` when no rule of the
     /// schema encrypts anything (a schema registered without its rules).
     unruled_tags: usize,
+    /// An Avro schema's parsed form (its field rules' paths are empty:
+    /// the tagged fields are found as a record is read or written).
+    #[cfg(feature = "confluent-avro")]
+    avro: Option<Arc<super::avro::AvroSchema>>,
 }
+
+/// An Avro schema's parsed form, where Avro is read.
+#[cfg(feature = "confluent-avro")]
+type AvroParsed = super::avro::AvroSchema;
+#[cfg(not(feature = "confluent-avro"))]
+type AvroParsed = std::convert::Infallible;
 
 /// Whether a schema inserted is its subject's latest.
 enum Latest {
@@ -151,8 +161,10 @@ struct Deks {
     keks: HashMap<String, KekPlace>,
 }
 
-/// Reads and writes the records of JSON Schemas in Confluent's format, with
-/// their field and payload encryption rules: the schemas, rules and DEKs are
+/// Reads and writes the records of JSON Schemas (and, with the feature
+/// `confluent-avro`, Avro schemas) in Confluent's format, with their field
+/// and payload encryption rules; a record's value is its JSON form either
+/// way: the schemas, rules and DEKs are
 /// given to it ([`register`](ConfluentJson::register),
 /// [`add_wrapped_dek`](ConfluentJson::add_wrapped_dek)) or made by it (a
 /// writer makes a subject's DEK on first use and wraps it under the KEK, as
@@ -354,10 +366,12 @@ impl ConfluentJson {
     /// its id, as the latest of `subject`.
     ///
     /// # Errors
-    /// [`Error::Confluent`] for a schema that is not JSON Schema, a rule
-    /// that cannot be read, or tags this reader cannot follow (inside
-    /// `oneOf`, `anyOf`, `allOf` or `$ref`): it refuses such a schema
-    /// rather than leave a tagged field in plaintext.
+    /// [`Error::Confluent`] for a schema that is not JSON Schema (or Avro,
+    /// with `confluent-avro`), a rule that cannot be read, or tags this
+    /// reader cannot follow (inside `oneOf`, `anyOf`, `allOf` or `$ref`; an
+    /// Avro field tagged that is not a string or bytes, or a union of null
+    /// and one of them): it refuses such a schema rather than leave a
+    /// tagged field in plaintext.
     pub fn register(&mut self, schema_id: u32, subject: &str, schema: &Value) -> Result<(), Error> {
         self.insert(schema_id, subject, schema, Latest::Given)
             .map(|_| ())
@@ -370,20 +384,30 @@ impl ConfluentJson {
         schema: &Value,
         latest: Latest,
     ) -> Result<Arc<Registered>, Error> {
-        match schema.get("schemaType").and_then(Value::as_str) {
-            Some("JSON") => {}
-            _ => {
-                return Err(Error::confluent(
-                    "only JSON Schema (schemaType JSON) is read here",
-                ))
-            }
-        }
         let text = schema
             .get("schema")
             .and_then(Value::as_str)
             .ok_or_else(|| Error::confluent("a schema without its text"))?;
-        let doc: Value = serde_json::from_str(text)
-            .map_err(|_| Error::confluent("a schema's text is not JSON"))?;
+        // The registry leaves `schemaType` out for Avro, its default.
+        let (doc, avro): (Value, Option<AvroParsed>) = match schema
+            .get("schemaType")
+            .and_then(Value::as_str)
+        {
+            Some("JSON") => {
+                let doc: Value = serde_json::from_str(text)
+                    .map_err(|_| Error::confluent("a schema's text is not JSON"))?;
+                (doc, None)
+            }
+            #[cfg(feature = "confluent-avro")]
+            None | Some("AVRO") => (Value::Null, Some(super::avro::AvroSchema::parse(text)?)),
+            _ => {
+                return Err(Error::confluent(if cfg!(feature = "confluent-avro") {
+                    "only JSON Schema and Avro (schemaType JSON or AVRO) are read here"
+                } else {
+                    "only JSON Schema (schemaType JSON) is read here (Avro: the feature confluent-avro)"
+                }))
+            }
+        };
         let mut fields = Vec::new();
         let mut payload = None;
         let rules = |kind: &str| {
@@ -402,6 +426,13 @@ impl ConfluentJson {
                 continue;
             };
             match &rule.kind {
+                #[cfg(feature = "confluent-avro")]
+                RuleKind::Fields(tags) if avro.is_some() => {
+                    if let Some(a) = &avro {
+                        a.count_tagged(Some(tags))?;
+                    }
+                    fields.push((rule, Vec::new()));
+                }
                 RuleKind::Fields(tags) => {
                     let mut paths = Vec::new();
                     collect_tagged(&doc, tags, &mut Vec::new(), &mut paths)?;
@@ -419,10 +450,11 @@ impl ConfluentJson {
             }
         }
         let fetched = !matches!(latest, Latest::Given);
-        let unruled_tags = if fields.is_empty() && payload.is_none() {
-            count_any_tag(&doc)
-        } else {
-            0
+        let unruled_tags = match (&avro, fields.is_empty() && payload.is_none()) {
+            (_, false) => 0,
+            #[cfg(feature = "confluent-avro")]
+            (Some(a), true) => a.count_tagged(None)?,
+            _ => count_any_tag(&doc),
         };
         let registered = Arc::new(Registered {
             subject: subject.to_owned(),
@@ -430,6 +462,8 @@ impl ConfluentJson {
             payload,
             fetched,
             unruled_tags,
+            #[cfg(feature = "confluent-avro")]
+            avro: avro.map(Arc::new),
         });
         {
             let mut schemas = write(&self.schemas);
@@ -684,6 +718,10 @@ impl ConfluentJson {
             }
             None => body,
         };
+        #[cfg(feature = "confluent-avro")]
+        if let Some(avro) = &schema.avro {
+            return self.decode_avro(avro, &schema, subject, body).map(Some);
+        }
         let mut value: Value = serde_json::from_slice(body).map_err(|e| {
             Error::codec(
                 "json",
@@ -738,19 +776,31 @@ impl ConfluentJson {
                 schema.unruled_tags
             )));
         }
-        for (rule, paths) in &schema.fields {
-            let dek = self.dek_to_write(rule, subject)?;
-            for path in paths {
-                let mut at = Vec::new();
-                each_at(&mut value, path, &mut at, &mut |field, at| {
-                    seal_field(rule, &dek, field).map_err(|e| in_field(at, e))
-                })?;
+        #[cfg(feature = "confluent-avro")]
+        let avro_text = match &schema.avro {
+            Some(avro) => Some(self.encode_avro(avro, &schema, subject, value.take())?),
+            None => None,
+        };
+        #[cfg(not(feature = "confluent-avro"))]
+        let avro_text: Option<Zeroizing<Vec<u8>>> = None;
+        let text = match avro_text {
+            Some(text) => text,
+            None => {
+                for (rule, paths) in &schema.fields {
+                    let dek = self.dek_to_write(rule, subject)?;
+                    for path in paths {
+                        let mut at = Vec::new();
+                        each_at(&mut value, path, &mut at, &mut |field, at| {
+                            seal_field(rule, &dek, field).map_err(|e| in_field(at, e))
+                        })?;
+                    }
+                }
+                Zeroizing::new(
+                    serde_json::to_vec(&value)
+                        .map_err(|_| Error::codec("json", "cannot encode the record"))?,
+                )
             }
-        }
-        let text = Zeroizing::new(
-            serde_json::to_vec(&value)
-                .map_err(|_| Error::codec("json", "cannot encode the record"))?,
-        );
+        };
         let mut out = Vec::with_capacity(5 + text.len() + 64);
         write_frame(id, &mut out);
         match &schema.payload {
@@ -765,6 +815,61 @@ impl ConfluentJson {
             None => out.extend_from_slice(&text),
         }
         Ok(out)
+    }
+
+    /// An Avro record's body (after its payload is decrypted) as JSON,
+    /// its tagged fields decrypted.
+    #[cfg(feature = "confluent-avro")]
+    fn decode_avro(
+        &self,
+        avro: &super::avro::AvroSchema,
+        schema: &Registered,
+        subject: &str,
+        body: &[u8],
+    ) -> Result<Value, Error> {
+        let mut record = avro.read(body)?;
+        for (rule, _) in &schema.fields {
+            let RuleKind::Fields(tags) = &rule.kind else {
+                continue;
+            };
+            let mut last: Option<(u32, Arc<Dek>)> = None;
+            let mut dek = |version: u32| -> Result<Arc<Dek>, Error> {
+                match &last {
+                    Some((v, d)) if *v == version => Ok(Arc::clone(d)),
+                    _ => {
+                        let d = self.dek_to_read(rule, subject, version)?;
+                        last = Some((version, Arc::clone(&d)));
+                        Ok(d)
+                    }
+                }
+            };
+            avro.each_tagged(&mut record, tags, &mut |field, at| {
+                super::avro::open_field(rule, &mut dek, field).map_err(|e| in_field(at, e))
+            })?;
+        }
+        super::avro::AvroSchema::to_json(record)
+    }
+
+    /// An Avro record's encoding, its tagged fields encrypted.
+    #[cfg(feature = "confluent-avro")]
+    fn encode_avro(
+        &self,
+        avro: &super::avro::AvroSchema,
+        schema: &Registered,
+        subject: &str,
+        value: Value,
+    ) -> Result<Zeroizing<Vec<u8>>, Error> {
+        let mut record = avro.resolve_json(value)?;
+        for (rule, _) in &schema.fields {
+            let RuleKind::Fields(tags) = &rule.kind else {
+                continue;
+            };
+            let dek = self.dek_to_write(rule, subject)?;
+            avro.each_tagged(&mut record, tags, &mut |field, at| {
+                super::avro::seal_field(rule, &dek, field).map_err(|e| in_field(at, e))
+            })?;
+        }
+        avro.write(record)
     }
 
     /// The id of `subject`'s latest schema: given here, or fetched from the

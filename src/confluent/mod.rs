@@ -18,13 +18,22 @@
 //! schema, DEK or cipher is touched, as everywhere in this crate. A null
 //! field stays null; an empty string is encrypted.
 //!
+//! Avro (feature `confluent-avro`): the same rules on an Avro schema's
+//! fields tagged in their `confluent:tags` attribute (`string` fields hold
+//! the base64 of the ciphertext, `bytes` fields the ciphertext), the
+//! payload rule over the record's Avro binary; the record's value is its
+//! JSON form (bytes as an array of numbers).
+//!
 //! What is here: [`ConfluentJson`], with the schemas, rules and DEKs given
 //! to it (an in-memory registry: the embedded default for tests and
-//! single-process use), and [`ConfluentSerde`], its typed face for the
-//! Kafka clients and stores. Not here yet: the Schema Registry and DEK registry
-//! over HTTP, Avro, KEKs in AWS KMS or Vault, the typed Kafka clients and
-//! the command line (see the README's "Confluent's format").
+//! single-process use) or fetched from a [`Registry`] over HTTP; KEKs in
+//! `local-kms`, AWS KMS and Vault/OpenBao; and [`ConfluentSerde`], its
+//! typed face for the Kafka clients and stores. Not here yet: Protobuf,
+//! KEKs in Azure and GCP, shared KEKs, the schema id in a header (see the
+//! README's "Confluent's format").
 
+#[cfg(feature = "confluent-avro")]
+mod avro;
 mod dek;
 mod json;
 mod kek;

@@ -8,6 +8,9 @@ offline: `mock://` schema and DEK registries, the `local-kms` KEK driver.
                               client wrote with what a reader needs besides
                               them: the schema and rule, the secret, the
                               wrapped DEKs as the DEK registry holds them
+    confluent_peer.py write-avro  the same for the Avro cases (AVRO_SCHEMA,
+                              with a tagged bytes field; bytes are lists of
+                              numbers in the JSON printed and read)
     confluent_peer.py read    reads stdin [{schema, subject, secret, deks,
                               records: [base64 | null]}, ...]: registers
                               each schema (job i must get id i + 1, the id
@@ -39,6 +42,7 @@ import uuid
 import time
 
 from confluent_kafka.schema_registry import Schema, SchemaRegistryClient
+from confluent_kafka.schema_registry.avro import AvroDeserializer, AvroSerializer
 from confluent_kafka.schema_registry.json_schema import JSONDeserializer, JSONSerializer
 from confluent_kafka.schema_registry.rules.encryption.dek_registry.dek_registry_client import (
     DekAlgorithm,
@@ -75,6 +79,37 @@ RECORDS = [
     {"id": 3, "name": "Cy", "ssn": "078-05-1120", "note": "ünïcode ✓"},
 ]
 
+# The same customers in Avro, with a tagged `bytes` field (`blob`) too.
+AVRO_SCHEMA = {
+    "type": "record",
+    "name": "Customer",
+    "namespace": "example",
+    "fields": [
+        {"name": "id", "type": "long"},
+        {"name": "name", "type": "string"},
+        {"name": "ssn", "type": "string", "confluent:tags": ["PII"]},
+        {"name": "note", "type": ["null", "string"], "default": None, "confluent:tags": ["PII"]},
+        {"name": "blob", "type": "bytes", "confluent:tags": ["PII"]},
+    ],
+}
+
+AVRO_RECORDS = [
+    None if r is None else dict(r, blob=bytes([0, 1, 254, 255]) if i != 1 else b"")
+    for i, r in enumerate(RECORDS)
+]
+
+
+def jsonable(value):
+    """A record as JSON: Avro bytes as a list of numbers (the JSON form
+    tests/confluent_avro.rs reads and writes)."""
+    if isinstance(value, dict):
+        return {k: jsonable(v) for k, v in value.items()}
+    if isinstance(value, list):
+        return [jsonable(v) for v in value]
+    if isinstance(value, (bytes, bytearray)):
+        return list(value)
+    return value
+
 
 class FakeClock(Clock):
     def __init__(self):
@@ -99,7 +134,7 @@ FIELD_EXECUTOR = FieldEncryptionExecutor.register_with_clock(CLOCK)
 PAYLOAD_EXECUTOR = EncryptionExecutor.register_with_clock(CLOCK)
 
 
-def case(name, rule_type, algorithm, expiry_days, rotate_after=None, topic=None, produce=None):
+def case(name, rule_type, algorithm, expiry_days, rotate_after=None, topic=None, produce=None, fmt="JSON"):
     # One registry for every case (the rule executors are configured once
     # per registry); each case is a topic of its own.
     topic = topic or "customers-" + name
@@ -123,15 +158,20 @@ def case(name, rule_type, algorithm, expiry_days, rotate_after=None, topic=None,
         rule = Rule("encrypt-payload", "", RuleKind.TRANSFORM, RuleMode.WRITEREAD, "ENCRYPT_PAYLOAD", None,
                     RuleParams(params), None, None, "ERROR,ERROR", False)
         rule_set = RuleSet(None, None, [rule])
-    schema = Schema(json.dumps(SCHEMA), "JSON", [], None, rule_set)
+    text = json.dumps(AVRO_SCHEMA if fmt == "AVRO" else SCHEMA)
+    schema = Schema(text, fmt, [], None, rule_set)
     schema_id = client.register_schema(subject, schema)
     conf = {"auto.register.schemas": False, "use.latest.version": True}
     rule_conf = {"secret": SECRET}
-    ser = JSONSerializer(json.dumps(SCHEMA), client, conf=conf, rule_conf=rule_conf)
-    de = JSONDeserializer(None, schema_registry_client=client, rule_conf=rule_conf)
+    if fmt == "AVRO":
+        ser = AvroSerializer(client, text, conf=conf, rule_conf=rule_conf)
+        de = AvroDeserializer(client, rule_conf=rule_conf)
+    else:
+        ser = JSONSerializer(text, client, conf=conf, rule_conf=rule_conf)
+        de = JSONDeserializer(None, schema_registry_client=client, rule_conf=rule_conf)
     ctx = SerializationContext(topic, MessageField.VALUE)
     records = []
-    for i, value in enumerate(RECORDS):
+    for i, value in enumerate(AVRO_RECORDS if fmt == "AVRO" else RECORDS):
         if rotate_after is not None and i == rotate_after:
             CLOCK.fixed_now += (expiry_days + 1) * DAY_MS
         # The serializer encrypts the fields of the dict it is given in place.
@@ -140,7 +180,7 @@ def case(name, rule_type, algorithm, expiry_days, rotate_after=None, topic=None,
             produce(f"c-{i}".encode(), data)
         if value is not None:
             assert de(data, ctx) == value, (name, value)
-        records.append({"value": value, "bytes": None if data is None else base64.b64encode(data).decode()})
+        records.append({"value": jsonable(value), "bytes": None if data is None else base64.b64encode(data).decode()})
     CLOCK.fixed_now = int(time.time() * 1000)
     # The DEK registry the rule's executor wrote to.
     deks = FIELD_EXECUTOR.executor.client if rule_type == "ENCRYPT" else PAYLOAD_EXECUTOR.client
@@ -184,11 +224,24 @@ CASES = {
     "payload-gcm-rotated": ("ENCRYPT_PAYLOAD", "AES256_GCM", 1, 1),
 }
 
+# Avro (AVRO_SCHEMA): written by `write-avro`, or by `write` when named in
+# CONFLUENT_PEER_CASES.
+AVRO_CASES = {
+    "avro-field-gcm": ("ENCRYPT", "AES256_GCM", 0, None),
+    "avro-field-siv": ("ENCRYPT", "AES256_SIV", 0, None),
+    "avro-field-gcm-rotated": ("ENCRYPT", "AES256_GCM", 1, 1),
+    "avro-payload-gcm": ("ENCRYPT_PAYLOAD", "AES256_GCM", 0, None),
+}
 
-def write():
+
+def write(avro=False):
     only = os.environ.get("CONFLUENT_PEER_CASES")
-    names = only.split(",") if only else list(CASES)
-    return [case(n, *CASES[n][:3], rotate_after=CASES[n][3]) for n in names]
+    names = only.split(",") if only else list(AVRO_CASES if avro else CASES)
+    out = []
+    for n in names:
+        kind = AVRO_CASES.get(n) or CASES[n]
+        out.append(case(n, *kind[:3], rotate_after=kind[3], fmt="AVRO" if n in AVRO_CASES else "JSON"))
+    return out
 
 
 def read(jobs):
@@ -204,7 +257,7 @@ def read(jobs):
         for r in job["records"]:
             data = None if r is None else base64.b64decode(r)
             try:
-                out.append({"ok": de(data, SerializationContext(topic, MessageField.VALUE))})
+                out.append({"ok": jsonable(de(data, SerializationContext(topic, MessageField.VALUE)))})
             except Exception as e:
                 out.append({"error": repr(e.__cause__ or e)})
         results.append(out)
@@ -216,11 +269,15 @@ def reader(client, i, job):
     its deserializer and topic."""
     s = job["schema"]
     rule_set = RuleSet.from_dict(s["ruleSet"]) if s.get("ruleSet") else None
-    schema = Schema(s["schema"], s.get("schemaType", "JSON"), [], None, rule_set)
+    fmt = s.get("schemaType") or "AVRO"  # the registry leaves AVRO out
+    schema = Schema(s["schema"], fmt, [], None, rule_set)
     schema_id = client.register_schema(job["subject"], schema)
     if schema_id != i + 1:
         raise SystemExit(f"job {i}: the schema got id {schema_id}, not {i + 1}")
-    de = JSONDeserializer(None, schema_registry_client=client, rule_conf={"secret": job["secret"]})
+    if fmt == "AVRO":
+        de = AvroDeserializer(client, rule_conf={"secret": job["secret"]})
+    else:
+        de = JSONDeserializer(None, schema_registry_client=client, rule_conf={"secret": job["secret"]})
     # Each KEK as the schema's rules name it.
     keks = {}
     for kind in ("domainRules", "encodingRules"):
@@ -283,7 +340,7 @@ def consume(job):
                 raise SystemExit(f"consume error: {msg.error()}")
             r = {"key": (msg.key() or b"").decode()}
             try:
-                r["ok"] = de(msg.value(), SerializationContext(topic, MessageField.VALUE))
+                r["ok"] = jsonable(de(msg.value(), SerializationContext(topic, MessageField.VALUE)))
             except Exception as e:
                 r["error"] = repr(e.__cause__ or e)
             out.append(r)
@@ -304,9 +361,12 @@ def produce(job):
         producer.produce(job["topic"], key=key, value=value, partition=0)
 
     kinds = {"field-gcm": ("ENCRYPT", "AES256_GCM", 0), "field-siv": ("ENCRYPT", "AES256_SIV", 0),
-             "payload-gcm": ("ENCRYPT_PAYLOAD", "AES256_GCM", 0)}
+             "payload-gcm": ("ENCRYPT_PAYLOAD", "AES256_GCM", 0),
+             "avro-field-gcm": ("ENCRYPT", "AES256_GCM", 0), "avro-field-siv": ("ENCRYPT", "AES256_SIV", 0),
+             "avro-payload-gcm": ("ENCRYPT_PAYLOAD", "AES256_GCM", 0)}
     rule_type, algorithm, expiry = kinds[job["case"]]
-    c = case(job["case"], rule_type, algorithm, expiry, topic=job["topic"], produce=send)
+    fmt = "AVRO" if job["case"] in AVRO_CASES else "JSON"
+    c = case(job["case"], rule_type, algorithm, expiry, topic=job["topic"], produce=send, fmt=fmt)
     if producer.flush(30) != 0:
         raise SystemExit("records not delivered")
     return c
@@ -315,6 +375,8 @@ def produce(job):
 def main():
     if sys.argv[1:] == ["write"]:
         json.dump(write(), sys.stdout, ensure_ascii=False)
+    elif sys.argv[1:] == ["write-avro"]:
+        json.dump(write(avro=True), sys.stdout, ensure_ascii=False)
     elif sys.argv[1:] == ["read-registry"]:
         json.dump(read_registry(json.load(sys.stdin)), sys.stdout, ensure_ascii=False)
     elif sys.argv[1:] == ["consume"]:
@@ -324,7 +386,7 @@ def main():
     elif sys.argv[1:] == ["read"]:
         json.dump(read(json.load(sys.stdin)), sys.stdout, ensure_ascii=False)
     else:
-        raise SystemExit("usage: confluent_peer.py write|read|read-registry|consume|produce")
+        raise SystemExit("usage: confluent_peer.py write|write-avro|read|read-registry|consume|produce")
 
 
 if __name__ == "__main__":
