@@ -163,7 +163,13 @@ fn consume_reads_what_confluents_producer_wrote_with_its_registry() {
         return;
     };
     let server = registry(&py);
-    for case in ["field-gcm", "field-siv", "payload-gcm"] {
+    for case in [
+        "field-gcm",
+        "field-siv",
+        "payload-gcm",
+        "avro-field-gcm",
+        "avro-payload-gcm",
+    ] {
         let topic = fresh_topic(&format!("consume-confluent-{case}"));
         create_topic(&bootstrap, &topic, 1);
         let script = common::root::repo_root().join("tests/interop/confluent_peer.py");
@@ -281,6 +287,11 @@ fn consume_reads_what_confluents_producer_wrote_with_its_registry() {
             (&json!(3), &json!(1), &json!(0)),
             "{case}: {r}"
         );
+        if case.starts_with("avro") {
+            // An Avro record schema has no null to write in a delete's
+            // place (a writer would need a union with null).
+            continue;
+        }
         // A writer that turns a delete of c-1 into a value (the record
         // JSON `null`, encrypted where the rules say): audit finds it, and
         // the key counts as not live.
