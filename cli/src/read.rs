@@ -92,7 +92,8 @@ pub(crate) fn confluent_codec(url: &str) -> Result<ConfluentJson, Fail> {
     } else if let Ok(token) = std::env::var("SCHEMA_REGISTRY_BEARER_TOKEN") {
         registry = registry.with_bearer_token(&token);
     }
-    Ok(codec.with_registry(registry))
+    // Avro bytes print as base64 (not arrays of numbers).
+    Ok(codec.with_registry(registry).avro_bytes_as_base64())
 }
 
 /// Loads the keysets and builds the client configuration of a topic

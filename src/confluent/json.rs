@@ -203,6 +203,9 @@ pub struct ConfluentJson {
     latest: RwLock<HashMap<String, (u32, Option<Instant>)>>,
     cache_ttl: Duration,
     plaintext_tags: bool,
+    /// Avro `bytes` and `fixed` in the JSON form as base64 strings.
+    #[cfg(feature = "confluent-avro")]
+    avro_base64: bool,
     deks: Mutex<Deks>,
     registry: Option<Registry>,
 }
@@ -242,6 +245,8 @@ impl ConfluentJson {
             latest: RwLock::new(HashMap::new()),
             cache_ttl: Duration::from_secs(300),
             plaintext_tags: false,
+            #[cfg(feature = "confluent-avro")]
+            avro_base64: false,
             deks: Mutex::new(Deks::default()),
             registry: None,
         }
@@ -332,6 +337,21 @@ impl ConfluentJson {
     pub fn with_registry(self, registry: Registry) -> Self {
         ConfluentJson {
             registry: Some(registry),
+            ..self
+        }
+    }
+
+    /// Avro `bytes` and `fixed` values as base64 strings in a record's JSON
+    /// form, both ways, rather than arrays of numbers (the form serde gives
+    /// a `Vec<u8>`, the default): a record read shows its bytes in base64,
+    /// and a record written takes base64 where its schema has bytes (in a
+    /// union that has a `string` branch too, a string stays a string). The
+    /// command line reads with it.
+    #[cfg(feature = "confluent-avro")]
+    #[must_use]
+    pub fn avro_bytes_as_base64(self) -> Self {
+        ConfluentJson {
+            avro_base64: true,
             ..self
         }
     }
@@ -847,7 +867,7 @@ impl ConfluentJson {
                 super::avro::open_field(rule, &mut dek, field).map_err(|e| in_field(at, e))
             })?;
         }
-        super::avro::AvroSchema::to_json(record)
+        avro.to_json(record, self.avro_base64)
     }
 
     /// An Avro record's encoding, its tagged fields encrypted.
@@ -859,7 +879,7 @@ impl ConfluentJson {
         subject: &str,
         value: Value,
     ) -> Result<Zeroizing<Vec<u8>>, Error> {
-        let mut record = avro.resolve_json(value)?;
+        let mut record = avro.resolve_json(value, self.avro_base64)?;
         for (rule, _) in &schema.fields {
             let RuleKind::Fields(tags) = &rule.kind else {
                 continue;
