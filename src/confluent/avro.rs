@@ -24,7 +24,7 @@ use zeroize::Zeroizing;
 
 use base64::Engine as _;
 
-use super::json::Rule;
+use super::rule::Rule;
 use super::{split_version, Dek, MAGIC};
 use crate::error::Error;
 

@@ -38,10 +38,12 @@ mod dek;
 mod json;
 mod kek;
 mod registry;
+mod rule;
 
 pub use dek::{Dek, DekAlgorithm, LocalKms};
-pub use json::{ConfluentJson, ConfluentSerde, Rule, RuleKind};
+pub use json::{ConfluentJson, ConfluentSerde};
 pub use registry::Registry;
+pub use rule::{Rule, RuleKind};
 
 use crate::error::Error;
 
