@@ -61,7 +61,11 @@ fn fixture() -> &'static Fixture {
             (2, "p-value", schema("ENCRYPT_PAYLOAD", "AES128_GCM", "0")),
             (3, "s-value", schema("ENCRYPT", "AES256_SIV", "0")),
             (4, "af-value", avro_schema("ENCRYPT", "AES256_GCM", "1")),
-            (5, "ap-value", avro_schema("ENCRYPT_PAYLOAD", "AES128_GCM", "0")),
+            (
+                5,
+                "ap-value",
+                avro_schema("ENCRYPT_PAYLOAD", "AES128_GCM", "0"),
+            ),
             (6, "as-value", avro_schema("ENCRYPT", "AES256_SIV", "0")),
         ];
         for (id, subject, s) in &schemas {
