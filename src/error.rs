@@ -179,6 +179,15 @@ pub enum Error {
         /// What is wrong.
         detail: String,
     },
+    /// A value under a subject key ([`shred`](crate::shred)) whose subject
+    /// was shredded: its DEK is gone. With `as_delete`,
+    /// [`Deserializer::deserialize`](crate::Deserializer::deserialize)
+    /// reads the value as a delete (`None`) instead of returning this; a
+    /// strict [`SubjectKeys`](crate::shred::SubjectKeys) returns it.
+    Shredded {
+        /// Whether the value reads as a delete.
+        as_delete: bool,
+    },
 }
 
 /// The kind of an [`Error::Keyset`]: what is wrong with a keyset.
@@ -367,6 +376,9 @@ impl fmt::Display for Error {
             ),
             Error::Kms { detail, .. } => write!(f, "kms failed: {detail}"),
             Error::Confluent { detail } => write!(f, "confluent format: {detail}"),
+            Error::Shredded { .. } => {
+                f.write_str("the value's subject was shredded: its key is gone")
+            }
             Error::Field { path, cause } => write!(f, "field {path}: {cause}"),
         }
     }

@@ -26,6 +26,7 @@ mod proto;
 mod random;
 pub mod record_key;
 mod serde;
+pub mod shred;
 pub mod stats;
 pub mod store;
 mod work;

@@ -113,7 +113,8 @@ pub trait Serializer<T: ?Sized> {
 /// without a copy, [`deserialize_slice`](Deserializer::deserialize_slice).
 /// [`deserialize`](Deserializer::deserialize) is provided: `None` is
 /// `Ok(None)` without calling anything, present bytes are a value or an
-/// error, never `None`. Do not override it.
+/// error, never `None` (but a value whose subject was shredded: a delete,
+/// see [`shred`](crate::shred)). Do not override it.
 pub trait Deserializer<T> {
     /// Deserializes present bytes the caller owns (a decrypting wrapper's
     /// plaintext buffer), so a codec can take them without a copy.
@@ -133,7 +134,9 @@ pub trait Deserializer<T> {
 
     /// Deserializes `data` for `ctx`. A tombstone (`None`) is `Ok(None)`,
     /// without calling anything; present bytes, empty included, are
-    /// `Ok(Some(_))` or an error.
+    /// `Ok(Some(_))` or an error, with one exception: a value whose
+    /// subject key was shredded ([`shred`](crate::shred),
+    /// [`Error::Shredded`] with `as_delete`) is `Ok(None)`, a delete.
     ///
     /// # Errors
     /// Whatever [`deserialize_slice`](Deserializer::deserialize_slice)
@@ -145,7 +148,13 @@ pub trait Deserializer<T> {
                 self.tombstone_passed();
                 Ok(None)
             }
-            Some(data) => deserialize_present(self, ctx, data).map(Some),
+            Some(data) => match deserialize_present(self, ctx, data) {
+                Ok(v) => Ok(Some(v)),
+                // A value whose subject key was shredded reads as a delete
+                // (crate::shred): every copy of it, wherever it is.
+                Err(Error::Shredded { as_delete: true }) => Ok(None),
+                Err(e) => Err(e),
+            },
         }
     }
 

@@ -1,0 +1,525 @@
+//! Crypto-shredding: a key per data subject, and a delete that reaches
+//! every copy.
+//!
+//! A tombstone deletes a key from one compacted topic once its cleaner
+//! runs; it does not reach the copies (segments not yet compacted, a
+//! backup, a mirror, a consumer's store, a data lake). [`SubjectKeys`]
+//! encrypts each data subject's values under a DEK of its own, kept wrapped
+//! by a key-encryption keyset in a [`KeyStore`]; [`SubjectKeys::shred`]
+//! removes that DEK, and every copy of the subject's values, wherever it
+//! is, then reads as a delete.
+//!
+//! - The subject is the record key's plaintext by default
+//!   ([`SubjectEncrypting`]), or what a closure takes from the value
+//!   ([`SubjectEncrypting::with_subject`]).
+//! - A subject is never written in cleartext: the key store and the values
+//!   name it by a keyed hash, the **subject tag** (16 bytes, AES-SIV's
+//!   synthetic IV of the subject under a naming key, itself kept in the
+//!   key store wrapped by the KEK).
+//! - A value is `0x53 | subject tag (16) | DEK id (8) | nonce (12) |
+//!   ciphertext | GCM tag (16)`, AES-256-GCM, bound to the topic, the
+//!   record key and its own header (`docs/FORMAT.md`).
+//! - A value whose DEK is gone reads as a delete: `deserialize` gives
+//!   `None`, so a store restored from an old segment or a backup drops
+//!   it and a consumer sees a delete; [`SubjectKeys::strict`] gives
+//!   [`Error::Shredded`] instead. A DEK the value names but cannot be
+//!   found is the same as a shredded one: the header is authenticated only
+//!   when the DEK is there, so a value whose header was changed on the way
+//!   also reads as shredded.
+//! - Caches are fenced: a DEK is served from this process's cache for at
+//!   most [`SubjectKeys::with_fence`] (default 5 s) after it was last read
+//!   from the key store; then the store is asked again, and an error there
+//!   refuses the value (never a stale DEK).
+//!
+//! ```
+//! use std::sync::Arc;
+//! use tombstone_crypt::shred::{MemoryKeyStore, SubjectEncrypting, SubjectKeys};
+//! use tombstone_crypt::{Context, Deserializer as _, Keyset, Serializer as _, Utf8};
+//!
+//! let keys = Arc::new(SubjectKeys::new(Keyset::generate(), Arc::new(MemoryKeyStore::new())));
+//! let values = SubjectEncrypting::new(Arc::clone(&keys), Utf8);
+//! let ctx = Context::new("customers").with_key(b"customer-17");
+//! let bytes = values.serialize(&ctx, Some("Ada, 1 Main St"))?.unwrap();
+//! assert_eq!(values.deserialize(&ctx, Some(&bytes))?.as_deref(), Some("Ada, 1 Main St"));
+//!
+//! keys.shred(b"customer-17")?;
+//! // Every copy of the value now reads as a delete.
+//! assert_eq!(values.deserialize(&ctx, Some(&bytes))?, None);
+//! # Ok::<(), tombstone_crypt::Error>(())
+//! ```
+
+mod store;
+
+use std::collections::HashMap;
+use std::marker::PhantomData;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Mutex, OnceLock, PoisonError};
+use std::time::{Duration, Instant};
+
+use zeroize::Zeroizing;
+
+#[cfg(feature = "redb")]
+pub use store::RedbKeyStore;
+pub use store::{KeyStore, MemoryKeyStore};
+
+use crate::cipher::{AesGcmKey, AesSivKey, Backend, NONCE_LEN, SIV_KEY_LEN, TAG_LEN};
+use crate::context::{AadPolicy, Context};
+use crate::error::Error;
+use crate::keyset::Keyset;
+use crate::serde::{Deserializer, Serializer};
+
+/// The first byte of a subject-key value.
+pub const FORMAT: u8 = 0x53;
+/// A subject tag's length.
+pub const TAG: usize = 16;
+/// A DEK id's length.
+const DEK_ID: usize = 8;
+/// The header: format, subject tag, DEK id, nonce.
+const HEADER: usize = 1 + TAG + DEK_ID + NONCE_LEN;
+/// Bytes a value adds to its plaintext.
+pub const OVERHEAD: usize = HEADER + TAG_LEN;
+/// The key store's id of the naming key (no subject tag is this, but with
+/// probability 2^-128).
+const NAMING_ID: [u8; TAG] = [0xff; TAG];
+/// A DEK's length: AES-256.
+const DEK_LEN: usize = 32;
+
+/// The subject tag of a subject: a keyed hash, the only name a subject has
+/// on the wire and in the key store.
+pub type SubjectTag = [u8; TAG];
+
+/// An opened DEK: its id and key.
+struct Dek {
+    id: [u8; DEK_ID],
+    key: AesGcmKey,
+}
+
+/// How many shreds, DEKs, cache hits and shredded reads a
+/// [`SubjectKeys`] has seen.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+#[non_exhaustive]
+pub struct SubjectStats {
+    /// Subjects shredded here.
+    pub shreds: u64,
+    /// Values read whose subject's DEK is gone (a delete, or
+    /// [`Error::Shredded`] when strict).
+    pub shredded_reads: u64,
+    /// DEKs made here (a subject's first write, or its first after a
+    /// shred).
+    pub deks_created: u64,
+    /// DEKs served from the cache within the fence.
+    pub cache_hits: u64,
+    /// Key-store reads of a DEK.
+    pub store_reads: u64,
+}
+
+#[derive(Default)]
+struct Counters {
+    shreds: AtomicU64,
+    shredded_reads: AtomicU64,
+    deks_created: AtomicU64,
+    cache_hits: AtomicU64,
+    store_reads: AtomicU64,
+}
+
+/// The default bound of a cached DEK's age.
+const DEFAULT_FENCE: Duration = Duration::from_secs(5);
+/// The default number of DEKs kept.
+const DEFAULT_CACHE: usize = 65_536;
+
+/// One DEK per data subject, wrapped by a keyset (the KEK) in a
+/// [`KeyStore`]: see the [module](self).
+pub struct SubjectKeys {
+    kek: Keyset,
+    store: Arc<dyn KeyStore>,
+    naming: OnceLock<AesSivKey>,
+    cache: Mutex<HashMap<SubjectTag, (Arc<Dek>, Instant)>>,
+    cache_capacity: usize,
+    fence: Duration,
+    strict: bool,
+    counters: Counters,
+}
+
+impl std::fmt::Debug for SubjectKeys {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("SubjectKeys")
+            .field("fence", &self.fence)
+            .field("strict", &self.strict)
+            .finish_non_exhaustive()
+    }
+}
+
+impl SubjectKeys {
+    /// Subject keys wrapped by `kek` (its primary key wraps; any enabled
+    /// key unwraps, so the KEK rotates as a keyset does) in `store`.
+    pub fn new(kek: Keyset, store: Arc<dyn KeyStore>) -> Self {
+        SubjectKeys {
+            kek,
+            store,
+            naming: OnceLock::new(),
+            cache: Mutex::new(HashMap::new()),
+            cache_capacity: DEFAULT_CACHE,
+            fence: DEFAULT_FENCE,
+            strict: false,
+            counters: Counters::default(),
+        }
+    }
+
+    /// Serves a cached DEK for at most `bound` after it was read from the
+    /// key store (default 5 s): a shred made through another
+    /// [`SubjectKeys`] on the same store is seen here within it.
+    #[must_use]
+    pub fn with_fence(self, bound: Duration) -> Self {
+        SubjectKeys {
+            fence: bound,
+            ..self
+        }
+    }
+
+    /// Keeps at most `n` DEKs in the cache (default 65 536).
+    #[must_use]
+    pub fn with_cache_capacity(self, n: usize) -> Self {
+        SubjectKeys {
+            cache_capacity: n.max(1),
+            ..self
+        }
+    }
+
+    /// A value whose subject was shredded is [`Error::Shredded`], not a
+    /// delete.
+    #[must_use]
+    pub fn strict(self) -> Self {
+        SubjectKeys {
+            strict: true,
+            ..self
+        }
+    }
+
+    /// The counters.
+    pub fn stats(&self) -> SubjectStats {
+        let c = &self.counters;
+        SubjectStats {
+            shreds: c.shreds.load(Ordering::Relaxed),
+            shredded_reads: c.shredded_reads.load(Ordering::Relaxed),
+            deks_created: c.deks_created.load(Ordering::Relaxed),
+            cache_hits: c.cache_hits.load(Ordering::Relaxed),
+            store_reads: c.store_reads.load(Ordering::Relaxed),
+        }
+    }
+
+    /// The subject tag of `subject`.
+    ///
+    /// # Errors
+    /// What the key store or the KEK reports when the naming key is first
+    /// loaded or made.
+    pub fn tag(&self, subject: &[u8]) -> Result<SubjectTag, Error> {
+        let naming = self.naming()?;
+        let mut scratch = Zeroizing::new(subject.to_vec());
+        naming.seal_in_place(b"tombstone-crypt subject tag", &mut scratch)
+    }
+
+    /// Shreds `subject`: its DEK is removed from the key store and from
+    /// this process's cache, and this returns once the store has
+    /// acknowledged. Every value of the subject, wherever a copy is, then
+    /// reads as a delete (here at once; through another [`SubjectKeys`] on
+    /// the same store within its fence). A later write for the subject
+    /// makes a new DEK; the old values stay unreadable.
+    ///
+    /// # Errors
+    /// What the key store reports (the shred did not happen: try again).
+    pub fn shred(&self, subject: &[u8]) -> Result<(), Error> {
+        let tag = self.tag(subject)?;
+        self.shred_tag(&tag)
+    }
+
+    /// [`shred`](SubjectKeys::shred) by subject tag (for tools that hold
+    /// tags, not subjects).
+    ///
+    /// # Errors
+    /// What the key store reports.
+    pub fn shred_tag(&self, tag: &SubjectTag) -> Result<(), Error> {
+        // The cache first: from here on nothing is served from it, and a
+        // read that races the removal asks the store.
+        self.lock().remove(tag);
+        self.store.remove(tag)?;
+        self.lock().remove(tag);
+        self.counters.shreds.fetch_add(1, Ordering::Relaxed);
+        Ok(())
+    }
+
+    fn lock(&self) -> std::sync::MutexGuard<'_, HashMap<SubjectTag, (Arc<Dek>, Instant)>> {
+        self.cache.lock().unwrap_or_else(PoisonError::into_inner)
+    }
+
+    fn naming(&self) -> Result<&AesSivKey, Error> {
+        if let Some(k) = self.naming.get() {
+            return Ok(k);
+        }
+        let ad = b"tombstone-crypt subject naming key";
+        let record = match self.store.get(&NAMING_ID)? {
+            Some(r) => r,
+            None => {
+                let mut key = Zeroizing::new([0u8; SIV_KEY_LEN]);
+                crate::random::fill_from_os(&mut key[..]);
+                let wrapped = self.kek.encrypt(&key[..], ad)?;
+                // Two makers at once: the first stored wins, both use it.
+                self.store.insert_if_absent(&NAMING_ID, &wrapped)?
+            }
+        };
+        let key = Zeroizing::new(self.kek.decrypt(&record, ad)?);
+        let naming = AesSivKey::new(&key)?;
+        Ok(self.naming.get_or_init(|| naming))
+    }
+
+    /// A DEK record's associated data: what it is and whose.
+    fn dek_ad(tag: &SubjectTag, id: &[u8; DEK_ID]) -> Vec<u8> {
+        let mut ad = b"tombstone-crypt subject dek".to_vec();
+        ad.extend_from_slice(tag);
+        ad.extend_from_slice(id);
+        ad
+    }
+
+    /// Opens a key-store record: `DEK id | wrapped DEK`.
+    fn open_record(&self, tag: &SubjectTag, record: &[u8]) -> Result<Dek, Error> {
+        let (id, wrapped) = record
+            .split_first_chunk::<DEK_ID>()
+            .ok_or_else(|| Error::store("a subject key record is too short", "corrupt record"))?;
+        let key = Zeroizing::new(self.kek.decrypt(wrapped, &Self::dek_ad(tag, id))?);
+        Ok(Dek {
+            id: *id,
+            key: AesGcmKey::new(&key, Backend::default())?,
+        })
+    }
+
+    /// The cached DEK of `tag` if it is within the fence.
+    fn cached(&self, tag: &SubjectTag) -> Option<Arc<Dek>> {
+        let cache = self.lock();
+        let (dek, at) = cache.get(tag)?;
+        if at.elapsed() <= self.fence {
+            self.counters.cache_hits.fetch_add(1, Ordering::Relaxed);
+            Some(Arc::clone(dek))
+        } else {
+            None
+        }
+    }
+
+    fn keep(&self, tag: SubjectTag, dek: Arc<Dek>) {
+        let mut cache = self.lock();
+        if cache.len() >= self.cache_capacity && !cache.contains_key(&tag) {
+            // Bounded: the oldest read goes.
+            if let Some(old) = cache.iter().min_by_key(|(_, (_, at))| *at).map(|(t, _)| *t) {
+                cache.remove(&old);
+            }
+        }
+        cache.insert(tag, (dek, Instant::now()));
+    }
+
+    /// The DEK of `tag` as the key store holds it now (`None`: there is
+    /// none: never made, or shredded).
+    fn stored(&self, tag: &SubjectTag) -> Result<Option<Arc<Dek>>, Error> {
+        self.counters.store_reads.fetch_add(1, Ordering::Relaxed);
+        match self.store.get(tag)? {
+            None => Ok(None),
+            Some(record) => {
+                let dek = Arc::new(self.open_record(tag, &record)?);
+                self.keep(*tag, Arc::clone(&dek));
+                Ok(Some(dek))
+            }
+        }
+    }
+
+    /// The DEK to write `tag`'s values with: the current one, or a new one.
+    fn dek_to_write(&self, tag: &SubjectTag) -> Result<Arc<Dek>, Error> {
+        if let Some(d) = self.cached(tag) {
+            return Ok(d);
+        }
+        if let Some(d) = self.stored(tag)? {
+            return Ok(d);
+        }
+        let mut id = [0u8; DEK_ID];
+        crate::random::fill_from_os(&mut id);
+        let mut key = Zeroizing::new([0u8; DEK_LEN]);
+        crate::random::fill_from_os(&mut key[..]);
+        let mut record = id.to_vec();
+        record.extend_from_slice(&self.kek.encrypt(&key[..], &Self::dek_ad(tag, &id))?);
+        // Two writers making a subject's first DEK at once: the one stored
+        // first is the subject's, for both.
+        let stored = self.store.insert_if_absent(tag, &record)?;
+        if stored == record {
+            self.counters.deks_created.fetch_add(1, Ordering::Relaxed);
+        }
+        let dek = Arc::new(self.open_record(tag, &stored)?);
+        self.keep(*tag, Arc::clone(&dek));
+        Ok(dek)
+    }
+
+    /// The DEK `id` of `tag`, to read with; `None` if it is gone.
+    fn dek_to_read(&self, tag: &SubjectTag, id: &[u8; DEK_ID]) -> Result<Option<Arc<Dek>>, Error> {
+        if let Some(d) = self.cached(tag) {
+            if d.id == *id {
+                return Ok(Some(d));
+            }
+        }
+        Ok(self.stored(tag)?.filter(|d| d.id == *id))
+    }
+
+    /// Encrypts `plaintext` for `subject`, bound to `ad` (the record's
+    /// associated data): a value of the [module](self)'s format.
+    fn seal(
+        &self,
+        subject: &[u8],
+        ad: &[u8],
+        plaintext: &[u8],
+        out: &mut Vec<u8>,
+    ) -> Result<(), Error> {
+        let tag = self.tag(subject)?;
+        let dek = self.dek_to_write(&tag)?;
+        let start = out.len();
+        out.reserve(OVERHEAD + plaintext.len());
+        out.push(FORMAT);
+        out.extend_from_slice(&tag);
+        out.extend_from_slice(&dek.id);
+        let mut nonce = [0u8; NONCE_LEN];
+        rand::Rng::fill_bytes(&mut rand::rng(), &mut nonce);
+        out.extend_from_slice(&nonce);
+        let mut full_ad = ad.to_vec();
+        full_ad.extend_from_slice(&out[start..start + HEADER]);
+        let body = out.len();
+        out.extend_from_slice(plaintext);
+        let tag_bytes = dek.key.seal_in_place(&nonce, &full_ad, &mut out[body..])?;
+        out.extend_from_slice(&tag_bytes);
+        Ok(())
+    }
+
+    /// Decrypts a value; `Ok(None)` when its DEK is gone.
+    fn open(&self, ad: &[u8], value: &[u8]) -> Result<Option<Zeroizing<Vec<u8>>>, Error> {
+        if value.len() < OVERHEAD {
+            return Err(Error::Truncated {
+                len: value.len(),
+                min: OVERHEAD,
+            });
+        }
+        if value[0] != FORMAT {
+            return Err(Error::UnsupportedVersion);
+        }
+        let tag: SubjectTag = value[1..=TAG].try_into().map_err(|_| Error::Decryption)?;
+        let id: [u8; DEK_ID] = value[1 + TAG..1 + TAG + DEK_ID]
+            .try_into()
+            .map_err(|_| Error::Decryption)?;
+        let nonce: [u8; NONCE_LEN] = value[1 + TAG + DEK_ID..HEADER]
+            .try_into()
+            .map_err(|_| Error::Decryption)?;
+        let Some(dek) = self.dek_to_read(&tag, &id)? else {
+            self.counters.shredded_reads.fetch_add(1, Ordering::Relaxed);
+            return Ok(None);
+        };
+        let mut full_ad = ad.to_vec();
+        full_ad.extend_from_slice(&value[..HEADER]);
+        let (body, gcm_tag) = value[HEADER..].split_at(value.len() - HEADER - TAG_LEN);
+        let gcm_tag: [u8; TAG_LEN] = gcm_tag.try_into().map_err(|_| Error::Decryption)?;
+        let mut plain = Zeroizing::new(body.to_vec());
+        dek.key
+            .open_in_place(&nonce, &full_ad, &mut plain, &gcm_tag)?;
+        Ok(Some(plain))
+    }
+}
+
+/// What names a value's subject when it is written.
+type SubjectFn<T> = dyn Fn(&Context<'_>, &T) -> Option<Vec<u8>> + Send + Sync;
+
+/// Values of type `T` through the codec `C`, each encrypted under its
+/// subject's key ([`SubjectKeys`]): a [`Serializer`] and [`Deserializer`]
+/// pair for the Kafka clients and stores. The subject is the record key's
+/// plaintext unless [`with_subject`](SubjectEncrypting::with_subject)
+/// names it; values are bound to the topic and the record key.
+pub struct SubjectEncrypting<C, T: ?Sized> {
+    keys: Arc<SubjectKeys>,
+    inner: C,
+    subject: Option<Arc<SubjectFn<T>>>,
+    _t: PhantomData<fn(&T)>,
+}
+
+impl<C: Clone, T: ?Sized> Clone for SubjectEncrypting<C, T> {
+    fn clone(&self) -> Self {
+        SubjectEncrypting {
+            keys: Arc::clone(&self.keys),
+            inner: self.inner.clone(),
+            subject: self.subject.clone(),
+            _t: PhantomData,
+        }
+    }
+}
+
+impl<C, T: ?Sized> std::fmt::Debug for SubjectEncrypting<C, T> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("SubjectEncrypting")
+            .field("keys", &self.keys)
+            .finish_non_exhaustive()
+    }
+}
+
+impl<C, T: ?Sized> SubjectEncrypting<C, T> {
+    /// Values through `inner`, under the subject keys `keys`; the subject
+    /// is the record key.
+    pub fn new(keys: Arc<SubjectKeys>, inner: C) -> Self {
+        SubjectEncrypting {
+            keys,
+            inner,
+            subject: None,
+            _t: PhantomData,
+        }
+    }
+
+    /// The subject is what `subject` takes from the record's context and
+    /// value (`None`: the record key). Reading needs no closure: a value
+    /// carries its subject tag.
+    #[must_use]
+    pub fn with_subject(
+        self,
+        subject: impl Fn(&Context<'_>, &T) -> Option<Vec<u8>> + Send + Sync + 'static,
+    ) -> Self {
+        SubjectEncrypting {
+            subject: Some(Arc::new(subject)),
+            ..self
+        }
+    }
+
+    /// The subject keys.
+    pub fn keys(&self) -> &Arc<SubjectKeys> {
+        &self.keys
+    }
+}
+
+impl<T: ?Sized, C: Serializer<T>> Serializer<T> for SubjectEncrypting<C, T> {
+    fn serialize_into(&self, ctx: &Context<'_>, value: &T, out: &mut Vec<u8>) -> Result<(), Error> {
+        let named = self.subject.as_ref().and_then(|f| f(ctx, value));
+        let subject = match &named {
+            Some(s) => &s[..],
+            None => ctx.key().ok_or(Error::MissingRecordKey)?,
+        };
+        let mut plain = Zeroizing::new(Vec::new());
+        self.inner.serialize_into(ctx, value, &mut plain)?;
+        let ad = ctx.associated_data(AadPolicy::TopicAndKey)?;
+        self.keys.seal(subject, &ad, &plain, out)
+    }
+}
+
+// Read into any type the codec reads (a value carries its subject tag:
+// no closure is needed), e.g. `String` for values written from `str`.
+impl<T: ?Sized, U, C: Deserializer<U>> Deserializer<U> for SubjectEncrypting<C, T> {
+    fn deserialize_owned(&self, ctx: &Context<'_>, data: Vec<u8>) -> Result<U, Error> {
+        self.deserialize_slice(ctx, &data)
+    }
+
+    fn deserialize_slice(&self, ctx: &Context<'_>, data: &[u8]) -> Result<U, Error> {
+        let ad = ctx.associated_data(AadPolicy::TopicAndKey)?;
+        match self.keys.open(&ad, data)? {
+            Some(mut plain) => self
+                .inner
+                .deserialize_owned(ctx, std::mem::take(&mut *plain)),
+            None => Err(Error::Shredded {
+                as_delete: !self.keys.strict,
+            }),
+        }
+    }
+}

@@ -1,0 +1,390 @@
+//! Crypto-shredding (`tombstone_crypt::shred`): a subject's values read as
+//! deletes once it is shredded, in every copy, through every instance on
+//! the same key store within the fence; every other subject reads as
+//! written. A model suite with two instances, and its control: an instance
+//! whose cache is not fenced keeps reading a shredded subject, and fails.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use tombstone_crypt::shred::{KeyStore, MemoryKeyStore, SubjectEncrypting, SubjectKeys};
+use tombstone_crypt::{Context, Deserializer as _, Error, Keyset, Serializer as _, Utf8};
+
+fn contains(hay: &[u8], needle: &[u8]) -> bool {
+    hay.windows(needle.len()).any(|w| w == needle)
+}
+
+#[test]
+fn a_shredded_subject_reads_as_a_delete_and_others_as_written() {
+    let store = Arc::new(MemoryKeyStore::new());
+    let keys = Arc::new(SubjectKeys::new(Keyset::generate(), store.clone()));
+    let values = SubjectEncrypting::new(Arc::clone(&keys), Utf8);
+    let ada = Context::new("customers").with_key(b"subject-ada");
+    let bo = Context::new("customers").with_key(b"subject-bo");
+    let a1 = values.serialize(&ada, Some("ada one")).unwrap().unwrap();
+    let a2 = values.serialize(&ada, Some("ada two")).unwrap().unwrap();
+    let b1 = values.serialize(&bo, Some("bo one")).unwrap().unwrap();
+    // A tombstone stays one and touches no key.
+    let before = store.len();
+    assert_eq!(values.serialize(&ada, None).unwrap(), None);
+    assert_eq!(values.deserialize(&ada, None).unwrap(), None::<String>);
+    assert_eq!(store.len(), before);
+    // Neither the values nor the key store name a subject in cleartext.
+    for v in [&a1, &a2, &b1] {
+        assert!(!contains(v, b"subject-"));
+        assert!(!contains(v, b"ada"));
+    }
+    for (tag, record) in store.records() {
+        assert!(!contains(&tag, b"subject-") && !contains(&record, b"subject-"));
+    }
+    assert_eq!(store.len(), 3, "the naming key and two subjects' DEKs");
+
+    keys.shred(b"subject-ada").unwrap();
+    for v in [&a1, &a2] {
+        assert_eq!(values.deserialize(&ada, Some(v)).unwrap(), None::<String>);
+    }
+    assert_eq!(
+        values.deserialize(&bo, Some(&b1)).unwrap().as_deref(),
+        Some("bo one")
+    );
+    assert_eq!(store.len(), 2);
+    // A new write for the subject is a new DEK: it reads; the old values
+    // stay deleted.
+    let a3 = values.serialize(&ada, Some("ada three")).unwrap().unwrap();
+    assert_eq!(
+        values.deserialize(&ada, Some(&a3)).unwrap().as_deref(),
+        Some("ada three")
+    );
+    assert_eq!(values.deserialize(&ada, Some(&a1)).unwrap(), None::<String>);
+    let s = keys.stats();
+    assert_eq!((s.shreds, s.shredded_reads, s.deks_created), (1, 3, 3));
+}
+
+#[test]
+fn strict_mode_says_shredded_and_tampering_is_an_error_not_a_delete() {
+    let kek = Keyset::generate();
+    let store = Arc::new(MemoryKeyStore::new());
+    let keys = Arc::new(SubjectKeys::new(kek.clone(), store.clone()));
+    let strict: SubjectEncrypting<Utf8, str> = SubjectEncrypting::new(
+        Arc::new(
+            SubjectKeys::new(kek, store.clone())
+                .strict()
+                .with_fence(Duration::from_millis(20)),
+        ),
+        Utf8,
+    );
+    let values = SubjectEncrypting::new(Arc::clone(&keys), Utf8);
+    let ctx = Context::new("t").with_key(b"s1");
+    let v = values.serialize(&ctx, Some("x")).unwrap().unwrap();
+    assert_eq!(
+        strict.deserialize(&ctx, Some(&v)).unwrap().as_deref(),
+        Some("x")
+    );
+    // A flipped bit of the ciphertext or tag: an error, never a delete.
+    let mut bad = v.clone();
+    *bad.last_mut().unwrap() ^= 1;
+    assert!(matches!(
+        values.deserialize(&ctx, Some(&bad)),
+        Err(Error::Decryption)
+    ));
+    // Moved to another record key or topic: an error.
+    for other in [
+        Context::new("t").with_key(b"s2"),
+        Context::new("u").with_key(b"s1"),
+    ] {
+        assert!(matches!(
+            values.deserialize(&other, Some(&v)),
+            Err(Error::Decryption)
+        ));
+    }
+    // Not a subject-key value, or cut short: clear errors.
+    assert!(matches!(
+        values.deserialize(&ctx, Some(&v[..20])),
+        Err(Error::Truncated { .. })
+    ));
+    let mut not_ours = v.clone();
+    not_ours[0] = 0x01;
+    assert!(matches!(
+        values.deserialize(&ctx, Some(&not_ours)),
+        Err(Error::UnsupportedVersion)
+    ));
+    keys.shred(b"s1").unwrap();
+    // The strict instance's cache had the key: past its fence it asks the
+    // store again.
+    std::thread::sleep(Duration::from_millis(30));
+    let e = strict.deserialize(&ctx, Some(&v)).unwrap_err();
+    assert!(matches!(e, Error::Shredded { as_delete: false }), "{e:?}");
+    assert!(e.to_string().contains("shredded"));
+    assert_eq!(values.deserialize(&ctx, Some(&v)).unwrap(), None::<String>);
+    // No record key and no subject named: an error, nothing written.
+    assert!(matches!(
+        values.serialize(&Context::new("t"), Some("x")),
+        Err(Error::MissingRecordKey)
+    ));
+    // Debug shows no key.
+    let shown = format!("{keys:?} {values:?}");
+    assert!(
+        shown.contains("SubjectKeys") && !shown.contains("key: ["),
+        "{shown}"
+    );
+}
+
+#[test]
+fn a_subject_named_by_the_value_and_two_writers_making_its_first_dek_agree() {
+    #[derive(serde::Serialize, serde::Deserialize, Debug, PartialEq)]
+    struct Order {
+        customer: String,
+        item: String,
+    }
+    let kek = Keyset::generate();
+    let store = Arc::new(MemoryKeyStore::new());
+    let a = Arc::new(SubjectKeys::new(kek.clone(), store.clone()));
+    let b = Arc::new(SubjectKeys::new(kek, store.clone()));
+    let by_customer = |keys: &Arc<SubjectKeys>| {
+        SubjectEncrypting::new(Arc::clone(keys), tombstone_crypt::Json::<Order>::new())
+            .with_subject(|_: &Context<'_>, o: &Order| Some(o.customer.clone().into_bytes()))
+    };
+    let (wa, wb) = (by_customer(&a), by_customer(&b));
+    let ctx = Context::new("orders").with_key(b"order-1");
+    let order = Order {
+        customer: "c-9".into(),
+        item: "tea".into(),
+    };
+    // Both make the subject's first DEK: the one stored first is both's.
+    let x = wa.serialize(&ctx, Some(&order)).unwrap().unwrap();
+    let y = wb.serialize(&ctx, Some(&order)).unwrap().unwrap();
+    for (r, v) in [(&wa, &y), (&wb, &x)] {
+        assert_eq!(
+            r.deserialize(&ctx, Some(v)).unwrap(),
+            Some(Order {
+                customer: "c-9".into(),
+                item: "tea".into()
+            })
+        );
+    }
+    assert_eq!(a.stats().deks_created + b.stats().deks_created, 1);
+    // Shredding the customer deletes the order (keyed by order id).
+    a.shred(b"c-9").unwrap();
+    assert_eq!(wa.deserialize(&ctx, Some(&x)).unwrap(), None::<Order>);
+}
+
+/// A tiny deterministic generator for the model suite.
+struct Rng(u64);
+
+impl Rng {
+    fn below(&mut self, n: u64) -> u64 {
+        self.0 ^= self.0 << 13;
+        self.0 ^= self.0 >> 7;
+        self.0 ^= self.0 << 17;
+        self.0 % n
+    }
+}
+
+/// A record of the topic's copy: subject, bytes, the value written, and
+/// whether the subject was shredded since.
+type Written = (String, Option<Vec<u8>>, Option<String>, bool);
+
+/// Random puts, deletes and shreds over 6 subjects through two instances
+/// on one key store (instance B with `fence_b`); after each shred and the
+/// fence, every record ever written (a copy of the whole topic) is read
+/// through both: a value of a subject shredded since it was written reads
+/// as a delete, every other as written. The number of records that read
+/// otherwise.
+fn model_run(seed: u64, fence_b: Duration) -> usize {
+    let fence = Duration::from_millis(40);
+    let kek = Keyset::generate();
+    let store = Arc::new(MemoryKeyStore::new());
+    let a = SubjectEncrypting::new(
+        Arc::new(SubjectKeys::new(kek.clone(), store.clone()).with_fence(fence)),
+        Utf8,
+    );
+    let b = SubjectEncrypting::new(
+        Arc::new(SubjectKeys::new(kek, store.clone()).with_fence(fence_b)),
+        Utf8,
+    );
+    let mut rng = Rng(seed);
+    let mut copy: Vec<Written> = Vec::new();
+    let mut wrong = 0;
+    for step in 0..120 {
+        let subject = format!("subject-{}", rng.below(6));
+        let ctx_key = subject.clone().into_bytes();
+        let ctx = Context::new("topic").with_key(&ctx_key);
+        let via = if rng.below(2) == 0 { &a } else { &b };
+        match rng.below(10) {
+            0..=5 => {
+                let v = format!("v{step}");
+                let bytes = via.serialize(&ctx, Some(v.as_str())).unwrap();
+                copy.push((subject, bytes, Some(v), false));
+            }
+            6 => copy.push((subject, None, None, false)),
+            _ => {
+                via.keys().shred(subject.as_bytes()).unwrap();
+                for r in copy.iter_mut().filter(|r| r.0 == subject) {
+                    r.3 = true;
+                }
+                std::thread::sleep(fence + Duration::from_millis(5));
+                for (s, bytes, value, shredded) in &copy {
+                    let want = if *shredded { None } else { value.clone() };
+                    let k = s.clone().into_bytes();
+                    let ctx = Context::new("topic").with_key(&k);
+                    for r in [&a, &b] {
+                        let got: Option<String> = r.deserialize(&ctx, bytes.as_deref()).unwrap();
+                        wrong += usize::from(got != want);
+                    }
+                }
+            }
+        }
+    }
+    wrong
+}
+
+#[test]
+fn model_two_instances_every_copy_of_a_shredded_subject_reads_as_deleted() {
+    for seed in [1, 7, 42, 1234] {
+        assert_eq!(model_run(seed, Duration::from_millis(40)), 0, "seed {seed}");
+    }
+}
+
+#[test]
+fn control_an_unfenced_cache_keeps_reading_a_shredded_subject_and_fails_the_model() {
+    // Instance B keeps its DEKs for an hour: a shred through A leaves B's
+    // cache serving them. The model must catch it.
+    let wrong: usize = [1, 7, 42, 1234]
+        .into_iter()
+        .map(|seed| model_run(seed, Duration::from_secs(3600)))
+        .sum();
+    assert!(wrong > 0, "the control met the model");
+}
+
+#[cfg(feature = "redb")]
+#[test]
+fn a_redb_key_store_keeps_keys_across_restarts_and_a_shred_survives_them() {
+    use tombstone_crypt::shred::RedbKeyStore;
+    let dir = std::env::temp_dir().join(format!("tc-shred-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let path = dir.join("keys.redb");
+    let _ = std::fs::remove_file(&path);
+    let kek = Keyset::generate();
+    let ctx = Context::new("t").with_key(b"subject-1");
+    let ctx2 = Context::new("t").with_key(b"subject-2");
+    let open = || {
+        SubjectEncrypting::new(
+            Arc::new(SubjectKeys::new(
+                kek.clone(),
+                Arc::new(RedbKeyStore::open(&path).unwrap()),
+            )),
+            Utf8,
+        )
+    };
+    let (v1, v2) = {
+        let w = open();
+        (
+            w.serialize(&ctx, Some("one")).unwrap().unwrap(),
+            w.serialize(&ctx2, Some("two")).unwrap().unwrap(),
+        )
+    };
+    {
+        let r = open();
+        assert_eq!(
+            r.deserialize(&ctx, Some(&v1)).unwrap().as_deref(),
+            Some("one")
+        );
+        r.keys().shred(b"subject-1").unwrap();
+    }
+    let r = open();
+    assert_eq!(r.deserialize(&ctx, Some(&v1)).unwrap(), None::<String>);
+    assert_eq!(
+        r.deserialize(&ctx2, Some(&v2)).unwrap().as_deref(),
+        Some("two")
+    );
+    drop(r);
+    let file = std::fs::read(&path).unwrap();
+    assert!(!contains(&file, b"subject-"));
+    std::fs::remove_dir_all(&dir).unwrap();
+}
+
+#[test]
+fn a_key_store_that_fails_refuses_values_rather_than_serve_a_stale_key() {
+    struct Failing(MemoryKeyStore, std::sync::atomic::AtomicBool);
+    impl KeyStore for Failing {
+        fn get(&self, tag: &[u8; 16]) -> Result<Option<Vec<u8>>, Error> {
+            if self.1.load(std::sync::atomic::Ordering::Relaxed) {
+                return Err(Error::store("down", "the key store is down"));
+            }
+            self.0.get(tag)
+        }
+        fn insert_if_absent(&self, tag: &[u8; 16], r: &[u8]) -> Result<Vec<u8>, Error> {
+            self.0.insert_if_absent(tag, r)
+        }
+        fn remove(&self, tag: &[u8; 16]) -> Result<(), Error> {
+            self.0.remove(tag)
+        }
+    }
+    let store = Arc::new(Failing(MemoryKeyStore::new(), false.into()));
+    let keys = Arc::new(
+        SubjectKeys::new(Keyset::generate(), store.clone()).with_fence(Duration::from_millis(20)),
+    );
+    let values = SubjectEncrypting::new(keys, Utf8);
+    let ctx = Context::new("t").with_key(b"s");
+    let v = values.serialize(&ctx, Some("x")).unwrap().unwrap();
+    store.1.store(true, std::sync::atomic::Ordering::Relaxed);
+    // Within the fence the cached key serves; past it, the store is asked
+    // and its failure refuses the value.
+    assert_eq!(
+        values.deserialize(&ctx, Some(&v)).unwrap().as_deref(),
+        Some("x")
+    );
+    std::thread::sleep(Duration::from_millis(30));
+    assert!(matches!(
+        values.deserialize(&ctx, Some(&v)),
+        Err(Error::Store { .. })
+    ));
+}
+
+/// Through a store that logs to a changelog, and a restore from that log
+/// (a copy made before the shred): the shredded subject reads as deleted,
+/// the other as written.
+#[test]
+fn a_store_restored_after_a_shred_reads_the_subject_as_deleted() {
+    use tombstone_crypt::store::{
+        restore_from, ChangeLoggingStore, MemoryChangelog, MemoryStore, TypedStore,
+    };
+    let keys = Arc::new(SubjectKeys::new(
+        Keyset::generate(),
+        Arc::new(MemoryKeyStore::new()),
+    ));
+    let codec = || SubjectEncrypting::new(Arc::clone(&keys), Utf8);
+    let mut store = TypedStore::new(
+        ChangeLoggingStore::new(MemoryStore::new(), MemoryChangelog::new()),
+        "profiles",
+        (Utf8, Utf8),
+        codec(),
+        codec(),
+    );
+    store
+        .put(&"ada".to_owned(), Some(&"Ada's profile".to_owned()))
+        .unwrap();
+    store
+        .put(&"bo".to_owned(), Some(&"Bo's profile".to_owned()))
+        .unwrap();
+    store.flush().unwrap();
+    keys.shred(b"ada").unwrap();
+    assert_eq!(store.get(&"ada".to_owned()).unwrap(), None);
+    let mut restored = MemoryStore::new();
+    restore_from(&mut restored, store.inner().changelog()).unwrap();
+    let restored = TypedStore::new(restored, "profiles", (Utf8, Utf8), codec(), codec());
+    assert_eq!(restored.get(&"ada".to_owned()).unwrap(), None);
+    assert_eq!(
+        restored.get(&"bo".to_owned()).unwrap().as_deref(),
+        Some("Bo's profile")
+    );
+    let mut all = restored.all().unwrap();
+    all.sort();
+    assert_eq!(
+        all,
+        vec![
+            ("ada".to_owned(), None),
+            ("bo".to_owned(), Some("Bo's profile".to_owned()))
+        ]
+    );
+}
