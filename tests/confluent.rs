@@ -8,6 +8,8 @@
 
 mod common;
 
+use common::confluent::{b64, fixture, reader, records};
+
 use std::io::Write as _;
 use std::process::{Command, Stdio};
 
@@ -24,49 +26,6 @@ const CASES: &[&str] = &[
     "payload-gcm",
     "payload-gcm-rotated",
 ];
-
-fn b64(s: &str) -> Vec<u8> {
-    base64::engine::general_purpose::STANDARD
-        .decode(s)
-        .expect("base64")
-}
-
-fn fixture(name: &str) -> Value {
-    let path = format!(
-        "{}/tests/fixtures/confluent/{name}.json",
-        env!("CARGO_MANIFEST_DIR")
-    );
-    serde_json::from_str(&std::fs::read_to_string(path).expect("fixture")).expect("JSON")
-}
-
-/// A codec that knows the fixture's schema and its wrapped DEKs, as a reader
-/// gets them from the registries; `secret` opens them.
-fn reader(f: &Value, secret: &str) -> Result<ConfluentJson, Error> {
-    let mut codec = ConfluentJson::new(LocalKms::new(secret));
-    codec.register(
-        u32::try_from(f["schema_id"].as_u64().expect("id")).expect("u32"),
-        f["subject"].as_str().expect("subject"),
-        &f["schema"],
-    )?;
-    for d in f["deks"].as_array().expect("deks") {
-        codec.add_wrapped_dek(
-            d["kekName"].as_str().expect("kek"),
-            d["subject"].as_str().expect("subject"),
-            DekAlgorithm::from_name(d["algorithm"].as_str().expect("algorithm"))?,
-            u32::try_from(d["version"].as_u64().expect("version")).expect("u32"),
-            &b64(d["encryptedKeyMaterial"].as_str().expect("material")),
-        )?;
-    }
-    Ok(codec)
-}
-
-fn records(f: &Value) -> impl Iterator<Item = (Option<Vec<u8>>, Option<Value>)> + '_ {
-    f["records"].as_array().expect("records").iter().map(|r| {
-        let bytes = r["bytes"].as_str().map(b64);
-        let value = (!r["value"].is_null()).then(|| r["value"].clone());
-        (bytes, value)
-    })
-}
 
 #[test]
 fn every_record_confluents_client_wrote_reads_back_here() {

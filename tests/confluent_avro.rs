@@ -9,12 +9,14 @@
 
 mod common;
 
+use common::confluent::{fixture, reader};
+
 use std::io::Write as _;
 use std::process::{Command, Stdio};
 
 use base64::Engine as _;
 use serde_json::{json, Value};
-use tombstone_crypt::confluent::{parse_frame, ConfluentJson, DekAlgorithm, LocalKms};
+use tombstone_crypt::confluent::{parse_frame, ConfluentJson, LocalKms};
 use tombstone_crypt::Error;
 
 const CASES: &[&str] = &[
@@ -24,51 +26,9 @@ const CASES: &[&str] = &[
     "avro-payload-gcm",
 ];
 
-fn b64(s: &str) -> Vec<u8> {
-    base64::engine::general_purpose::STANDARD
-        .decode(s)
-        .expect("base64")
-}
-
-fn fixture(name: &str) -> Value {
-    let path = format!(
-        "{}/tests/fixtures/confluent/{name}.json",
-        env!("CARGO_MANIFEST_DIR")
-    );
-    serde_json::from_str(&std::fs::read_to_string(path).expect("fixture")).expect("JSON")
-}
-
-/// A codec that knows the case's schema and wrapped DEKs.
-fn reader(f: &Value, secret: &str) -> Result<ConfluentJson, Error> {
-    let mut codec = ConfluentJson::new(LocalKms::new(secret));
-    codec.register(
-        u32::try_from(f["schema_id"].as_u64().expect("id")).expect("u32"),
-        f["subject"].as_str().expect("subject"),
-        &f["schema"],
-    )?;
-    for d in f["deks"].as_array().expect("deks") {
-        codec.add_wrapped_dek(
-            d["kekName"].as_str().expect("kek"),
-            d["subject"].as_str().expect("subject"),
-            DekAlgorithm::from_name(d["algorithm"].as_str().expect("algorithm"))?,
-            u32::try_from(d["version"].as_u64().expect("version")).expect("u32"),
-            &b64(d["encryptedKeyMaterial"].as_str().expect("material")),
-        )?;
-    }
-    Ok(codec)
-}
-
+/// The case's records, collected.
 fn records(f: &Value) -> Vec<(Option<Vec<u8>>, Option<Value>)> {
-    f["records"]
-        .as_array()
-        .expect("records")
-        .iter()
-        .map(|r| {
-            let bytes = r["bytes"].as_str().map(b64);
-            let value = (!r["value"].is_null()).then(|| r["value"].clone());
-            (bytes, value)
-        })
-        .collect()
+    common::confluent::records(f).collect()
 }
 
 fn contains(hay: &[u8], needle: &[u8]) -> bool {

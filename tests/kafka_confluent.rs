@@ -10,6 +10,8 @@
 
 mod common;
 
+use common::confluent::fixture;
+
 use std::io::Write as _;
 use std::process::{Command, Stdio};
 use std::sync::Arc;
@@ -30,14 +32,6 @@ struct Customer {
     name: String,
     ssn: String,
     note: Option<String>,
-}
-
-fn fixture(name: &str) -> Value {
-    let path = format!(
-        "{}/tests/fixtures/confluent/{name}.json",
-        env!("CARGO_MANIFEST_DIR")
-    );
-    serde_json::from_str(&std::fs::read_to_string(path).expect("fixture")).expect("JSON")
 }
 
 /// The fixture's schema for `topic` (its rules and tags as Confluent's

@@ -509,6 +509,25 @@ impl ConfluentJson {
         )))
     }
 
+    /// The DEKs of `rule` for `subject` by version, for one record's
+    /// fields: the last one is kept for the next (a record's fields are
+    /// mostly under one version), so a record looks its DEK up once.
+    fn dek_reader<'a>(
+        &'a self,
+        rule: &'a Rule,
+        subject: &'a str,
+    ) -> impl FnMut(u32) -> Result<Arc<Dek>, Error> + 'a {
+        let mut last: Option<(u32, Arc<Dek>)> = None;
+        move |version| match &last {
+            Some((v, d)) if *v == version => Ok(Arc::clone(d)),
+            _ => {
+                let d = self.dek_to_read(rule, subject, version)?;
+                last = Some((version, Arc::clone(&d)));
+                Ok(d)
+            }
+        }
+    }
+
     /// Unwraps and keeps a DEK fetched from the registry (`ts`: when it was
     /// made, in milliseconds since the epoch).
     fn keep(
@@ -661,19 +680,7 @@ impl ConfluentJson {
             )
         })?;
         for (rule, paths) in &schema.fields {
-            // The DEK of the last field, for the next (a record's fields
-            // are mostly under one version): one lookup per record.
-            let mut last: Option<(u32, Arc<Dek>)> = None;
-            let mut dek = |version: u32| -> Result<Arc<Dek>, Error> {
-                match &last {
-                    Some((v, d)) if *v == version => Ok(Arc::clone(d)),
-                    _ => {
-                        let d = self.dek_to_read(rule, subject, version)?;
-                        last = Some((version, Arc::clone(&d)));
-                        Ok(d)
-                    }
-                }
-            };
+            let mut dek = self.dek_reader(rule, subject);
             for path in paths {
                 let mut at = Vec::new();
                 each_at(&mut value, path, &mut at, &mut |field, at| {
@@ -764,17 +771,7 @@ impl ConfluentJson {
             let RuleKind::Fields(tags) = &rule.kind else {
                 continue;
             };
-            let mut last: Option<(u32, Arc<Dek>)> = None;
-            let mut dek = |version: u32| -> Result<Arc<Dek>, Error> {
-                match &last {
-                    Some((v, d)) if *v == version => Ok(Arc::clone(d)),
-                    _ => {
-                        let d = self.dek_to_read(rule, subject, version)?;
-                        last = Some((version, Arc::clone(&d)));
-                        Ok(d)
-                    }
-                }
-            };
+            let mut dek = self.dek_reader(rule, subject);
             avro.each_tagged(&mut record, tags, &mut |field, at| {
                 super::avro::open_field(rule, &mut dek, field).map_err(|e| in_field(at, e))
             })?;

@@ -1,6 +1,8 @@
 pub mod broker;
 #[cfg(feature = "kafka")]
 pub mod compacting;
+#[cfg(feature = "confluent")]
+pub mod confluent;
 pub mod envelope;
 #[cfg(feature = "kafka")]
 pub mod kafka;

@@ -1,0 +1,56 @@
+//! The fixtures of Confluent's format (`tests/fixtures/confluent`, made by
+//! `scripts/confluent-fixtures.py` with confluent-kafka 2.16.1 for Python)
+//! and a reader of them, for tests/confluent.rs, tests/confluent_avro.rs
+//! and tests/kafka_confluent.rs.
+#![allow(dead_code)]
+
+use base64::Engine as _;
+use serde_json::Value;
+use tombstone_crypt::confluent::{ConfluentJson, DekAlgorithm, LocalKms};
+use tombstone_crypt::Error;
+
+/// Base64 (standard) decoded.
+pub fn b64(s: &str) -> Vec<u8> {
+    base64::engine::general_purpose::STANDARD
+        .decode(s)
+        .expect("base64")
+}
+
+/// The fixture `name` (`tests/fixtures/confluent/{name}.json`).
+pub fn fixture(name: &str) -> Value {
+    let path = format!(
+        "{}/tests/fixtures/confluent/{name}.json",
+        env!("CARGO_MANIFEST_DIR")
+    );
+    serde_json::from_str(&std::fs::read_to_string(path).expect("fixture")).expect("JSON")
+}
+
+/// A codec that knows the case's schema and its wrapped DEKs, as a reader
+/// gets them from the registries; `secret` opens them.
+pub fn reader(f: &Value, secret: &str) -> Result<ConfluentJson, Error> {
+    let mut codec = ConfluentJson::new(LocalKms::new(secret));
+    codec.register(
+        u32::try_from(f["schema_id"].as_u64().expect("id")).expect("u32"),
+        f["subject"].as_str().expect("subject"),
+        &f["schema"],
+    )?;
+    for d in f["deks"].as_array().expect("deks") {
+        codec.add_wrapped_dek(
+            d["kekName"].as_str().expect("kek"),
+            d["subject"].as_str().expect("subject"),
+            DekAlgorithm::from_name(d["algorithm"].as_str().expect("algorithm"))?,
+            u32::try_from(d["version"].as_u64().expect("version")).expect("u32"),
+            &b64(d["encryptedKeyMaterial"].as_str().expect("material")),
+        )?;
+    }
+    Ok(codec)
+}
+
+/// The case's records: bytes (`None`: a tombstone) and the value written.
+pub fn records(f: &Value) -> impl Iterator<Item = (Option<Vec<u8>>, Option<Value>)> + '_ {
+    f["records"].as_array().expect("records").iter().map(|r| {
+        let bytes = r["bytes"].as_str().map(b64);
+        let value = (!r["value"].is_null()).then(|| r["value"].clone());
+        (bytes, value)
+    })
+}
