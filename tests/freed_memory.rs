@@ -617,6 +617,39 @@ fn serde_owned_successes_leave_no_plaintext_in_freed_memory() {
     assert_clean(&s.finish(), "encrypt_owned / decrypt_owned");
 }
 
+/// Subject keys (crypto-shredding): a value written, read, its subject
+/// shredded and read again (a delete) leaves no plaintext in freed memory.
+#[test]
+fn subject_keys_leave_no_plaintext_in_freed_memory() {
+    use tombstone_crypt::shred::{MemoryKeyStore, SubjectEncrypting, SubjectKeys};
+    use tombstone_crypt::Deserializer as _;
+    let secret = random_key();
+    let keys = Arc::new(SubjectKeys::new(
+        Keyset::generate(),
+        Arc::new(MemoryKeyStore::new()),
+    ));
+    let values: SubjectEncrypting<Bytes, [u8]> = SubjectEncrypting::new(Arc::clone(&keys), Bytes);
+    let ctx = Context::new("t").with_key(b"subject-1");
+    let s = session();
+    watch(&secret);
+    for round in 0..3 {
+        let ct = tombstone_crypt::Serializer::serialize(&values, &ctx, Some(&secret[..]))
+            .unwrap()
+            .unwrap();
+        let read: Option<Vec<u8>> = values.deserialize(&ctx, Some(&ct)).unwrap();
+        let mut read = Zeroizing::new(read.expect("present"));
+        assert_eq!(&read[..], &secret[..], "round {round}");
+        zeroize::Zeroize::zeroize(&mut *read);
+    }
+    let ct = tombstone_crypt::Serializer::serialize(&values, &ctx, Some(&secret[..]))
+        .unwrap()
+        .unwrap();
+    keys.shred(b"subject-1").unwrap();
+    let read: Option<Vec<u8>> = values.deserialize(&ctx, Some(&ct)).unwrap();
+    assert_eq!(read, None);
+    assert_clean(&s.finish(), "subject keys");
+}
+
 // ---------------------------------------------------------------------------
 // The loopback KMS servers.
 

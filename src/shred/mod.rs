@@ -363,19 +363,42 @@ impl SubjectKeys {
         Ok(self.stored(tag)?.filter(|d| d.id == *id))
     }
 
-    /// Encrypts `plaintext` for `subject`, bound to `ad` (the record's
-    /// associated data): a value of the [module](self)'s format.
-    fn seal(
+    /// Appends a value of the [module](self)'s format for `subject`,
+    /// bound to `ad` (the record's associated data), to `out`:
+    /// `write_plaintext` writes the plaintext straight after the header
+    /// (room for `size_hint` bytes reserved) and it is encrypted where it
+    /// lies. On any error what was appended is zeroized and removed.
+    fn seal_into(
         &self,
         subject: &[u8],
         ad: &[u8],
-        plaintext: &[u8],
         out: &mut Vec<u8>,
+        size_hint: usize,
+        write_plaintext: impl FnOnce(&mut Vec<u8>) -> Result<(), Error>,
+    ) -> Result<(), Error> {
+        let start = out.len();
+        let sealed = self.seal_at(subject, ad, out, size_hint, write_plaintext);
+        if sealed.is_err() {
+            if let Some(tail) = out.get_mut(start..) {
+                zeroize::Zeroize::zeroize(tail);
+            }
+            out.truncate(start);
+        }
+        sealed
+    }
+
+    fn seal_at(
+        &self,
+        subject: &[u8],
+        ad: &[u8],
+        out: &mut Vec<u8>,
+        size_hint: usize,
+        write_plaintext: impl FnOnce(&mut Vec<u8>) -> Result<(), Error>,
     ) -> Result<(), Error> {
         let tag = self.tag(subject)?;
         let dek = self.dek_to_write(&tag)?;
         let start = out.len();
-        out.reserve(OVERHEAD + plaintext.len());
+        out.reserve(OVERHEAD.saturating_add(size_hint.min(1 << 20)));
         out.push(FORMAT);
         out.extend_from_slice(&tag);
         out.extend_from_slice(&dek.id);
@@ -385,7 +408,7 @@ impl SubjectKeys {
         let mut full_ad = ad.to_vec();
         full_ad.extend_from_slice(&out[start..start + HEADER]);
         let body = out.len();
-        out.extend_from_slice(plaintext);
+        write_plaintext(out)?;
         let tag_bytes = dek.key.seal_in_place(&nonce, &full_ad, &mut out[body..])?;
         out.extend_from_slice(&tag_bytes);
         Ok(())
@@ -497,10 +520,17 @@ impl<T: ?Sized, C: Serializer<T>> Serializer<T> for SubjectEncrypting<C, T> {
             Some(s) => &s[..],
             None => ctx.key().ok_or(Error::MissingRecordKey)?,
         };
-        let mut plain = Zeroizing::new(Vec::new());
-        self.inner.serialize_into(ctx, value, &mut plain)?;
         let ad = ctx.associated_data(AadPolicy::TopicAndKey)?;
-        self.keys.seal(subject, &ad, &plain, out)
+        let hint = self.inner.size_hint(value).unwrap_or(0);
+        self.keys.seal_into(subject, &ad, out, hint, |out| {
+            self.inner.serialize_into(ctx, value, out)
+        })
+    }
+
+    fn size_hint(&self, value: &T) -> Option<usize> {
+        self.inner
+            .size_hint(value)
+            .map(|n| n.saturating_add(OVERHEAD))
     }
 }
 
