@@ -360,7 +360,18 @@ impl SubjectKeys {
                 return Ok(Some(d));
             }
         }
-        Ok(self.stored(tag)?.filter(|d| d.id == *id))
+        self.counters.store_reads.fetch_add(1, Ordering::Relaxed);
+        match self.store.find(tag, id)? {
+            None => Ok(None),
+            Some(record) => {
+                let dek = Arc::new(self.open_record(tag, &record)?);
+                if dek.id != *id {
+                    return Ok(None);
+                }
+                self.keep(*tag, Arc::clone(&dek));
+                Ok(Some(dek))
+            }
+        }
     }
 
     /// Appends a value of the [module](self)'s format for `subject`,

@@ -29,6 +29,18 @@ pub trait KeyStore: Send + Sync {
     /// # Errors
     /// The store's own failure: the record may still be there.
     fn remove(&self, tag: &SubjectTag) -> Result<(), Error>;
+
+    /// The record of `tag` whose DEK id (its first 8 bytes) is `dek_id`,
+    /// for reading a value written under it. The default is
+    /// [`get`](KeyStore::get) if its id matches: a store that keeps one
+    /// record per tag. A store where several writers can make a subject's
+    /// DEK at once and keeps each (a shared topic) overrides it.
+    ///
+    /// # Errors
+    /// The store's own failure.
+    fn find(&self, tag: &SubjectTag, dek_id: &[u8; 8]) -> Result<Option<Vec<u8>>, Error> {
+        Ok(self.get(tag)?.filter(|r| r.get(..8) == Some(&dek_id[..])))
+    }
 }
 
 /// A key store in this process's memory: for tests, and for subject keys
