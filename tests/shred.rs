@@ -4,6 +4,8 @@
 //! written. A model suite with two instances, and its control: an instance
 //! whose cache is not fenced keeps reading a shredded subject, and fails.
 
+mod common;
+
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -185,27 +187,18 @@ impl Rng {
 type Written = (String, Option<Vec<u8>>, Option<String>, bool);
 
 /// Random puts, deletes and shreds over 6 subjects through two instances
-/// on one key store (instance B with `fence_b`); after each shred and the
-/// fence, every record ever written (a copy of the whole topic) is read
-/// through both: a value of a subject shredded since it was written reads
-/// as a delete, every other as written. The number of records that read
-/// otherwise.
-fn model_run(seed: u64, fence_b: Duration) -> usize {
-    let fence = Duration::from_millis(40);
-    let kek = Keyset::generate();
-    let store = Arc::new(MemoryKeyStore::new());
-    let a = SubjectEncrypting::new(
-        Arc::new(SubjectKeys::new(kek.clone(), store.clone()).with_fence(fence)),
-        Utf8,
-    );
-    let b = SubjectEncrypting::new(
-        Arc::new(SubjectKeys::new(kek, store.clone()).with_fence(fence_b)),
-        Utf8,
-    );
+/// `a` and `b` (on one key store, or two views of one), `steps` of them;
+/// after each shred and `settle` (the fences), every record ever written
+/// (a copy of the whole topic) is read through both: a value of a subject
+/// shredded since it was written reads as a delete, every other as
+/// written. The number of reads that differ.
+fn model_run(seed: u64, a: SubjectKeys, b: SubjectKeys, settle: Duration, steps: usize) -> usize {
+    let a = SubjectEncrypting::new(Arc::new(a), Utf8);
+    let b = SubjectEncrypting::new(Arc::new(b), Utf8);
     let mut rng = Rng(seed);
     let mut copy: Vec<Written> = Vec::new();
     let mut wrong = 0;
-    for step in 0..120 {
+    for step in 0..steps {
         let subject = format!("subject-{}", rng.below(6));
         let ctx_key = subject.clone().into_bytes();
         let ctx = Context::new("topic").with_key(&ctx_key);
@@ -222,7 +215,7 @@ fn model_run(seed: u64, fence_b: Duration) -> usize {
                 for r in copy.iter_mut().filter(|r| r.0 == subject) {
                     r.3 = true;
                 }
-                std::thread::sleep(fence + Duration::from_millis(5));
+                std::thread::sleep(settle);
                 for (s, bytes, value, shredded) in &copy {
                     let want = if *shredded { None } else { value.clone() };
                     let k = s.clone().into_bytes();
@@ -238,10 +231,28 @@ fn model_run(seed: u64, fence_b: Duration) -> usize {
     wrong
 }
 
+/// Two instances on one in-memory store, B's cache fenced by `fence_b`.
+fn memory_run(seed: u64, fence_b: Duration) -> usize {
+    let fence = Duration::from_millis(40);
+    let kek = Keyset::generate();
+    let store = Arc::new(MemoryKeyStore::new());
+    model_run(
+        seed,
+        SubjectKeys::new(kek.clone(), store.clone()).with_fence(fence),
+        SubjectKeys::new(kek, store).with_fence(fence_b),
+        fence + Duration::from_millis(5),
+        120,
+    )
+}
+
 #[test]
 fn model_two_instances_every_copy_of_a_shredded_subject_reads_as_deleted() {
     for seed in [1, 7, 42, 1234] {
-        assert_eq!(model_run(seed, Duration::from_millis(40)), 0, "seed {seed}");
+        assert_eq!(
+            memory_run(seed, Duration::from_millis(40)),
+            0,
+            "seed {seed}"
+        );
     }
 }
 
@@ -251,9 +262,96 @@ fn control_an_unfenced_cache_keeps_reading_a_shredded_subject_and_fails_the_mode
     // cache serving them. The model must catch it.
     let wrong: usize = [1, 7, 42, 1234]
         .into_iter()
-        .map(|seed| model_run(seed, Duration::from_secs(3600)))
+        .map(|seed| memory_run(seed, Duration::from_secs(3600)))
         .sum();
     assert!(wrong > 0, "the control met the model");
+}
+
+/// Two instances, each with its own view of one key-store topic on the
+/// broker (`KafkaKeyStore`, fence 400 ms), B's subject-key cache fenced by
+/// `fence_b`.
+#[cfg(feature = "kafka")]
+fn kafka_run(bootstrap: &str, seed: u64, fence_b: Duration) -> usize {
+    use tombstone_crypt::kafka::{KafkaChangelog, KafkaKeyStore};
+    let topic = common::kafka::fresh_topic(&format!("subject-keys-{seed}"));
+    let view = Duration::from_millis(400);
+    let store = || {
+        Arc::new(
+            KafkaKeyStore::new(KafkaChangelog::open(bootstrap, &topic).unwrap()).with_fence(view),
+        )
+    };
+    let fence = Duration::from_millis(40);
+    let kek = Keyset::generate();
+    model_run(
+        seed,
+        SubjectKeys::new(kek.clone(), store()).with_fence(fence),
+        SubjectKeys::new(kek, store()).with_fence(fence_b),
+        view + fence + Duration::from_millis(50),
+        40,
+    )
+}
+
+#[cfg(feature = "kafka")]
+#[test]
+fn model_on_a_key_store_topic_two_instances_read_a_shredded_subject_as_deleted() {
+    let Some(bootstrap) = common::kafka::bootstrap() else {
+        return;
+    };
+    assert_eq!(kafka_run(&bootstrap, 5, Duration::from_millis(40)), 0);
+    // The control: B's cache not fenced.
+    assert!(
+        kafka_run(&bootstrap, 5, Duration::from_secs(3600)) > 0,
+        "the control met the model"
+    );
+}
+
+#[cfg(feature = "kafka")]
+#[test]
+fn two_instances_making_a_subjects_first_dek_at_once_read_each_others_values() {
+    use tombstone_crypt::kafka::{KafkaChangelog, KafkaKeyStore};
+    let Some(bootstrap) = common::kafka::bootstrap() else {
+        return;
+    };
+    let topic = common::kafka::fresh_topic("subject-keys-race");
+    let kek = Keyset::generate();
+    // The naming key first, so that both instances race on the DEK alone.
+    let keys = |bootstrap: &str| {
+        Arc::new(SubjectKeys::new(
+            kek.clone(),
+            Arc::new(KafkaKeyStore::new(
+                KafkaChangelog::open(bootstrap, &topic).unwrap(),
+            )),
+        ))
+    };
+    let (a, b) = (keys(&bootstrap), keys(&bootstrap));
+    a.tag(b"warm-up").unwrap();
+    let ctx = Context::new("t").with_key(b"subject-9");
+    let written: Vec<Vec<u8>> = std::thread::scope(|s| {
+        let hs: Vec<_> = [&a, &b]
+            .into_iter()
+            .map(|k| {
+                s.spawn(move || {
+                    SubjectEncrypting::new(Arc::clone(k), Utf8)
+                        .serialize(&ctx, Some("x"))
+                        .unwrap()
+                        .unwrap()
+                })
+            })
+            .collect();
+        hs.into_iter().map(|h| h.join().unwrap()).collect()
+    });
+    for k in [&a, &b] {
+        let r: SubjectEncrypting<Utf8, str> = SubjectEncrypting::new(Arc::clone(k), Utf8);
+        for v in &written {
+            assert_eq!(r.deserialize(&ctx, Some(v)).unwrap().as_deref(), Some("x"));
+        }
+    }
+    // One shred reaches both DEKs, if two were made.
+    a.shred(b"subject-9").unwrap();
+    let r: SubjectEncrypting<Utf8, str> = SubjectEncrypting::new(Arc::clone(&a), Utf8);
+    for v in &written {
+        assert_eq!(r.deserialize(&ctx, Some(v)).unwrap(), None);
+    }
 }
 
 #[cfg(feature = "redb")]

@@ -32,12 +32,14 @@
 
 mod changelog;
 mod client;
+mod key_store;
 mod record;
 
 pub use changelog::{is_transient_kafka_error, KafkaChangelog, TopicSettings};
 pub use client::{
     ConsumedRecord, Delivered, RecordHeaders, TypedConsumer, TypedProducer, UndecodableHook,
 };
+pub use key_store::KafkaKeyStore;
 pub use record::{decode_message, encode_write, KafkaRecord};
 
 /// The rdkafka crate this one is built on, for its `ClientConfig`,
