@@ -68,6 +68,9 @@ pub(crate) fn classify(
             (Kind::Tombstone, None)
         }
         Some(v) if s.confluent.is_some() => confluent_kind(s, counts, r, v)?,
+        Some(v) if v.first() == Some(&tombstone_crypt::shred::FORMAT) && s.subjects.is_some() => {
+            subject_kind(s, counts, r, v, bound)?
+        }
         Some(v) => match open_value(s, r, v, bound)? {
             Value::Plain(p, id) => {
                 counts.decrypted += 1;
@@ -104,6 +107,52 @@ pub(crate) fn classify(
         fields,
     };
     Ok(Some((hash.of(key.encrypted, &key.group), seen, key.group)))
+}
+
+/// What a present value under subject keys is to the reading rule: live
+/// when it decrypts; broken when its subject was shredded (it reads as a
+/// delete, but compaction keeps it on the topic: `repair` writes its
+/// tombstone); undecryptable when it does not authenticate or its record
+/// key is unknown. A key-store or KMS error fails the command.
+fn subject_kind(
+    s: &Setup,
+    counts: &mut Counts,
+    r: &Rec<'_>,
+    v: &[u8],
+    bound: Option<&[u8]>,
+) -> Result<(Kind, Option<u32>), Fail> {
+    use tombstone_crypt::{Deserializer as _, Error};
+    let Some(subjects) = &s.subjects else {
+        return Ok((Kind::Undecryptable, None));
+    };
+    let Some(key) = bound else {
+        counts.undecryptable_values += 1;
+        return Ok((Kind::Undecryptable, None));
+    };
+    let ctx = value_context(&s.name, Some(key));
+    match subjects.deserialize(&ctx, Some(v)) {
+        Ok(Some(_)) => {
+            counts.decrypted += 1;
+            Ok((Kind::Live, None))
+        }
+        Ok(None) => {
+            counts.shredded_values += 1;
+            Ok((Kind::Broken, None))
+        }
+        Err(e @ (Error::Store { .. } | Error::Changelog { .. } | Error::Kms { .. })) => {
+            Err(fail(format!(
+                "the value at {}/{} offset {}: {}",
+                s.topic,
+                r.partition,
+                r.offset,
+                crate::chain(&e)
+            )))
+        }
+        Err(_) => {
+            counts.undecryptable_values += 1;
+            Ok((Kind::Undecryptable, None))
+        }
+    }
 }
 
 /// What a present value of Confluent's format is to the reading rule, and

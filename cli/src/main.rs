@@ -38,6 +38,7 @@ mod reencrypt;
 mod repair;
 mod report;
 mod run;
+mod shred;
 mod write;
 
 use std::collections::BTreeSet;
@@ -99,6 +100,36 @@ enum Command {
     /// library's format with `--keyset`, in Confluent's (CSFLE fields, CSPE
     /// payloads of JSON Schema records) with `--schema-registry`.
     Consume(ConsumeArgs),
+    /// Shred data subjects (`tombstone_crypt::shred`): remove each one's
+    /// subject key from the key store, so that every copy of its values,
+    /// on the topic and off it, reads as a delete. Running it again over
+    /// the same list is safe (and shreds what was written for those
+    /// subjects since).
+    Shred(ShredArgs),
+}
+
+/// `shred`'s arguments.
+#[derive(Args, Debug)]
+pub(crate) struct ShredArgs {
+    /// The subject keys' KEK and store (`--subject-kek` is required).
+    #[command(flatten)]
+    pub(crate) keys: SubjectKeyArgs,
+    /// The KMS key the KEK keyset file is encrypted with.
+    #[arg(long, value_name = "URI")]
+    pub(crate) decrypt_with: Option<String>,
+    /// The brokers (`host:port,...`), for `--subject-key-topic`.
+    #[arg(long, value_name = "SERVERS")]
+    pub(crate) bootstrap: Option<String>,
+    /// An rdkafka setting, `key=value`; repeatable.
+    #[arg(short = 'X', value_name = "KEY=VALUE")]
+    pub(crate) config: Vec<String>,
+    /// A subject to shred (its bytes, as the record key or the value names
+    /// it); repeatable.
+    #[arg(long, value_name = "SUBJECT")]
+    pub(crate) subject: Vec<String>,
+    /// A file of subjects to shred, one per line (`-`: standard input).
+    #[arg(long, value_name = "FILE")]
+    pub(crate) subjects: Option<PathBuf>,
 }
 
 /// `consume`'s arguments.
@@ -335,6 +366,29 @@ enum ValueKey {
     Wire,
 }
 
+/// Subject keys (crypto-shredding, `tombstone_crypt::shred`): their KEK and
+/// their store.
+#[derive(Args, Debug, Clone)]
+pub(crate) struct SubjectKeyArgs {
+    /// The keyset that wraps the subject keys (their KEK); values written
+    /// under subject keys (first byte 0x53) are read with them, and a
+    /// value whose subject was shredded counts as a broken delete
+    /// (`shredded_values`: `repair` writes its key's tombstone).
+    #[arg(long, value_name = "FILE")]
+    pub(crate) subject_kek: Option<PathBuf>,
+    /// The subject keys' store: a redb file.
+    #[arg(
+        long,
+        value_name = "FILE",
+        requires = "subject_kek",
+        conflicts_with = "subject_key_topic"
+    )]
+    pub(crate) subject_key_store: Option<PathBuf>,
+    /// The subject keys' store: a compacted topic on the same brokers.
+    #[arg(long, value_name = "TOPIC", requires = "subject_kek")]
+    pub(crate) subject_key_topic: Option<String>,
+}
+
 /// What the topic commands share.
 #[derive(Args, Debug)]
 struct TopicArgs {
@@ -391,6 +445,9 @@ struct TopicArgs {
     /// these partitions only.
     #[arg(long, value_name = "LIST", value_parser = read::parse_partitions)]
     partitions: Option<BTreeSet<i32>>,
+    /// Subject keys, for topics written under them.
+    #[command(flatten)]
+    subject: SubjectKeyArgs,
 }
 
 /// Where `--apply` records its progress.
@@ -623,6 +680,7 @@ fn main() -> ExitCode {
         Command::Repair(a) => repair::repair(&a, &out),
         Command::Reencrypt(a) => reencrypt::reencrypt(&a, &out),
         Command::Consume(a) => consume::consume(&a, &out),
+        Command::Shred(a) => shred::shred(&a, &out),
     };
     match result {
         Ok(Outcome::Clean) => ExitCode::SUCCESS,
@@ -676,6 +734,7 @@ impl Command {
             Command::Repair(_) => "repair",
             Command::Reencrypt(_) => "reencrypt",
             Command::Consume(_) => "consume",
+            Command::Shred(_) => "shred",
         }
     }
 }

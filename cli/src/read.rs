@@ -17,11 +17,13 @@ use tombstone_crypt::kafka::rdkafka::message::{Headers as _, Message as _};
 use tombstone_crypt::kafka::rdkafka::{Offset, TopicPartitionList};
 
 use tombstone_crypt::confluent::{ConfluentJson, LocalKms, Registry};
-use tombstone_crypt::{AadPolicy, KeyStatus, Keyset};
+use tombstone_crypt::kafka::{KafkaChangelog, KafkaKeyStore};
+use tombstone_crypt::shred::{KeyStore, RedbKeyStore, SubjectEncrypting, SubjectKeys};
+use tombstone_crypt::{AadPolicy, Bytes, KeyStatus, Keyset};
 
 use crate::fields::FieldKeys;
 use crate::key_state::MAX_FORMS;
-use crate::{fail, keysets, Fail, NullMarker, TopicArgs, ValueKey};
+use crate::{fail, keysets, Fail, NullMarker, SubjectKeyArgs, TopicArgs, ValueKey};
 
 /// The header every record the commands write carries: the run's id, so
 /// that a resumed run tells its own records from anyone else's.
@@ -65,6 +67,45 @@ pub(crate) struct Setup {
     /// Confluent's format (`audit --schema-registry`): the values are read
     /// with this codec, subject `{topic}-value`, and `keyset` is unused.
     pub(crate) confluent: Option<Arc<ConfluentJson>>,
+    /// Subject keys (`--subject-kek`): values written under them are read
+    /// with these.
+    pub(crate) subjects: Option<Arc<SubjectValues>>,
+}
+
+/// Values under subject keys, read as bytes.
+pub(crate) type SubjectValues = SubjectEncrypting<Bytes, [u8]>;
+
+/// The subject keys `a` names (`None` without `--subject-kek`): the KEK
+/// keyset, and the redb file or the compacted topic (on `config`'s
+/// brokers) that keeps them.
+///
+/// # Errors
+/// A keyset that does not load, a store that does not open, a KEK with no
+/// store.
+pub(crate) fn subject_keys(
+    a: &SubjectKeyArgs,
+    decrypt_with: Option<&str>,
+    config: Option<&ClientConfig>,
+) -> Result<Option<Arc<SubjectKeys>>, Fail> {
+    let Some(kek_path) = &a.subject_kek else {
+        return Ok(None);
+    };
+    let kek = keysets::load(kek_path, decrypt_with)?;
+    let store: Arc<dyn KeyStore> = match (&a.subject_key_store, &a.subject_key_topic) {
+        (Some(path), _) => Arc::new(RedbKeyStore::open(path)?),
+        (None, Some(topic)) => {
+            let config = config
+                .cloned()
+                .ok_or_else(|| fail("--subject-key-topic needs --bootstrap"))?;
+            Arc::new(KafkaKeyStore::new(KafkaChangelog::with_config(config, topic)?))
+        }
+        (None, None) => {
+            return Err(fail(
+                "--subject-kek needs the key store: --subject-key-store FILE or --subject-key-topic TOPIC",
+            ))
+        }
+    };
+    Ok(Some(Arc::new(SubjectKeys::new(kek, store))))
 }
 
 /// The codec of Confluent-format records with the Schema Registry at
@@ -115,7 +156,10 @@ pub(crate) fn setup(a: &TopicArgs) -> Result<Setup, Fail> {
 pub(crate) fn setup_with(a: &TopicArgs, confluent: Option<ConfluentJson>) -> Result<Setup, Fail> {
     let keyset = match (&a.keyset, &confluent) {
         (Some(path), _) => keysets::load(path, a.decrypt_with.as_deref())?,
+        // Values in Confluent's format, or all under subject keys: the
+        // keyset reads nothing.
         (None, Some(_)) => Keyset::generate(),
+        (None, None) if a.subject.subject_kek.is_some() => Keyset::generate(),
         (None, None) => return Err(fail("--keyset FILE is required (the values' keyset)")),
     };
     if keyset.is_deterministic() {
@@ -159,6 +203,8 @@ pub(crate) fn setup_with(a: &TopicArgs, confluent: Option<ConfluentJson>) -> Res
             .ok_or_else(|| fail(format!("-X {kv}: expected key=value")))?;
         config.set(k.trim(), v.trim());
     }
+    let subjects = subject_keys(&a.subject, a.decrypt_with.as_deref(), Some(&config))?
+        .map(|k| Arc::new(SubjectEncrypting::new(k, Bytes)));
     Ok(Setup {
         topic: a.topic.clone(),
         name: a.aad_name.clone().unwrap_or_else(|| a.topic.clone()),
@@ -175,6 +221,7 @@ pub(crate) fn setup_with(a: &TopicArgs, confluent: Option<ConfluentJson>) -> Res
         parallel,
         fields: None,
         confluent: confluent.map(Arc::new),
+        subjects,
     })
 }
 
@@ -216,6 +263,7 @@ impl Setup {
             parallel: 1,
             fields: None,
             confluent: None,
+            subjects: None,
         })
     }
 }

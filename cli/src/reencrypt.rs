@@ -58,6 +58,11 @@ fn field_keys(args: &ReencryptArgs, s: &Setup) -> Result<Option<FieldKeys>, Fail
 /// was skipped.
 pub(crate) fn reencrypt(args: &ReencryptArgs, out: &Output) -> Result<Outcome, Fail> {
     let mut s = setup(&args.topic)?;
+    if s.subjects.is_some() {
+        return Err(fail(
+            "reencrypt does not rewrite values under subject keys (--subject-kek): they stay under their subjects' keys",
+        ));
+    }
     s.fields = field_keys(args, &s)?;
     let to = args.to_topic.clone().unwrap_or_else(|| s.topic.clone());
     let same = to == s.topic;

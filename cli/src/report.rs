@@ -28,6 +28,8 @@ pub(crate) struct Counts {
     pub(crate) plaintext: u64,
     /// Values that decrypt to the null marker.
     pub(crate) marker_values: u64,
+    /// Values under subject keys whose subject was shredded.
+    pub(crate) shredded_values: u64,
     /// Records whose key does not decrypt under the key keyset.
     pub(crate) undecryptable_record_keys: u64,
     /// Present values that decrypted.
@@ -212,6 +214,7 @@ impl Counts {
         self.tombstones += o.tombstones;
         self.plaintext += o.plaintext;
         self.marker_values += o.marker_values;
+        self.shredded_values += o.shredded_values;
         self.undecryptable_record_keys += o.undecryptable_record_keys;
         self.decrypted += o.decrypted;
         self.undecryptable_values += o.undecryptable_values;
@@ -297,6 +300,7 @@ impl Audit {
             "undecryptable_record_keys": c.undecryptable_record_keys,
             "plaintext": c.plaintext,
             "marker_values": c.marker_values,
+            "shredded_values": c.shredded_values,
             "key_ids": ids(key_ids),
             "all_values_by_key_id": ids(&c.all_by_key_id),
         });
@@ -346,6 +350,12 @@ impl Audit {
             per_id(key_ids),
             per_id(&c.all_by_key_id),
         );
+        if c.shredded_values > 0 {
+            text.push_str(&format!(
+                "shredded values    {} (their subjects' keys are gone: broken tombstones to repair)\n",
+                c.shredded_values
+            ));
+        }
         if c.fields.on {
             let f = &c.fields;
             let listed: Vec<serde_json::Value> = f

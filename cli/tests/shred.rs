@@ -1,0 +1,240 @@
+//! `tombstone-crypt shred`, and `audit` and `repair` of a topic written
+//! under subject keys, run as processes against the loopback broker: a
+//! shredded subject's values count as broken deletes (`shredded_values`),
+//! `repair --apply` writes their keys' tombstones, and every copy of the
+//! values (bytes kept from before the shred) reads as a delete; the other
+//! subjects are untouched. With the key store in a redb file and on a
+//! compacted topic.
+
+mod common;
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use common::kafka::{bootstrap, client_config, create_topic, fresh_topic};
+use common::process::{cli, code, json_of, new_keyset, Dir};
+use tombstone_crypt::kafka::rdkafka::producer::{FutureProducer, FutureRecord};
+use tombstone_crypt::kafka::{KafkaChangelog, KafkaKeyStore};
+use tombstone_crypt::shred::{KeyStore, RedbKeyStore, SubjectEncrypting, SubjectKeys};
+use tombstone_crypt::{Context, Deserializer as _, Keyset, Serializer as _, Utf8};
+
+fn produce(bootstrap: &str, topic: &str, records: &[(&str, Option<Vec<u8>>)]) {
+    let mut config = client_config(bootstrap);
+    config.set("enable.idempotence", "true");
+    let p: FutureProducer = config.create().unwrap();
+    for (k, v) in records {
+        let mut r: FutureRecord<'_, [u8], [u8]> =
+            FutureRecord::to(topic).key(k.as_bytes()).partition(0);
+        if let Some(v) = v {
+            r = r.payload(&v[..]);
+        }
+        futures_executor::block_on(p.send(r, Duration::from_secs(30))).unwrap();
+    }
+}
+
+/// Writes c-0 .. c-3 (c-1 twice, c-3 then deleted) under subject keys in
+/// `store`; the bytes of every value written.
+fn write(
+    bootstrap: &str,
+    topic: &str,
+    kek: &Keyset,
+    store: Arc<dyn KeyStore>,
+) -> Vec<(String, Vec<u8>)> {
+    let values = SubjectEncrypting::new(Arc::new(SubjectKeys::new(kek.clone(), store)), Utf8);
+    let mut written = Vec::new();
+    let mut records = Vec::new();
+    for (k, v) in [
+        ("c-0", Some("zero")),
+        ("c-1", Some("one")),
+        ("c-1", Some("one again")),
+        ("c-2", Some("two")),
+        ("c-3", Some("three")),
+        ("c-3", None),
+    ] {
+        let ctx = Context::new(topic).with_key(k.as_bytes());
+        let bytes = values.serialize(&ctx, v).unwrap();
+        if let Some(b) = &bytes {
+            written.push((k.to_owned(), b.clone()));
+        }
+        records.push((k, bytes));
+    }
+    produce(bootstrap, topic, &records);
+    written
+}
+
+fn audit(bootstrap: &str, topic: &str, keys: &[&str]) -> (i32, serde_json::Value) {
+    let mut args = vec![
+        "audit",
+        "--bootstrap",
+        bootstrap,
+        "--topic",
+        topic,
+        "--json",
+        "-q",
+    ];
+    args.extend_from_slice(keys);
+    let out = cli(&args);
+    (code(&out), json_of(&out))
+}
+
+#[test]
+fn shred_then_audit_and_repair_a_topic_under_subject_keys_in_a_redb_file() {
+    let Some(bootstrap) = bootstrap() else { return };
+    let dir = Dir::new("shred-redb");
+    let (kek_path, kek) = new_keyset(&dir, "kek.json");
+    let store_path = dir.file("subject-keys.redb");
+    let topic = fresh_topic("shred-redb");
+    create_topic(&bootstrap, &topic, 1);
+    let written = {
+        let store = Arc::new(RedbKeyStore::open(&store_path).unwrap());
+        write(&bootstrap, &topic, &kek, store)
+    };
+    let keys = [
+        "--subject-kek",
+        &kek_path,
+        "--subject-key-store",
+        &store_path,
+    ];
+    let (c, r) = audit(&bootstrap, &topic, &keys);
+    assert_eq!(c, 0, "{r}");
+    assert_eq!(
+        (&r["live_keys"], &r["tombstones"], &r["shredded_values"]),
+        (&3.into(), &1.into(), &0.into()),
+        "{r}"
+    );
+
+    // Without the subject keys the values are not this keyset's: they are
+    // not called live (nor deleted).
+    let (_, plain) = audit(&bootstrap, &topic, &["--keyset", &kek_path]);
+    assert_eq!(plain["shredded_values"], 0, "{plain}");
+
+    let out = cli(&[
+        "shred",
+        "--subject-kek",
+        &kek_path,
+        "--subject-key-store",
+        &store_path,
+        "--subject",
+        "c-1",
+        "--json",
+    ]);
+    assert_eq!(code(&out), 0, "{}", String::from_utf8_lossy(&out.stderr));
+    assert_eq!(json_of(&out)["shredded"], 1);
+
+    // Both of c-1's values are shredded: one broken key, two values.
+    let (c, r) = audit(&bootstrap, &topic, &keys);
+    assert_eq!(c, 1, "{r}");
+    assert_eq!(
+        (
+            &r["live_keys"],
+            &r["broken_tombstones"],
+            &r["shredded_values"]
+        ),
+        (&2.into(), &1.into(), &2.into()),
+        "{r}"
+    );
+
+    // repair writes c-1's tombstone; the audit after it is clean.
+    let mut repair = vec!["repair", "--bootstrap", &bootstrap, "--topic", &topic];
+    repair.extend_from_slice(&keys);
+    let ck = dir.file("repair.checkpoint");
+    repair.extend_from_slice(&["--apply", "--checkpoint", &ck, "--json", "-q"]);
+    let out = cli(&repair);
+    assert_eq!(code(&out), 0, "{}", String::from_utf8_lossy(&out.stderr));
+    assert_eq!(json_of(&out)["tombstones_planned"], 1);
+    let (c, r) = audit(&bootstrap, &topic, &keys);
+    assert_eq!(c, 0, "{r}");
+    assert_eq!(
+        (&r["live_keys"], &r["broken_tombstones"], &r["tombstones"]),
+        (&2.into(), &0.into(), &2.into()),
+        "{r}"
+    );
+
+    // Every copy of c-1's values (kept from before the shred) reads as a
+    // delete; the others as written.
+    let values: SubjectEncrypting<Utf8, str> = SubjectEncrypting::new(
+        Arc::new(SubjectKeys::new(
+            kek,
+            Arc::new(RedbKeyStore::open(&store_path).unwrap()),
+        )),
+        Utf8,
+    );
+    for (k, bytes) in &written {
+        let ctx = Context::new(&topic).with_key(k.as_bytes());
+        let got = values.deserialize(&ctx, Some(bytes)).unwrap();
+        assert_eq!(got.is_none(), k == "c-1", "{k}");
+    }
+
+    // Bad input: no subject, a KEK without a store.
+    let out = cli(&[
+        "shred",
+        "--subject-kek",
+        &kek_path,
+        "--subject-key-store",
+        &store_path,
+    ]);
+    assert_eq!(code(&out), 2);
+    let out = cli(&["shred", "--subject-kek", &kek_path, "--subject", "x"]);
+    assert_eq!(code(&out), 2);
+    assert!(String::from_utf8_lossy(&out.stderr).contains("key store"));
+}
+
+#[test]
+fn shred_a_list_of_subjects_on_a_key_store_topic() {
+    let Some(bootstrap) = bootstrap() else { return };
+    let dir = Dir::new("shred-topic");
+    let (kek_path, kek) = new_keyset(&dir, "kek.json");
+    let topic = fresh_topic("shred-values");
+    let key_topic = fresh_topic("shred-keys");
+    create_topic(&bootstrap, &topic, 1);
+    let store = || {
+        Arc::new(
+            KafkaKeyStore::new(KafkaChangelog::open(&bootstrap, &key_topic).unwrap())
+                .with_fence(Duration::ZERO),
+        )
+    };
+    let written = write(&bootstrap, &topic, &kek, store());
+    let list = dir.file("subjects.txt");
+    std::fs::write(&list, "c-0\n\nc-2\n").unwrap();
+    let out = cli(&[
+        "shred",
+        "--subject-kek",
+        &kek_path,
+        "--subject-key-topic",
+        &key_topic,
+        "--bootstrap",
+        &bootstrap,
+        "--subjects",
+        &list,
+        "--json",
+    ]);
+    assert_eq!(code(&out), 0, "{}", String::from_utf8_lossy(&out.stderr));
+    assert_eq!(json_of(&out)["shredded"], 2);
+    let values: SubjectEncrypting<Utf8, str> =
+        SubjectEncrypting::new(Arc::new(SubjectKeys::new(kek, store())), Utf8);
+    for (k, bytes) in &written {
+        let ctx = Context::new(&topic).with_key(k.as_bytes());
+        let got = values.deserialize(&ctx, Some(bytes)).unwrap();
+        assert_eq!(got.is_none(), k == "c-0" || k == "c-2", "{k}");
+    }
+    let (c, r) = audit(
+        &bootstrap,
+        &topic,
+        &[
+            "--subject-kek",
+            &kek_path,
+            "--subject-key-topic",
+            &key_topic,
+        ],
+    );
+    assert_eq!(c, 1, "{r}");
+    assert_eq!(
+        (
+            &r["live_keys"],
+            &r["broken_tombstones"],
+            &r["shredded_values"]
+        ),
+        (&1.into(), &2.into(), &2.into()),
+        "{r}"
+    );
+}
