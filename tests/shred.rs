@@ -417,6 +417,12 @@ fn a_key_store_that_fails_refuses_values_rather_than_serve_a_stale_key() {
         fn remove(&self, tag: &[u8; 16]) -> Result<(), Error> {
             self.0.remove(tag)
         }
+        fn records(&self) -> Result<Vec<([u8; 16], Vec<u8>)>, Error> {
+            KeyStore::records(&self.0)
+        }
+        fn replace(&self, tag: &[u8; 16], r: &[u8]) -> Result<(), Error> {
+            self.0.replace(tag, r)
+        }
     }
     let store = Arc::new(Failing(MemoryKeyStore::new(), false.into()));
     let keys = Arc::new(
@@ -485,4 +491,56 @@ fn a_store_restored_after_a_shred_reads_the_subject_as_deleted() {
             ("bo".to_owned(), Some("Bo's profile".to_owned()))
         ]
     );
+}
+
+/// The KEK rotated: the key store wrapped again under its new primary, the
+/// old key removed. Every value still reads; a copy of the key store made
+/// before (a backup) opens nothing, a shredded subject's DEK included.
+#[test]
+fn a_kek_rotation_rewraps_the_key_store_and_a_backup_then_opens_nothing() {
+    let mut kek = Keyset::generate();
+    let old = kek.primary();
+    let store = Arc::new(MemoryKeyStore::new());
+    let values =
+        SubjectEncrypting::new(Arc::new(SubjectKeys::new(kek.clone(), store.clone())), Utf8);
+    let ctx = |k: &'static [u8]| Context::new("t").with_key(k);
+    let a = values
+        .serialize(&ctx(b"a"), Some("alpha"))
+        .unwrap()
+        .unwrap();
+    let b = values.serialize(&ctx(b"b"), Some("beta")).unwrap().unwrap();
+    // A backup of the key store, taken before the shred: it holds b's DEK.
+    let backup = Arc::new(MemoryKeyStore::new());
+    for (tag, r) in store.records() {
+        backup.insert_if_absent(&tag, &r).unwrap();
+    }
+    values.keys().shred(b"b").unwrap();
+    let with_backup = |kek: Keyset| -> SubjectEncrypting<Utf8, str> {
+        SubjectEncrypting::new(Arc::new(SubjectKeys::new(kek, backup.clone())), Utf8)
+    };
+    // Before the rotation, the backup still opens the shredded value: the
+    // gap a KEK rotation closes.
+    assert_eq!(
+        with_backup(kek.clone())
+            .deserialize(&ctx(b"b"), Some(&b))
+            .unwrap()
+            .as_deref(),
+        Some("beta")
+    );
+
+    kek.rotate();
+    let rewrapped = SubjectKeys::new(kek.clone(), store.clone());
+    assert_eq!(rewrapped.rewrap().unwrap(), store.len());
+    kek.remove(old).unwrap();
+    let after: SubjectEncrypting<Utf8, str> =
+        SubjectEncrypting::new(Arc::new(SubjectKeys::new(kek.clone(), store.clone())), Utf8);
+    assert_eq!(
+        after.deserialize(&ctx(b"a"), Some(&a)).unwrap().as_deref(),
+        Some("alpha")
+    );
+    // The backup, with the old key gone, opens nothing: not even its
+    // naming key.
+    let from_backup = with_backup(kek);
+    assert!(from_backup.deserialize(&ctx(b"a"), Some(&a)).is_err());
+    assert!(from_backup.deserialize(&ctx(b"b"), Some(&b)).is_err());
 }

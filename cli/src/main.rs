@@ -130,6 +130,12 @@ pub(crate) struct ShredArgs {
     /// A file of subjects to shred, one per line (`-`: standard input).
     #[arg(long, value_name = "FILE")]
     pub(crate) subjects: Option<PathBuf>,
+    /// Instead of shredding: wrap every record of the key store again
+    /// under the KEK keyset's primary key (after `keyset rotate` of the
+    /// KEK; then `keyset destroy` the old keys, and a copy of the key store
+    /// made before opens nothing).
+    #[arg(long, conflicts_with_all = ["subject", "subjects"])]
+    pub(crate) rewrap: bool,
 }
 
 /// `consume`'s arguments.

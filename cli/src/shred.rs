@@ -38,7 +38,11 @@ fn subjects(args: &ShredArgs) -> Result<Vec<String>, Fail> {
 /// acknowledged it; a failure stops the run and says how many were
 /// shredded before it (run it again: a shred is idempotent).
 pub(crate) fn shred(args: &ShredArgs, out: &Output) -> Result<Outcome, Fail> {
-    let list = subjects(args)?;
+    let list = if args.rewrap {
+        Vec::new()
+    } else {
+        subjects(args)?
+    };
     let config = match &args.bootstrap {
         Some(b) => {
             let mut c = tombstone_crypt::kafka::rdkafka::ClientConfig::new();
@@ -55,6 +59,16 @@ pub(crate) fn shred(args: &ShredArgs, out: &Output) -> Result<Outcome, Fail> {
     };
     let keys = subject_keys(&args.keys, args.decrypt_with.as_deref(), config.as_ref())?
         .ok_or_else(|| fail("--subject-kek FILE is required (the subject keys' KEK)"))?;
+    if args.rewrap {
+        let n = keys
+            .rewrap()
+            .map_err(|e| fail(format!("rewrap: {}", crate::chain(&e))))?;
+        out.print(
+            &format!("{n} key-store records wrapped under the KEK's primary key\n"),
+            &json!({"rewrapped": n}),
+        )?;
+        return Ok(Outcome::Clean);
+    }
     for (done, subject) in list.iter().enumerate() {
         keys.shred(subject.as_bytes()).map_err(|e| {
             fail(format!(

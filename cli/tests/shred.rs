@@ -164,6 +164,33 @@ fn shred_then_audit_and_repair_a_topic_under_subject_keys_in_a_redb_file() {
         let got = values.deserialize(&ctx, Some(bytes)).unwrap();
         assert_eq!(got.is_none(), k == "c-1", "{k}");
     }
+    drop(values); // redb: one process at a time
+
+    // The KEK rotated, the store wrapped again, the old key destroyed:
+    // every live value still reads.
+    let before = common::process::load(&kek_path);
+    let out = cli(&["keyset", "rotate", "--in", &kek_path]);
+    assert_eq!(code(&out), 0, "{}", String::from_utf8_lossy(&out.stderr));
+    let out = cli(&[
+        "shred",
+        "--subject-kek",
+        &kek_path,
+        "--subject-key-store",
+        &store_path,
+        "--rewrap",
+        "--json",
+    ]);
+    assert_eq!(code(&out), 0, "{}", String::from_utf8_lossy(&out.stderr));
+    assert_eq!(
+        json_of(&out)["rewrapped"],
+        4,
+        "the naming key and the DEKs of c-0, c-2 and c-3 (deleted, not shredded)"
+    );
+    let old = before.primary().0.to_string();
+    let out = cli(&["keyset", "destroy", "--in", &kek_path, "--key-id", &old]);
+    assert_eq!(code(&out), 0, "{}", String::from_utf8_lossy(&out.stderr));
+    let (c, r) = audit(&bootstrap, &topic, &keys);
+    assert_eq!((c, &r["live_keys"]), (0, &2.into()), "{r}");
 
     // Bad input: no subject, a KEK without a store.
     let out = cli(&[

@@ -65,10 +65,10 @@ impl View {
             }
             (true, None) => {}
             (false, Some(record)) => {
-                self.deks
-                    .entry(tag)
-                    .or_default()
-                    .insert(id, (offset, record.to_vec()));
+                // A record wrapped again keeps its DEK's first offset.
+                let deks = self.deks.entry(tag).or_default();
+                let first = deks.get(&id).map_or(offset, |(o, _)| *o);
+                deks.insert(id, (first, record.to_vec()));
             }
             (false, None) => {
                 if let Some(d) = self.deks.get_mut(&tag) {
@@ -197,6 +197,30 @@ impl KeyStore for KafkaKeyStore {
         records.push((key(tag, &MARKER), Some(SHREDDED)));
         self.write(&records)?;
         self.refresh().map(|_| ())
+    }
+
+    fn records(&self) -> Result<Vec<(SubjectTag, Vec<u8>)>, Error> {
+        Ok(self
+            .refresh()?
+            .deks
+            .iter()
+            .flat_map(|(tag, deks)| deks.values().map(|(_, r)| (*tag, r.clone())))
+            .collect())
+    }
+
+    fn replace(&self, tag: &SubjectTag, record: &[u8]) -> Result<(), Error> {
+        let id = record
+            .get(..8)
+            .ok_or_else(|| Error::store("a key record shorter than its id", "too short"))?;
+        let known = self
+            .refresh()?
+            .deks
+            .get(tag)
+            .is_some_and(|d| d.keys().any(|k| &k[..] == id));
+        if known {
+            self.write(&[(key(tag, id), Some(record))])?;
+        }
+        Ok(())
     }
 
     fn find(&self, tag: &SubjectTag, dek_id: &[u8; 8]) -> Result<Option<Vec<u8>>, Error> {

@@ -81,6 +81,10 @@ pub const OVERHEAD: usize = HEADER + TAG_LEN;
 /// The key store's id of the naming key (no subject tag is this, but with
 /// probability 2^-128).
 const NAMING_ID: [u8; TAG] = [0xff; TAG];
+/// The naming key record's id (its first 8 bytes, as a DEK record's).
+const NAMING_RECORD_ID: [u8; DEK_ID] = [0; DEK_ID];
+/// The naming key's associated data under the KEK.
+const NAMING_AD: &[u8] = b"tombstone-crypt subject naming key";
 /// A DEK's length: AES-256.
 const DEK_LEN: usize = 32;
 
@@ -255,20 +259,56 @@ impl SubjectKeys {
         if let Some(k) = self.naming.get() {
             return Ok(k);
         }
-        let ad = b"tombstone-crypt subject naming key";
         let record = match self.store.get(&NAMING_ID)? {
             Some(r) => r,
             None => {
                 let mut key = Zeroizing::new([0u8; SIV_KEY_LEN]);
                 crate::random::fill_from_os(&mut key[..]);
-                let wrapped = self.kek.encrypt(&key[..], ad)?;
+                // Its id is all zeros: the record keeps it when rewrapped.
+                let mut record = NAMING_RECORD_ID.to_vec();
+                record.extend_from_slice(&self.kek.encrypt(&key[..], NAMING_AD)?);
                 // Two makers at once: the first stored wins, both use it.
-                self.store.insert_if_absent(&NAMING_ID, &wrapped)?
+                self.store.insert_if_absent(&NAMING_ID, &record)?
             }
         };
-        let key = Zeroizing::new(self.kek.decrypt(&record, ad)?);
+        let wrapped = record.get(DEK_ID..).ok_or_else(|| {
+            Error::store("the naming key's record is too short", "corrupt record")
+        })?;
+        let key = Zeroizing::new(self.kek.decrypt(wrapped, NAMING_AD)?);
         let naming = AesSivKey::new(&key)?;
         Ok(self.naming.get_or_init(|| naming))
+    }
+
+    /// Wraps every record of the key store (the naming key and each
+    /// subject's DEKs) under the KEK's current primary key, in place (same
+    /// DEK ids, same keys): the KEK rotation that lets its old keys be
+    /// destroyed. Rotate the KEK keyset first (`keyset rotate`), run this,
+    /// then destroy the old keys (`keyset destroy`): from then on a copy
+    /// of the key store made before (a backup, a key-store topic's segments
+    /// not yet compacted) opens nothing, shredded subjects' DEKs included.
+    /// Returns how many records were wrapped again.
+    ///
+    /// # Errors
+    /// What the key store or the KEK reports; records already wrapped
+    /// again stay so (running it again is safe).
+    pub fn rewrap(&self) -> Result<usize, Error> {
+        let mut n = 0;
+        for (tag, record) in self.store.records()? {
+            let Some((id, wrapped)) = record.split_first_chunk::<DEK_ID>() else {
+                continue;
+            };
+            let ad = if tag == NAMING_ID {
+                NAMING_AD.to_vec()
+            } else {
+                Self::dek_ad(&tag, id)
+            };
+            let key = Zeroizing::new(self.kek.decrypt(wrapped, &ad)?);
+            let mut again = id.to_vec();
+            again.extend_from_slice(&self.kek.encrypt(&key, &ad)?);
+            self.store.replace(&tag, &again)?;
+            n += 1;
+        }
+        Ok(n)
     }
 
     /// A DEK record's associated data: what it is and whose.

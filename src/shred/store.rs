@@ -30,6 +30,21 @@ pub trait KeyStore: Send + Sync {
     /// The store's own failure: the record may still be there.
     fn remove(&self, tag: &SubjectTag) -> Result<(), Error>;
 
+    /// Every record, with its tag (each of a tag's records where a store
+    /// keeps several): what [`SubjectKeys::rewrap`](super::SubjectKeys::rewrap)
+    /// wraps again.
+    ///
+    /// # Errors
+    /// The store's own failure.
+    fn records(&self) -> Result<Vec<(SubjectTag, Vec<u8>)>, Error>;
+
+    /// Replaces `tag`'s record whose DEK id (first 8 bytes) is `record`'s
+    /// with `record` (the same key wrapped again); durable when it returns.
+    ///
+    /// # Errors
+    /// The store's own failure.
+    fn replace(&self, tag: &SubjectTag, record: &[u8]) -> Result<(), Error>;
+
     /// The record of `tag` whose DEK id (its first 8 bytes) is `dek_id`,
     /// for reading a value written under it. The default is
     /// [`get`](KeyStore::get) if its id matches: a store that keeps one
@@ -97,6 +112,20 @@ impl KeyStore for MemoryKeyStore {
 
     fn remove(&self, tag: &SubjectTag) -> Result<(), Error> {
         self.lock().remove(tag);
+        Ok(())
+    }
+
+    fn records(&self) -> Result<Vec<(SubjectTag, Vec<u8>)>, Error> {
+        Ok(MemoryKeyStore::records(self))
+    }
+
+    fn replace(&self, tag: &SubjectTag, record: &[u8]) -> Result<(), Error> {
+        let mut records = self.lock();
+        if let Some(r) = records.get_mut(tag) {
+            if r.get(..8) == record.get(..8) {
+                *r = record.to_vec();
+            }
+        }
         Ok(())
     }
 }
@@ -181,6 +210,31 @@ mod redb_store {
 
         fn remove(&self, tag: &SubjectTag) -> Result<(), Error> {
             self.write(|t| t.remove(&tag[..]).map(|_| ()))
+        }
+
+        fn records(&self) -> Result<Vec<(SubjectTag, Vec<u8>)>, Error> {
+            let txn = self.db.begin_read().map_err(store_err("begin a read"))?;
+            let table = txn.open_table(TABLE).map_err(store_err("open the table"))?;
+            let mut out = Vec::new();
+            for entry in table.iter().map_err(store_err("iterate"))? {
+                let (k, v) = entry.map_err(store_err("read an entry"))?;
+                if let Ok(tag) = SubjectTag::try_from(k.value()) {
+                    out.push((tag, v.value().to_vec()));
+                }
+            }
+            Ok(out)
+        }
+
+        fn replace(&self, tag: &SubjectTag, record: &[u8]) -> Result<(), Error> {
+            self.write(|t| {
+                let same = t
+                    .get(&tag[..])?
+                    .is_some_and(|old| old.value().get(..8) == record.get(..8));
+                if same {
+                    t.insert(&tag[..], record)?;
+                }
+                Ok(())
+            })
         }
     }
 }
