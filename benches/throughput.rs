@@ -444,6 +444,71 @@ fn envelope(c: &mut Criterion) {
     group.finish();
 }
 
+/// 1 KiB values under subject keys (`tombstone_crypt::shred`) with a warm
+/// cache, beside `encrypt/envelope/1024`: one subject, and a hot set of
+/// 1000 subjects taken in turn.
+fn subject(c: &mut Criterion) {
+    use std::sync::Arc;
+    use tombstone_crypt::shred::{MemoryKeyStore, SubjectEncrypting, SubjectKeys};
+    const N: usize = 1024;
+    let keys = Arc::new(
+        SubjectKeys::new(
+            Keyset::generate().with_backend(Backend::RustCrypto),
+            Arc::new(MemoryKeyStore::new()),
+        )
+        .with_fence(std::time::Duration::from_secs(3600)),
+    );
+    let values: SubjectEncrypting<Bytes, [u8]> = SubjectEncrypting::new(keys, Bytes);
+    let subjects: Vec<Vec<u8>> = (0..1000)
+        .map(|i| format!("subject-{i}").into_bytes())
+        .collect();
+    let pt = plaintext(N);
+    let cts: Vec<Vec<u8>> = subjects
+        .iter()
+        .map(|s| {
+            let ctx = Context::new("bench").with_key(s);
+            let ct = values
+                .serialize(&ctx, Some(&pt[..]))
+                .expect("encrypt")
+                .expect("present");
+            assert_eq!(
+                values.deserialize(&ctx, Some(&ct)).expect("decrypt"),
+                Some(pt.clone())
+            );
+            ct
+        })
+        .collect();
+    let one = Context::new("bench").with_key(&subjects[0]);
+    let mut group = c.benchmark_group("encrypt");
+    group.throughput(Throughput::Bytes(N as u64));
+    group.bench_with_input(BenchmarkId::new("subject", N), &pt, |b, pt| {
+        b.iter(|| values.serialize(black_box(&one), Some(black_box(&pt[..]))))
+    });
+    let mut i = 0;
+    group.bench_with_input(BenchmarkId::new("subject-hot1000", N), &pt, |b, pt| {
+        b.iter(|| {
+            i = (i + 1) % subjects.len();
+            let ctx = Context::new("bench").with_key(&subjects[i]);
+            values.serialize(black_box(&ctx), Some(black_box(&pt[..])))
+        })
+    });
+    group.finish();
+    let mut group = c.benchmark_group("decrypt");
+    group.throughput(Throughput::Bytes(N as u64));
+    group.bench_with_input(BenchmarkId::new("subject", N), &cts[0], |b, ct| {
+        b.iter(|| values.deserialize(black_box(&one), Some(black_box(&ct[..]))))
+    });
+    let mut i = 0;
+    group.bench_with_input(BenchmarkId::new("subject-hot1000", N), &cts, |b, cts| {
+        b.iter(|| {
+            i = (i + 1) % subjects.len();
+            let ctx = Context::new("bench").with_key(&subjects[i]);
+            values.deserialize(black_box(&ctx), Some(black_box(&cts[i][..])))
+        })
+    });
+    group.finish();
+}
+
 // ---- fields ----
 
 /// A record of 10 fields, 3 of them secrets of 32 bytes: `S` is their type
@@ -686,6 +751,7 @@ criterion_group!(
     typed,
     siv,
     envelope,
+    subject,
     fields,
     confluent
 );

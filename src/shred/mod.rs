@@ -62,7 +62,7 @@ use zeroize::Zeroizing;
 pub use store::RedbKeyStore;
 pub use store::{KeyStore, MemoryKeyStore};
 
-use crate::cipher::{AesGcmKey, AesSivKey, Backend, NONCE_LEN, SIV_KEY_LEN, TAG_LEN};
+use crate::cipher::{AesGcmKey, AesSivKey, NONCE_LEN, SIV_KEY_LEN, TAG_LEN};
 use crate::context::{AadPolicy, Context};
 use crate::error::Error;
 use crate::keyset::Keyset;
@@ -327,7 +327,7 @@ impl SubjectKeys {
         let key = Zeroizing::new(self.kek.decrypt(wrapped, &Self::dek_ad(tag, id))?);
         Ok(Dek {
             id: *id,
-            key: AesGcmKey::new(&key, Backend::default())?,
+            key: AesGcmKey::new(&key, self.kek.backend())?,
         })
     }
 
