@@ -54,7 +54,7 @@ use std::collections::HashMap;
 use std::marker::PhantomData;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, OnceLock, PoisonError};
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use zeroize::Zeroizing;
 
@@ -66,6 +66,7 @@ use crate::cipher::{AesGcmKey, AesSivKey, NONCE_LEN, SIV_KEY_LEN, TAG_LEN};
 use crate::context::{AadPolicy, Context};
 use crate::error::Error;
 use crate::keyset::Keyset;
+use crate::kms::dek::hooks;
 use crate::serde::{Deserializer, Serializer};
 
 /// The first byte of a subject-key value.
@@ -137,7 +138,10 @@ pub struct SubjectKeys {
     kek: Keyset,
     store: Arc<dyn KeyStore>,
     naming: OnceLock<AesSivKey>,
-    cache: Mutex<HashMap<SubjectTag, (Arc<Dek>, Instant)>>,
+    cache: Mutex<HashMap<SubjectTag, (Arc<Dek>, u64)>>,
+    /// Subjects' tags computed here (the subjects are this process's own
+    /// data: a tag never changes).
+    tags: Mutex<HashMap<Vec<u8>, SubjectTag>>,
     cache_capacity: usize,
     fence: Duration,
     strict: bool,
@@ -162,6 +166,7 @@ impl SubjectKeys {
             store,
             naming: OnceLock::new(),
             cache: Mutex::new(HashMap::new()),
+            tags: Mutex::new(HashMap::new()),
             cache_capacity: DEFAULT_CACHE,
             fence: DEFAULT_FENCE,
             strict: false,
@@ -217,9 +222,19 @@ impl SubjectKeys {
     /// What the key store or the KEK reports when the naming key is first
     /// loaded or made.
     pub fn tag(&self, subject: &[u8]) -> Result<SubjectTag, Error> {
+        if let Some(t) = lock_map(&self.tags).get(subject) {
+            return Ok(*t);
+        }
         let naming = self.naming()?;
         let mut scratch = Zeroizing::new(subject.to_vec());
-        naming.seal_in_place(b"tombstone-crypt subject tag", &mut scratch)
+        let tag = naming.seal_in_place(b"tombstone-crypt subject tag", &mut scratch)?;
+        let mut tags = lock_map(&self.tags);
+        if tags.len() >= self.cache_capacity {
+            // Bounded: start again (tags are cheap to compute, ~0.5 us).
+            tags.clear();
+        }
+        tags.insert(subject.to_vec(), tag);
+        Ok(tag)
     }
 
     /// Shreds `subject`: its DEK is removed from the key store and from
@@ -251,7 +266,7 @@ impl SubjectKeys {
         Ok(())
     }
 
-    fn lock(&self) -> std::sync::MutexGuard<'_, HashMap<SubjectTag, (Arc<Dek>, Instant)>> {
+    fn lock(&self) -> std::sync::MutexGuard<'_, HashMap<SubjectTag, (Arc<Dek>, u64)>> {
         self.cache.lock().unwrap_or_else(PoisonError::into_inner)
     }
 
@@ -335,7 +350,13 @@ impl SubjectKeys {
     fn cached(&self, tag: &SubjectTag) -> Option<Arc<Dek>> {
         let cache = self.lock();
         let (dek, at) = cache.get(tag)?;
-        if at.elapsed() <= self.fence {
+        // The kernel's coarse clock (a few ns a read) when far from the
+        // fence, the precise one near it: the bound is exact.
+        let fence = u64::try_from(self.fence.as_nanos()).unwrap_or(u64::MAX);
+        let coarse_age = hooks::coarse().saturating_sub(*at);
+        let fresh = coarse_age.saturating_add(hooks::COARSE_MARGIN) < fence
+            || hooks::precise().saturating_sub(*at) <= fence;
+        if fresh {
             self.counters.cache_hits.fetch_add(1, Ordering::Relaxed);
             Some(Arc::clone(dek))
         } else {
@@ -351,7 +372,7 @@ impl SubjectKeys {
                 cache.remove(&old);
             }
         }
-        cache.insert(tag, (dek, Instant::now()));
+        cache.insert(tag, (dek, hooks::precise()));
     }
 
     /// The DEK of `tag` as the key store holds it now (`None`: there is
@@ -456,7 +477,8 @@ impl SubjectKeys {
         let mut nonce = [0u8; NONCE_LEN];
         rand::Rng::fill_bytes(&mut rand::rng(), &mut nonce);
         out.extend_from_slice(&nonce);
-        let mut full_ad = ad.to_vec();
+        let mut full_ad = Vec::with_capacity(ad.len() + HEADER);
+        full_ad.extend_from_slice(ad);
         full_ad.extend_from_slice(&out[start..start + HEADER]);
         let body = out.len();
         write_plaintext(out)?;
@@ -487,7 +509,8 @@ impl SubjectKeys {
             self.counters.shredded_reads.fetch_add(1, Ordering::Relaxed);
             return Ok(None);
         };
-        let mut full_ad = ad.to_vec();
+        let mut full_ad = Vec::with_capacity(ad.len() + HEADER);
+        full_ad.extend_from_slice(ad);
         full_ad.extend_from_slice(&value[..HEADER]);
         let (body, gcm_tag) = value[HEADER..].split_at(value.len() - HEADER - TAG_LEN);
         let gcm_tag: [u8; TAG_LEN] = gcm_tag.try_into().map_err(|_| Error::Decryption)?;
@@ -496,6 +519,10 @@ impl SubjectKeys {
             .open_in_place(&nonce, &full_ad, &mut plain, &gcm_tag)?;
         Ok(Some(plain))
     }
+}
+
+fn lock_map<K, V>(m: &Mutex<HashMap<K, V>>) -> std::sync::MutexGuard<'_, HashMap<K, V>> {
+    m.lock().unwrap_or_else(PoisonError::into_inner)
 }
 
 /// What names a value's subject when it is written.
