@@ -8,7 +8,7 @@
 
 mod common;
 
-use common::confluent::{b64, fixture, reader, records};
+use common::confluent::{b64, fixture, peer_env, reader, records};
 
 use std::io::Write as _;
 use std::process::{Command, Stdio};
@@ -279,35 +279,6 @@ fn peer_with(arg: &str, input: &str, registry: Option<&str>) -> Option<Result<St
         .into_iter()
         .collect();
     peer_env(arg, input, &env)
-}
-
-/// [`peer`], with these variables in its environment.
-fn peer_env(arg: &str, input: &str, env: &[(&str, &str)]) -> Option<Result<String, String>> {
-    let py = common::tink::python()?;
-    let script = common::root::repo_root().join("tests/interop/confluent_peer.py");
-    let mut cmd = Command::new(py);
-    cmd.envs(env.iter().copied());
-    let mut child = cmd
-        .arg(script)
-        .arg(arg)
-        .stdin(Stdio::piped())
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .spawn()
-        .expect("start the Confluent peer");
-    child
-        .stdin
-        .take()
-        .unwrap()
-        .write_all(input.as_bytes())
-        .unwrap();
-    let out = child.wait_with_output().unwrap();
-    let text = |b: Vec<u8>| String::from_utf8_lossy(&b).into_owned();
-    Some(if out.status.success() {
-        Ok(text(out.stdout))
-    } else {
-        Err(text(out.stderr))
-    })
 }
 
 /// What a writer here wrote: the schema's fixture, the wrapped DEKs, the

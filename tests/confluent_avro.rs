@@ -11,9 +11,6 @@ mod common;
 
 use common::confluent::{fixture, reader};
 
-use std::io::Write as _;
-use std::process::{Command, Stdio};
-
 use base64::Engine as _;
 use serde_json::{json, Value};
 use tombstone_crypt::confluent::{parse_frame, ConfluentJson, LocalKms};
@@ -374,29 +371,8 @@ fn avro_bytes_as_base64_both_ways() {
 
 /// Runs the Confluent peer with `arg`, `input` on its stdin: its stdout.
 fn peer(arg: &str, input: &str) -> Option<String> {
-    let py = common::tink::python()?;
-    let script = common::root::repo_root().join("tests/interop/confluent_peer.py");
-    let mut child = Command::new(py)
-        .arg(script)
-        .arg(arg)
-        .stdin(Stdio::piped())
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .spawn()
-        .expect("start the Confluent peer");
-    child
-        .stdin
-        .take()
-        .unwrap()
-        .write_all(input.as_bytes())
-        .unwrap();
-    let out = child.wait_with_output().unwrap();
-    assert!(
-        out.status.success(),
-        "the peer failed: {}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-    Some(String::from_utf8(out.stdout).unwrap())
+    common::confluent::peer_env(arg, input, &[])
+        .map(|r| r.unwrap_or_else(|e| panic!("the peer failed: {e}")))
 }
 
 #[test]

@@ -12,8 +12,6 @@ mod common;
 
 use common::confluent::fixture;
 
-use std::io::Write as _;
-use std::process::{Command, Stdio};
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -41,29 +39,10 @@ fn schema(case: &str) -> Value {
 }
 
 fn peer(arg: &str, input: &Value) -> Option<Value> {
-    let py = common::tink::python()?;
-    let script = common::root::repo_root().join("tests/interop/confluent_peer.py");
-    let mut child = Command::new(py)
-        .arg(script)
-        .arg(arg)
-        .stdin(Stdio::piped())
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .spawn()
-        .expect("start the Confluent peer");
-    child
-        .stdin
-        .take()
-        .unwrap()
-        .write_all(input.to_string().as_bytes())
-        .unwrap();
-    let out = child.wait_with_output().unwrap();
-    assert!(
-        out.status.success(),
-        "confluent_peer.py {arg}: {}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-    Some(serde_json::from_slice(&out.stdout).expect("the peer's JSON"))
+    common::confluent::peer_env(arg, &input.to_string(), &[]).map(|r| {
+        let out = r.unwrap_or_else(|e| panic!("confluent_peer.py {arg}: {e}"));
+        serde_json::from_str(&out).expect("the peer's JSON")
+    })
 }
 
 fn customers() -> Vec<(String, Option<Customer>)> {

@@ -11,7 +11,7 @@ use crate::checkpoint::Mark;
 use crate::fields::FieldState;
 use crate::key_state::{Index, KeyHash, Kind, Seen};
 use crate::read::{confluent_codec, partitions, progress, read_partition, setup_with, Rec, Setup};
-use crate::record::{bound, key_of, open_value, value_context, Value};
+use crate::record::{bound, key_of, open_value, value_context, value_failed, Value};
 use crate::report::{Audit, Counts};
 use crate::run::for_partitions;
 use crate::{fail, AuditArgs, Fail, Outcome, Output};
@@ -140,13 +140,7 @@ fn subject_kind(
             Ok((Kind::Broken, None))
         }
         Err(e @ (Error::Store { .. } | Error::Changelog { .. } | Error::Kms { .. })) => {
-            Err(fail(format!(
-                "the value at {}/{} offset {}: {}",
-                s.topic,
-                r.partition,
-                r.offset,
-                crate::chain(&e)
-            )))
+            Err(value_failed(s, r, &e))
         }
         Err(_) => {
             counts.undecryptable_values += 1;
@@ -186,13 +180,7 @@ fn confluent_kind(
             counts.decrypted += 1;
             Ok((Kind::Live, Some(schema_id)))
         }
-        Err(e @ tombstone_crypt::Error::Kms { .. }) => Err(fail(format!(
-            "the value at {}/{} offset {}: {}",
-            s.topic,
-            r.partition,
-            r.offset,
-            crate::chain(&e)
-        ))),
+        Err(e @ tombstone_crypt::Error::Kms { .. }) => Err(value_failed(s, r, &e)),
         Err(_) => {
             counts.undecryptable_values += 1;
             counts.undecryptable_ids.insert(schema_id);

@@ -56,15 +56,21 @@ pub(crate) fn open_value(
     let ctx = value_context(&s.name, bound);
     match de.deserialize(&ctx, Some(v)) {
         Ok(Some(p)) => Ok(Value::Plain(Zeroizing::new(p), id)),
-        Err(e @ tombstone_crypt::Error::Kms { .. }) => Err(fail(format!(
-            "the value at {}/{} offset {}: {}",
-            s.topic,
-            r.partition,
-            r.offset,
-            crate::chain(&e)
-        ))),
+        Err(e @ tombstone_crypt::Error::Kms { .. }) => Err(value_failed(s, r, &e)),
         _ => Ok(Value::Undecryptable(id)),
     }
+}
+
+/// The command's failure on the value of `r`: a KMS or key-store error
+/// that no other value can get past either.
+pub(crate) fn value_failed(s: &Setup, r: &Rec<'_>, e: &tombstone_crypt::Error) -> Fail {
+    fail(format!(
+        "the value at {}/{} offset {}: {}",
+        s.topic,
+        r.partition,
+        r.offset,
+        crate::chain(e)
+    ))
 }
 
 /// The context a value is bound to: `name` and, when known, the key's

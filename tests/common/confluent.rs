@@ -4,6 +4,9 @@
 //! and tests/kafka_confluent.rs.
 #![allow(dead_code)]
 
+use std::io::Write as _;
+use std::process::{Command, Stdio};
+
 use base64::Engine as _;
 use serde_json::Value;
 use tombstone_crypt::confluent::{ConfluentJson, DekAlgorithm, LocalKms};
@@ -52,5 +55,36 @@ pub fn records(f: &Value) -> impl Iterator<Item = (Option<Vec<u8>>, Option<Value
         let bytes = r["bytes"].as_str().map(b64);
         let value = (!r["value"].is_null()).then(|| r["value"].clone());
         (bytes, value)
+    })
+}
+
+/// Runs Confluent's client as a peer (`tests/interop/confluent_peer.py
+/// ARG`, in the test venv) with `input` on its stdin and these variables in
+/// its environment: its stdout, or its stderr when it fails; `None` when
+/// interop is skipped.
+pub fn peer_env(arg: &str, input: &str, env: &[(&str, &str)]) -> Option<Result<String, String>> {
+    let py = super::tink::python()?;
+    let script = super::root::repo_root().join("tests/interop/confluent_peer.py");
+    let mut child = Command::new(py)
+        .envs(env.iter().copied())
+        .arg(script)
+        .arg(arg)
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("start the Confluent peer");
+    child
+        .stdin
+        .take()
+        .unwrap()
+        .write_all(input.as_bytes())
+        .unwrap();
+    let out = child.wait_with_output().unwrap();
+    let text = |b: Vec<u8>| String::from_utf8_lossy(&b).into_owned();
+    Some(if out.status.success() {
+        Ok(text(out.stdout))
+    } else {
+        Err(text(out.stderr))
     })
 }
