@@ -265,3 +265,213 @@ fn shred_a_list_of_subjects_on_a_key_store_topic() {
         "{r}"
     );
 }
+
+/// A tiny deterministic generator for the model.
+struct Rng(u64);
+
+impl Rng {
+    fn below(&mut self, n: u64) -> u64 {
+        self.0 ^= self.0 << 13;
+        self.0 ^= self.0 >> 7;
+        self.0 ^= self.0 << 17;
+        self.0 % n
+    }
+}
+
+/// The model on the compacting broker, with the command line as a second
+/// process: random puts and deletes over 5 subjects through this process's
+/// instance (its own view of the key-store topic), shreds through
+/// `tombstone-crypt shred`. After each shred and the fences: every copy of
+/// a value (bytes kept since it was written) reads as deleted where its
+/// subject was shredded since, as written elsewhere; the live topic, read
+/// whole and taken key by key as compaction leaves it, reads as the model;
+/// `audit` through the command line counts the model's live keys. Then the
+/// same once both topics are compacted. Returns how many reads differed
+/// from the model (`fence`: this instance's cache fence).
+fn compacting_model(seed: u64, fence: Duration) -> usize {
+    use common::compacting::{
+        compacting_bootstrap, create_compacted_topic, read_all, wait_compacted,
+    };
+    let bootstrap = compacting_bootstrap();
+    let dir = Dir::new(&format!("shred-model-{seed}-{}", fence.as_millis()));
+    let (kek_path, kek) = new_keyset(&dir, "kek.json");
+    let topic = fresh_topic("shred-model");
+    let key_topic = fresh_topic("shred-model-keys");
+    create_compacted_topic(&bootstrap, &topic, 1);
+    let view = Duration::from_millis(300);
+    let keys = Arc::new(
+        SubjectKeys::new(
+            kek,
+            Arc::new(
+                KafkaKeyStore::new(KafkaChangelog::open(&bootstrap, &key_topic).unwrap())
+                    .with_fence(view),
+            ),
+        )
+        .with_fence(fence),
+    );
+    let values = SubjectEncrypting::new(Arc::clone(&keys), Utf8);
+    let settle = view + Duration::from_millis(100) + Duration::from_millis(40);
+    let mut rng = Rng(seed);
+    // subject -> its last record's value, and whether shredded since.
+    let mut model: std::collections::BTreeMap<String, (Option<String>, bool)> = Default::default();
+    let mut copies: Vec<(String, Vec<u8>, String, bool)> = Vec::new();
+    let mut wrong = 0;
+    let check = |model: &std::collections::BTreeMap<String, (Option<String>, bool)>,
+                 copies: &[(String, Vec<u8>, String, bool)]|
+     -> usize {
+        let mut wrong = 0;
+        for (s, bytes, v, shredded) in copies {
+            let ctx = Context::new(&topic).with_key(s.as_bytes());
+            let got: Option<String> = values.deserialize(&ctx, Some(bytes)).unwrap();
+            wrong += usize::from(got != (!shredded).then(|| v.clone()));
+        }
+        let mut last: std::collections::BTreeMap<Vec<u8>, Option<Vec<u8>>> = Default::default();
+        for r in read_all(&bootstrap, &topic) {
+            last.insert(r.key.unwrap(), r.value);
+        }
+        for (s, (v, shredded)) in model {
+            let ctx = Context::new(&topic).with_key(s.as_bytes());
+            let bytes = last.get(s.as_bytes()).cloned().flatten();
+            let got: Option<String> = values.deserialize(&ctx, bytes.as_deref()).unwrap();
+            let want = if *shredded { None } else { v.clone() };
+            wrong += usize::from(got != want);
+        }
+        let live = model.values().filter(|(v, s)| v.is_some() && !s).count();
+        let (_, r) = audit(
+            &bootstrap,
+            &topic,
+            &[
+                "--subject-kek",
+                &kek_path,
+                "--subject-key-topic",
+                &key_topic,
+            ],
+        );
+        wrong += usize::from(r["live_keys"] != live);
+        wrong
+    };
+    for step in 0..24 {
+        let subject = format!("s-{}", rng.below(5));
+        match rng.below(8) {
+            0..=4 => {
+                let v = format!("v{step}");
+                let ctx = Context::new(&topic).with_key(subject.as_bytes());
+                let bytes = values.serialize(&ctx, Some(v.as_str())).unwrap().unwrap();
+                produce(&bootstrap, &topic, &[(&subject, Some(bytes.clone()))]);
+                copies.push((subject.clone(), bytes, v.clone(), false));
+                model.insert(subject, (Some(v), false));
+            }
+            5 => {
+                produce(&bootstrap, &topic, &[(&subject, None)]);
+                model.insert(subject, (None, false));
+            }
+            _ => {
+                let out = cli(&[
+                    "shred",
+                    "--subject-kek",
+                    &kek_path,
+                    "--subject-key-topic",
+                    &key_topic,
+                    "--bootstrap",
+                    &bootstrap,
+                    "--subject",
+                    &subject,
+                ]);
+                assert_eq!(code(&out), 0, "{}", String::from_utf8_lossy(&out.stderr));
+                for c in copies.iter_mut().filter(|c| c.0 == subject) {
+                    c.3 = true;
+                }
+                if let Some(m) = model.get_mut(&subject) {
+                    m.1 = true;
+                }
+                std::thread::sleep(settle);
+                wrong += check(&model, &copies);
+            }
+        }
+    }
+    // Both topics compacted: the same answers.
+    wait_compacted(&bootstrap, &topic, Duration::from_secs(60));
+    wait_compacted(&bootstrap, &key_topic, Duration::from_secs(60));
+    std::thread::sleep(settle);
+    wrong + check(&model, &copies)
+}
+
+#[test]
+fn shred_model_on_the_compacting_broker_with_the_command_line_as_a_second_process() {
+    if bootstrap().is_none() {
+        return;
+    }
+    assert_eq!(compacting_model(3, Duration::from_millis(40)), 0);
+    // The control: this instance's cache is not fenced, so a shred made by
+    // the other process leaves it reading the subject.
+    assert!(
+        compacting_model(3, Duration::from_secs(3600)) > 0,
+        "the control met the model"
+    );
+}
+
+/// A shred killed in the middle (SIGKILL while it works through a list):
+/// the caller knows (no exit 0), and running it again finishes the list.
+#[test]
+fn a_killed_shred_says_so_and_running_it_again_finishes_the_list() {
+    let Some(bootstrap) = bootstrap() else { return };
+    let dir = Dir::new("shred-kill");
+    let (kek_path, kek) = new_keyset(&dir, "kek.json");
+    let key_topic = fresh_topic("shred-kill-keys");
+    let view = Duration::from_secs(1);
+    let store = || {
+        Arc::new(
+            KafkaKeyStore::new(KafkaChangelog::open(&bootstrap, &key_topic).unwrap())
+                .with_fence(view),
+        )
+    };
+    let values = SubjectEncrypting::new(
+        Arc::new(SubjectKeys::new(kek.clone(), store()).with_fence(Duration::ZERO)),
+        Utf8,
+    );
+    let subjects: Vec<String> = (0..24).map(|i| format!("k-{i}")).collect();
+    let written: Vec<Vec<u8>> = subjects
+        .iter()
+        .map(|s| {
+            let ctx = Context::new("t").with_key(s.as_bytes());
+            values.serialize(&ctx, Some("x")).unwrap().unwrap()
+        })
+        .collect();
+    let list = dir.file("subjects.txt");
+    std::fs::write(&list, subjects.join("\n")).unwrap();
+    let args = [
+        "shred",
+        "--subject-kek",
+        &kek_path,
+        "--subject-key-topic",
+        &key_topic,
+        "--bootstrap",
+        &bootstrap,
+        "--subjects",
+        &list,
+    ];
+    let mut child = std::process::Command::new(env!("CARGO_BIN_EXE_tombstone-crypt"))
+        .args(args)
+        .stdout(std::process::Stdio::null())
+        .stderr(std::process::Stdio::null())
+        .spawn()
+        .unwrap();
+    std::thread::sleep(Duration::from_millis(1500));
+    let _ = child.kill();
+    let status = child.wait().unwrap();
+    std::thread::sleep(view + Duration::from_millis(100));
+    let read = |i: usize| -> Option<String> {
+        let ctx = Context::new("t").with_key(subjects[i].as_bytes());
+        values.deserialize(&ctx, Some(&written[i])).unwrap()
+    };
+    let done = (0..subjects.len()).filter(|&i| read(i).is_none()).count();
+    // Killed before the end: not a success; done in list order.
+    if done < subjects.len() {
+        assert!(!status.success(), "{done} of {} shredded", subjects.len());
+        assert!((0..done).all(|i| read(i).is_none()));
+    }
+    let out = cli(&args);
+    assert_eq!(code(&out), 0, "{}", String::from_utf8_lossy(&out.stderr));
+    std::thread::sleep(view + Duration::from_millis(100));
+    assert!((0..subjects.len()).all(|i| read(i).is_none()));
+}
