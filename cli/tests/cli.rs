@@ -171,6 +171,7 @@ fn expected(keyset: &Keyset, topic: &str, writes: &[(Vec<u8>, Option<Vec<u8>>)])
         "undecryptable": {},
         "plaintext": all(Kind::Plaintext),
         "marker_values": all(Kind::Marker),
+        "shredded_values": 0,
         "key_ids": { keyset.primary().0.to_string(): newest_of(Kind::Value) + newest_of(Kind::Marker) },
         "all_values_by_key_id": { keyset.primary().0.to_string(): all(Kind::Value) + all(Kind::Marker) },
     })
