@@ -174,8 +174,9 @@ impl<K, V, S: KeyValueStore> TypedStore<K, V, S> {
 
     /// Every entry in key-bytes order. As with Kafka Streams' iterators, the
     /// value is what the value deserializer yields: with this crate's serdes
-    /// always `Some`; a `None` here is a deleted key that a broken serde
-    /// stored as a value.
+    /// `Some`, but for a value under a subject key whose subject was
+    /// shredded ([`shred`](crate::shred)), which reads as a delete; any
+    /// other `None` is a deleted key that a broken serde stored as a value.
     ///
     /// # Errors
     /// The store failed, or a serde failed.
