@@ -544,3 +544,32 @@ fn a_kek_rotation_rewraps_the_key_store_and_a_backup_then_opens_nothing() {
     assert!(from_backup.deserialize(&ctx(b"a"), Some(&a)).is_err());
     assert!(from_backup.deserialize(&ctx(b"b"), Some(&b)).is_err());
 }
+
+/// The DEK cache keeps a hot subject while a stream of new subjects passes
+/// through (second chance): its values are read from the cache, not the
+/// key store, however many others come and go.
+#[test]
+fn a_hot_subject_stays_cached_while_new_subjects_pass_through() {
+    let keys = Arc::new(
+        SubjectKeys::new(Keyset::generate(), Arc::new(MemoryKeyStore::new()))
+            .with_cache_capacity(8)
+            .with_fence(Duration::from_secs(3600)),
+    );
+    let values = SubjectEncrypting::new(Arc::clone(&keys), Utf8);
+    let hot = Context::new("t").with_key(b"hot");
+    let v = values.serialize(&hot, Some("h")).unwrap().unwrap();
+    let before = keys.stats().store_reads;
+    for i in 0..200 {
+        let k = format!("new-{i}");
+        values
+            .serialize(&Context::new("t").with_key(k.as_bytes()), Some("x"))
+            .unwrap();
+        assert_eq!(
+            values.deserialize(&hot, Some(&v)).unwrap().as_deref(),
+            Some("h")
+        );
+    }
+    // One key-store read per new subject (it has no DEK yet), none for the
+    // hot one.
+    assert_eq!(keys.stats().store_reads - before, 200);
+}

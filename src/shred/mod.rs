@@ -127,6 +127,62 @@ struct Counters {
     store_reads: AtomicU64,
 }
 
+/// A cached DEK: when it was last read from the key store (the fence's
+/// clock, ns), and whether it was used since the clock hand last passed.
+struct Cached {
+    dek: Arc<Dek>,
+    read_at: u64,
+    used: bool,
+}
+
+/// The DEK cache: bounded, evicting by the CLOCK rule (second chance), so a
+/// hot set stays while a stream of new subjects passes through, at a cost
+/// that does not grow with the cache.
+#[derive(Default)]
+struct DekCache {
+    entries: HashMap<SubjectTag, Cached>,
+    /// The clock's ring: each cached tag once, oldest insertion first.
+    ring: std::collections::VecDeque<SubjectTag>,
+}
+
+impl DekCache {
+    fn insert(&mut self, tag: SubjectTag, dek: Arc<Dek>, capacity: usize) {
+        let entry = Cached {
+            dek,
+            read_at: hooks::precise(),
+            used: false,
+        };
+        if let Some(e) = self.entries.get_mut(&tag) {
+            *e = entry;
+            return;
+        }
+        while self.entries.len() >= capacity {
+            let Some(old) = self.ring.pop_front() else {
+                break;
+            };
+            match self.entries.get_mut(&old) {
+                Some(e) if e.used => {
+                    e.used = false;
+                    self.ring.push_back(old);
+                }
+                Some(_) => {
+                    self.entries.remove(&old);
+                }
+                None => {}
+            }
+        }
+        self.entries.insert(tag, entry);
+        self.ring.push_back(tag);
+    }
+
+    /// Forgets `tag` (a shred: rare, so the ring's scan is fine).
+    fn remove(&mut self, tag: &SubjectTag) {
+        if self.entries.remove(tag).is_some() {
+            self.ring.retain(|t| t != tag);
+        }
+    }
+}
+
 /// The default bound of a cached DEK's age.
 const DEFAULT_FENCE: Duration = Duration::from_secs(5);
 /// The default number of DEKs kept.
@@ -138,7 +194,7 @@ pub struct SubjectKeys {
     kek: Keyset,
     store: Arc<dyn KeyStore>,
     naming: OnceLock<AesSivKey>,
-    cache: Mutex<HashMap<SubjectTag, (Arc<Dek>, u64)>>,
+    cache: Mutex<DekCache>,
     /// Subjects' tags computed here (the subjects are this process's own
     /// data: a tag never changes).
     tags: Mutex<HashMap<Vec<u8>, SubjectTag>>,
@@ -165,7 +221,7 @@ impl SubjectKeys {
             kek,
             store,
             naming: OnceLock::new(),
-            cache: Mutex::new(HashMap::new()),
+            cache: Mutex::new(DekCache::default()),
             tags: Mutex::new(HashMap::new()),
             cache_capacity: DEFAULT_CACHE,
             fence: DEFAULT_FENCE,
@@ -266,7 +322,7 @@ impl SubjectKeys {
         Ok(())
     }
 
-    fn lock(&self) -> std::sync::MutexGuard<'_, HashMap<SubjectTag, (Arc<Dek>, u64)>> {
+    fn lock(&self) -> std::sync::MutexGuard<'_, DekCache> {
         self.cache.lock().unwrap_or_else(PoisonError::into_inner)
     }
 
@@ -348,31 +404,25 @@ impl SubjectKeys {
 
     /// The cached DEK of `tag` if it is within the fence.
     fn cached(&self, tag: &SubjectTag) -> Option<Arc<Dek>> {
-        let cache = self.lock();
-        let (dek, at) = cache.get(tag)?;
+        let mut cache = self.lock();
+        let entry = cache.entries.get_mut(tag)?;
         // The kernel's coarse clock (a few ns a read) when far from the
         // fence, the precise one near it: the bound is exact.
         let fence = u64::try_from(self.fence.as_nanos()).unwrap_or(u64::MAX);
-        let coarse_age = hooks::coarse().saturating_sub(*at);
+        let coarse_age = hooks::coarse().saturating_sub(entry.read_at);
         let fresh = coarse_age.saturating_add(hooks::COARSE_MARGIN) < fence
-            || hooks::precise().saturating_sub(*at) <= fence;
+            || hooks::precise().saturating_sub(entry.read_at) <= fence;
         if fresh {
+            entry.used = true;
             self.counters.cache_hits.fetch_add(1, Ordering::Relaxed);
-            Some(Arc::clone(dek))
+            Some(Arc::clone(&entry.dek))
         } else {
             None
         }
     }
 
     fn keep(&self, tag: SubjectTag, dek: Arc<Dek>) {
-        let mut cache = self.lock();
-        if cache.len() >= self.cache_capacity && !cache.contains_key(&tag) {
-            // Bounded: the oldest read goes.
-            if let Some(old) = cache.iter().min_by_key(|(_, (_, at))| *at).map(|(t, _)| *t) {
-                cache.remove(&old);
-            }
-        }
-        cache.insert(tag, (dek, hooks::precise()));
+        self.lock().insert(tag, dek, self.cache_capacity);
     }
 
     /// The DEK of `tag` as the key store holds it now (`None`: there is
