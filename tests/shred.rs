@@ -6,6 +6,8 @@
 
 mod common;
 
+use common::rng::Rng;
+
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -168,18 +170,6 @@ fn a_subject_named_by_the_value_and_two_writers_making_its_first_dek_agree() {
     // Shredding the customer deletes the order (keyed by order id).
     a.shred(b"c-9").unwrap();
     assert_eq!(wa.deserialize(&ctx, Some(&x)).unwrap(), None::<Order>);
-}
-
-/// A tiny deterministic generator for the model suite.
-struct Rng(u64);
-
-impl Rng {
-    fn below(&mut self, n: u64) -> u64 {
-        self.0 ^= self.0 << 13;
-        self.0 ^= self.0 >> 7;
-        self.0 ^= self.0 << 17;
-        self.0 % n
-    }
 }
 
 /// A record of the topic's copy: subject, bytes, the value written, and

@@ -5,6 +5,8 @@
 
 mod common;
 
+use common::rng::Rng;
+
 use std::collections::BTreeMap;
 use std::process::{Command, Output};
 use std::time::Duration;
@@ -2297,18 +2299,6 @@ fn journal_keys(path: &str, topic: &str, keys: &Keyset) -> Vec<String> {
 /// A JSON file.
 fn json_of_file(path: &str) -> Value {
     serde_json::from_str(&std::fs::read_to_string(path).unwrap()).unwrap()
-}
-
-/// A small deterministic generator (xorshift64*), seeded per round.
-struct Rng(u64);
-
-impl Rng {
-    fn below(&mut self, n: u64) -> u64 {
-        self.0 ^= self.0 >> 12;
-        self.0 ^= self.0 << 25;
-        self.0 ^= self.0 >> 27;
-        self.0.wrapping_mul(0x2545_f491_4f6c_dd1d) % n
-    }
 }
 
 /// The model test of a resume: `reencrypt --apply`, `repair --apply` and

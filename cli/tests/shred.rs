@@ -8,6 +8,8 @@
 
 mod common;
 
+use common::rng::Rng;
+
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -264,18 +266,6 @@ fn shred_a_list_of_subjects_on_a_key_store_topic() {
         (&1.into(), &2.into(), &2.into()),
         "{r}"
     );
-}
-
-/// A tiny deterministic generator for the model.
-struct Rng(u64);
-
-impl Rng {
-    fn below(&mut self, n: u64) -> u64 {
-        self.0 ^= self.0 << 13;
-        self.0 ^= self.0 >> 7;
-        self.0 ^= self.0 << 17;
-        self.0 % n
-    }
 }
 
 /// The model on the compacting broker, with the command line as a second

@@ -7,5 +7,6 @@ pub mod envelope;
 #[cfg(feature = "kafka")]
 pub mod kafka;
 pub mod naive;
+pub mod rng;
 pub mod root;
 pub mod tink;

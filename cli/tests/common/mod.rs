@@ -14,6 +14,8 @@ pub mod kafka;
 #[path = "../../../tests/common/naive.rs"]
 pub mod naive;
 pub mod process;
+#[path = "../../../tests/common/rng.rs"]
+pub mod rng;
 #[path = "../../../tests/common/root.rs"]
 pub mod root;
 #[path = "../../../tests/common/tink.rs"]
