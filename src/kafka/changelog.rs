@@ -281,7 +281,7 @@ impl KafkaChangelog {
         ))
     }
 
-    fn consumer(&self) -> Result<BaseConsumer, Error> {
+    fn consumer(&self, from: u64) -> Result<BaseConsumer, Error> {
         let mut config = self.config.clone();
         // A read runs to the end of the partition, where the broker holds
         // the last, empty fetch for `fetch.wait.max.ms` (500 ms by
@@ -325,11 +325,98 @@ impl KafkaChangelog {
             .create()
             .map_err(|e| kafka_err("consumer", e))?;
         let mut tpl = TopicPartitionList::new();
-        tpl.add_partition_offset(&self.topic, self.partition, Offset::Offset(0))
+        let from =
+            i64::try_from(from).map_err(|_| Error::changelog_msg("kafka: offset out of range"))?;
+        tpl.add_partition_offset(&self.topic, self.partition, Offset::Offset(from))
             .map_err(|e| kafka_err("assign", e))?;
         consumer.assign(&tpl).map_err(|e| kafka_err("assign", e))?;
         Ok(consumer)
     }
+
+    /// Streams the partition from offset `from` to its end, as
+    /// [`replay`](Changelog::replay) does from the beginning; says where
+    /// the next read starts, and whether the partition restarted below
+    /// `from` (nothing applied then: read it again from 0).
+    pub(crate) fn replay_from(
+        &self,
+        from: u64,
+        apply: &mut dyn FnMut(Record) -> Result<(), Error>,
+    ) -> Result<Replayed, Error> {
+        let consumer = self.consumer(from)?;
+        let from_i64 = i64::try_from(from).unwrap_or(i64::MAX);
+        let mut last_progress = Instant::now();
+        let mut n = 0u64;
+        let mut last: Option<i64> = None;
+        loop {
+            if last_progress.elapsed() > self.timeout {
+                return Err(Error::changelog_msg(format!(
+                    "kafka: read {n} records of {}, then none for {} s before the end of the partition",
+                    self.topic,
+                    self.timeout.as_secs()
+                )));
+            }
+            match consumer.poll(Duration::from_millis(200)) {
+                None => {}
+                Some(Err(KafkaError::PartitionEOF(_))) => {
+                    return Ok(Replayed {
+                        records: n,
+                        next: last.map_or(from, |l| l.unsigned_abs() + 1),
+                        restarted: false,
+                    })
+                }
+                // librdkafka reconnects; the progress deadline above bounds
+                // how long that may take.
+                Some(Err(e)) if is_transient_kafka_error(&e) => {}
+                Some(Err(e)) => return Err(kafka_err("consume", e)),
+                Some(Ok(m)) => {
+                    last_progress = Instant::now();
+                    // A record at or below an offset already applied is a
+                    // repeat (a broker that, after compacting, answered
+                    // one fetch with the kept records several times over):
+                    // applying it again could undo a later record.
+                    if last.is_some_and(|l| m.offset() <= l) {
+                        continue;
+                    }
+                    // Below where it was asked to start: the partition
+                    // restarted (a topic created again, or `from` past a
+                    // shorter log's end, read again from its start).
+                    if last.is_none() && m.offset() < from_i64 {
+                        return Ok(Replayed {
+                            records: n,
+                            next: 0,
+                            restarted: true,
+                        });
+                    }
+                    last = Some(m.offset());
+                    let key = m.key().ok_or_else(|| {
+                        Error::changelog_msg(format!(
+                            "kafka: the changelog record at offset {} has no key",
+                            m.offset()
+                        ))
+                    })?;
+                    apply(Record {
+                        offset: u64::try_from(m.offset())
+                            .map_err(|_| Error::changelog_msg("kafka: negative offset"))?,
+                        key: key.to_vec(),
+                        value: m.payload().map(<[u8]>::to_vec),
+                    })?;
+                    n += 1;
+                }
+            }
+        }
+    }
+}
+
+/// Where a [`KafkaChangelog::replay_from`] ended.
+#[derive(Clone, Copy, Debug)]
+pub(crate) struct Replayed {
+    /// Records applied.
+    pub(crate) records: u64,
+    /// The offset to read from next: one past the last record applied
+    /// (`from` when there was none).
+    pub(crate) next: u64,
+    /// The partition's first record was below `from`: nothing was applied.
+    pub(crate) restarted: bool,
 }
 
 /// The changelog's producer: idempotent, `acks=all` (`acks_refused` has
@@ -447,51 +534,7 @@ impl Changelog for KafkaChangelog {
     /// no record arrives for the timeout (30 s), however long the whole read
     /// takes.
     fn replay(&self, apply: &mut dyn FnMut(Record) -> Result<(), Error>) -> Result<u64, Error> {
-        let consumer = self.consumer()?;
-        let mut last_progress = Instant::now();
-        let mut n = 0u64;
-        let mut last: Option<i64> = None;
-        loop {
-            if last_progress.elapsed() > self.timeout {
-                return Err(Error::changelog_msg(format!(
-                    "kafka: read {n} records of {}, then none for {} s before the end of the partition",
-                    self.topic,
-                    self.timeout.as_secs()
-                )));
-            }
-            match consumer.poll(Duration::from_millis(200)) {
-                None => {}
-                Some(Err(KafkaError::PartitionEOF(_))) => return Ok(n),
-                // librdkafka reconnects; the progress deadline above bounds
-                // how long that may take.
-                Some(Err(e)) if is_transient_kafka_error(&e) => {}
-                Some(Err(e)) => return Err(kafka_err("consume", e)),
-                Some(Ok(m)) => {
-                    last_progress = Instant::now();
-                    // A record at or below an offset already applied is a
-                    // repeat (a broker that, after compacting, answered
-                    // one fetch with the kept records several times over):
-                    // applying it again could undo a later record.
-                    if last.is_some_and(|l| m.offset() <= l) {
-                        continue;
-                    }
-                    last = Some(m.offset());
-                    let key = m.key().ok_or_else(|| {
-                        Error::changelog_msg(format!(
-                            "kafka: the changelog record at offset {} has no key",
-                            m.offset()
-                        ))
-                    })?;
-                    apply(Record {
-                        offset: u64::try_from(m.offset())
-                            .map_err(|_| Error::changelog_msg("kafka: negative offset"))?,
-                        key: key.to_vec(),
-                        value: m.payload().map(<[u8]>::to_vec),
-                    })?;
-                    n += 1;
-                }
-            }
-        }
+        self.replay_from(0, apply).map(|r| r.records)
     }
 
     fn flush(&mut self) -> Result<(), Error> {

@@ -2,21 +2,29 @@
 //! by every instance of a service: [`KafkaKeyStore`].
 //!
 //! Each DEK is a record of its own, keyed `subject tag (16) | DEK id (8)`,
-//! so that compaction keeps every DEK a subject has (two instances may make
-//! a subject's first DEK at once: each keeps the earliest, by offset, for
-//! writing, and reads with any). A shred writes a tombstone for each DEK
+//! so that compaction keeps every DEK a subject has. Two instances may make
+//! a subject's first DEK at once: each reads the topic past its own record
+//! before it uses a DEK and takes the earliest, by offset, so no value is
+//! ever written under a later one, which its maker then withdraws (a
+//! tombstone). A maker killed between its record and that tombstone
+//! leaves a DEK no value uses; a shred of the subject removes it with the
+//! rest. A shred writes a tombstone for each DEK
 //! it knows, then a **shred marker** (key `subject tag | 0xff x 8`): a DEK
 //! record below the marker's offset is dead, even one a racing instance
 //! wrote that the shred did not see. Every write follows the crate's own
 //! rule: a delete is a tombstone (a null value), never a value.
 //!
-//! Each instance keeps a view of the topic, read from its beginning to its
-//! end, and reads it again when the view is older than its fence
-//! ([`KafkaKeyStore::with_fence`], default 5 s); a read that cannot refresh
-//! a stale view fails, so a subject-key value is refused rather than served
-//! under a DEK that may have been shredded.
+//! Each instance keeps a view of the topic, read once from its beginning,
+//! then from where it last ended to the end whenever the view is older than
+//! its fence ([`KafkaKeyStore::with_fence`], default 5 s) and around each
+//! write; a read that cannot refresh a stale view fails, so a subject-key
+//! value is refused rather than served under a DEK that may have been
+//! shredded. Reading on from where it ended holds as long as the view is
+//! not behind by more than the topic's `delete.retention.ms` (a day by
+//! default; the cleaner may drop a tombstone after it): a shred is never
+//! missed even then, as its marker is a value that compaction keeps.
 
-use std::collections::{BTreeMap, HashMap};
+use std::collections::HashMap;
 use std::sync::{Mutex, MutexGuard, PoisonError};
 use std::time::{Duration, Instant};
 
@@ -31,24 +39,34 @@ const MARKER: [u8; 8] = [0xff; 8];
 /// A shred marker's value.
 const SHREDDED: &[u8] = b"shredded";
 
-/// A subject's live DEK records: by DEK id, with their offset.
-type Deks = BTreeMap<[u8; 8], (u64, Vec<u8>)>;
+/// A live DEK record: its id, the offset it was first written at (a
+/// record wrapped again keeps it), and its bytes.
+struct DekRecord {
+    id: [u8; 8],
+    first: u64,
+    record: Vec<u8>,
+}
 
-/// The live DEK records of each subject, as read when.
+/// The live DEK records of each subject (nearly always one), the offset
+/// to read from next, and when the view was last read to the end.
 #[derive(Default)]
 struct View {
     read_at: Option<Instant>,
-    deks: HashMap<SubjectTag, Deks>,
+    next: u64,
+    deks: HashMap<SubjectTag, Vec<DekRecord>>,
 }
 
 impl View {
     /// The live record written first.
-    fn current(&self, tag: &SubjectTag) -> Option<Vec<u8>> {
+    fn current(&self, tag: &SubjectTag) -> Option<&DekRecord> {
+        self.deks.get(tag)?.iter().min_by_key(|d| d.first)
+    }
+
+    fn ids(&self, tag: &SubjectTag) -> Vec<[u8; 8]> {
         self.deks
-            .get(tag)?
-            .values()
-            .min_by_key(|(offset, _)| *offset)
-            .map(|(_, r)| r.clone())
+            .get(tag)
+            .map(|d| d.iter().map(|d| d.id).collect())
+            .unwrap_or_default()
     }
 
     fn apply(&mut self, offset: u64, key: &[u8], value: Option<&[u8]>) {
@@ -65,14 +83,20 @@ impl View {
             }
             (true, None) => {}
             (false, Some(record)) => {
-                // A record wrapped again keeps its DEK's first offset.
                 let deks = self.deks.entry(tag).or_default();
-                let first = deks.get(&id).map_or(offset, |(o, _)| *o);
-                deks.insert(id, (first, record.to_vec()));
+                match deks.iter_mut().find(|d| d.id == id) {
+                    // Wrapped again: the DEK keeps its first offset.
+                    Some(d) => d.record = record.to_vec(),
+                    None => deks.push(DekRecord {
+                        id,
+                        first: offset,
+                        record: record.to_vec(),
+                    }),
+                }
             }
             (false, None) => {
                 if let Some(d) = self.deks.get_mut(&tag) {
-                    d.remove(&id);
+                    d.retain(|d| d.id != id);
                     if d.is_empty() {
                         self.deks.remove(&tag);
                     }
@@ -88,6 +112,8 @@ pub struct KafkaKeyStore {
     log: Mutex<KafkaChangelog>,
     view: Mutex<View>,
     fence: Duration,
+    /// A test's control: a maker that lost a race keeps its DEK record.
+    no_withdraw: bool,
 }
 
 impl std::fmt::Debug for KafkaKeyStore {
@@ -110,6 +136,7 @@ impl KafkaKeyStore {
             log: Mutex::new(log),
             view: Mutex::new(View::default()),
             fence: Duration::from_secs(5),
+            no_withdraw: false,
         }
     }
 
@@ -124,17 +151,54 @@ impl KafkaKeyStore {
         }
     }
 
-    /// Reads the whole topic into a new view.
+    /// A negative control for tests: a maker that lost the race for a
+    /// subject's first DEK leaves its record on the topic (the subject
+    /// then has two DEKs).
+    #[doc(hidden)]
+    #[must_use]
+    pub fn without_withdrawing_lost_deks(self) -> Self {
+        KafkaKeyStore {
+            no_withdraw: true,
+            ..self
+        }
+    }
+
+    /// Reads the topic from where the view last ended to its end, and
+    /// applies what it read (the whole topic again only if its partition
+    /// restarted: a topic created again).
     fn refresh(&self) -> Result<MutexGuard<'_, View>, Error> {
-        let mut fresh = View::default();
         let started = Instant::now();
-        lock(&self.log).replay(&mut |r| {
-            fresh.apply(r.offset, &r.key, r.value.as_deref());
+        let from = lock(&self.view).next;
+        let mut read = Vec::new();
+        let log = lock(&self.log);
+        let mut ended = log.replay_from(from, &mut |r| {
+            read.push(r);
             Ok(())
         })?;
-        fresh.read_at = Some(started);
+        let mut fresh = None;
+        if ended.restarted {
+            let mut whole = View::default();
+            ended = log.replay_from(0, &mut |r| {
+                whole.apply(r.offset, &r.key, r.value.as_deref());
+                Ok(())
+            })?;
+            fresh = Some(whole);
+        }
+        drop(log);
         let mut view = lock(&self.view);
-        *view = fresh;
+        if let Some(whole) = fresh {
+            *view = whole;
+        } else {
+            // Another refresh may have applied some of these already.
+            let applied = view.next;
+            for r in read.iter().filter(|r| r.offset >= applied) {
+                view.apply(r.offset, &r.key, r.value.as_deref());
+            }
+        }
+        view.next = view.next.max(ended.next);
+        if view.read_at.is_none_or(|at| at < started) {
+            view.read_at = Some(started);
+        }
         Ok(view)
     }
 
@@ -167,31 +231,38 @@ fn key(tag: &SubjectTag, id: &[u8]) -> Vec<u8> {
 
 impl KeyStore for KafkaKeyStore {
     fn get(&self, tag: &SubjectTag) -> Result<Option<Vec<u8>>, Error> {
-        Ok(self.fresh()?.current(tag))
+        Ok(self.fresh()?.current(tag).map(|d| d.record.clone()))
     }
 
     fn insert_if_absent(&self, tag: &SubjectTag, record: &[u8]) -> Result<Vec<u8>, Error> {
-        if let Some(r) = self.refresh()?.current(tag) {
-            return Ok(r);
+        if let Some(d) = self.refresh()?.current(tag) {
+            return Ok(d.record.clone());
         }
         let id = record
             .get(..8)
             .ok_or_else(|| Error::store("a key record shorter than its id", "too short"))?;
         self.write(&[(key(tag, id), Some(record))])?;
         // Another instance may have made one first: the earliest is the
-        // subject's, for everyone.
-        self.refresh()?
-            .current(tag)
-            .ok_or_else(|| Error::store("a key record written is not on the topic", "lost"))
+        // subject's, for everyone, and no value was written under a later
+        // one (each maker reads the topic past its own record before it
+        // uses a DEK): a later one of ours is withdrawn.
+        let (current, ours_lost) = {
+            let view = self.refresh()?;
+            let current = view
+                .current(tag)
+                .ok_or_else(|| Error::store("a key record written is not on the topic", "lost"))?;
+            let lost = current.id[..] != *id && view.ids(tag).iter().any(|i| i[..] == *id);
+            (current.record.clone(), lost)
+        };
+        if ours_lost && !self.no_withdraw {
+            self.write(&[(key(tag, id), None)])?;
+            drop(self.refresh()?);
+        }
+        Ok(current)
     }
 
     fn remove(&self, tag: &SubjectTag) -> Result<(), Error> {
-        let ids: Vec<[u8; 8]> = self
-            .refresh()?
-            .deks
-            .get(tag)
-            .map(|d| d.keys().copied().collect())
-            .unwrap_or_default();
+        let ids = self.refresh()?.ids(tag);
         let mut records: Vec<(Vec<u8>, Option<&[u8]>)> =
             ids.iter().map(|id| (key(tag, id), None)).collect();
         records.push((key(tag, &MARKER), Some(SHREDDED)));
@@ -199,24 +270,25 @@ impl KeyStore for KafkaKeyStore {
         self.refresh().map(|_| ())
     }
 
+    /// Each subject's records in the order they were first written, so
+    /// that a rewrap, which writes them again in this order, keeps which
+    /// one is current after compaction.
     fn records(&self) -> Result<Vec<(SubjectTag, Vec<u8>)>, Error> {
-        Ok(self
-            .refresh()?
-            .deks
-            .iter()
-            .flat_map(|(tag, deks)| deks.values().map(|(_, r)| (*tag, r.clone())))
-            .collect())
+        let view = self.refresh()?;
+        let mut out = Vec::with_capacity(view.deks.len());
+        for (tag, deks) in &view.deks {
+            let mut deks: Vec<&DekRecord> = deks.iter().collect();
+            deks.sort_by_key(|d| d.first);
+            out.extend(deks.into_iter().map(|d| (*tag, d.record.clone())));
+        }
+        Ok(out)
     }
 
     fn replace(&self, tag: &SubjectTag, record: &[u8]) -> Result<(), Error> {
         let id = record
             .get(..8)
             .ok_or_else(|| Error::store("a key record shorter than its id", "too short"))?;
-        let known = self
-            .refresh()?
-            .deks
-            .get(tag)
-            .is_some_and(|d| d.keys().any(|k| &k[..] == id));
+        let known = self.refresh()?.ids(tag).iter().any(|k| k[..] == *id);
         if known {
             self.write(&[(key(tag, id), Some(record))])?;
         }
@@ -228,7 +300,7 @@ impl KeyStore for KafkaKeyStore {
             .fresh()?
             .deks
             .get(tag)
-            .and_then(|d| d.get(dek_id))
-            .map(|(_, r)| r.clone()))
+            .and_then(|d| d.iter().find(|d| d.id == *dek_id))
+            .map(|d| d.record.clone()))
     }
 }
