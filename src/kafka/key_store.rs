@@ -28,6 +28,8 @@ use std::collections::HashMap;
 use std::sync::{Mutex, MutexGuard, PoisonError};
 use std::time::{Duration, Instant};
 
+use rdkafka::consumer::BaseConsumer;
+
 use super::changelog::KafkaChangelog;
 use crate::error::Error;
 use crate::shred::{KeyStore, SubjectTag};
@@ -111,6 +113,8 @@ impl View {
 pub struct KafkaKeyStore {
     log: Mutex<KafkaChangelog>,
     view: Mutex<View>,
+    /// The topic's reader, kept between reads.
+    reader: Mutex<Option<BaseConsumer>>,
     fence: Duration,
     /// A test's control: a maker that lost a race keeps its DEK record.
     no_withdraw: bool,
@@ -135,6 +139,7 @@ impl KafkaKeyStore {
         KafkaKeyStore {
             log: Mutex::new(log),
             view: Mutex::new(View::default()),
+            reader: Mutex::new(None),
             fence: Duration::from_secs(5),
             no_withdraw: false,
         }
@@ -171,10 +176,24 @@ impl KafkaKeyStore {
         let from = lock(&self.view).next;
         let mut read = Vec::new();
         let log = lock(&self.log);
-        let mut ended = log.replay_from(from, &mut |r| {
+        let mut reader = lock(&self.reader);
+        if reader.is_none() {
+            *reader = Some(log.reader()?);
+        }
+        let consumer = reader.as_ref().expect("set above");
+        let ended = log.replay_with(consumer, from, &mut |r| {
             read.push(r);
             Ok(())
-        })?;
+        });
+        let mut ended = match ended {
+            Ok(e) => e,
+            Err(e) => {
+                // A new reader next time.
+                *reader = None;
+                return Err(e);
+            }
+        };
+        drop(reader);
         let mut fresh = None;
         if ended.restarted {
             let mut whole = View::default();
