@@ -5,8 +5,10 @@
 # primitive, and DeterministicSerializer / tink-daead, per size, for
 # encrypt and decrypt; the in-place group of benches/peers.rs (ours / raw
 # aws-lc-rs); the KMS envelope (benches/envelope.rs: ours / layer and ours /
-# tink-aead with no KMS delay; with a 1 ms KMS round trip, time and KMS
-# calls per 10^4 values); and 2 threads against 1 on one keyset
+# tink-aead with no KMS delay; subject keys, a DEK per data subject under
+# the envelope key, / the envelope key and / tink-aead; with a 1 ms KMS
+# round trip, time and KMS calls per 10^4 values); and 2 threads against 1
+# on one keyset
 # (benches/threads.rs).
 #
 #   scripts/bench-peers.sh                 # three rounds (about 3 minutes each)
@@ -310,6 +312,42 @@ else:
                 rows.append([label, "ours_envelope", den, op, n, f"{c[0]:.1f}", f"{c[1]:.1f}",
                              f"{c[2]:.4f}", f"{c[3]:.4f}", f"{c[4]:.4f}",
                              f"{ENV_GOAL:.2f}" if den == "ours_layer" and n == 1024 else ""])
+
+# benches/envelope.rs, no KMS delay: subject keys (a DEK per data subject,
+# the KEK the envelope key, a warm cache) / the envelope key, / tink-aead.
+SUBJECT_GOAL = 1.10  # ours_subject / ours_envelope
+say("")
+say("### Subject keys (crypto-shredding), KEK the envelope key, no KMS delay (warm cache)")
+say("")
+sub_rows = []
+for n in ENV_SIZES:
+    for group in ("envelope", "envelope_decrypt"):
+        env = compare(f"{group}/ours_subject/{n}", f"{group}/ours_envelope/{n}")
+        tnk = compare(f"{group}/ours_subject/{n}", f"{group}/tink_envelope/{n}")
+        if env:
+            sub_rows.append((n, group, env, tnk))
+if not sub_rows:
+    say("not measured.")
+else:
+    say("| size | op | ours_subject | ours_envelope | subject / envelope | spread | "
+        "tink_envelope | subject / tink | goal (subject / envelope) |")
+    say("|---:|---|---:|---:|---:|---|---:|---:|---|")
+    for n, group, env, tnk in sub_rows:
+        op = "decrypt" if group.endswith("decrypt") else "encrypt"
+        ok = env[2] <= SUBJECT_GOAL
+        if not ok:
+            missed.append(f"subject {op} {size_name(n)}: subject / envelope {env[2]:.2f} > "
+                          f"{SUBJECT_GOAL:.2f}")
+        say(f"| {size_name(n)} | {op} | {fmt_time(env[0])} | {fmt_time(env[1])} | "
+            f"{env[2]:.2f} | {env[3]:.2f}-{env[4]:.2f} | "
+            + (f"{fmt_time(tnk[1])} | {tnk[2]:.2f} | " if tnk else "- | - | ")
+            + f"<= {SUBJECT_GOAL:.2f} {'ok' if ok else 'MISS'} |")
+        for label, den, c in (("subject: ours / envelope", "ours_envelope", env),
+                              ("subject: ours / tink-aead envelope", "tink_envelope", tnk)):
+            if c:
+                rows.append([label, "ours_subject", den, op, n, f"{c[0]:.1f}", f"{c[1]:.1f}",
+                             f"{c[2]:.4f}", f"{c[3]:.4f}", f"{c[4]:.4f}",
+                             f"{SUBJECT_GOAL:.2f}" if den == "ours_envelope" else ""])
 
 # benches/envelope.rs, 1 ms KMS round trip: per 10^4 values, fastest round.
 def load_rounds(name):

@@ -25,11 +25,18 @@
 //! - `tink_envelope/N`: `tink_aead::new` on the same key: a new DEK and a
 //!   KMS call for every value encrypted, a KMS call for every value
 //!   decrypted (Tink 0.3.0's `KmsEnvelopeAead` keeps nothing).
+//! - `ours_subject/N`: subject keys (`tombstone_crypt::shred`, a DEK per
+//!   data subject, here the record key) whose KEK is the same envelope
+//!   keyset, in a `MemoryKeyStore`, the subject's DEK cached (a warm
+//!   cache); the decrypting side a second `SubjectKeys` on the same store
+//!   with a reader keyset.
 //!
 //! KMS delay 1 ms (a simulated round trip), timed with `Instant` after the
 //! criterion groups, 1 KiB values: 10^4 values through our side (with the
 //! default DEK policy, and with a DEK reuse limit of 1000 values), encrypt
-//! then decrypt on a fresh reader keyset (cold cache); Tink's side on 500
+//! then decrypt on a fresh reader keyset (cold cache), and through subject
+//! keys under that KEK over 100 subjects (fresh keys each way, a fresh
+//! key store: each subject's DEK made, then opened, once); Tink's side on 500
 //! values, scaled to 10^4 (each of its values is one KMS call, so the time
 //! is linear in the count). KMS calls are counted per 10^4 values (ours
 //! should be `ceil(10^4 / limit)` each way, Tink's 10^4). The figures are
@@ -44,6 +51,7 @@ use std::time::{Duration, Instant};
 use criterion::{BenchmarkId, Criterion, Throughput};
 use tombstone_crypt::__fuzz::FakeKms;
 use tombstone_crypt::kms::{DekPolicy, KmsAead, KmsClient as _, KmsClients};
+use tombstone_crypt::shred::{MemoryKeyStore, SubjectEncrypting, SubjectKeys};
 use tombstone_crypt::{
     AadPolicy, Bytes, Context, DecryptingDeserializer, Deserializer as _, EncryptingSerializer,
     KeyTemplate, Keyset, Serializer as _,
@@ -58,6 +66,8 @@ const SLOW_VALUES: usize = 10_000;
 const SLOW_TINK_VALUES: usize = 500;
 const SLOW_SIZE: usize = 1024;
 const SLOW_LIMIT: u64 = 1000;
+/// Subjects the subject-key side spreads its values over in the 1 ms case.
+const SLOW_SUBJECTS: usize = 100;
 
 fn ctx() -> Context<'static> {
     Context::new(TOPIC).with_key(RECORD_KEY)
@@ -114,6 +124,23 @@ impl tink_core::registry::KmsClient for TinkClient {
     }
 }
 
+/// Subject keys under `writer` and `reader` (the KEK: the envelope
+/// keyset), on one fresh key store.
+fn subject_pair(
+    writer: &Keyset,
+    reader: &Keyset,
+) -> (
+    SubjectEncrypting<Bytes, [u8]>,
+    SubjectEncrypting<Bytes, [u8]>,
+) {
+    let store = Arc::new(MemoryKeyStore::new());
+    let keys = |kek: &Keyset| Arc::new(SubjectKeys::new(kek.clone(), Arc::clone(&store) as _));
+    (
+        SubjectEncrypting::new(keys(writer), Bytes),
+        SubjectEncrypting::new(keys(reader), Bytes),
+    )
+}
+
 /// Both sides on one envelope key, and the plain AES-GCM layer.
 struct Sides {
     kms: FakeKms,
@@ -127,6 +154,8 @@ struct Sides {
     tink: Box<dyn tink_core::Aead>,
     tink_calls: Arc<AtomicUsize>,
     aad: Vec<u8>,
+    subject_ser: SubjectEncrypting<Bytes, [u8]>,
+    subject_de: SubjectEncrypting<Bytes, [u8]>,
 }
 
 impl Sides {
@@ -157,6 +186,7 @@ impl Sides {
             .associated_data(AadPolicy::TopicAndKey)
             .expect("short context");
         assert_eq!(aad.len(), 27);
+        let (subject_ser, subject_de) = subject_pair(&keyset, &reader);
         Sides {
             kms,
             clients,
@@ -168,6 +198,8 @@ impl Sides {
             tink,
             tink_calls,
             aad,
+            subject_ser,
+            subject_de,
         }
     }
 
@@ -184,8 +216,18 @@ impl Sides {
 
     /// Each side's ciphertext of `pt`, each checked to decrypt on its own
     /// side; whether the other side opens it is returned, not asserted.
-    fn ciphertexts(&self, pt: &[u8]) -> (Vec<u8>, Vec<u8>, Vec<u8>, Interop) {
+    fn ciphertexts(&self, pt: &[u8]) -> (Vec<u8>, Vec<u8>, Vec<u8>, Vec<u8>, Interop) {
         let ctx = ctx();
+        let subject = self
+            .subject_ser
+            .serialize(&ctx, Some(pt))
+            .expect("encrypt")
+            .expect("present");
+        let opened: Option<Vec<u8>> = self
+            .subject_de
+            .deserialize(&ctx, Some(&subject))
+            .expect("decrypt");
+        assert_eq!(opened.as_deref(), Some(pt));
         let ours = self.ours_seal(&self.ser, pt);
         let layer = self.ours_seal(&self.layer_ser, pt);
         let tink = self.tink.encrypt(pt, &self.aad).expect("tink encrypt");
@@ -211,7 +253,7 @@ impl Sides {
                 .as_deref()
                 == Some(pt),
         };
-        (ours, layer, tink, interop)
+        (ours, layer, tink, subject, interop)
     }
 }
 
@@ -228,6 +270,7 @@ enum Side {
     OursEnvelope,
     OursLayer,
     TinkEnvelope,
+    OursSubject,
 }
 
 impl Side {
@@ -236,12 +279,18 @@ impl Side {
             Side::OursEnvelope => "ours_envelope",
             Side::OursLayer => "ours_layer",
             Side::TinkEnvelope => "tink_envelope",
+            Side::OursSubject => "ours_subject",
         }
     }
 }
 
-fn sides_in_order() -> [Side; 3] {
-    let mut sides = [Side::OursEnvelope, Side::OursLayer, Side::TinkEnvelope];
+fn sides_in_order() -> [Side; 4] {
+    let mut sides = [
+        Side::OursEnvelope,
+        Side::OursLayer,
+        Side::TinkEnvelope,
+        Side::OursSubject,
+    ];
     if reversed() {
         sides.reverse();
     }
@@ -254,9 +303,9 @@ fn zero_delay(c: &mut Criterion, s: &Sides) {
     let mut cases = Vec::new();
     for n in SIZES {
         let pt = plaintext(n);
-        let (ours, layer, tink, interop) = s.ciphertexts(&pt);
+        let (ours, layer, tink, subject, interop) = s.ciphertexts(&pt);
         eprintln!("envelope interop at {n} B: {interop:?}");
-        cases.push((n, pt, ours, layer, tink));
+        cases.push((n, pt, ours, layer, tink, subject));
     }
 
     let mut group = c.benchmark_group("envelope");
@@ -275,13 +324,19 @@ fn zero_delay(c: &mut Criterion, s: &Sides) {
                 Side::TinkEnvelope => group.bench_function(id, |b| {
                     b.iter(|| s.tink.encrypt(black_box(pt), black_box(&s.aad)))
                 }),
+                Side::OursSubject => group.bench_function(id, |b| {
+                    b.iter(|| {
+                        s.subject_ser
+                            .serialize(black_box(&ctx), Some(black_box(pt)))
+                    })
+                }),
             };
         }
     }
     group.finish();
 
     let mut group = c.benchmark_group("envelope_decrypt");
-    for (n, _, ours, layer, tink) in &cases {
+    for (n, _, ours, layer, tink, subject) in &cases {
         group.throughput(Throughput::Bytes(*n as u64));
         for side in sides_in_order() {
             let id = BenchmarkId::new(side.id(), n);
@@ -299,6 +354,13 @@ fn zero_delay(c: &mut Criterion, s: &Sides) {
                 }),
                 Side::TinkEnvelope => group.bench_function(id, |b| {
                     b.iter(|| s.tink.decrypt(black_box(&tink[..]), black_box(&s.aad)))
+                }),
+                Side::OursSubject => group.bench_function(id, |b| {
+                    b.iter(|| -> Option<Vec<u8>> {
+                        s.subject_de
+                            .deserialize(black_box(&ctx), Some(black_box(&subject[..])))
+                            .expect("decrypt")
+                    })
                 }),
             };
         }
@@ -382,6 +444,52 @@ fn slow_ours(s: &Sides, side: &'static str, policy: DekPolicy, pt: &[u8]) -> [Sl
     [enc, dec]
 }
 
+/// Subject keys at 1 ms: `SLOW_VALUES` values over `SLOW_SUBJECTS`
+/// subjects, on fresh keys and a fresh key store (each subject's DEK made
+/// by the writer and opened by the reader once), the KEK the envelope key
+/// with the default DEK policy.
+fn slow_subject(s: &Sides, pt: &[u8]) -> [Slow; 2] {
+    let writer = Keyset::from_tink_json_with(&s.json, &s.clients).expect("writer keyset");
+    let reader = Keyset::from_tink_json_with(&s.json, &s.clients).expect("reader keyset");
+    let (ser, de) = subject_pair(&writer, &reader);
+    let keys: Vec<Vec<u8>> = (0..SLOW_SUBJECTS)
+        .map(|i| format!("subject-{i}").into_bytes())
+        .collect();
+    let ctx = |i: usize| Context::new(TOPIC).with_key(&keys[i % SLOW_SUBJECTS]);
+    let calls = s.kms.encrypt_calls() + s.kms.decrypt_calls();
+    let t = Instant::now();
+    let cts: Vec<Vec<u8>> = (0..SLOW_VALUES)
+        .map(|i| {
+            ser.serialize(&ctx(i), Some(pt))
+                .expect("encrypt")
+                .expect("present")
+        })
+        .collect();
+    let enc = Slow {
+        side: "ours_subject",
+        limit: DekPolicy::default().max_values(),
+        op: "encrypt",
+        measured: SLOW_VALUES,
+        secs: t.elapsed().as_secs_f64(),
+        kms_calls: s.kms.encrypt_calls() + s.kms.decrypt_calls() - calls,
+    };
+    let calls = s.kms.encrypt_calls() + s.kms.decrypt_calls();
+    let t = Instant::now();
+    for (i, ct) in cts.iter().enumerate() {
+        let got: Option<Vec<u8>> = de.deserialize(&ctx(i), Some(&ct[..])).expect("decrypt");
+        assert_eq!(got.as_deref(), Some(pt));
+    }
+    let dec = Slow {
+        side: "ours_subject",
+        limit: DekPolicy::default().max_values(),
+        op: "decrypt",
+        measured: SLOW_VALUES,
+        secs: t.elapsed().as_secs_f64(),
+        kms_calls: s.kms.encrypt_calls() + s.kms.decrypt_calls() - calls,
+    };
+    [enc, dec]
+}
+
 /// Tink's side at 1 ms: `SLOW_TINK_VALUES` values, each one KMS call.
 fn slow_tink(s: &Sides, pt: &[u8]) -> [Slow; 2] {
     let calls = s.tink_calls.load(Ordering::Relaxed);
@@ -434,6 +542,7 @@ fn one_ms(s: &Sides) {
     for (side, policy) in ours {
         rows.extend(slow_ours(s, side, policy, &pt));
     }
+    rows.extend(slow_subject(s, &pt));
     if !tink_first {
         rows.extend(slow_tink(s, &pt));
     }
