@@ -136,6 +136,15 @@ pub(crate) struct ShredArgs {
     /// made before opens nothing).
     #[arg(long, conflicts_with_all = ["subject", "subjects"])]
     pub(crate) rewrap: bool,
+    /// Instead of shredding: read the whole key store and open every
+    /// record under the KEK (the key store's audit): subjects, DEKs,
+    /// subjects with two DEKs, records that do not open, records not yet
+    /// under the KEK's primary key; on a key-store topic also its records,
+    /// tombstones, shred markers and records not of a key store. Exit 1
+    /// when a record does not open, a subject has two DEKs or the topic
+    /// holds foreign records.
+    #[arg(long, conflicts_with_all = ["subject", "subjects", "rewrap"])]
+    pub(crate) check: bool,
 }
 
 /// `consume`'s arguments.

@@ -38,7 +38,7 @@ fn subjects(args: &ShredArgs) -> Result<Vec<String>, Fail> {
 /// acknowledged it; a failure stops the run and says how many were
 /// shredded before it (run it again: a shred is idempotent).
 pub(crate) fn shred(args: &ShredArgs, out: &Output) -> Result<Outcome, Fail> {
-    let list = if args.rewrap {
+    let list = if args.rewrap || args.check {
         Vec::new()
     } else {
         subjects(args)?
@@ -59,6 +59,9 @@ pub(crate) fn shred(args: &ShredArgs, out: &Output) -> Result<Outcome, Fail> {
     };
     let keys = subject_keys(&args.keys, args.decrypt_with.as_deref(), config.as_ref())?
         .ok_or_else(|| fail("--subject-kek FILE is required (the subject keys' KEK)"))?;
+    if args.check {
+        return check(args, &keys, config.as_ref(), out);
+    }
     if args.rewrap {
         let n = keys
             .rewrap()
@@ -83,4 +86,77 @@ pub(crate) fn shred(args: &ShredArgs, out: &Output) -> Result<Outcome, Fail> {
         &json!({"shredded": list.len()}),
     )?;
     Ok(Outcome::Clean)
+}
+
+/// Hex of a subject tag.
+fn hex(tag: &[u8]) -> String {
+    tag.iter().map(|b| format!("{b:02x}")).collect()
+}
+
+/// What a key-store topic holds, record by record: records, tombstones,
+/// shred markers, and records whose key is not `subject tag | DEK id`.
+fn topic_counts(
+    config: &tombstone_crypt::kafka::rdkafka::ClientConfig,
+    topic: &str,
+) -> Result<serde_json::Value, Fail> {
+    use tombstone_crypt::kafka::KafkaChangelog;
+    use tombstone_crypt::store::Changelog as _;
+    let records = KafkaChangelog::with_config(config.clone(), topic)
+        .and_then(|log| log.records())
+        .map_err(|e| fail(format!("read {topic}: {}", crate::chain(&e))))?;
+    let tombstones = records.iter().filter(|r| r.value.is_none()).count();
+    let markers = records
+        .iter()
+        .filter(|r| r.key.len() == 24 && r.key[16..] == [0xff; 8] && r.value.is_some())
+        .count();
+    let foreign = records.iter().filter(|r| r.key.len() != 24).count();
+    Ok(json!({
+        "records": records.len(),
+        "tombstones": tombstones,
+        "shred_markers": markers,
+        "foreign_records": foreign,
+    }))
+}
+
+/// `shred --check`: the key store read whole, every record opened.
+fn check(
+    args: &ShredArgs,
+    keys: &tombstone_crypt::shred::SubjectKeys,
+    config: Option<&tombstone_crypt::kafka::rdkafka::ClientConfig>,
+    out: &Output,
+) -> Result<Outcome, Fail> {
+    let c = keys
+        .check()
+        .map_err(|e| fail(format!("check: {}", crate::chain(&e))))?;
+    let listed = |tags: &[[u8; 16]]| tags.iter().take(100).map(|t| hex(t)).collect::<Vec<_>>();
+    let mut report = json!({
+        "subjects": c.subjects,
+        "deks": c.deks,
+        "naming_key": c.naming_key,
+        "several_deks": c.several_deks.len(),
+        "several_deks_tags": listed(&c.several_deks),
+        "not_opening": c.not_opening.len(),
+        "not_opening_tags": listed(&c.not_opening),
+        "not_under_primary": c.not_under_primary,
+    });
+    let mut clean = c.is_clean();
+    if let (Some(topic), Some(config)) = (&args.keys.subject_key_topic, config) {
+        let counts = topic_counts(config, topic)?;
+        clean &= counts["foreign_records"] == 0;
+        report["topic"] = counts;
+    }
+    let text = format!(
+        "{} subjects, {} DEKs; {} subjects with several DEKs, {} records that do not open, {} not under the KEK's primary key\n",
+        c.subjects,
+        c.deks,
+        c.several_deks.len(),
+        c.not_opening.len(),
+        c.not_under_primary
+    );
+    out.print(&text, &report)?;
+    Ok(if clean {
+        Outcome::Clean
+    } else {
+        Outcome::Findings
+    })
 }

@@ -48,6 +48,7 @@
 //! # Ok::<(), tombstone_crypt::Error>(())
 //! ```
 
+mod check;
 mod store;
 
 use std::collections::HashMap;
@@ -58,6 +59,7 @@ use std::time::Duration;
 
 use zeroize::Zeroizing;
 
+pub use check::KeyStoreCheck;
 #[cfg(feature = "redb")]
 pub use store::RedbKeyStore;
 pub use store::{KeyStore, MemoryKeyStore};

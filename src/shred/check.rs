@@ -1,0 +1,82 @@
+//! [`SubjectKeys::check`]: the key store read whole, every record opened.
+
+use super::{SubjectKeys, SubjectTag, DEK_ID, NAMING_AD, NAMING_ID};
+use crate::error::Error;
+
+/// What [`SubjectKeys::check`] found in the key store.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+#[non_exhaustive]
+pub struct KeyStoreCheck {
+    /// Subjects with a DEK.
+    pub subjects: usize,
+    /// DEK records (a subject's, each).
+    pub deks: usize,
+    /// Whether the naming key's record is there (it is made with the
+    /// first subject).
+    pub naming_key: bool,
+    /// Subjects with more than one DEK (none, unless a maker that lost a
+    /// race for a subject's first DEK was stopped before it withdrew its
+    /// own: that one was never used).
+    pub several_deks: Vec<SubjectTag>,
+    /// Records the KEK does not open (a record cut or changed, a key of
+    /// the KEK destroyed before a rewrap reached the record, another
+    /// KEK's store), by tag; the naming key's is `0xff` x 16. Values under
+    /// them cannot be read.
+    pub not_opening: Vec<SubjectTag>,
+    /// Records that open but are not wrapped under the KEK's primary key
+    /// (by the key id their ciphertext starts with): what
+    /// [`SubjectKeys::rewrap`] would wrap again; none must be left before
+    /// the KEK's older keys are destroyed.
+    pub not_under_primary: usize,
+}
+
+impl KeyStoreCheck {
+    /// Whether nothing is wrong: every record opens and no subject has
+    /// two DEKs (records not yet under the primary key are no fault).
+    pub fn is_clean(&self) -> bool {
+        self.several_deks.is_empty() && self.not_opening.is_empty()
+    }
+}
+
+impl SubjectKeys {
+    /// Reads every record of the key store and opens each under the KEK
+    /// (without keeping what it opens): the key store's own audit.
+    ///
+    /// # Errors
+    /// What the key store reports when it is read.
+    pub fn check(&self) -> Result<KeyStoreCheck, Error> {
+        let primary = self.kek.primary().0.to_be_bytes();
+        let mut check = KeyStoreCheck::default();
+        let mut per_subject: std::collections::HashMap<SubjectTag, usize> =
+            std::collections::HashMap::new();
+        for (tag, record) in self.store.records()? {
+            let naming = tag == NAMING_ID;
+            let wrapped = record.get(DEK_ID..);
+            let opens = match (naming, record.split_first_chunk::<DEK_ID>()) {
+                (true, Some((_, wrapped))) => self.kek.decrypt(wrapped, NAMING_AD).is_ok(),
+                (false, Some(_)) => self.open_record(&tag, &record).is_ok(),
+                (_, None) => false,
+            };
+            if naming {
+                check.naming_key = true;
+            } else {
+                check.deks += 1;
+                *per_subject.entry(tag).or_default() += 1;
+            }
+            if !opens {
+                check.not_opening.push(tag);
+            } else if wrapped.and_then(|w| w.get(1..5)) != Some(&primary[..]) {
+                check.not_under_primary += 1;
+            }
+        }
+        check.subjects = per_subject.len();
+        check.several_deks = per_subject
+            .into_iter()
+            .filter(|(_, n)| *n > 1)
+            .map(|(t, _)| t)
+            .collect();
+        check.several_deks.sort_unstable();
+        check.not_opening.sort_unstable();
+        Ok(check)
+    }
+}
