@@ -81,6 +81,19 @@ fn race(bootstrap: &str, withdraw: bool, subjects: usize) -> (usize, usize) {
             .collect();
         hs.into_iter().flat_map(|h| h.join().unwrap()).collect()
     });
+    // No subject is named in cleartext on the key-store topic.
+    let raw = KafkaChangelog::open(bootstrap, &topic)
+        .unwrap()
+        .records()
+        .unwrap();
+    for r in &raw {
+        for bytes in [&r.key[..], r.value.as_deref().unwrap_or_default()] {
+            assert!(
+                !bytes.windows(8).any(|w| w == b"subject-"),
+                "a subject in cleartext on the key-store topic"
+            );
+        }
+    }
     // A race: both instances wrote a DEK record for the subject.
     let races = deks(bootstrap, &topic, true)
         .values()

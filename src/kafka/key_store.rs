@@ -46,29 +46,76 @@ const SHREDDED: &[u8] = b"shredded";
 struct DekRecord {
     id: [u8; 8],
     first: u64,
-    record: Vec<u8>,
+    record: Box<[u8]>,
 }
 
-/// The live DEK records of each subject (nearly always one), the offset
-/// to read from next, and when the view was last read to the end.
+/// A subject's live DEK records: nearly always one, kept inline (a view of
+/// 10^6 subjects holds one allocation per subject, its record, not two).
+enum Deks {
+    One(DekRecord),
+    Many(Vec<DekRecord>),
+}
+
+impl Deks {
+    fn as_slice(&self) -> &[DekRecord] {
+        match self {
+            Deks::One(d) => std::slice::from_ref(d),
+            Deks::Many(v) => v,
+        }
+    }
+
+    fn find_mut(&mut self, id: &[u8; 8]) -> Option<&mut DekRecord> {
+        match self {
+            Deks::One(d) => Some(d).filter(|d| d.id == *id),
+            Deks::Many(v) => v.iter_mut().find(|d| d.id == *id),
+        }
+    }
+
+    fn push(&mut self, d: DekRecord) {
+        match self {
+            Deks::Many(v) => v.push(d),
+            Deks::One(_) => {
+                let old = std::mem::replace(self, Deks::Many(Vec::with_capacity(2)));
+                if let (Deks::One(first), Deks::Many(v)) = (old, self) {
+                    v.extend([first, d]);
+                }
+            }
+        }
+    }
+
+    /// Removes DEK `id`; whether none is left.
+    fn remove(&mut self, id: &[u8; 8]) -> bool {
+        match self {
+            Deks::One(d) => d.id == *id,
+            Deks::Many(v) => {
+                v.retain(|d| d.id != *id);
+                v.is_empty()
+            }
+        }
+    }
+}
+
+/// The live DEK records of each subject, the offset to read from next, and
+/// when the view was last read to the end.
 #[derive(Default)]
 struct View {
     read_at: Option<Instant>,
     next: u64,
-    deks: HashMap<SubjectTag, Vec<DekRecord>>,
+    deks: HashMap<SubjectTag, Deks>,
 }
 
 impl View {
+    fn of(&self, tag: &SubjectTag) -> &[DekRecord] {
+        self.deks.get(tag).map_or(&[], Deks::as_slice)
+    }
+
     /// The live record written first.
     fn current(&self, tag: &SubjectTag) -> Option<&DekRecord> {
-        self.deks.get(tag)?.iter().min_by_key(|d| d.first)
+        self.of(tag).iter().min_by_key(|d| d.first)
     }
 
     fn ids(&self, tag: &SubjectTag) -> Vec<[u8; 8]> {
-        self.deks
-            .get(tag)
-            .map(|d| d.iter().map(|d| d.id).collect())
-            .unwrap_or_default()
+        self.of(tag).iter().map(|d| d.id).collect()
     }
 
     fn apply(&mut self, offset: u64, key: &[u8], value: Option<&[u8]>) {
@@ -85,23 +132,25 @@ impl View {
             }
             (true, None) => {}
             (false, Some(record)) => {
-                let deks = self.deks.entry(tag).or_default();
-                match deks.iter_mut().find(|d| d.id == id) {
-                    // Wrapped again: the DEK keeps its first offset.
-                    Some(d) => d.record = record.to_vec(),
-                    None => deks.push(DekRecord {
-                        id,
-                        first: offset,
-                        record: record.to_vec(),
-                    }),
+                let new = DekRecord {
+                    id,
+                    first: offset,
+                    record: record.into(),
+                };
+                match self.deks.get_mut(&tag) {
+                    None => {
+                        self.deks.insert(tag, Deks::One(new));
+                    }
+                    Some(deks) => match deks.find_mut(&id) {
+                        // Wrapped again: the DEK keeps its first offset.
+                        Some(d) => d.record = new.record,
+                        None => deks.push(new),
+                    },
                 }
             }
             (false, None) => {
-                if let Some(d) = self.deks.get_mut(&tag) {
-                    d.retain(|d| d.id != id);
-                    if d.is_empty() {
-                        self.deks.remove(&tag);
-                    }
+                if self.deks.get_mut(&tag).is_some_and(|d| d.remove(&id)) {
+                    self.deks.remove(&tag);
                 }
             }
         }
@@ -174,13 +223,18 @@ impl KafkaKeyStore {
     fn refresh(&self) -> Result<MutexGuard<'_, View>, Error> {
         let started = Instant::now();
         let from = lock(&self.view).next;
+        if from == 0 {
+            return self.read_whole(started);
+        }
         let mut read = Vec::new();
         let log = lock(&self.log);
         let mut reader = lock(&self.reader);
         if reader.is_none() {
             *reader = Some(log.reader()?);
         }
-        let consumer = reader.as_ref().expect("set above");
+        let Some(consumer) = reader.as_ref() else {
+            return Err(Error::store("the key-store topic's reader", "not made"));
+        };
         let ended = log.replay_with(consumer, from, &mut |r| {
             read.push(r);
             Ok(())
@@ -221,6 +275,40 @@ impl KafkaKeyStore {
         Ok(view)
     }
 
+    /// Reads the whole topic into a new view, applying each record as it
+    /// arrives (a first read of a large topic is not held twice in memory).
+    fn read_whole(&self, started: Instant) -> Result<MutexGuard<'_, View>, Error> {
+        let log = lock(&self.log);
+        let mut reader = lock(&self.reader);
+        if reader.is_none() {
+            *reader = Some(log.reader()?);
+        }
+        let Some(consumer) = reader.as_ref() else {
+            return Err(Error::store("the key-store topic's reader", "not made"));
+        };
+        let mut whole = View::default();
+        let ended = log.replay_with(consumer, 0, &mut |r| {
+            whole.apply(r.offset, &r.key, r.value.as_deref());
+            Ok(())
+        });
+        let ended = match ended {
+            Ok(e) => e,
+            Err(e) => {
+                *reader = None;
+                return Err(e);
+            }
+        };
+        drop((reader, log));
+        whole.next = ended.next;
+        whole.read_at = Some(started);
+        let mut view = lock(&self.view);
+        // Another read may have gone further meanwhile: keep the newer.
+        if view.next <= whole.next {
+            *view = whole;
+        }
+        Ok(view)
+    }
+
     /// The view, read again if it is older than the fence.
     fn fresh(&self) -> Result<MutexGuard<'_, View>, Error> {
         {
@@ -250,12 +338,12 @@ fn key(tag: &SubjectTag, id: &[u8]) -> Vec<u8> {
 
 impl KeyStore for KafkaKeyStore {
     fn get(&self, tag: &SubjectTag) -> Result<Option<Vec<u8>>, Error> {
-        Ok(self.fresh()?.current(tag).map(|d| d.record.clone()))
+        Ok(self.fresh()?.current(tag).map(|d| d.record.to_vec()))
     }
 
     fn insert_if_absent(&self, tag: &SubjectTag, record: &[u8]) -> Result<Vec<u8>, Error> {
         if let Some(d) = self.refresh()?.current(tag) {
-            return Ok(d.record.clone());
+            return Ok(d.record.to_vec());
         }
         let id = record
             .get(..8)
@@ -271,7 +359,7 @@ impl KeyStore for KafkaKeyStore {
                 .current(tag)
                 .ok_or_else(|| Error::store("a key record written is not on the topic", "lost"))?;
             let lost = current.id[..] != *id && view.ids(tag).iter().any(|i| i[..] == *id);
-            (current.record.clone(), lost)
+            (current.record.to_vec(), lost)
         };
         if ours_lost && !self.no_withdraw {
             self.write(&[(key(tag, id), None)])?;
@@ -296,9 +384,9 @@ impl KeyStore for KafkaKeyStore {
         let view = self.refresh()?;
         let mut out = Vec::with_capacity(view.deks.len());
         for (tag, deks) in &view.deks {
-            let mut deks: Vec<&DekRecord> = deks.iter().collect();
+            let mut deks: Vec<&DekRecord> = deks.as_slice().iter().collect();
             deks.sort_by_key(|d| d.first);
-            out.extend(deks.into_iter().map(|d| (*tag, d.record.clone())));
+            out.extend(deks.into_iter().map(|d| (*tag, d.record.to_vec())));
         }
         Ok(out)
     }
@@ -317,9 +405,9 @@ impl KeyStore for KafkaKeyStore {
     fn find(&self, tag: &SubjectTag, dek_id: &[u8; 8]) -> Result<Option<Vec<u8>>, Error> {
         Ok(self
             .fresh()?
-            .deks
-            .get(tag)
-            .and_then(|d| d.iter().find(|d| d.id == *dek_id))
-            .map(|d| d.record.clone()))
+            .of(tag)
+            .iter()
+            .find(|d| d.id == *dek_id)
+            .map(|d| d.record.to_vec()))
     }
 }
