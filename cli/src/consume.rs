@@ -1,5 +1,7 @@
 //! `consume`: a topic's records as JSON lines, decrypted, tombstones as
-//! `null`: from this library's format with `--keyset`, from Confluent's
+//! `null`: from this library's format with `--keyset`, values under subject
+//! keys (`tombstone_crypt::shred`) with `--subject-kek` (a shredded
+//! subject's value as `null` with `"shredded": true`), from Confluent's
 //! (CSFLE fields, CSPE payloads, JSON Schema) with `--schema-registry`.
 
 use std::io::Write as _;
@@ -7,17 +9,32 @@ use std::io::Write as _;
 use base64::Engine as _;
 use serde_json::{json, Value};
 use tombstone_crypt::confluent::ConfluentJson;
-use tombstone_crypt::{Bytes, Context, DecryptingDeserializer, Deserializer as _};
+use tombstone_crypt::shred::SubjectEncrypting;
+use tombstone_crypt::{Bytes, Context, DecryptingDeserializer, Deserializer as _, Error};
 
-use crate::read::{self, Rec, Setup};
+use crate::read::{self, Rec, Setup, SubjectValues};
 use crate::{fail, keysets, ConsumeArgs, Fail, Outcome, Output};
 
 /// What the values are read with.
 enum Reader {
-    /// This library's format.
-    Ours(DecryptingDeserializer<Bytes>, String),
+    /// This library's format: values under a keyset (`--keyset`), values
+    /// under subject keys (`--subject-kek`), or both; the name values are
+    /// bound to.
+    Ours {
+        keyset: Option<DecryptingDeserializer<Bytes>>,
+        subjects: Option<SubjectValues>,
+        name: String,
+    },
     /// Confluent's, with its registry.
     Confluent(Box<ConfluentJson>),
+}
+
+/// Why a value did not print: it does not decrypt (an `"error"` line, exit
+/// 1), or the command cannot go on (a key store, its topic or a KMS
+/// failed: exit 2, as `audit`).
+enum Unread {
+    Value(String),
+    Command(Fail),
 }
 
 /// A record's key: its text when it is UTF-8, else its base64 under
@@ -58,18 +75,36 @@ fn plain_value(bytes: &[u8], line: &mut serde_json::Map<String, Value>) {
 }
 
 impl Reader {
-    fn new(a: &ConsumeArgs) -> Result<Self, Fail> {
+    /// The reader `a` asks for (the flags checked before a keyset or key
+    /// store is opened); `s.config` reaches a `--subject-key-topic`.
+    fn new(a: &ConsumeArgs, s: &Setup) -> Result<Self, Fail> {
+        let subject_kek = a.subject.subject_kek.is_some();
         match (&a.keyset, &a.schema_registry) {
-            (Some(path), None) => {
-                let keyset = keysets::load(path, a.decrypt_with.as_deref())?;
-                let de = DecryptingDeserializer::new(Bytes, keyset).with_aad(a.aad.into());
-                Ok(Reader::Ours(
-                    de,
-                    a.aad_name.clone().unwrap_or_else(|| a.topic.clone()),
-                ))
-            }
+            (Some(_), Some(_)) => Err(fail("give one of --keyset and --schema-registry")),
+            (None, Some(_)) if subject_kek => Err(fail(
+                "--subject-kek reads this library's format: not with --schema-registry",
+            )),
             (None, Some(url)) => Ok(Reader::Confluent(Box::new(read::confluent_codec(url)?))),
-            _ => Err(fail("give exactly one of --keyset and --schema-registry")),
+            (None, None) if !subject_kek => Err(fail(
+                "give --keyset, --subject-kek (values under subject keys) or --schema-registry",
+            )),
+            (keyset, None) => {
+                let keyset = match keyset {
+                    Some(path) => {
+                        let keyset = keysets::load(path, a.decrypt_with.as_deref())?;
+                        Some(DecryptingDeserializer::new(Bytes, keyset).with_aad(a.aad.into()))
+                    }
+                    None => None,
+                };
+                let subjects =
+                    read::subject_keys(&a.subject, a.decrypt_with.as_deref(), Some(&s.config))?
+                        .map(|keys| SubjectEncrypting::new(keys, Bytes));
+                Ok(Reader::Ours {
+                    keyset,
+                    subjects,
+                    name: a.aad_name.clone().unwrap_or_else(|| a.topic.clone()),
+                })
+            }
         }
     }
 
@@ -79,30 +114,73 @@ impl Reader {
         topic: &str,
         r: &Rec<'_>,
         line: &mut serde_json::Map<String, Value>,
-    ) -> Result<(), String> {
-        match self {
-            Reader::Ours(de, name) => {
+    ) -> Result<(), Unread> {
+        let plain = match self {
+            Reader::Ours {
+                keyset,
+                subjects,
+                name,
+            } => {
                 let ctx = match r.key {
                     Some(k) => Context::new(name).with_key(k),
                     None => Context::new(name),
                 };
-                match de
-                    .deserialize(&ctx, r.value)
-                    .map_err(|e| crate::chain(&e))?
-                {
-                    None => {
-                        line.insert("value".into(), Value::Null);
+                match (r.value, keyset, subjects) {
+                    (None, _, _) => None,
+                    (Some(v), _, _) if v.first() == Some(&tombstone_crypt::shred::FORMAT) => {
+                        let Some(subjects) = subjects else {
+                            return Err(Unread::Value(
+                                "the value is under subject keys (first byte 0x53): give --subject-kek and its key store (--subject-key-store or --subject-key-topic)".into(),
+                            ));
+                        };
+                        match subjects.deserialize(&ctx, Some(v)) {
+                            Ok(Some(bytes)) => Some(bytes),
+                            // Its subject was shredded: a delete, told
+                            // apart from a tombstone.
+                            Ok(None) => {
+                                line.insert("value".into(), Value::Null);
+                                line.insert("shredded".into(), Value::Bool(true));
+                                return Ok(());
+                            }
+                            Err(
+                                e @ (Error::Store { .. }
+                                | Error::Changelog { .. }
+                                | Error::Kms { .. }),
+                            ) => {
+                                return Err(Unread::Command(fail(format!(
+                                    "the value at {topic}/{} offset {}: {}",
+                                    r.partition,
+                                    r.offset,
+                                    crate::chain(&e)
+                                ))))
+                            }
+                            Err(e) => return Err(Unread::Value(crate::chain(&e))),
+                        }
                     }
-                    Some(bytes) => plain_value(&bytes, line),
+                    (Some(_), None, _) => {
+                        return Err(Unread::Value(
+                            "the value is not under subject keys: give --keyset to read it".into(),
+                        ))
+                    }
+                    (value, Some(de), _) => de
+                        .deserialize(&ctx, value)
+                        .map_err(|e| Unread::Value(crate::chain(&e)))?,
                 }
             }
             Reader::Confluent(codec) => {
                 let subject = format!("{topic}-value");
                 let v = codec
                     .decode_for(Some(&subject), r.value)
-                    .map_err(|e| crate::chain(&e))?;
+                    .map_err(|e| Unread::Value(crate::chain(&e)))?;
                 line.insert("value".into(), v.unwrap_or(Value::Null));
+                return Ok(());
             }
+        };
+        match plain {
+            None => {
+                line.insert("value".into(), Value::Null);
+            }
+            Some(bytes) => plain_value(&bytes, line),
         }
         Ok(())
     }
@@ -111,10 +189,11 @@ impl Reader {
 /// Prints every record of the topic's partitions, in partition and offset
 /// order, to each partition's end: `{"partition", "offset", "key",
 /// "value"}`, or `"error"` in place of `"value"` for a value that does not
-/// decrypt (then exit 1); a present value that reads as JSON null has
-/// `"broken_delete": true` beside its `null`.
+/// decrypt (then exit 1); a value whose subject was shredded has
+/// `"shredded": true` beside its `null` (a delete: exit 0); a present
+/// value that reads as JSON null has `"broken_delete": true` beside its
+/// `null`.
 pub(crate) fn consume(a: &ConsumeArgs, out: &Output) -> Result<Outcome, Fail> {
-    let reader = Reader::new(a)?;
     let s = Setup::for_reading(
         &a.topic,
         &a.bootstrap,
@@ -122,6 +201,7 @@ pub(crate) fn consume(a: &ConsumeArgs, out: &Output) -> Result<Outcome, Fail> {
         a.timeout,
         a.partitions.clone(),
     )?;
+    let reader = Reader::new(a, &s)?;
     let (parts, _) = read::partitions(&s)?;
     let total: i64 = parts.iter().map(|(_, low, high)| (high - low).max(0)).sum();
     let bar = read::progress(u64::try_from(total).unwrap_or(0), out.quiet, "consume");
@@ -136,12 +216,21 @@ pub(crate) fn consume(a: &ConsumeArgs, out: &Output) -> Result<Outcome, Fail> {
             line.insert("partition".into(), json!(r.partition));
             line.insert("offset".into(), json!(r.offset));
             key_fields(r.key, &mut line);
-            if let Err(why) = reader.value(&a.topic, r, &mut line) {
-                failed += 1;
-                line.insert("error".into(), Value::String(why));
-            } else if r.value.is_some() && line.get("value") == Some(&Value::Null) {
+            match reader.value(&a.topic, r, &mut line) {
+                Err(Unread::Command(f)) => return Err(f),
+                Err(Unread::Value(why)) => {
+                    failed += 1;
+                    line.insert("error".into(), Value::String(why));
+                }
+                Ok(()) => {}
+            }
+            if r.value.is_some()
+                && line.get("value") == Some(&Value::Null)
+                && !line.contains_key("shredded")
+            {
                 // A present value that reads as JSON null: not a delete
-                // (compaction keeps it), though it prints as one.
+                // (compaction keeps it), though it prints as one. (A
+                // shredded subject's value is a delete.)
                 line.insert("broken_delete".into(), Value::Bool(true));
             }
             writeln!(stdout, "{}", Value::Object(line)).map_err(|e| fail(format!("stdout: {e}")))

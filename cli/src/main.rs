@@ -97,8 +97,10 @@ enum Command {
     Reencrypt(ReencryptArgs),
     /// Print a topic's records as JSON lines, `{"partition", "offset",
     /// "key", "value"}`, decrypted, a delete as `"value": null`: in this
-    /// library's format with `--keyset`, in Confluent's (CSFLE fields, CSPE
-    /// payloads of JSON Schema records) with `--schema-registry`.
+    /// library's format with `--keyset`, under subject keys with
+    /// `--subject-kek` (a shredded subject's value as `null` with
+    /// `"shredded": true`), in Confluent's (CSFLE fields, CSPE payloads of
+    /// JSON Schema records) with `--schema-registry`.
     Consume(ConsumeArgs),
     /// Shred data subjects (`tombstone_crypt::shred`): remove each one's
     /// subject key from the key store, so that every copy of its values,
@@ -175,6 +177,12 @@ pub(crate) struct ConsumeArgs {
     /// (`user:password`) or a token from `SCHEMA_REGISTRY_BEARER_TOKEN`.
     #[arg(long, value_name = "URL")]
     pub(crate) schema_registry: Option<String>,
+    /// Subject keys (this library's format): values under them (first
+    /// byte 0x53) are read with them, with or without `--keyset` for the
+    /// others; a shredded subject's value prints as `"value": null` with
+    /// `"shredded": true` (a delete, exit 0).
+    #[command(flatten)]
+    pub(crate) subject: SubjectKeyArgs,
     /// An rdkafka setting, `key=value`; repeatable.
     #[arg(short = 'X', value_name = "KEY=VALUE")]
     pub(crate) config: Vec<String>,
@@ -387,8 +395,9 @@ enum ValueKey {
 pub(crate) struct SubjectKeyArgs {
     /// The keyset that wraps the subject keys (their KEK); values written
     /// under subject keys (first byte 0x53) are read with them, and a
-    /// value whose subject was shredded counts as a broken delete
-    /// (`shredded_values`: `repair` writes its key's tombstone).
+    /// value whose subject was shredded reads as a delete: `audit` counts
+    /// it as a broken delete (`shredded_values`: `repair` writes its key's
+    /// tombstone), `consume` prints it as `null` with `"shredded": true`.
     #[arg(long, value_name = "FILE")]
     pub(crate) subject_kek: Option<PathBuf>,
     /// The subject keys' store: a redb file.

@@ -4,7 +4,8 @@
 //! `repair --apply` writes their keys' tombstones, and every copy of the
 //! values (bytes kept from before the shred) reads as a delete; the other
 //! subjects are untouched. With the key store in a redb file and on a
-//! compacted topic.
+//! compacted topic. `consume` prints a shredded subject's values as `null`
+//! with `"shredded": true` (not as a tombstone, an error or plaintext).
 
 mod common;
 
@@ -15,10 +16,13 @@ use std::time::Duration;
 
 use common::kafka::{bootstrap, client_config, create_topic, fresh_topic};
 use common::process::{cli, code, json_of, new_keyset, Dir};
+use serde_json::{json, Value};
 use tombstone_crypt::kafka::rdkafka::producer::{FutureProducer, FutureRecord};
 use tombstone_crypt::kafka::{KafkaChangelog, KafkaKeyStore};
 use tombstone_crypt::shred::{KeyStore, RedbKeyStore, SubjectEncrypting, SubjectKeys};
-use tombstone_crypt::{Context, Deserializer as _, Keyset, Serializer as _, Utf8};
+use tombstone_crypt::{
+    Bytes, Context, Deserializer as _, EncryptingSerializer, Keyset, Serializer as _, Utf8,
+};
 
 fn produce(bootstrap: &str, topic: &str, records: &[(&str, Option<Vec<u8>>)]) {
     let mut config = client_config(bootstrap);
@@ -34,8 +38,19 @@ fn produce(bootstrap: &str, topic: &str, records: &[(&str, Option<Vec<u8>>)]) {
     }
 }
 
-/// Writes c-0 .. c-3 (c-1 twice, c-3 then deleted) under subject keys in
-/// `store`; the bytes of every value written.
+/// What [`write`] writes, in order: c-0 .. c-3, c-1 twice, c-3 then
+/// deleted.
+const RECORDS: [(&str, Option<&str>); 6] = [
+    ("c-0", Some("zero")),
+    ("c-1", Some("one")),
+    ("c-1", Some("one again")),
+    ("c-2", Some("two")),
+    ("c-3", Some("three")),
+    ("c-3", None),
+];
+
+/// Writes [`RECORDS`] under subject keys in `store`; the bytes of every
+/// value written.
 fn write(
     bootstrap: &str,
     topic: &str,
@@ -45,14 +60,7 @@ fn write(
     let values = SubjectEncrypting::new(Arc::new(SubjectKeys::new(kek.clone(), store)), Utf8);
     let mut written = Vec::new();
     let mut records = Vec::new();
-    for (k, v) in [
-        ("c-0", Some("zero")),
-        ("c-1", Some("one")),
-        ("c-1", Some("one again")),
-        ("c-2", Some("two")),
-        ("c-3", Some("three")),
-        ("c-3", None),
-    ] {
+    for (k, v) in RECORDS {
         let ctx = Context::new(topic).with_key(k.as_bytes());
         let bytes = values.serialize(&ctx, v).unwrap();
         if let Some(b) = &bytes {
@@ -265,6 +273,139 @@ fn shred_a_list_of_subjects_on_a_key_store_topic() {
         ),
         (&1.into(), &2.into(), &2.into()),
         "{r}"
+    );
+}
+
+/// `consume` of `topic` with `args` added: its exit code, stdout's JSON
+/// lines and stderr.
+fn consume(bootstrap: &str, topic: &str, args: &[&str]) -> (i32, Vec<Value>, String) {
+    let mut all = vec!["consume", "--bootstrap", bootstrap, "--topic", topic, "-q"];
+    all.extend_from_slice(args);
+    let out = cli(&all);
+    let lines = String::from_utf8(out.stdout.clone())
+        .unwrap()
+        .lines()
+        .map(|l| serde_json::from_str(l).unwrap_or_else(|e| panic!("not JSON ({e}): {l}")))
+        .collect();
+    (
+        code(&out),
+        lines,
+        String::from_utf8_lossy(&out.stderr).into_owned(),
+    )
+}
+
+/// `consume --subject-kek`: every subject's values as written; after
+/// `shred` of c-1, c-1's values as `null` with `"shredded": true` (exit 0:
+/// they are deletes), the tombstone still without `shredded`, every other
+/// value as written; a value with one ciphertext bit flipped an error line
+/// (exit 1), never `null`. Without `--subject-kek` the values are errors
+/// that name it.
+#[test]
+fn consume_prints_a_shredded_subjects_values_as_null_and_shredded() {
+    let Some(bootstrap) = bootstrap() else { return };
+    let dir = Dir::new("shred-consume");
+    let (kek_path, kek) = new_keyset(&dir, "kek.json");
+    let (keyset_path, keyset) = new_keyset(&dir, "values.json");
+    let store_path = dir.file("subject-keys.redb");
+    let topic = fresh_topic("shred-consume");
+    create_topic(&bootstrap, &topic, 1);
+    let written = {
+        let store = Arc::new(RedbKeyStore::open(&store_path).unwrap());
+        write(&bootstrap, &topic, &kek, store)
+    };
+    // One value under the keyset beside them (offset 6).
+    let ours = EncryptingSerializer::new(Bytes, keyset)
+        .serialize(
+            &Context::new(&topic).with_key(b"p-0"),
+            Some(b"under the keyset".as_ref()),
+        )
+        .unwrap();
+    produce(&bootstrap, &topic, &[("p-0", ours)]);
+
+    // Each line as it must read, c-1's values shredded or not; no field
+    // but these (a tombstone has no `shredded`).
+    let expected = |shredded: bool| -> Vec<Value> {
+        let mut lines: Vec<Value> = RECORDS
+            .iter()
+            .enumerate()
+            .map(|(offset, (k, v))| match v {
+                Some(_) if shredded && *k == "c-1" => json!({
+                    "partition": 0, "offset": offset, "key": k,
+                    "value": null, "shredded": true,
+                }),
+                v => json!({"partition": 0, "offset": offset, "key": k, "value": v}),
+            })
+            .collect();
+        lines.push(json!({"partition": 0, "offset": 6, "key": "p-0", "value": "under the keyset"}));
+        lines
+    };
+    let keys = [
+        "--keyset",
+        &keyset_path,
+        "--subject-kek",
+        &kek_path,
+        "--subject-key-store",
+        &store_path,
+    ];
+    let (c, lines, err) = consume(&bootstrap, &topic, &keys);
+    assert_eq!((c, &lines), (0, &expected(false)), "{err}");
+
+    // Without --subject-kek: each value under subject keys is an error
+    // that says what to give; the tombstone and the keyset's value read.
+    let (c, lines, err) = consume(&bootstrap, &topic, &["--keyset", &keyset_path]);
+    assert_eq!((c, lines.len()), (1, 7), "{err}");
+    for (line, (_, v)) in lines.iter().zip(RECORDS) {
+        if v.is_some() {
+            assert!(line.get("value").is_none(), "{line}");
+            assert!(
+                line["error"].as_str().unwrap().contains("--subject-kek"),
+                "{line}"
+            );
+        } else {
+            assert_eq!(line.get("value"), Some(&Value::Null), "{line}");
+        }
+    }
+    assert_eq!(lines[6], expected(false)[6]);
+    // Without --keyset: the keyset's value is the one error.
+    let (c, lines, err) = consume(&bootstrap, &topic, &keys[2..]);
+    assert_eq!(c, 1, "{err}");
+    assert_eq!(lines[..6], expected(false)[..6]);
+    assert!(
+        lines[6]["error"].as_str().unwrap().contains("--keyset"),
+        "{}",
+        lines[6]
+    );
+
+    let out = cli(&[
+        "shred",
+        "--subject-kek",
+        &kek_path,
+        "--subject-key-store",
+        &store_path,
+        "--subject",
+        "c-1",
+    ]);
+    assert_eq!(code(&out), 0, "{}", String::from_utf8_lossy(&out.stderr));
+    let (c, lines, err) = consume(&bootstrap, &topic, &keys);
+    assert_eq!((c, &lines), (0, &expected(true)), "{err}");
+
+    // A copy of c-2's value with the last bit of its ciphertext flipped
+    // (offset 7): an error line and exit 1, not a delete.
+    let (_, two) = written.iter().find(|(k, _)| k == "c-2").unwrap();
+    assert_eq!(two.len(), tombstone_crypt::shred::OVERHEAD + "two".len());
+    let mut tampered = two.clone();
+    tampered[two.len() - 16 - 1] ^= 1;
+    produce(&bootstrap, &topic, &[("c-2", Some(tampered))]);
+    let (c, lines, err) = consume(&bootstrap, &topic, &keys);
+    assert_eq!((c, lines.len()), (1, 8), "{err}");
+    assert_eq!(lines[..7], expected(true)[..], "{err}");
+    let bad = lines[7].as_object().unwrap();
+    assert_eq!((&bad["offset"], &bad["key"]), (&json!(7), &json!("c-2")));
+    assert!(bad["error"].is_string(), "{}", lines[7]);
+    assert!(
+        !bad.contains_key("value") && !bad.contains_key("shredded"),
+        "{}",
+        lines[7]
     );
 }
 
