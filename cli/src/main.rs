@@ -164,7 +164,9 @@ pub(crate) struct ConsumeArgs {
     /// The KMS key the keyset file is encrypted with.
     #[arg(long, value_name = "URI")]
     pub(crate) decrypt_with: Option<String>,
-    /// The values' associated data (this library's format).
+    /// The values' associated data (this library's format; values under
+    /// subject keys are always bound to the topic, or --aad-name, and the
+    /// record key).
     #[arg(long, value_enum, default_value = "topic-and-key")]
     pub(crate) aad: Aad,
     /// The name values are bound to, if not the topic.
