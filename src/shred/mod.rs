@@ -52,6 +52,7 @@ mod check;
 mod store;
 
 use std::collections::HashMap;
+use std::hash::{BuildHasherDefault, Hasher};
 use std::marker::PhantomData;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, OnceLock, PoisonError};
@@ -65,7 +66,7 @@ pub use store::RedbKeyStore;
 pub use store::{KeyStore, MemoryKeyStore};
 
 use crate::cipher::{AesGcmKey, AesSivKey, NONCE_LEN, SIV_KEY_LEN, TAG_LEN};
-use crate::context::{AadPolicy, Context};
+use crate::context::{AadBuf, AadPolicy, Context};
 use crate::error::Error;
 use crate::keyset::Keyset;
 use crate::kms::dek::hooks;
@@ -125,7 +126,6 @@ struct Counters {
     shreds: AtomicU64,
     shredded_reads: AtomicU64,
     deks_created: AtomicU64,
-    cache_hits: AtomicU64,
     store_reads: AtomicU64,
 }
 
@@ -137,14 +137,49 @@ struct Cached {
     used: bool,
 }
 
+/// The hasher of the maps keyed by subject tags: a tag's first 8 bytes
+/// (XORed with what else is written, a slice's length prefix), no mixing.
+///
+/// A tag that is a key of such a map is an output of the subject naming
+/// key's keyed PRF (AES-SIV): its bytes are already uniform and
+/// independent of anything an attacker chooses, so a stronger hash buys
+/// nothing. A DEK is cached only once its key-store record has opened
+/// under the KEK, which authenticates the tag; a tag read from a value
+/// that no such record names is only looked up (one probe sequence),
+/// never inserted. Never use it for keys that are not such tags (the
+/// subjects themselves are hashed with SipHash).
+#[derive(Default, Clone, Copy)]
+struct TagHasher(u64);
+
+impl Hasher for TagHasher {
+    #[inline]
+    fn finish(&self) -> u64 {
+        self.0
+    }
+
+    #[inline]
+    fn write(&mut self, bytes: &[u8]) {
+        let mut first = [0u8; 8];
+        let n = bytes.len().min(8);
+        first[..n].copy_from_slice(&bytes[..n]);
+        self.0 ^= u64::from_ne_bytes(first);
+    }
+}
+
+/// A map keyed by subject tags (see [`TagHasher`]).
+type TagMap<V> = HashMap<SubjectTag, V, BuildHasherDefault<TagHasher>>;
+
 /// The DEK cache: bounded, evicting by the CLOCK rule (second chance), so a
 /// hot set stays while a stream of new subjects passes through, at a cost
 /// that does not grow with the cache.
 #[derive(Default)]
 struct DekCache {
-    entries: HashMap<SubjectTag, Cached>,
+    entries: TagMap<Cached>,
     /// The clock's ring: each cached tag once, oldest insertion first.
     ring: std::collections::VecDeque<SubjectTag>,
+    /// DEKs served from here ([`SubjectStats::cache_hits`]): counted under
+    /// the lock a hit takes anyway, not with an atomic of its own.
+    hits: u64,
 }
 
 impl DekCache {
@@ -183,6 +218,72 @@ impl DekCache {
             self.ring.retain(|t| t != tag);
         }
     }
+
+    /// The cached DEK of `tag` if it was read from the key store at most
+    /// `fence` ns ago, marked used and counted as a hit.
+    #[inline]
+    fn fresh(&mut self, tag: &SubjectTag, fence: u64) -> Option<Arc<Dek>> {
+        let entry = self.entries.get_mut(tag)?;
+        // The kernel's coarse clock (a few ns a read) when far from the
+        // fence, the precise one near it: the bound is exact.
+        let coarse_age = hooks::coarse().saturating_sub(entry.read_at);
+        let fresh = coarse_age.saturating_add(hooks::COARSE_MARGIN) < fence
+            || hooks::precise().saturating_sub(entry.read_at) <= fence;
+        if fresh {
+            entry.used = true;
+            self.hits += 1;
+            Some(Arc::clone(&entry.dek))
+        } else {
+            None
+        }
+    }
+}
+
+/// What a [`SubjectKeys`] keeps in memory, under one lock (a value takes
+/// it once): the subjects' tags computed here and the DEK cache.
+#[derive(Default)]
+struct Caches {
+    /// Subjects' tags computed here (the subjects are this process's own
+    /// data: a tag never changes). Keyed by the subject: SipHash.
+    tags: HashMap<Vec<u8>, SubjectTag>,
+    deks: DekCache,
+}
+
+/// Record associated data up to this long, with a value's header after
+/// it, is built on the stack; longer takes one allocation.
+const INLINE_AD: usize = 128;
+
+/// Room for a value's associated data: the record's (its topic and key),
+/// then the value's header; on the stack unless the record's is longer
+/// than [`INLINE_AD`].
+struct ValueAd {
+    inline: [u8; INLINE_AD + HEADER],
+    heap: Vec<u8>,
+}
+
+impl ValueAd {
+    #[inline]
+    fn new() -> Self {
+        ValueAd {
+            inline: [0; INLINE_AD + HEADER],
+            heap: Vec::new(),
+        }
+    }
+
+    /// `record`, then `HEADER` bytes for the header to be written in.
+    #[inline]
+    fn with_record(&mut self, record: &[u8]) -> &mut [u8] {
+        let len = record.len() + HEADER;
+        let out = match self.inline.get_mut(..len) {
+            Some(out) => out,
+            None => {
+                self.heap.resize(len, 0);
+                &mut self.heap[..]
+            }
+        };
+        out[..record.len()].copy_from_slice(record);
+        out
+    }
 }
 
 /// The default bound of a cached DEK's age.
@@ -196,12 +297,11 @@ pub struct SubjectKeys {
     kek: Keyset,
     store: Arc<dyn KeyStore>,
     naming: OnceLock<AesSivKey>,
-    cache: Mutex<DekCache>,
-    /// Subjects' tags computed here (the subjects are this process's own
-    /// data: a tag never changes).
-    tags: Mutex<HashMap<Vec<u8>, SubjectTag>>,
+    caches: Mutex<Caches>,
     cache_capacity: usize,
     fence: Duration,
+    /// `fence` in ns.
+    fence_ns: u64,
     strict: bool,
     counters: Counters,
 }
@@ -223,10 +323,10 @@ impl SubjectKeys {
             kek,
             store,
             naming: OnceLock::new(),
-            cache: Mutex::new(DekCache::default()),
-            tags: Mutex::new(HashMap::new()),
+            caches: Mutex::new(Caches::default()),
             cache_capacity: DEFAULT_CACHE,
             fence: DEFAULT_FENCE,
+            fence_ns: hooks::nanos(DEFAULT_FENCE),
             strict: false,
             counters: Counters::default(),
         }
@@ -239,6 +339,7 @@ impl SubjectKeys {
     pub fn with_fence(self, bound: Duration) -> Self {
         SubjectKeys {
             fence: bound,
+            fence_ns: hooks::nanos(bound),
             ..self
         }
     }
@@ -269,7 +370,7 @@ impl SubjectKeys {
             shreds: c.shreds.load(Ordering::Relaxed),
             shredded_reads: c.shredded_reads.load(Ordering::Relaxed),
             deks_created: c.deks_created.load(Ordering::Relaxed),
-            cache_hits: c.cache_hits.load(Ordering::Relaxed),
+            cache_hits: self.lock().deks.hits,
             store_reads: c.store_reads.load(Ordering::Relaxed),
         }
     }
@@ -280,13 +381,13 @@ impl SubjectKeys {
     /// What the key store or the KEK reports when the naming key is first
     /// loaded or made.
     pub fn tag(&self, subject: &[u8]) -> Result<SubjectTag, Error> {
-        if let Some(t) = lock_map(&self.tags).get(subject) {
+        if let Some(t) = self.lock().tags.get(subject) {
             return Ok(*t);
         }
         let naming = self.naming()?;
         let mut scratch = Zeroizing::new(subject.to_vec());
         let tag = naming.seal_in_place(b"tombstone-crypt subject tag", &mut scratch)?;
-        let mut tags = lock_map(&self.tags);
+        let tags = &mut self.lock().tags;
         if tags.len() >= self.cache_capacity {
             // Bounded: start again (tags are cheap to compute, ~0.5 us).
             tags.clear();
@@ -317,15 +418,16 @@ impl SubjectKeys {
     pub fn shred_tag(&self, tag: &SubjectTag) -> Result<(), Error> {
         // The cache first: from here on nothing is served from it, and a
         // read that races the removal asks the store.
-        self.lock().remove(tag);
+        self.lock().deks.remove(tag);
         self.store.remove(tag)?;
-        self.lock().remove(tag);
+        self.lock().deks.remove(tag);
         self.counters.shreds.fetch_add(1, Ordering::Relaxed);
         Ok(())
     }
 
-    fn lock(&self) -> std::sync::MutexGuard<'_, DekCache> {
-        self.cache.lock().unwrap_or_else(PoisonError::into_inner)
+    #[inline]
+    fn lock(&self) -> std::sync::MutexGuard<'_, Caches> {
+        self.caches.lock().unwrap_or_else(PoisonError::into_inner)
     }
 
     fn naming(&self) -> Result<&AesSivKey, Error> {
@@ -406,25 +508,32 @@ impl SubjectKeys {
 
     /// The cached DEK of `tag` if it is within the fence.
     fn cached(&self, tag: &SubjectTag) -> Option<Arc<Dek>> {
-        let mut cache = self.lock();
-        let entry = cache.entries.get_mut(tag)?;
-        // The kernel's coarse clock (a few ns a read) when far from the
-        // fence, the precise one near it: the bound is exact.
-        let fence = u64::try_from(self.fence.as_nanos()).unwrap_or(u64::MAX);
-        let coarse_age = hooks::coarse().saturating_sub(entry.read_at);
-        let fresh = coarse_age.saturating_add(hooks::COARSE_MARGIN) < fence
-            || hooks::precise().saturating_sub(entry.read_at) <= fence;
-        if fresh {
-            entry.used = true;
-            self.counters.cache_hits.fetch_add(1, Ordering::Relaxed);
-            Some(Arc::clone(&entry.dek))
-        } else {
-            None
-        }
+        self.lock().deks.fresh(tag, self.fence_ns)
+    }
+
+    /// `subject`'s tag and the DEK to write its values with: both from
+    /// the caches under one lock when they are there (the DEK within the
+    /// fence), else as [`tag`](SubjectKeys::tag) and `dek_to_write`.
+    #[inline]
+    fn to_write(&self, subject: &[u8]) -> Result<(SubjectTag, Arc<Dek>), Error> {
+        let known = {
+            let mut caches = self.lock();
+            let caches = &mut *caches;
+            match caches.tags.get(subject) {
+                Some(&tag) => Some((tag, caches.deks.fresh(&tag, self.fence_ns))),
+                None => None,
+            }
+        };
+        let tag = match known {
+            Some((tag, Some(dek))) => return Ok((tag, dek)),
+            Some((tag, None)) => tag,
+            None => self.tag(subject)?,
+        };
+        Ok((tag, self.dek_to_write(&tag)?))
     }
 
     fn keep(&self, tag: SubjectTag, dek: Arc<Dek>) {
-        self.lock().insert(tag, dek, self.cache_capacity);
+        self.lock().deks.insert(tag, dek, self.cache_capacity);
     }
 
     /// The DEK of `tag` as the key store holds it now (`None`: there is
@@ -519,22 +628,23 @@ impl SubjectKeys {
         size_hint: usize,
         write_plaintext: impl FnOnce(&mut Vec<u8>) -> Result<(), Error>,
     ) -> Result<(), Error> {
-        let tag = self.tag(subject)?;
-        let dek = self.dek_to_write(&tag)?;
-        let start = out.len();
-        out.reserve(OVERHEAD.saturating_add(size_hint.min(1 << 20)));
-        out.push(FORMAT);
-        out.extend_from_slice(&tag);
-        out.extend_from_slice(&dek.id);
+        let (tag, dek) = self.to_write(subject)?;
         let mut nonce = [0u8; NONCE_LEN];
         rand::Rng::fill_bytes(&mut rand::rng(), &mut nonce);
-        out.extend_from_slice(&nonce);
-        let mut full_ad = Vec::with_capacity(ad.len() + HEADER);
-        full_ad.extend_from_slice(ad);
-        full_ad.extend_from_slice(&out[start..start + HEADER]);
+        // The header is written once, at the end of the associated data,
+        // and copied from there to the value.
+        let mut full_ad = ValueAd::new();
+        let full_ad = full_ad.with_record(ad);
+        let header = &mut full_ad[ad.len()..];
+        header[0] = FORMAT;
+        header[1..=TAG].copy_from_slice(&tag);
+        header[1 + TAG..1 + TAG + DEK_ID].copy_from_slice(&dek.id);
+        header[1 + TAG + DEK_ID..].copy_from_slice(&nonce);
+        out.reserve(OVERHEAD.saturating_add(size_hint.min(1 << 20)));
+        out.extend_from_slice(header);
         let body = out.len();
         write_plaintext(out)?;
-        let tag_bytes = dek.key.seal_in_place(&nonce, &full_ad, &mut out[body..])?;
+        let tag_bytes = dek.key.seal_in_place(&nonce, &*full_ad, &mut out[body..])?;
         out.extend_from_slice(&tag_bytes);
         Ok(())
     }
@@ -561,20 +671,16 @@ impl SubjectKeys {
             self.counters.shredded_reads.fetch_add(1, Ordering::Relaxed);
             return Ok(None);
         };
-        let mut full_ad = Vec::with_capacity(ad.len() + HEADER);
-        full_ad.extend_from_slice(ad);
-        full_ad.extend_from_slice(&value[..HEADER]);
+        let mut full_ad = ValueAd::new();
+        let full_ad = full_ad.with_record(ad);
+        full_ad[ad.len()..].copy_from_slice(&value[..HEADER]);
         let (body, gcm_tag) = value[HEADER..].split_at(value.len() - HEADER - TAG_LEN);
         let gcm_tag: [u8; TAG_LEN] = gcm_tag.try_into().map_err(|_| Error::Decryption)?;
         let mut plain = Zeroizing::new(body.to_vec());
         dek.key
-            .open_in_place(&nonce, &full_ad, &mut plain, &gcm_tag)?;
+            .open_in_place(&nonce, &*full_ad, &mut plain, &gcm_tag)?;
         Ok(Some(plain))
     }
-}
-
-fn lock_map<K, V>(m: &Mutex<HashMap<K, V>>) -> std::sync::MutexGuard<'_, HashMap<K, V>> {
-    m.lock().unwrap_or_else(PoisonError::into_inner)
 }
 
 /// What names a value's subject when it is written.
@@ -648,11 +754,12 @@ impl<T: ?Sized, C: Serializer<T>> Serializer<T> for SubjectEncrypting<C, T> {
         let named = self.subject.as_ref().and_then(|f| f(ctx, value));
         let subject = match &named {
             Some(s) => &s[..],
-            None => ctx.key().ok_or(Error::MissingRecordKey)?,
+            None => ctx.key().ok_or_else(|| Error::MissingRecordKey)?,
         };
-        let ad = ctx.associated_data(AadPolicy::TopicAndKey)?;
+        let mut ad = AadBuf::new();
+        let ad = ad.encode(AadPolicy::TopicAndKey, ctx)?;
         let hint = self.inner.size_hint(value).unwrap_or(0);
-        self.keys.seal_into(subject, &ad, out, hint, |out| {
+        self.keys.seal_into(subject, ad, out, hint, |out| {
             self.inner.serialize_into(ctx, value, out)
         })
     }
@@ -672,8 +779,9 @@ impl<T: ?Sized, U, C: Deserializer<U>> Deserializer<U> for SubjectEncrypting<C, 
     }
 
     fn deserialize_slice(&self, ctx: &Context<'_>, data: &[u8]) -> Result<U, Error> {
-        let ad = ctx.associated_data(AadPolicy::TopicAndKey)?;
-        match self.keys.open(&ad, data)? {
+        let mut ad = AadBuf::new();
+        let ad = ad.encode(AadPolicy::TopicAndKey, ctx)?;
+        match self.keys.open(ad, data)? {
             Some(mut plain) => self
                 .inner
                 .deserialize_owned(ctx, std::mem::take(&mut *plain)),
