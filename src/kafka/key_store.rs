@@ -30,7 +30,7 @@ use std::time::{Duration, Instant};
 
 use rdkafka::consumer::BaseConsumer;
 
-use super::changelog::KafkaChangelog;
+use super::changelog::{KafkaChangelog, Replayed};
 use crate::error::Error;
 use crate::shred::{KeyStore, SubjectTag};
 use crate::store::Changelog as _;
@@ -224,49 +224,21 @@ impl KafkaKeyStore {
         let started = Instant::now();
         let from = lock(&self.view).next;
         if from == 0 {
-            return self.read_whole(started);
+            return self.read_whole(started, false);
         }
         let mut read = Vec::new();
-        let log = lock(&self.log);
-        let mut reader = lock(&self.reader);
-        if reader.is_none() {
-            *reader = Some(log.reader()?);
-        }
-        let Some(consumer) = reader.as_ref() else {
-            return Err(Error::store("the key-store topic's reader", "not made"));
-        };
-        let ended = log.replay_with(consumer, from, &mut |r| {
+        let ended = self.read(from, &mut |r| {
             read.push(r);
             Ok(())
-        });
-        let mut ended = match ended {
-            Ok(e) => e,
-            Err(e) => {
-                // A new reader next time.
-                *reader = None;
-                return Err(e);
-            }
-        };
-        drop(reader);
-        let mut fresh = None;
+        })?;
         if ended.restarted {
-            let mut whole = View::default();
-            ended = log.replay_from(0, &mut |r| {
-                whole.apply(r.offset, &r.key, r.value.as_deref());
-                Ok(())
-            })?;
-            fresh = Some(whole);
+            return self.read_whole(started, true);
         }
-        drop(log);
         let mut view = lock(&self.view);
-        if let Some(whole) = fresh {
-            *view = whole;
-        } else {
-            // Another refresh may have applied some of these already.
-            let applied = view.next;
-            for r in read.iter().filter(|r| r.offset >= applied) {
-                view.apply(r.offset, &r.key, r.value.as_deref());
-            }
+        // Another refresh may have applied some of these already.
+        let applied = view.next;
+        for r in read.iter().filter(|r| r.offset >= applied) {
+            view.apply(r.offset, &r.key, r.value.as_deref());
         }
         view.next = view.next.max(ended.next);
         if view.read_at.is_none_or(|at| at < started) {
@@ -276,8 +248,31 @@ impl KafkaKeyStore {
     }
 
     /// Reads the whole topic into a new view, applying each record as it
-    /// arrives (a first read of a large topic is not held twice in memory).
-    fn read_whole(&self, started: Instant) -> Result<MutexGuard<'_, View>, Error> {
+    /// arrives (a first read of a large topic is not held twice in memory),
+    /// and keeps it: always after a `restart`, else unless another read
+    /// went further meanwhile.
+    fn read_whole(&self, started: Instant, restart: bool) -> Result<MutexGuard<'_, View>, Error> {
+        let mut whole = View::default();
+        let ended = self.read(0, &mut |r| {
+            whole.apply(r.offset, &r.key, r.value.as_deref());
+            Ok(())
+        })?;
+        whole.next = ended.next;
+        whole.read_at = Some(started);
+        let mut view = lock(&self.view);
+        if restart || view.next <= whole.next {
+            *view = whole;
+        }
+        Ok(view)
+    }
+
+    /// Reads the topic from `from` to its end with the kept reader (made
+    /// on first use; made again after a failed read).
+    fn read(
+        &self,
+        from: u64,
+        apply: &mut dyn FnMut(crate::store::Record) -> Result<(), Error>,
+    ) -> Result<Replayed, Error> {
         let log = lock(&self.log);
         let mut reader = lock(&self.reader);
         if reader.is_none() {
@@ -286,27 +281,11 @@ impl KafkaKeyStore {
         let Some(consumer) = reader.as_ref() else {
             return Err(Error::store("the key-store topic's reader", "not made"));
         };
-        let mut whole = View::default();
-        let ended = log.replay_with(consumer, 0, &mut |r| {
-            whole.apply(r.offset, &r.key, r.value.as_deref());
-            Ok(())
-        });
-        let ended = match ended {
-            Ok(e) => e,
-            Err(e) => {
-                *reader = None;
-                return Err(e);
-            }
-        };
-        drop((reader, log));
-        whole.next = ended.next;
-        whole.read_at = Some(started);
-        let mut view = lock(&self.view);
-        // Another read may have gone further meanwhile: keep the newer.
-        if view.next <= whole.next {
-            *view = whole;
+        let ended = log.replay_with(consumer, from, apply);
+        if ended.is_err() {
+            *reader = None;
         }
-        Ok(view)
+        ended
     }
 
     /// The view, read again if it is older than the fence.
