@@ -452,10 +452,11 @@ fn subject(c: &mut Criterion) {
     use tombstone_crypt::shred::{MemoryKeyStore, SubjectEncrypting, SubjectKeys};
     const N: usize = 1024;
     let keys = Arc::new(
-        SubjectKeys::new(
+        SubjectKeys::create(
             Keyset::generate().with_backend(Backend::RustCrypto),
             Arc::new(MemoryKeyStore::new()),
         )
+        .unwrap()
         .with_fence(std::time::Duration::from_secs(3600)),
     );
     let values: SubjectEncrypting<Bytes, [u8]> = SubjectEncrypting::new(keys, Bytes);

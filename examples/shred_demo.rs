@@ -129,10 +129,10 @@ fn main() -> Result<(), Error> {
     // The KEK wraps every subject's DEK (a keyset file, or an envelope key
     // whose KEK is in a KMS); the key store is a redb file.
     let kek = Keyset::generate();
-    let keys = Arc::new(SubjectKeys::new(
+    let keys = Arc::new(SubjectKeys::create(
         kek,
         Arc::new(RedbKeyStore::open(dir.join("subject-keys.redb"))?),
-    ));
+    )?);
     let values: Values = SubjectEncrypting::new(Arc::clone(&keys), Utf8); // subject = record key
 
     let mut live = store(RedbStore::open(dir.join("profiles.redb"))?, &values);

@@ -76,7 +76,7 @@ fn topic_store(
     // key `subject tag | DEK id`, value the record.
     let memory = Arc::new(MemoryKeyStore::new());
     let maker = SubjectEncrypting::new(
-        Arc::new(SubjectKeys::new(kek.clone(), Arc::clone(&memory) as _)),
+        Arc::new(SubjectKeys::create(kek.clone(), Arc::clone(&memory) as _)?),
         Bytes,
     );
     let per_subject = first_writes(&maker, 0..n)?;
@@ -159,7 +159,7 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
             "memory" => (Arc::new(MemoryKeyStore::new()), None, None),
             other => return Err(format!("unknown store {other}").into()),
         };
-    let keys = Arc::new(SubjectKeys::new(kek.clone(), Arc::clone(&store)));
+    let keys = Arc::new(SubjectKeys::create(kek.clone(), Arc::clone(&store))?);
     let writer: SubjectEncrypting<Bytes, [u8]> = SubjectEncrypting::new(Arc::clone(&keys), Bytes);
 
     let (first, made) = match made_elsewhere {

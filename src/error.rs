@@ -188,6 +188,16 @@ pub enum Error {
         /// Whether the value reads as a delete.
         as_delete: bool,
     },
+    /// A value under a subject key ([`shred`](crate::shred)) whose DEK the
+    /// key store neither holds nor records as shredded: the wrong key
+    /// store, one that lost records, or a value whose header was changed.
+    /// Never a delete: only a shred's record makes a value read as one.
+    UnknownSubjectKey {
+        /// The value's subject tag (a keyed hash: never the subject).
+        tag: [u8; 16],
+        /// The DEK id the value names.
+        dek_id: [u8; 8],
+    },
 }
 
 /// The kind of an [`Error::Keyset`]: what is wrong with a keyset.
@@ -379,9 +389,21 @@ impl fmt::Display for Error {
             Error::Shredded { .. } => {
                 f.write_str("the value's subject was shredded: its key is gone")
             }
+            Error::UnknownSubjectKey { tag, dek_id } => {
+                f.write_str("the key store has no key for subject tag ")?;
+                hex(f, tag)?;
+                f.write_str(" (DEK ")?;
+                hex(f, dek_id)?;
+                f.write_str(") and no record of its shred: the wrong key store, a lost one, or a changed value")
+            }
             Error::Field { path, cause } => write!(f, "field {path}: {cause}"),
         }
     }
+}
+
+/// Writes `bytes` in lowercase hex.
+fn hex(f: &mut fmt::Formatter<'_>, bytes: &[u8]) -> fmt::Result {
+    bytes.iter().try_for_each(|b| write!(f, "{b:02x}"))
 }
 
 impl StdError for Error {
@@ -503,6 +525,11 @@ impl PartialEq for Error {
                 },
             ) => a == e && b == f && c == g && d == h,
             (E::Field { path: a, cause: b }, E::Field { path: c, cause: d }) => a == c && b == d,
+            (E::Shredded { as_delete: a }, E::Shredded { as_delete: b }) => a == b,
+            (
+                E::UnknownSubjectKey { tag: a, dek_id: b },
+                E::UnknownSubjectKey { tag: c, dek_id: d },
+            ) => a == c && b == d,
             _ => false,
         }
     }

@@ -624,10 +624,8 @@ fn subject_keys_leave_no_plaintext_in_freed_memory() {
     use tombstone_crypt::shred::{MemoryKeyStore, SubjectEncrypting, SubjectKeys};
     use tombstone_crypt::Deserializer as _;
     let secret = random_key();
-    let keys = Arc::new(SubjectKeys::new(
-        Keyset::generate(),
-        Arc::new(MemoryKeyStore::new()),
-    ));
+    let keys =
+        Arc::new(SubjectKeys::create(Keyset::generate(), Arc::new(MemoryKeyStore::new())).unwrap());
     let values: SubjectEncrypting<Bytes, [u8]> = SubjectEncrypting::new(Arc::clone(&keys), Bytes);
     let ctx = Context::new("t").with_key(b"subject-1");
     let s = session();

@@ -59,9 +59,13 @@ impl Where {
         panic!("unknown store {s}")
     }
 
+    /// The store, made on first use (a redb file made by the first
+    /// process, opened by the others).
     fn open(&self) -> Arc<dyn KeyStore> {
+        use tombstone_crypt::shred::RedbKeyStore;
         match self {
-            Where::Redb(p) => Arc::new(tombstone_crypt::shred::RedbKeyStore::open(p).unwrap()),
+            Where::Redb(p) if !p.exists() => Arc::new(RedbKeyStore::create(p).unwrap()),
+            Where::Redb(p) => Arc::new(RedbKeyStore::open(p).unwrap()),
             #[cfg(feature = "kafka")]
             Where::Topic(b, t) => {
                 use tombstone_crypt::kafka::{KafkaChangelog, KafkaKeyStore};
@@ -103,7 +107,7 @@ fn child() {
     };
     let kek = Keyset::from_tink_json(&std::env::var("TC_SHRED_KEK").unwrap()).unwrap();
     let store = Where::parse(&std::env::var("TC_SHRED_STORE").unwrap()).open();
-    let keys = Arc::new(SubjectKeys::new(kek, store));
+    let keys = Arc::new(SubjectKeys::create(kek, store).unwrap());
     let w: SubjectEncrypting<Utf8, str> = SubjectEncrypting::new(Arc::clone(&keys), Utf8);
     let out = std::io::stdout();
     for i in 0..100_000 {
@@ -189,7 +193,7 @@ fn run_and_kill(what: &str, kek: &Keyset, store: &Where, after: Duration) -> Vec
 fn writer_killed(kek: &Keyset, store: &Where, after: Duration) -> (usize, bool) {
     let lines = run_and_kill("write", kek, store, after);
     let store = store.open();
-    let keys = Arc::new(SubjectKeys::new(kek.clone(), Arc::clone(&store)));
+    let keys = Arc::new(SubjectKeys::create(kek.clone(), Arc::clone(&store)).unwrap());
     let r: SubjectEncrypting<Utf8, str> = SubjectEncrypting::new(Arc::clone(&keys), Utf8);
     let mut written = BTreeSet::new();
     for l in &lines {
@@ -238,7 +242,7 @@ fn writer_killed(kek: &Keyset, store: &Where, after: Duration) -> (usize, bool) 
 /// that each shred that returned reads as a delete and the one in flight is
 /// whole either way, then finishes it.
 fn shredder_killed(kek: &Keyset, store: &Where, n: usize, after: Duration) -> usize {
-    let keys = Arc::new(SubjectKeys::new(kek.clone(), store.open()));
+    let keys = Arc::new(SubjectKeys::create(kek.clone(), store.open()).unwrap());
     let w: SubjectEncrypting<Utf8, str> = SubjectEncrypting::new(Arc::clone(&keys), Utf8);
     let values: Vec<Vec<u8>> = (0..n)
         .map(|i| {
@@ -253,7 +257,7 @@ fn shredder_killed(kek: &Keyset, store: &Where, n: usize, after: Duration) -> us
     let done = lines.len();
     assert!(done < n, "every shred finished before the kill");
     let store = store.open();
-    let keys = Arc::new(SubjectKeys::new(kek.clone(), Arc::clone(&store)));
+    let keys = Arc::new(SubjectKeys::create(kek.clone(), Arc::clone(&store)).unwrap());
     let r: SubjectEncrypting<Utf8, str> = SubjectEncrypting::new(Arc::clone(&keys), Utf8);
     let read = |i: usize| {
         let s = subject(i);

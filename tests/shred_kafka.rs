@@ -54,7 +54,7 @@ fn race(bootstrap: &str, withdraw: bool, subjects: usize) -> (usize, usize) {
         } else {
             store.without_withdrawing_lost_deks()
         };
-        Arc::new(SubjectKeys::new(kek.clone(), Arc::new(store)))
+        Arc::new(SubjectKeys::create(kek.clone(), Arc::new(store)).unwrap())
     };
     let (a, b) = (instance(), instance());
     // The naming key first, so that the instances race on DEKs alone.
@@ -177,10 +177,11 @@ fn a_paused_broker_makes_a_stale_view_refuse_subject_key_values() {
         let log = KafkaChangelog::open(&broker.bootstrap, &topic)
             .unwrap()
             .with_timeout(Duration::from_secs(3));
-        let keys = SubjectKeys::new(
+        let keys = SubjectKeys::create(
             kek.clone(),
             Arc::new(KafkaKeyStore::new(log).with_fence(view)),
         )
+        .unwrap()
         .with_fence(cache);
         SubjectEncrypting::new(Arc::new(keys), Utf8)
     };

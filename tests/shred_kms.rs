@@ -95,7 +95,7 @@ fn calls(
             .with_dek_policy(policy());
     let store = Arc::new(MemoryKeyStore::new());
     let writer = SubjectEncrypting::new(
-        Arc::new(SubjectKeys::new(kek.clone(), Arc::clone(&store) as _)),
+        Arc::new(SubjectKeys::create(kek.clone(), Arc::clone(&store) as _).unwrap()),
         Utf8,
     );
     let name = |i: usize| format!("subject-{}", i % subjects);
@@ -111,8 +111,10 @@ fn calls(
     let reader_kek = Keyset::from_tink_json_with(&kek.to_tink_json(), &counted(&r_calls))
         .unwrap()
         .with_dek_policy(policy());
-    let reader: SubjectEncrypting<Utf8, str> =
-        SubjectEncrypting::new(Arc::new(SubjectKeys::new(reader_kek, store)), Utf8);
+    let reader: SubjectEncrypting<Utf8, str> = SubjectEncrypting::new(
+        Arc::new(SubjectKeys::create(reader_kek, store).unwrap()),
+        Utf8,
+    );
     for (i, v) in written.iter().enumerate() {
         let s = name(i);
         let ctx = Context::new("t").with_key(s.as_bytes());

@@ -134,7 +134,7 @@ fn subject_pair(
     SubjectEncrypting<Bytes, [u8]>,
 ) {
     let store = Arc::new(MemoryKeyStore::new());
-    let keys = |kek: &Keyset| Arc::new(SubjectKeys::new(kek.clone(), Arc::clone(&store) as _));
+    let keys = |kek: &Keyset| Arc::new(SubjectKeys::create(kek.clone(), Arc::clone(&store) as _).unwrap());
     (
         SubjectEncrypting::new(keys(writer), Bytes),
         SubjectEncrypting::new(keys(reader), Bytes),

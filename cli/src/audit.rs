@@ -110,10 +110,12 @@ pub(crate) fn classify(
 }
 
 /// What a present value under subject keys is to the reading rule: live
-/// when it decrypts; broken when its subject was shredded (it reads as a
+/// when it decrypts; broken when a shred covers its DEK (it reads as a
 /// delete, but compaction keeps it on the topic: `repair` writes its
-/// tombstone); undecryptable when it does not authenticate or its record
-/// key is unknown. A key-store or KMS error fails the command.
+/// tombstone), undecryptable with `--strict`; undecryptable when it does
+/// not authenticate, its record key is unknown, or its DEK is neither in
+/// the key store nor covered by a shred (`unknown_subject_keys`: never a
+/// delete). A key-store or KMS error fails the command.
 fn subject_kind(
     s: &Setup,
     counts: &mut Counts,
@@ -138,6 +140,18 @@ fn subject_kind(
         Ok(None) => {
             counts.shredded_values += 1;
             Ok((Kind::Broken, None))
+        }
+        // --strict: a shredded subject's value is a finding, not a delete
+        // (repair leaves it).
+        Err(Error::Shredded { .. }) => {
+            counts.shredded_values += 1;
+            Ok((Kind::Undecryptable, None))
+        }
+        // Its DEK is neither in the key store nor covered by a shred: the
+        // wrong key store, or a changed or forged value. Never a delete.
+        Err(Error::UnknownSubjectKey { .. }) => {
+            counts.unknown_subject_keys += 1;
+            Ok((Kind::Undecryptable, None))
         }
         Err(e @ (Error::Store { .. } | Error::Changelog { .. } | Error::Kms { .. })) => {
             Err(value_failed(s, r, &e))
@@ -374,7 +388,16 @@ pub(crate) fn audit(args: &AuditArgs, out: &Output) -> Result<Outcome, Fail> {
         .transpose()?;
     let s = setup_with(&args.topic, confluent)?;
     let a = scan(&s, out.quiet, args.list_keys)?;
-    let (text, json) = a.report(&s.topic, args.list_keys);
+    let (mut text, mut json) = a.report(&s.topic, args.list_keys);
+    // Which plaintext counted as a broken delete (`empty` unless named).
+    let marker = s.marker.name();
+    let named = if args.topic.null_marker.is_some() {
+        ""
+    } else {
+        " (the default; --null-marker names another)"
+    };
+    text.push_str(&format!("null marker        {marker}{named}\n"));
+    json["null_marker"] = serde_json::Value::String(marker);
     out.print(&text, &json)?;
     Ok(Outcome::of(a.findings()))
 }

@@ -13,7 +13,7 @@ use tombstone_crypt::shred::SubjectEncrypting;
 use tombstone_crypt::{Bytes, Context, DecryptingDeserializer, Deserializer as _, Error};
 
 use crate::read::{self, Rec, Setup, SubjectValues};
-use crate::{fail, keysets, ConsumeArgs, Fail, Outcome, Output};
+use crate::{fail, keysets, ConsumeArgs, Fail, NullMarker, Outcome, Output};
 
 /// What the values are read with.
 enum Reader {
@@ -96,9 +96,14 @@ impl Reader {
                     }
                     None => None,
                 };
-                let subjects =
-                    read::subject_keys(&a.subject, a.decrypt_with.as_deref(), Some(&s.config))?
-                        .map(|keys| SubjectEncrypting::new(keys, Bytes));
+                let subjects = read::subject_keys(
+                    &a.subject,
+                    a.decrypt_with.as_deref(),
+                    Some(&s.config),
+                    false,
+                    a.strict,
+                )?
+                .map(|keys| SubjectEncrypting::new(keys, Bytes));
                 Ok(Reader::Ours {
                     keyset,
                     subjects,
@@ -113,6 +118,7 @@ impl Reader {
         &self,
         topic: &str,
         r: &Rec<'_>,
+        marker: &NullMarker,
         line: &mut serde_json::Map<String, Value>,
     ) -> Result<(), Unread> {
         let plain = match self {
@@ -180,7 +186,14 @@ impl Reader {
             None => {
                 line.insert("value".into(), Value::Null);
             }
-            Some(bytes) => plain_value(&bytes, line),
+            Some(bytes) => {
+                // A present value whose plaintext is the null marker: a
+                // delete a broken layer wrote as a value (audit counts it).
+                if marker.matches(&bytes) {
+                    line.insert("broken_delete".into(), Value::Bool(true));
+                }
+                plain_value(&bytes, line);
+            }
         }
         Ok(())
     }
@@ -191,8 +204,8 @@ impl Reader {
 /// "value"}`, or `"error"` in place of `"value"` for a value that does not
 /// decrypt (then exit 1); a value whose subject was shredded has
 /// `"shredded": true` beside its `null` (a delete: exit 0); a present
-/// value that reads as JSON null has `"broken_delete": true` beside its
-/// `null`.
+/// value that reads as JSON null, or whose plaintext is the null marker
+/// (`--null-marker`, `empty` by default), has `"broken_delete": true`.
 pub(crate) fn consume(a: &ConsumeArgs, out: &Output) -> Result<Outcome, Fail> {
     let s = Setup::for_reading(
         &a.topic,
@@ -202,6 +215,7 @@ pub(crate) fn consume(a: &ConsumeArgs, out: &Output) -> Result<Outcome, Fail> {
         a.partitions.clone(),
     )?;
     let reader = Reader::new(a, &s)?;
+    let marker = a.null_marker.clone().unwrap_or(NullMarker::Empty);
     let (parts, _) = read::partitions(&s)?;
     let total: i64 = parts.iter().map(|(_, low, high)| (high - low).max(0)).sum();
     let bar = read::progress(u64::try_from(total).unwrap_or(0), out.quiet, "consume");
@@ -216,7 +230,7 @@ pub(crate) fn consume(a: &ConsumeArgs, out: &Output) -> Result<Outcome, Fail> {
             line.insert("partition".into(), json!(r.partition));
             line.insert("offset".into(), json!(r.offset));
             key_fields(r.key, &mut line);
-            match reader.value(&a.topic, r, &mut line) {
+            match reader.value(&a.topic, r, &marker, &mut line) {
                 Err(Unread::Command(f)) => return Err(f),
                 Err(Unread::Value(why)) => {
                     failed += 1;

@@ -103,10 +103,12 @@ enum Command {
     /// JSON Schema records) with `--schema-registry`.
     Consume(ConsumeArgs),
     /// Shred data subjects (`tombstone_crypt::shred`): remove each one's
-    /// subject key from the key store, so that every copy of its values,
-    /// on the topic and off it, reads as a delete. Running it again over
-    /// the same list is safe (and shreds what was written for those
-    /// subjects since).
+    /// subject key from the key store, with a record of the shred, so that
+    /// every copy of its values, on the topic and off it, reads as a
+    /// delete. Says per subject whether it had a key (exit 1 when one had
+    /// none: a subject spelled otherwise than when it was written, or the
+    /// wrong key store). Running it again over the same list is safe (and
+    /// shreds what was written for those subjects since).
     Shred(ShredArgs),
 }
 
@@ -126,17 +128,32 @@ pub(crate) struct ShredArgs {
     #[arg(short = 'X', value_name = "KEY=VALUE")]
     pub(crate) config: Vec<String>,
     /// A subject to shred (its bytes, as the record key or the value names
-    /// it); repeatable.
+    /// it, exactly: no trimming); repeatable.
     #[arg(long, value_name = "SUBJECT")]
     pub(crate) subject: Vec<String>,
-    /// A file of subjects to shred, one per line (`-`: standard input).
+    /// A file of subjects to shred, one per line (`-`: standard input),
+    /// each line exactly the subject's bytes, ended by LF or CRLF; empty
+    /// lines are skipped. A file that starts with a byte-order mark, a line
+    /// with a space or tab at either end, or a line that is not UTF-8 is
+    /// refused before anything is shredded (give such subjects in hex
+    /// with `--hex`).
     #[arg(long, value_name = "FILE")]
     pub(crate) subjects: Option<PathBuf>,
+    /// `--subject` and the lines of `--subjects` are the subjects' bytes
+    /// in hex (for subjects that are not UTF-8, or have spaces at an end).
+    #[arg(long)]
+    pub(crate) hex: bool,
+    /// Instead of shredding: make a new key store (a redb file, created
+    /// exclusively and 0600, or a compacted topic) with its naming key
+    /// under the KEK. Every other command needs a key store that exists
+    /// and refuses a missing one.
+    #[arg(long, conflicts_with_all = ["subject", "subjects"])]
+    pub(crate) create_key_store: bool,
     /// Instead of shredding: wrap every record of the key store again
     /// under the KEK keyset's primary key (after `keyset rotate` of the
     /// KEK; then `keyset destroy` the old keys, and a copy of the key store
     /// made before opens nothing).
-    #[arg(long, conflicts_with_all = ["subject", "subjects"])]
+    #[arg(long, conflicts_with_all = ["subject", "subjects", "create_key_store"])]
     pub(crate) rewrap: bool,
     /// Instead of shredding: read the whole key store and open every
     /// record under the KEK (the key store's audit): subjects, DEKs,
@@ -144,8 +161,8 @@ pub(crate) struct ShredArgs {
     /// under the KEK's primary key; on a key-store topic also its records,
     /// tombstones, shred markers and records not of a key store. Exit 1
     /// when a record does not open, a subject has two DEKs or the topic
-    /// holds foreign records.
-    #[arg(long, conflicts_with_all = ["subject", "subjects", "rewrap"])]
+    /// holds foreign records, or the store holds no naming key.
+    #[arg(long, conflicts_with_all = ["subject", "subjects", "rewrap", "create_key_store"])]
     pub(crate) check: bool,
 }
 
@@ -185,6 +202,16 @@ pub(crate) struct ConsumeArgs {
     /// `"shredded": true` (a delete, exit 0).
     #[command(flatten)]
     pub(crate) subject: SubjectKeyArgs,
+    /// With `--subject-kek`: a value whose subject was shredded is an
+    /// error line (exit 1), not a delete (the library's
+    /// `SubjectKeys::strict`).
+    #[arg(long, requires = "subject_kek")]
+    pub(crate) strict: bool,
+    /// The plaintext a broken layer wrote for a delete (as for `audit`):
+    /// `empty` (the default), `json-null`, `hex:HEX` or `none`; a value
+    /// whose plaintext is it prints with `"broken_delete": true`.
+    #[arg(long, value_parser = parse_marker)]
+    pub(crate) null_marker: Option<NullMarker>,
     /// An rdkafka setting, `key=value`; repeatable.
     #[arg(short = 'X', value_name = "KEY=VALUE")]
     pub(crate) config: Vec<String>,
@@ -336,6 +363,19 @@ pub(crate) enum NullMarker {
 }
 
 impl NullMarker {
+    /// The marker as `--null-marker` names it.
+    pub(crate) fn name(&self) -> String {
+        match self {
+            NullMarker::Empty => "empty".into(),
+            NullMarker::JsonNull => "json-null".into(),
+            NullMarker::Bytes(b) => format!(
+                "hex:{}",
+                b.iter().map(|b| format!("{b:02x}")).collect::<String>()
+            ),
+            NullMarker::None => "none".into(),
+        }
+    }
+
     /// Whether the plaintext `value` is this marker.
     pub(crate) fn matches(&self, value: &[u8]) -> bool {
         match self {
@@ -431,12 +471,14 @@ struct TopicArgs {
     /// The KMS key the keyset files are encrypted with.
     #[arg(long, value_name = "URI")]
     decrypt_with: Option<String>,
-    /// The plaintext a broken layer wrote for a delete: `empty` (the
-    /// default), `json-null` (the four bytes `null`), `hex:HEX`, or `none`
-    /// (no value is a delete: a topic that only writers of this library
-    /// wrote, where an empty value is a value).
-    #[arg(long, value_parser = parse_marker, default_value = "empty")]
-    null_marker: NullMarker,
+    /// The plaintext a broken layer wrote for a delete: `empty`,
+    /// `json-null` (the four bytes `null`), `hex:HEX`, or `none` (no value
+    /// is a delete: a topic that only writers of this library wrote, where
+    /// an empty value is a value). `audit`, `reencrypt` and a `repair`
+    /// plan count `empty` when it is not given, and say so; `repair
+    /// --apply` needs it named, as it writes tombstones for those values.
+    #[arg(long, value_parser = parse_marker)]
+    null_marker: Option<NullMarker>,
     /// The values' associated data.
     #[arg(long, value_enum, default_value = "topic-and-key")]
     aad: Aad,
@@ -474,6 +516,11 @@ struct TopicArgs {
     /// Subject keys, for topics written under them.
     #[command(flatten)]
     subject: SubjectKeyArgs,
+    /// With `--subject-kek`: a value whose subject was shredded is not a
+    /// delete but a finding (counted in `shredded_values`, undecryptable;
+    /// `repair` leaves it), the library's `SubjectKeys::strict`.
+    #[arg(long, requires = "subject_kek")]
+    strict: bool,
 }
 
 /// Where `--apply` records its progress.

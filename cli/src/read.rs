@@ -77,35 +77,65 @@ pub(crate) type SubjectValues = SubjectEncrypting<Bytes, [u8]>;
 
 /// The subject keys `a` names (`None` without `--subject-kek`): the KEK
 /// keyset, and the redb file or the compacted topic (on `config`'s
-/// brokers) that keeps them.
+/// brokers) that keeps them. The store must exist and hold a naming key
+/// the KEK opens (a mistyped path or topic is an error, never an empty
+/// store), unless `create` (`shred --create-key-store`), which makes it.
 ///
 /// # Errors
-/// A keyset that does not load, a store that does not open, a KEK with no
-/// store.
+/// A keyset that does not load, a store that does not exist (or, with
+/// `create`, does), a store with no naming key or another KEK's, a KEK
+/// with no store.
 pub(crate) fn subject_keys(
     a: &SubjectKeyArgs,
     decrypt_with: Option<&str>,
     config: Option<&ClientConfig>,
+    create: bool,
+    strict: bool,
 ) -> Result<Option<Arc<SubjectKeys>>, Fail> {
     let Some(kek_path) = &a.subject_kek else {
         return Ok(None);
     };
     let kek = keysets::load(kek_path, decrypt_with)?;
-    let store: Arc<dyn KeyStore> = match (&a.subject_key_store, &a.subject_key_topic) {
-        (Some(path), _) => Arc::new(RedbKeyStore::open(path)?),
-        (None, Some(topic)) => {
-            let config = config
-                .cloned()
-                .ok_or_else(|| fail("--subject-key-topic needs --bootstrap"))?;
-            Arc::new(KafkaKeyStore::new(KafkaChangelog::with_config(config, topic)?))
-        }
-        (None, None) => {
-            return Err(fail(
-                "--subject-kek needs the key store: --subject-key-store FILE or --subject-key-topic TOPIC",
-            ))
-        }
+    let (store, named): (Arc<dyn KeyStore>, String) =
+        match (&a.subject_key_store, &a.subject_key_topic) {
+            (Some(path), _) => {
+                let store = if create {
+                    RedbKeyStore::create(path)
+                } else {
+                    RedbKeyStore::open(path)
+                };
+                let store = store.map_err(|e| {
+                    fail(format!("--subject-key-store {}: {}", path.display(), crate::chain(&e)))
+                })?;
+                (Arc::new(store), format!("--subject-key-store {}", path.display()))
+            }
+            (None, Some(topic)) => {
+                let config = config
+                    .cloned()
+                    .ok_or_else(|| fail("--subject-key-topic needs --bootstrap"))?;
+                let log = if create {
+                    KafkaChangelog::with_config(config, topic)
+                } else {
+                    KafkaChangelog::existing(config, topic)
+                };
+                let log = log.map_err(|e| {
+                    fail(format!("--subject-key-topic {topic}: {}", crate::chain(&e)))
+                })?;
+                (Arc::new(KafkaKeyStore::new(log)), format!("--subject-key-topic {topic}"))
+            }
+            (None, None) => {
+                return Err(fail(
+                    "--subject-kek needs the key store: --subject-key-store FILE or --subject-key-topic TOPIC",
+                ))
+            }
+        };
+    let keys = if create {
+        SubjectKeys::create(kek, store)
+    } else {
+        SubjectKeys::open(kek, store)
     };
-    Ok(Some(Arc::new(SubjectKeys::new(kek, store))))
+    let keys = keys.map_err(|e| fail(format!("{named}: {}", crate::chain(&e))))?;
+    Ok(Some(Arc::new(if strict { keys.strict() } else { keys })))
 }
 
 /// The codec of Confluent-format records with the Schema Registry at
@@ -203,8 +233,14 @@ pub(crate) fn setup_with(a: &TopicArgs, confluent: Option<ConfluentJson>) -> Res
             .ok_or_else(|| fail(format!("-X {kv}: expected key=value")))?;
         config.set(k.trim(), v.trim());
     }
-    let subjects = subject_keys(&a.subject, a.decrypt_with.as_deref(), Some(&config))?
-        .map(|k| Arc::new(SubjectEncrypting::new(k, Bytes)));
+    let subjects = subject_keys(
+        &a.subject,
+        a.decrypt_with.as_deref(),
+        Some(&config),
+        false,
+        a.strict,
+    )?
+    .map(|k| Arc::new(SubjectEncrypting::new(k, Bytes)));
     Ok(Setup {
         topic: a.topic.clone(),
         name: a.aad_name.clone().unwrap_or_else(|| a.topic.clone()),
@@ -212,7 +248,7 @@ pub(crate) fn setup_with(a: &TopicArgs, confluent: Option<ConfluentJson>) -> Res
         keyset,
         key_keyset,
         widened_keys,
-        marker: a.null_marker.clone(),
+        marker: a.null_marker.clone().unwrap_or(NullMarker::Empty),
         aad: a.aad.into(),
         config,
         timeout: Duration::from_secs(a.timeout.max(1)),

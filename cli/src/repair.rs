@@ -8,10 +8,15 @@ use serde_json::json;
 use crate::apply::{run, Writing};
 use crate::plan::Command;
 use crate::read::setup;
-use crate::{Fail, Outcome, Output, RepairArgs};
+use crate::{fail, Fail, Outcome, Output, RepairArgs};
 
 /// `tombstone-crypt repair`: exit 1 while findings are left.
 pub(crate) fn repair(args: &RepairArgs, out: &Output) -> Result<Outcome, Fail> {
+    if args.apply && args.topic.null_marker.is_none() {
+        return Err(fail(
+            "repair --apply writes a tombstone for each value that decrypts to the null marker: name it (--null-marker empty, json-null, hex:HEX, or none on a topic that only this library's writers wrote, where an empty value is a value)",
+        ));
+    }
     let s = setup(&args.topic)?;
     let writing = args.apply.then(|| Writing {
         checkpoint: args.progress.path("repair", &s),

@@ -30,6 +30,9 @@ pub(crate) struct Counts {
     pub(crate) marker_values: u64,
     /// Values under subject keys whose subject was shredded.
     pub(crate) shredded_values: u64,
+    /// Values under subject keys whose DEK the key store neither holds nor
+    /// records as shredded.
+    pub(crate) unknown_subject_keys: u64,
     /// Records whose key does not decrypt under the key keyset.
     pub(crate) undecryptable_record_keys: u64,
     /// Present values that decrypted.
@@ -215,6 +218,7 @@ impl Counts {
         self.plaintext += o.plaintext;
         self.marker_values += o.marker_values;
         self.shredded_values += o.shredded_values;
+        self.unknown_subject_keys += o.unknown_subject_keys;
         self.undecryptable_record_keys += o.undecryptable_record_keys;
         self.decrypted += o.decrypted;
         self.undecryptable_values += o.undecryptable_values;
@@ -301,6 +305,7 @@ impl Audit {
             "plaintext": c.plaintext,
             "marker_values": c.marker_values,
             "shredded_values": c.shredded_values,
+            "unknown_subject_keys": c.unknown_subject_keys,
             "key_ids": ids(key_ids),
             "all_values_by_key_id": ids(&c.all_by_key_id),
         });
@@ -352,8 +357,14 @@ impl Audit {
         );
         if c.shredded_values > 0 {
             text.push_str(&format!(
-                "shredded values    {} (their subjects' keys are gone: broken tombstones to repair)\n",
+                "shredded values    {} (a shred covers their keys: broken tombstones to repair; with --strict, undecryptable)\n",
                 c.shredded_values
+            ));
+        }
+        if c.unknown_subject_keys > 0 {
+            text.push_str(&format!(
+                "unknown subject keys {} (their keys are neither in the key store nor shredded: the wrong key store, or changed values; never deletes)\n",
+                c.unknown_subject_keys
             ));
         }
         if c.fields.on {

@@ -1,31 +1,82 @@
 //! `shred`: data subjects' keys removed from their key store, so that
 //! every copy of their values reads as a delete.
 
-use std::io::BufRead as _;
+use std::io::Read as _;
 
 use serde_json::json;
+
+use tombstone_crypt::shred::Shred;
 
 use crate::read::subject_keys;
 use crate::{fail, Fail, Outcome, Output, ShredArgs};
 
-/// The subjects `args` names: `--subject`s, then each line of
-/// `--subjects` (empty lines skipped).
-fn subjects(args: &ShredArgs) -> Result<Vec<String>, Fail> {
-    let mut all = args.subject.clone();
-    if let Some(path) = &args.subjects {
-        let reader: Box<dyn std::io::BufRead> = if path.as_os_str() == "-" {
-            Box::new(std::io::stdin().lock())
+/// A subject given in hex.
+fn unhex(text: &str, at: &str) -> Result<Vec<u8>, Fail> {
+    let bytes = text.as_bytes();
+    if bytes.len() % 2 != 0 || !bytes.iter().all(u8::is_ascii_hexdigit) {
+        return Err(fail(format!(
+            "{at}: not hex (--hex: two hex digits a byte)"
+        )));
+    }
+    Ok(bytes
+        .chunks_exact(2)
+        .filter_map(|p| std::str::from_utf8(p).ok())
+        .filter_map(|p| u8::from_str_radix(p, 16).ok())
+        .collect())
+}
+
+/// The subjects `args` names, as bytes: `--subject`s, then each line of
+/// `--subjects` (empty lines skipped), exactly as written (or in hex with
+/// `--hex`). A byte-order mark, a line with a space or tab at an end, or a
+/// line that is not UTF-8 is refused: nothing is shredded.
+fn subjects(args: &ShredArgs) -> Result<Vec<Vec<u8>>, Fail> {
+    let mut all = Vec::new();
+    for (i, s) in args.subject.iter().enumerate() {
+        let at = format!("--subject #{}", i + 1);
+        all.push(if args.hex {
+            unhex(s, &at)?
         } else {
-            let file = std::fs::File::open(path)
+            s.as_bytes().to_vec()
+        });
+    }
+    if let Some(path) = &args.subjects {
+        let mut text = Vec::new();
+        if path.as_os_str() == "-" {
+            std::io::stdin()
+                .lock()
+                .read_to_end(&mut text)
+                .map_err(|e| fail(format!("--subjects -: {e}")))?;
+        } else {
+            text = std::fs::read(path)
                 .map_err(|e| fail(format!("--subjects {}: {e}", path.display())))?;
-            Box::new(std::io::BufReader::new(file))
-        };
-        for line in reader.lines() {
-            let line = line.map_err(|e| fail(format!("--subjects: {e}")))?;
-            let line = line.trim_end_matches('\r');
-            if !line.is_empty() {
-                all.push(line.to_owned());
+        }
+        if text.starts_with(b"\xef\xbb\xbf") {
+            return Err(fail(format!(
+                "--subjects {}: starts with a byte-order mark, which would be part of the first subject: remove it (nothing was shredded)",
+                path.display()
+            )));
+        }
+        for (n, line) in text.split(|b| *b == b'\n').enumerate() {
+            let line = line.strip_suffix(b"\r").unwrap_or(line);
+            if line.is_empty() {
+                continue;
             }
+            let at = format!("--subjects {} line {}", path.display(), n + 1);
+            let Ok(line) = std::str::from_utf8(line) else {
+                return Err(fail(format!(
+                    "{at}: not UTF-8 (give such subjects in hex with --hex; nothing was shredded)"
+                )));
+            };
+            if line.starts_with([' ', '\t']) || line.ends_with([' ', '\t']) {
+                return Err(fail(format!(
+                    "{at}: a space or tab at an end, which would be part of the subject (give such subjects in hex with --hex; nothing was shredded)"
+                )));
+            }
+            all.push(if args.hex {
+                unhex(line, &at)?
+            } else {
+                line.as_bytes().to_vec()
+            });
         }
     }
     if all.is_empty() {
@@ -34,11 +85,21 @@ fn subjects(args: &ShredArgs) -> Result<Vec<String>, Fail> {
     Ok(all)
 }
 
+/// A subject as the report shows it: its text, or its hex with `--hex`.
+fn shown(subject: &[u8], hex_input: bool) -> String {
+    match std::str::from_utf8(subject) {
+        Ok(s) if !hex_input => s.to_owned(),
+        _ => hex(subject),
+    }
+}
+
 /// Runs `shred`. Each subject is shredded once the key store has
-/// acknowledged it; a failure stops the run and says how many were
-/// shredded before it (run it again: a shred is idempotent).
+/// acknowledged it, and said: shredded (its DEKs removed) or without a key
+/// (exit 1: the store never had one for it). A failure stops the run and
+/// says how many were shredded before it (run it again: a shred is
+/// idempotent).
 pub(crate) fn shred(args: &ShredArgs, out: &Output) -> Result<Outcome, Fail> {
-    let list = if args.rewrap || args.check {
+    let list = if args.rewrap || args.check || args.create_key_store {
         Vec::new()
     } else {
         subjects(args)?
@@ -57,8 +118,21 @@ pub(crate) fn shred(args: &ShredArgs, out: &Output) -> Result<Outcome, Fail> {
         }
         None => None,
     };
-    let keys = subject_keys(&args.keys, args.decrypt_with.as_deref(), config.as_ref())?
-        .ok_or_else(|| fail("--subject-kek FILE is required (the subject keys' KEK)"))?;
+    let keys = subject_keys(
+        &args.keys,
+        args.decrypt_with.as_deref(),
+        config.as_ref(),
+        args.create_key_store,
+        false,
+    )?
+    .ok_or_else(|| fail("--subject-kek FILE is required (the subject keys' KEK)"))?;
+    if args.create_key_store {
+        out.print(
+            "key store made, with its naming key under the KEK\n",
+            &json!({"created": true}),
+        )?;
+        return Ok(Outcome::Clean);
+    }
     if args.check {
         return check(args, &keys, config.as_ref(), out);
     }
@@ -72,20 +146,53 @@ pub(crate) fn shred(args: &ShredArgs, out: &Output) -> Result<Outcome, Fail> {
         )?;
         return Ok(Outcome::Clean);
     }
+    let mut text = String::new();
+    let mut report = Vec::with_capacity(list.len());
+    let (mut shredded, mut before, mut no_key) = (0usize, 0usize, 0usize);
     for (done, subject) in list.iter().enumerate() {
-        keys.shred(subject.as_bytes()).map_err(|e| {
+        let found = keys.shred(subject).map_err(|e| {
             fail(format!(
                 "{done} of {} subjects shredded, then: {}",
                 list.len(),
                 crate::chain(&e)
             ))
         })?;
+        let name = shown(subject, args.hex);
+        let state = match found {
+            Shred::Removed(n) => {
+                shredded += 1;
+                let s = if n == 1 { "" } else { "s" };
+                text.push_str(&format!("shredded          {name} ({n} key{s})\n"));
+                "shredded"
+            }
+            Shred::AlreadyShredded => {
+                before += 1;
+                text.push_str(&format!("shredded before   {name}\n"));
+                "shredded_before"
+            }
+            _ => {
+                no_key += 1;
+                text.push_str(&format!(
+                    "no key            {name} (the key store never had one: spelled otherwise than when written, or the wrong key store?)\n"
+                ));
+                "no_key"
+            }
+        };
+        report.push(json!({"subject": name, "state": state, "deks": found.removed()}));
     }
+    text.push_str(&format!(
+        "{} subjects: {shredded} shredded, {before} shredded before, {no_key} without a key\n",
+        list.len()
+    ));
     out.print(
-        &format!("{} subjects shredded\n", list.len()),
-        &json!({"shredded": list.len()}),
+        &text,
+        &json!({"shredded": shredded, "shredded_before": before, "no_key": no_key, "subjects": report}),
     )?;
-    Ok(Outcome::Clean)
+    Ok(if no_key == 0 {
+        Outcome::Clean
+    } else {
+        Outcome::Findings
+    })
 }
 
 /// Hex of a subject tag.
@@ -133,6 +240,8 @@ fn check(
         "subjects": c.subjects,
         "deks": c.deks,
         "naming_key": c.naming_key,
+        "shredded_subjects": c.shredded_subjects,
+        "shredded_deks": c.shredded_deks,
         "several_deks": c.several_deks.len(),
         "several_deks_tags": listed(&c.several_deks),
         "not_opening": c.not_opening.len(),

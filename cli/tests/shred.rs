@@ -57,7 +57,10 @@ fn write(
     kek: &Keyset,
     store: Arc<dyn KeyStore>,
 ) -> Vec<(String, Vec<u8>)> {
-    let values = SubjectEncrypting::new(Arc::new(SubjectKeys::new(kek.clone(), store)), Utf8);
+    let values = SubjectEncrypting::new(
+        Arc::new(SubjectKeys::create(kek.clone(), store).unwrap()),
+        Utf8,
+    );
     let mut written = Vec::new();
     let mut records = Vec::new();
     for (k, v) in RECORDS {
@@ -70,6 +73,32 @@ fn write(
     }
     produce(bootstrap, topic, &records);
     written
+}
+
+/// `shred --create-key-store`: a new redb key store at `path`, with its
+/// naming key under the KEK at `kek_path`.
+fn make_store(kek_path: &str, path: &str) {
+    let out = cli(&[
+        "shred",
+        "--create-key-store",
+        "--subject-kek",
+        kek_path,
+        "--subject-key-store",
+        path,
+        "--json",
+    ]);
+    assert_eq!(code(&out), 0, "{}", String::from_utf8_lossy(&out.stderr));
+    assert_eq!(json_of(&out)["created"], true);
+    // Made once: a second make refuses the existing file.
+    let again = cli(&[
+        "shred",
+        "--create-key-store",
+        "--subject-kek",
+        kek_path,
+        "--subject-key-store",
+        path,
+    ]);
+    assert_eq!(code(&again), 2);
 }
 
 fn audit(bootstrap: &str, topic: &str, keys: &[&str]) -> (i32, serde_json::Value) {
@@ -96,6 +125,7 @@ fn shred_then_audit_and_repair_a_topic_under_subject_keys_in_a_redb_file() {
     let topic = fresh_topic("shred-redb");
     create_topic(&bootstrap, &topic, 1);
     let written = {
+        make_store(&kek_path, &store_path);
         let store = Arc::new(RedbKeyStore::open(&store_path).unwrap());
         write(&bootstrap, &topic, &kek, store)
     };
@@ -148,7 +178,15 @@ fn shred_then_audit_and_repair_a_topic_under_subject_keys_in_a_redb_file() {
     let mut repair = vec!["repair", "--bootstrap", &bootstrap, "--topic", &topic];
     repair.extend_from_slice(&keys);
     let ck = dir.file("repair.checkpoint");
-    repair.extend_from_slice(&["--apply", "--checkpoint", &ck, "--json", "-q"]);
+    repair.extend_from_slice(&[
+        "--apply",
+        "--null-marker",
+        "none",
+        "--checkpoint",
+        &ck,
+        "--json",
+        "-q",
+    ]);
     let out = cli(&repair);
     assert_eq!(code(&out), 0, "{}", String::from_utf8_lossy(&out.stderr));
     assert_eq!(json_of(&out)["tombstones_planned"], 1);
@@ -163,10 +201,9 @@ fn shred_then_audit_and_repair_a_topic_under_subject_keys_in_a_redb_file() {
     // Every copy of c-1's values (kept from before the shred) reads as a
     // delete; the others as written.
     let values: SubjectEncrypting<Utf8, str> = SubjectEncrypting::new(
-        Arc::new(SubjectKeys::new(
-            kek,
-            Arc::new(RedbKeyStore::open(&store_path).unwrap()),
-        )),
+        Arc::new(
+            SubjectKeys::create(kek, Arc::new(RedbKeyStore::open(&store_path).unwrap())).unwrap(),
+        ),
         Utf8,
     );
     for (k, bytes) in &written {
@@ -248,7 +285,7 @@ fn shred_a_list_of_subjects_on_a_key_store_topic() {
     assert_eq!(code(&out), 0, "{}", String::from_utf8_lossy(&out.stderr));
     assert_eq!(json_of(&out)["shredded"], 2);
     let values: SubjectEncrypting<Utf8, str> =
-        SubjectEncrypting::new(Arc::new(SubjectKeys::new(kek, store())), Utf8);
+        SubjectEncrypting::new(Arc::new(SubjectKeys::create(kek, store()).unwrap()), Utf8);
     for (k, bytes) in &written {
         let ctx = Context::new(&topic).with_key(k.as_bytes());
         let got = values.deserialize(&ctx, Some(bytes)).unwrap();
@@ -310,6 +347,7 @@ fn consume_prints_a_shredded_subjects_values_as_null_and_shredded() {
     let topic = fresh_topic("shred-consume");
     create_topic(&bootstrap, &topic, 1);
     let written = {
+        make_store(&kek_path, &store_path);
         let store = Arc::new(RedbKeyStore::open(&store_path).unwrap());
         write(&bootstrap, &topic, &kek, store)
     };
@@ -431,13 +469,14 @@ fn compacting_model(seed: u64, fence: Duration) -> usize {
     create_compacted_topic(&bootstrap, &topic, 1);
     let view = Duration::from_millis(300);
     let keys = Arc::new(
-        SubjectKeys::new(
+        SubjectKeys::create(
             kek,
             Arc::new(
                 KafkaKeyStore::new(KafkaChangelog::open(&bootstrap, &key_topic).unwrap())
                     .with_fence(view),
             ),
         )
+        .unwrap()
         .with_fence(fence),
     );
     let values = SubjectEncrypting::new(Arc::clone(&keys), Utf8);
@@ -557,7 +596,11 @@ fn a_killed_shred_says_so_and_running_it_again_finishes_the_list() {
         )
     };
     let values = SubjectEncrypting::new(
-        Arc::new(SubjectKeys::new(kek.clone(), store()).with_fence(Duration::ZERO)),
+        Arc::new(
+            SubjectKeys::create(kek.clone(), store())
+                .unwrap()
+                .with_fence(Duration::ZERO),
+        ),
         Utf8,
     );
     let subjects: Vec<String> = (0..24).map(|i| format!("k-{i}")).collect();

@@ -19,7 +19,10 @@ use tombstone_crypt::{Context, Keyset, Serializer as _, Utf8};
 
 /// Makes a DEK for each of `subjects` in `store`.
 fn make(kek: &Keyset, store: Arc<dyn KeyStore>, subjects: &[&str]) {
-    let w = SubjectEncrypting::new(Arc::new(SubjectKeys::new(kek.clone(), store)), Utf8);
+    let w = SubjectEncrypting::new(
+        Arc::new(SubjectKeys::create(kek.clone(), store).unwrap()),
+        Utf8,
+    );
     for s in subjects {
         w.serialize(&Context::new("t").with_key(s.as_bytes()), Some("x"))
             .unwrap();
@@ -41,7 +44,7 @@ fn check_a_redb_key_store_through_a_kek_rotation_and_a_changed_record() {
     let store_path = dir.file("keys.redb");
     make(
         &kek,
-        Arc::new(RedbKeyStore::open(&store_path).unwrap()),
+        Arc::new(RedbKeyStore::create(&store_path).unwrap()),
         &["a", "b", "c"],
     );
     let store = [
@@ -107,7 +110,7 @@ fn check_a_key_store_topic_counts_shreds_and_finds_a_second_dek_and_foreign_reco
         ))
     };
     make(&kek, open(), &["a", "b", "c"]);
-    let keys = SubjectKeys::new(kek.clone(), open());
+    let keys = SubjectKeys::create(kek.clone(), open()).unwrap();
     keys.shred(b"b").unwrap();
     let store = [
         "--subject-kek",

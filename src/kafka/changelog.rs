@@ -195,6 +195,28 @@ impl KafkaChangelog {
         topic: &str,
         settings: TopicSettings,
     ) -> Result<Self, Error> {
+        Self::opened(config, topic, Some(settings))
+    }
+
+    /// As [`with_config`](KafkaChangelog::with_config) for a topic that
+    /// must exist: a missing topic is an error, never created (a key store
+    /// or a changelog named by hand, where a mistyped name must not start
+    /// an empty one).
+    ///
+    /// # Errors
+    /// As [`open`](KafkaChangelog::open); [`Error::Changelog`] if the topic
+    /// does not exist.
+    pub fn existing(config: ClientConfig, topic: &str) -> Result<Self, Error> {
+        Self::opened(config, topic, None)
+    }
+
+    /// Opens the changelog; creates a missing topic with `settings`, or
+    /// refuses it without.
+    fn opened(
+        config: ClientConfig,
+        topic: &str,
+        settings: Option<TopicSettings>,
+    ) -> Result<Self, Error> {
         if let Some(why) = super::acks_refused(&config) {
             return Err(Error::changelog_msg(format!("kafka: {why}")));
         }
@@ -485,31 +507,36 @@ fn create_producer(
         .map_err(|e| kafka_err("producer", e))
 }
 
-/// Creates `topic` compacted, or checks that the existing one is.
+/// Creates `topic` compacted (with `settings`; without, a missing topic is
+/// an error), or checks that the existing one is.
 fn ensure_compacted_topic(
     config: &ClientConfig,
     topic: &str,
-    settings: TopicSettings,
+    settings: Option<TopicSettings>,
     timeout: Duration,
 ) -> Result<(), Error> {
     use rdkafka::admin::{ConfigSource, ResourceSpecifier};
     let admin: AdminClient<DefaultClientContext> =
         config.create().map_err(|e| kafka_err("admin client", e))?;
-    let new = NewTopic::new(
-        topic,
-        settings.partitions,
-        TopicReplication::Fixed(settings.replication_factor),
-    )
-    .set("cleanup.policy", "compact");
     let opts = AdminOptions::new().operation_timeout(Some(timeout));
-    let results = futures_executor::block_on(admin.create_topics([&new], &opts))
-        .map_err(|e| kafka_err("create topic", e))?;
-    for r in results {
-        match r {
-            Ok(_) => return Ok(()),
-            Err((_, RDKafkaErrorCode::TopicAlreadyExists)) => {}
-            Err((t, code)) => return Err(kafka_err(&format!("create topic {t}"), code)),
+    if let Some(settings) = settings {
+        let new = NewTopic::new(
+            topic,
+            settings.partitions,
+            TopicReplication::Fixed(settings.replication_factor),
+        )
+        .set("cleanup.policy", "compact");
+        let results = futures_executor::block_on(admin.create_topics([&new], &opts))
+            .map_err(|e| kafka_err("create topic", e))?;
+        for r in results {
+            match r {
+                Ok(_) => return Ok(()),
+                Err((_, RDKafkaErrorCode::TopicAlreadyExists)) => {}
+                Err((t, code)) => return Err(kafka_err(&format!("create topic {t}"), code)),
+            }
         }
+    } else {
+        topic_exists(config, topic, timeout)?;
     }
     // It exists: it must be compacted.
     let described = futures_executor::block_on(
@@ -530,6 +557,30 @@ fn ensure_compacted_topic(
         }
     }
     Ok(())
+}
+
+/// Checks that `topic` exists, by a metadata request that does not create
+/// it (a consumer's: `allow.auto.create.topics` is false).
+fn topic_exists(config: &ClientConfig, topic: &str, timeout: Duration) -> Result<(), Error> {
+    let mut config = config.clone();
+    config.set("allow.auto.create.topics", "false");
+    let consumer: BaseConsumer = config
+        .create()
+        .map_err(|e| kafka_err("metadata client", e))?;
+    let metadata = consumer
+        .fetch_metadata(Some(topic), timeout)
+        .map_err(|e| kafka_err(&format!("metadata of {topic}"), e))?;
+    let found = metadata
+        .topics()
+        .iter()
+        .any(|t| t.name() == topic && t.error().is_none() && !t.partitions().is_empty());
+    if found {
+        Ok(())
+    } else {
+        Err(Error::changelog_msg(format!(
+            "kafka: topic {topic} does not exist (a mistyped name? it is not created here)"
+        )))
+    }
 }
 
 impl Changelog for KafkaChangelog {

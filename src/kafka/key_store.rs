@@ -9,10 +9,17 @@
 //! tombstone). A maker killed between its record and that tombstone
 //! leaves a DEK no value uses; a shred of the subject removes it with the
 //! rest. A shred writes a tombstone for each DEK
-//! it knows, then a **shred marker** (key `subject tag | 0xff x 8`): a DEK
-//! record below the marker's offset is dead, even one a racing instance
-//! wrote that the shred did not see. Every write follows the crate's own
-//! rule: a delete is a tombstone (a null value), never a value.
+//! it knows, then a **shred marker** (key `subject tag | 0xff x 8`, value
+//! `shredded` and the DEK ids it covers, 8 bytes each): a DEK record below
+//! the marker's offset is dead, even one a racing instance wrote that the
+//! shred did not see, and so is a record of a DEK id a marker names,
+//! wherever it is (a rewrap that wrote it again after the shred). The
+//! marker is the record of the shred, the evidence that lets a value read
+//! as a delete: it names every DEK id the subject's shreds covered, so it
+//! is evidence still after compaction dropped the DEK records and their
+//! tombstones, and after a later shred's marker replaced it. Every write
+//! follows the crate's own rule: a delete is a tombstone (a null value),
+//! never a value.
 //!
 //! Each instance keeps a view of the topic, read once from its beginning,
 //! then from where it last ended to the end whenever the view is older than
@@ -32,13 +39,13 @@ use rdkafka::consumer::BaseConsumer;
 
 use super::changelog::{KafkaChangelog, Replayed};
 use crate::error::Error;
-use crate::shred::{KeyStore, SubjectTag};
+use crate::shred::{DekLookup, KeyStore, Shred, SubjectTag};
 use crate::store::Changelog as _;
 
 /// A shred marker's key suffix (no DEK id is this, but with probability
 /// 2^-64 per DEK).
 const MARKER: [u8; 8] = [0xff; 8];
-/// A shred marker's value.
+/// A shred marker's value starts so; the DEK ids it covers follow.
 const SHREDDED: &[u8] = b"shredded";
 
 /// A live DEK record: its id, the offset it was first written at (a
@@ -102,6 +109,9 @@ struct View {
     read_at: Option<Instant>,
     next: u64,
     deks: HashMap<SubjectTag, Deks>,
+    /// The DEK ids each subject's shreds covered (the evidence that lets a
+    /// value read as a delete).
+    shredded: HashMap<SubjectTag, Vec<[u8; 8]>>,
 }
 
 impl View {
@@ -118,6 +128,21 @@ impl View {
         self.of(tag).iter().map(|d| d.id).collect()
     }
 
+    fn shredded(&self, tag: &SubjectTag) -> &[[u8; 8]] {
+        self.shredded.get(tag).map_or(&[], Vec::as_slice)
+    }
+
+    /// What the view knows of `tag`'s DEK `id`.
+    fn lookup(&self, tag: &SubjectTag, id: &[u8; 8]) -> DekLookup {
+        if let Some(d) = self.of(tag).iter().find(|d| d.id == *id) {
+            DekLookup::Found(d.record.to_vec())
+        } else if self.shredded(tag).contains(id) {
+            DekLookup::Shredded
+        } else {
+            DekLookup::Unknown
+        }
+    }
+
     fn apply(&mut self, offset: u64, key: &[u8], value: Option<&[u8]>) {
         let (Some(tag), Some(id)) = (
             key.get(..16).and_then(|t| <SubjectTag>::try_from(t).ok()),
@@ -126,11 +151,32 @@ impl View {
             return; // not a record of this store's
         };
         match (id == MARKER, value) {
-            // A shred: every DEK written before it is dead.
-            (true, Some(_)) => {
-                self.deks.remove(&tag);
+            // A shred: every DEK written before it is dead, and every DEK
+            // it names.
+            (true, Some(marker)) => {
+                let live = self.deks.remove(&tag);
+                let mut covered = self.shredded.remove(&tag).unwrap_or_default();
+                let named = marker
+                    .strip_prefix(SHREDDED)
+                    .unwrap_or_default()
+                    .chunks_exact(8)
+                    .filter_map(|c| <[u8; 8]>::try_from(c).ok());
+                let live = live.iter().flat_map(|d| d.as_slice().iter().map(|d| d.id));
+                for id in named.chain(live) {
+                    if !covered.contains(&id) {
+                        covered.push(id);
+                    }
+                }
+                // A marker that covers nothing (a subject that had no key)
+                // is no record of a shred.
+                if !covered.is_empty() {
+                    self.shredded.insert(tag, covered);
+                }
             }
             (true, None) => {}
+            // A DEK a shred covered, written again (a rewrap that raced
+            // the shred): dead.
+            (false, Some(_)) if self.shredded(&tag).contains(&id) => {}
             (false, Some(record)) => {
                 let new = DekRecord {
                     id,
@@ -347,13 +393,30 @@ impl KeyStore for KafkaKeyStore {
         Ok(current)
     }
 
-    fn remove(&self, tag: &SubjectTag) -> Result<(), Error> {
-        let ids = self.refresh()?.ids(tag);
-        let mut records: Vec<(Vec<u8>, Option<&[u8]>)> =
-            ids.iter().map(|id| (key(tag, id), None)).collect();
-        records.push((key(tag, &MARKER), Some(SHREDDED)));
+    fn remove(&self, tag: &SubjectTag) -> Result<Shred, Error> {
+        let (live, shredded) = {
+            let view = self.refresh()?;
+            (view.ids(tag), view.shredded(tag).to_vec())
+        };
+        // A tombstone for each DEK (those shredded before too: a rewrap
+        // may have written one again), then the marker naming them all.
+        let mut marker = SHREDDED.to_vec();
+        let mut records: Vec<(Vec<u8>, Option<&[u8]>)> = Vec::new();
+        for id in shredded
+            .iter()
+            .chain(live.iter().filter(|id| !shredded.contains(id)))
+        {
+            records.push((key(tag, id), None));
+            marker.extend_from_slice(id);
+        }
+        records.push((key(tag, &MARKER), Some(&marker)));
         self.write(&records)?;
-        self.refresh().map(|_| ())
+        drop(self.refresh()?);
+        Ok(match (live.len(), shredded.is_empty()) {
+            (0, true) => Shred::NoKey,
+            (0, false) => Shred::AlreadyShredded,
+            (n, _) => Shred::Removed(n),
+        })
     }
 
     /// Each subject's records in the order they were first written, so
@@ -375,18 +438,36 @@ impl KeyStore for KafkaKeyStore {
             .get(..8)
             .ok_or_else(|| Error::store("a key record shorter than its id", "too short"))?;
         let known = self.refresh()?.ids(tag).iter().any(|k| k[..] == *id);
-        if known {
-            self.write(&[(key(tag, id), Some(record))])?;
+        if !known {
+            return Ok(());
+        }
+        self.write(&[(key(tag, id), Some(record))])?;
+        // A shred whose marker landed between the read and the write
+        // covers this DEK: the record written again is dead for every
+        // reader (its id is named by the marker), and its bytes go too.
+        let covered = self.refresh()?.shredded(tag).iter().any(|k| k[..] == *id);
+        if covered {
+            self.write(&[(key(tag, id), None)])?;
         }
         Ok(())
     }
 
-    fn find(&self, tag: &SubjectTag, dek_id: &[u8; 8]) -> Result<Option<Vec<u8>>, Error> {
-        Ok(self
-            .fresh()?
-            .of(tag)
+    fn shreds(&self) -> Result<Vec<(SubjectTag, Vec<[u8; 8]>)>, Error> {
+        let view = self.refresh()?;
+        Ok(view
+            .shredded
             .iter()
-            .find(|d| d.id == *dek_id)
-            .map(|d| d.record.to_vec()))
+            .map(|(t, ids)| (*t, ids.clone()))
+            .collect())
+    }
+
+    /// Unknown in a fresh view: read again once (another instance may
+    /// have made the DEK since), then it is unknown.
+    fn find(&self, tag: &SubjectTag, dek_id: &[u8; 8]) -> Result<DekLookup, Error> {
+        let found = self.fresh()?.lookup(tag, dek_id);
+        if found != DekLookup::Unknown {
+            return Ok(found);
+        }
+        Ok(self.refresh()?.lookup(tag, dek_id))
     }
 }

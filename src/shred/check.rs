@@ -11,9 +11,15 @@ pub struct KeyStoreCheck {
     pub subjects: usize,
     /// DEK records (a subject's, each).
     pub deks: usize,
-    /// Whether the naming key's record is there (it is made with the
-    /// first subject).
+    /// Whether the naming key's record is there (made by
+    /// [`SubjectKeys::create`]).
     pub naming_key: bool,
+    /// Subjects with a record of a shred (whatever they hold now: a
+    /// subject written again after its shred has a DEK too).
+    pub shredded_subjects: usize,
+    /// DEK ids covered by records of shreds: values under them read as
+    /// deletes.
+    pub shredded_deks: usize,
     /// Subjects with more than one DEK (none, unless a maker that lost a
     /// race for a subject's first DEK was stopped before it withdrew its
     /// own: that one was never used).
@@ -31,10 +37,11 @@ pub struct KeyStoreCheck {
 }
 
 impl KeyStoreCheck {
-    /// Whether nothing is wrong: every record opens and no subject has
-    /// two DEKs (records not yet under the primary key are no fault).
+    /// Whether nothing is wrong: the naming key is there, every record
+    /// opens and no subject has two DEKs (records not yet under the
+    /// primary key are no fault).
     pub fn is_clean(&self) -> bool {
-        self.several_deks.is_empty() && self.not_opening.is_empty()
+        self.naming_key && self.several_deks.is_empty() && self.not_opening.is_empty()
     }
 }
 
@@ -68,6 +75,10 @@ impl SubjectKeys {
             } else if wrapped.and_then(|w| w.get(1..5)) != Some(&primary[..]) {
                 check.not_under_primary += 1;
             }
+        }
+        for (_, ids) in self.store.shreds()? {
+            check.shredded_subjects += 1;
+            check.shredded_deks += ids.len();
         }
         check.subjects = per_subject.len();
         check.several_deks = per_subject

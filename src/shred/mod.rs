@@ -19,13 +19,20 @@
 //! - A value is `0x53 | subject tag (16) | DEK id (8) | nonce (12) |
 //!   ciphertext | GCM tag (16)`, AES-256-GCM, bound to the topic, the
 //!   record key and its own header (`docs/FORMAT.md`).
-//! - A value whose DEK is gone reads as a delete: `deserialize` gives
-//!   `None`, so a store restored from an old segment or a backup drops
-//!   it and a consumer sees a delete; [`SubjectKeys::strict`] gives
-//!   [`Error::Shredded`] instead. A DEK the value names but cannot be
-//!   found is the same as a shredded one: the header is authenticated only
-//!   when the DEK is there, so a value whose header was changed on the way
-//!   also reads as shredded.
+//! - A value whose DEK was shredded reads as a delete: `deserialize`
+//!   gives `None`, so a store restored from an old segment or a backup
+//!   drops it and a consumer sees a delete; [`SubjectKeys::strict`] gives
+//!   [`Error::Shredded`] instead. **Only a shred deletes**: the key store
+//!   keeps a record of each shred (the DEK ids it covers), and a value
+//!   reads as a delete only when such a record covers its DEK. A DEK the
+//!   store neither holds nor records as shredded (the wrong key store, a
+//!   lost one, a value whose header was changed or forged) is
+//!   [`Error::UnknownSubjectKey`], never a delete.
+//! - **Opening is not creating**: [`SubjectKeys::open`] needs a key store
+//!   that holds a naming key the KEK opens (a mistyped path or another
+//!   KEK is an error at once); [`SubjectKeys::create`] makes the naming key
+//!   of a new store. [`RedbKeyStore::open`] needs the file,
+//!   [`RedbKeyStore::create`] makes it (0600, exclusively).
 //! - Caches are fenced: a DEK is served from this process's cache for at
 //!   most [`SubjectKeys::with_fence`] (default 5 s) after it was last read
 //!   from the key store; then the store is asked again, and an error there
@@ -33,24 +40,28 @@
 //!
 //! ```
 //! use std::sync::Arc;
-//! use tombstone_crypt::shred::{MemoryKeyStore, SubjectEncrypting, SubjectKeys};
+//! use tombstone_crypt::shred::{MemoryKeyStore, Shred, SubjectEncrypting, SubjectKeys};
 //! use tombstone_crypt::{Context, Deserializer as _, Keyset, Serializer as _, Utf8};
 //!
-//! let keys = Arc::new(SubjectKeys::new(Keyset::generate(), Arc::new(MemoryKeyStore::new())));
+//! let keys = Arc::new(SubjectKeys::create(Keyset::generate(), Arc::new(MemoryKeyStore::new()))?);
 //! let values = SubjectEncrypting::new(Arc::clone(&keys), Utf8);
 //! let ctx = Context::new("customers").with_key(b"customer-17");
 //! let bytes = values.serialize(&ctx, Some("Ada, 1 Main St"))?.unwrap();
 //! assert_eq!(values.deserialize(&ctx, Some(&bytes))?.as_deref(), Some("Ada, 1 Main St"));
 //!
-//! keys.shred(b"customer-17")?;
+//! assert_eq!(keys.shred(b"customer-17")?, Shred::Removed(1));
 //! // Every copy of the value now reads as a delete.
 //! assert_eq!(values.deserialize(&ctx, Some(&bytes))?, None);
+//!
+//! // Opening is not creating: a store with no naming key is an error.
+//! assert!(SubjectKeys::open(Keyset::generate(), Arc::new(MemoryKeyStore::new())).is_err());
 //! # Ok::<(), tombstone_crypt::Error>(())
 //! ```
 
 mod check;
 mod store;
 
+use std::borrow::Borrow;
 use std::collections::HashMap;
 use std::hash::{BuildHasherDefault, Hasher};
 use std::marker::PhantomData;
@@ -63,7 +74,7 @@ use zeroize::Zeroizing;
 pub use check::KeyStoreCheck;
 #[cfg(feature = "redb")]
 pub use store::RedbKeyStore;
-pub use store::{KeyStore, MemoryKeyStore};
+pub use store::{DekLookup, KeyStore, MemoryKeyStore, Shred};
 
 use crate::cipher::{AesGcmKey, AesSivKey, NONCE_LEN, SIV_KEY_LEN, TAG_LEN};
 use crate::context::{AadBuf, AadPolicy, Context};
@@ -239,14 +250,38 @@ impl DekCache {
     }
 }
 
+/// A subject as a key of the tag cache: its bytes are zeroized when it
+/// leaves the cache (a shred, the cache cleared, the keys dropped).
+#[derive(PartialEq, Eq, Hash)]
+struct Subject(Box<[u8]>);
+
+impl Borrow<[u8]> for Subject {
+    fn borrow(&self) -> &[u8] {
+        &self.0
+    }
+}
+
+impl Drop for Subject {
+    fn drop(&mut self) {
+        zeroize::Zeroize::zeroize(&mut *self.0);
+    }
+}
+
 /// What a [`SubjectKeys`] keeps in memory, under one lock (a value takes
 /// it once): the subjects' tags computed here and the DEK cache.
 #[derive(Default)]
 struct Caches {
     /// Subjects' tags computed here (the subjects are this process's own
     /// data: a tag never changes). Keyed by the subject: SipHash.
-    tags: HashMap<Vec<u8>, SubjectTag>,
+    tags: HashMap<Subject, SubjectTag>,
     deks: DekCache,
+}
+
+/// What a value's DEK is, to read it.
+enum ToRead {
+    Dek(Arc<Dek>),
+    /// A shred covers it.
+    Shredded,
 }
 
 /// Record associated data up to this long, with a value's header after
@@ -317,8 +352,45 @@ impl std::fmt::Debug for SubjectKeys {
 
 impl SubjectKeys {
     /// Subject keys wrapped by `kek` (its primary key wraps; any enabled
-    /// key unwraps, so the KEK rotates as a keyset does) in `store`.
-    pub fn new(kek: Keyset, store: Arc<dyn KeyStore>) -> Self {
+    /// key unwraps, so the KEK rotates as a keyset does) in `store`, which
+    /// must hold a naming key that `kek` opens (see
+    /// [`create`](SubjectKeys::create) for a new store).
+    ///
+    /// # Errors
+    /// [`Error::Store`] when the store holds no naming key (not a store of
+    /// subject keys: a mistyped path or topic, or a store never created)
+    /// or `kek` does not open it (another KEK's store, or a KEK key
+    /// destroyed before a rewrap reached the naming key); what the store
+    /// reports when it is read.
+    pub fn open(kek: Keyset, store: Arc<dyn KeyStore>) -> Result<Self, Error> {
+        let keys = Self::unopened(kek, store);
+        keys.naming()?;
+        Ok(keys)
+    }
+
+    /// As [`open`](SubjectKeys::open), making the store's naming key first
+    /// if it has none: the explicit way to start a new key store. Several
+    /// instances may create at once: the naming key stored first is the
+    /// store's, for all of them.
+    ///
+    /// # Errors
+    /// As [`open`](SubjectKeys::open); what the KEK reports when it wraps.
+    pub fn create(kek: Keyset, store: Arc<dyn KeyStore>) -> Result<Self, Error> {
+        let keys = Self::unopened(kek, store);
+        if keys.store.get(&NAMING_ID)?.is_none() {
+            let mut key = Zeroizing::new([0u8; SIV_KEY_LEN]);
+            crate::random::fill_from_os(&mut key[..]);
+            // Its id is all zeros: the record keeps it when rewrapped.
+            let mut record = NAMING_RECORD_ID.to_vec();
+            record.extend_from_slice(&keys.kek.encrypt(&key[..], NAMING_AD)?);
+            // Two makers at once: the first stored wins, both use it.
+            keys.store.insert_if_absent(&NAMING_ID, &record)?;
+        }
+        keys.naming()?;
+        Ok(keys)
+    }
+
+    fn unopened(kek: Keyset, store: Arc<dyn KeyStore>) -> Self {
         SubjectKeys {
             kek,
             store,
@@ -392,37 +464,50 @@ impl SubjectKeys {
             // Bounded: start again (tags are cheap to compute, ~0.5 us).
             tags.clear();
         }
-        tags.insert(subject.to_vec(), tag);
+        tags.insert(Subject(subject.into()), tag);
         Ok(tag)
     }
 
-    /// Shreds `subject`: its DEK is removed from the key store and from
-    /// this process's cache, and this returns once the store has
+    /// Shreds `subject`: its DEK is removed from the key store, with a
+    /// record of the shred that covers it, and from this process's caches
+    /// (the subject's name too, zeroized); this returns once the store has
     /// acknowledged. Every value of the subject, wherever a copy is, then
     /// reads as a delete (here at once; through another [`SubjectKeys`] on
     /// the same store within its fence). A later write for the subject
-    /// makes a new DEK; the old values stay unreadable.
+    /// makes a new DEK; the old values stay unreadable. Says what it found:
+    /// DEKs removed, none left since an earlier shred, or
+    /// [`Shred::NoKey`] when the store never had a key for the subject (a
+    /// subject spelled otherwise than when it was written, say).
     ///
     /// # Errors
     /// What the key store reports (the shred did not happen: try again).
-    pub fn shred(&self, subject: &[u8]) -> Result<(), Error> {
+    pub fn shred(&self, subject: &[u8]) -> Result<Shred, Error> {
         let tag = self.tag(subject)?;
-        self.shred_tag(&tag)
+        let removed = self.shred_tag(&tag);
+        self.lock().tags.remove(subject);
+        removed
     }
 
     /// [`shred`](SubjectKeys::shred) by subject tag (for tools that hold
     /// tags, not subjects).
     ///
     /// # Errors
-    /// What the key store reports.
-    pub fn shred_tag(&self, tag: &SubjectTag) -> Result<(), Error> {
+    /// What the key store reports; [`Error::Store`] for the naming key's
+    /// own id (`0xff` x 16), which no subject has.
+    pub fn shred_tag(&self, tag: &SubjectTag) -> Result<Shred, Error> {
+        if *tag == NAMING_ID {
+            return Err(Error::store(
+                "the naming key's id is no subject's tag",
+                "refused",
+            ));
+        }
         // The cache first: from here on nothing is served from it, and a
         // read that races the removal asks the store.
         self.lock().deks.remove(tag);
-        self.store.remove(tag)?;
+        let removed = self.store.remove(tag)?;
         self.lock().deks.remove(tag);
         self.counters.shreds.fetch_add(1, Ordering::Relaxed);
-        Ok(())
+        Ok(removed)
     }
 
     #[inline]
@@ -434,22 +519,21 @@ impl SubjectKeys {
         if let Some(k) = self.naming.get() {
             return Ok(k);
         }
-        let record = match self.store.get(&NAMING_ID)? {
-            Some(r) => r,
-            None => {
-                let mut key = Zeroizing::new([0u8; SIV_KEY_LEN]);
-                crate::random::fill_from_os(&mut key[..]);
-                // Its id is all zeros: the record keeps it when rewrapped.
-                let mut record = NAMING_RECORD_ID.to_vec();
-                record.extend_from_slice(&self.kek.encrypt(&key[..], NAMING_AD)?);
-                // Two makers at once: the first stored wins, both use it.
-                self.store.insert_if_absent(&NAMING_ID, &record)?
-            }
-        };
+        let record = self.store.get(&NAMING_ID)?.ok_or_else(|| {
+            Error::store(
+                "the key store holds no naming key: not a store of subject keys (a mistyped path or topic?), or one never created (SubjectKeys::create, `shred --create-key-store`)",
+                "no naming key",
+            )
+        })?;
         let wrapped = record.get(DEK_ID..).ok_or_else(|| {
             Error::store("the naming key's record is too short", "corrupt record")
         })?;
-        let key = Zeroizing::new(self.kek.decrypt(wrapped, NAMING_AD)?);
+        let key = Zeroizing::new(self.kek.decrypt(wrapped, NAMING_AD).map_err(|e| {
+            Error::store(
+                "the KEK does not open the key store's naming key: another KEK's store, or a KEK key destroyed before a rewrap reached it",
+                e,
+            )
+        })?);
         let naming = AesSivKey::new(&key)?;
         Ok(self.naming.get_or_init(|| naming))
     }
@@ -575,23 +659,34 @@ impl SubjectKeys {
         Ok(dek)
     }
 
-    /// The DEK `id` of `tag`, to read with; `None` if it is gone.
-    fn dek_to_read(&self, tag: &SubjectTag, id: &[u8; DEK_ID]) -> Result<Option<Arc<Dek>>, Error> {
+    /// The DEK `id` of `tag`, to read with, or the shred that covers it.
+    ///
+    /// # Errors
+    /// [`Error::UnknownSubjectKey`] when the store neither holds it nor
+    /// records its shred; what the store or the KEK reports.
+    fn dek_to_read(&self, tag: &SubjectTag, id: &[u8; DEK_ID]) -> Result<ToRead, Error> {
         if let Some(d) = self.cached(tag) {
             if d.id == *id {
-                return Ok(Some(d));
+                return Ok(ToRead::Dek(d));
             }
         }
         self.counters.store_reads.fetch_add(1, Ordering::Relaxed);
         match self.store.find(tag, id)? {
-            None => Ok(None),
-            Some(record) => {
+            DekLookup::Shredded => Ok(ToRead::Shredded),
+            DekLookup::Unknown => Err(Error::UnknownSubjectKey {
+                tag: *tag,
+                dek_id: *id,
+            }),
+            DekLookup::Found(record) => {
                 let dek = Arc::new(self.open_record(tag, &record)?);
                 if dek.id != *id {
-                    return Ok(None);
+                    return Err(Error::store(
+                        "the key store answered with another DEK's record",
+                        "corrupt store",
+                    ));
                 }
                 self.keep(*tag, Arc::clone(&dek));
-                Ok(Some(dek))
+                Ok(ToRead::Dek(dek))
             }
         }
     }
@@ -649,8 +744,8 @@ impl SubjectKeys {
         Ok(())
     }
 
-    /// Decrypts a value; `Ok(None)` when its DEK is gone.
-    fn open(&self, ad: &[u8], value: &[u8]) -> Result<Option<Zeroizing<Vec<u8>>>, Error> {
+    /// Decrypts a value; `Ok(None)` when a shred covers its DEK.
+    fn open_value(&self, ad: &[u8], value: &[u8]) -> Result<Option<Zeroizing<Vec<u8>>>, Error> {
         if value.len() < OVERHEAD {
             return Err(Error::Truncated {
                 len: value.len(),
@@ -667,9 +762,12 @@ impl SubjectKeys {
         let nonce: [u8; NONCE_LEN] = value[1 + TAG + DEK_ID..HEADER]
             .try_into()
             .map_err(|_| Error::Decryption)?;
-        let Some(dek) = self.dek_to_read(&tag, &id)? else {
-            self.counters.shredded_reads.fetch_add(1, Ordering::Relaxed);
-            return Ok(None);
+        let dek = match self.dek_to_read(&tag, &id)? {
+            ToRead::Dek(dek) => dek,
+            ToRead::Shredded => {
+                self.counters.shredded_reads.fetch_add(1, Ordering::Relaxed);
+                return Ok(None);
+            }
         };
         let mut full_ad = ValueAd::new();
         let full_ad = full_ad.with_record(ad);
@@ -781,7 +879,7 @@ impl<T: ?Sized, U, C: Deserializer<U>> Deserializer<U> for SubjectEncrypting<C, 
     fn deserialize_slice(&self, ctx: &Context<'_>, data: &[u8]) -> Result<U, Error> {
         let mut ad = AadBuf::new();
         let ad = ad.encode(AadPolicy::TopicAndKey, ctx)?;
-        match self.keys.open(ad, data)? {
+        match self.keys.open_value(ad, data)? {
             Some(mut plain) => self
                 .inner
                 .deserialize_owned(ctx, std::mem::take(&mut *plain)),

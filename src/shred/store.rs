@@ -6,11 +6,64 @@ use std::sync::{Mutex, PoisonError};
 use super::SubjectTag;
 use crate::error::Error;
 
+/// What a key store knows of a value's DEK: its record, the record of its
+/// shred, or neither. Only [`Shredded`](DekLookup::Shredded) lets a value
+/// read as a delete; [`Unknown`](DekLookup::Unknown) is an error (the
+/// wrong key store, a lost one, or a changed value).
+#[derive(Clone, PartialEq, Eq)]
+#[non_exhaustive]
+pub enum DekLookup {
+    /// The DEK's record (`DEK id | wrapped DEK`).
+    Found(Vec<u8>),
+    /// A shred of the subject covers this DEK: it is gone on purpose.
+    Shredded,
+    /// The store neither holds this DEK nor records its shred.
+    Unknown,
+}
+
+impl std::fmt::Debug for DekLookup {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(match self {
+            DekLookup::Found(_) => "Found(..)",
+            DekLookup::Shredded => "Shredded",
+            DekLookup::Unknown => "Unknown",
+        })
+    }
+}
+
+/// What a shred found: DEKs it removed, or none and whether an earlier
+/// shred had removed them.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[non_exhaustive]
+pub enum Shred {
+    /// This many DEK records removed (the subject had a key).
+    Removed(usize),
+    /// No DEK left, and a record of an earlier shred: shredded before.
+    AlreadyShredded,
+    /// No DEK and no record of a shred: the store never had a key for this
+    /// subject (spelled otherwise than when it was written, or the wrong
+    /// key store).
+    NoKey,
+}
+
+impl Shred {
+    /// The DEK records removed.
+    pub fn removed(self) -> usize {
+        match self {
+            Shred::Removed(n) => n,
+            _ => 0,
+        }
+    }
+}
+
 /// A store of wrapped subject keys by subject tag: what
 /// [`SubjectKeys`](super::SubjectKeys) keeps and shreds. Its records are
-/// wrapped by the KEK and name subjects only by tag.
+/// wrapped by the KEK and name subjects only by tag. Beside the records it
+/// keeps the **evidence of each shred**: which DEK ids a shred removed, so
+/// that a value under one of them reads as a delete and a value under a
+/// DEK it never knew is an error.
 pub trait KeyStore: Send + Sync {
-    /// The record stored for `tag`, if any.
+    /// The record stored for `tag`, if any (its current DEK).
     ///
     /// # Errors
     /// The store's own failure ([`Error::Store`]).
@@ -23,12 +76,13 @@ pub trait KeyStore: Send + Sync {
     /// The store's own failure.
     fn insert_if_absent(&self, tag: &SubjectTag, record: &[u8]) -> Result<Vec<u8>, Error>;
 
-    /// Removes `tag`'s record (nothing if there is none); returns once the
-    /// removal is durable.
+    /// Shreds `tag`: removes each of its DEK records and, in the same
+    /// write, records which DEK ids the shred covers (with those of its
+    /// earlier shreds); says what it found, once durable.
     ///
     /// # Errors
-    /// The store's own failure: the record may still be there.
-    fn remove(&self, tag: &SubjectTag) -> Result<(), Error>;
+    /// The store's own failure: the records may still be there.
+    fn remove(&self, tag: &SubjectTag) -> Result<Shred, Error>;
 
     /// Every record, with its tag (each of a tag's records where a store
     /// keeps several): what [`SubjectKeys::rewrap`](super::SubjectKeys::rewrap)
@@ -38,31 +92,63 @@ pub trait KeyStore: Send + Sync {
     /// The store's own failure.
     fn records(&self) -> Result<Vec<(SubjectTag, Vec<u8>)>, Error>;
 
+    /// Every subject tag with a record of a shred, and the DEK ids it
+    /// covers (what [`SubjectKeys::check`](super::SubjectKeys::check)
+    /// counts).
+    ///
+    /// # Errors
+    /// The store's own failure.
+    fn shreds(&self) -> Result<Vec<(SubjectTag, Vec<[u8; 8]>)>, Error>;
+
     /// Replaces `tag`'s record whose DEK id (first 8 bytes) is `record`'s
-    /// with `record` (the same key wrapped again); durable when it returns.
+    /// with `record` (the same key wrapped again), in one step that a
+    /// shred cannot slip between: a DEK that a shred covers is never
+    /// written again. Durable when it returns.
     ///
     /// # Errors
     /// The store's own failure.
     fn replace(&self, tag: &SubjectTag, record: &[u8]) -> Result<(), Error>;
 
-    /// The record of `tag` whose DEK id (its first 8 bytes) is `dek_id`,
-    /// for reading a value written under it. The default is
-    /// [`get`](KeyStore::get) if its id matches: a store that keeps one
-    /// record per tag. A store where several writers can make a subject's
-    /// DEK at once and keeps each (a shared topic) overrides it.
+    /// What the store knows of `tag`'s DEK `dek_id`, for reading a value
+    /// written under it.
     ///
     /// # Errors
     /// The store's own failure.
-    fn find(&self, tag: &SubjectTag, dek_id: &[u8; 8]) -> Result<Option<Vec<u8>>, Error> {
-        Ok(self.get(tag)?.filter(|r| r.get(..8) == Some(&dek_id[..])))
+    fn find(&self, tag: &SubjectTag, dek_id: &[u8; 8]) -> Result<DekLookup, Error>;
+}
+
+/// The DEK id a record starts with.
+fn id_of(record: &[u8]) -> Option<[u8; 8]> {
+    record.get(..8).and_then(|id| id.try_into().ok())
+}
+
+/// Adds `id` to `ids` unless it is there.
+fn add_id(ids: &mut Vec<[u8; 8]>, id: [u8; 8]) {
+    if !ids.contains(&id) {
+        ids.push(id);
     }
+}
+
+/// What a store that keeps one record per tag answers for `dek_id`.
+fn lookup(record: Option<Vec<u8>>, shredded: &[[u8; 8]], dek_id: &[u8; 8]) -> DekLookup {
+    match record {
+        Some(r) if r.get(..8) == Some(&dek_id[..]) => DekLookup::Found(r),
+        _ if shredded.contains(dek_id) => DekLookup::Shredded,
+        _ => DekLookup::Unknown,
+    }
+}
+
+#[derive(Default)]
+struct Memory {
+    records: HashMap<SubjectTag, Vec<u8>>,
+    shreds: HashMap<SubjectTag, Vec<[u8; 8]>>,
 }
 
 /// A key store in this process's memory: for tests, and for subject keys
 /// that need not outlive the process.
 #[derive(Default)]
 pub struct MemoryKeyStore {
-    records: Mutex<HashMap<SubjectTag, Vec<u8>>>,
+    inner: Mutex<Memory>,
 }
 
 impl std::fmt::Debug for MemoryKeyStore {
@@ -77,56 +163,85 @@ impl MemoryKeyStore {
         MemoryKeyStore::default()
     }
 
-    /// How many records it holds (the naming key included).
+    /// How many records it holds (the naming key included; records of
+    /// shreds not counted).
     pub fn len(&self) -> usize {
-        self.lock().len()
+        self.lock().records.len()
     }
 
     /// Whether it holds no record.
     pub fn is_empty(&self) -> bool {
-        self.lock().is_empty()
+        self.lock().records.is_empty()
     }
 
     /// Every record's tag and bytes (what a backup of the store holds).
     pub fn records(&self) -> Vec<(SubjectTag, Vec<u8>)> {
-        self.lock().iter().map(|(t, r)| (*t, r.clone())).collect()
+        self.lock()
+            .records
+            .iter()
+            .map(|(t, r)| (*t, r.clone()))
+            .collect()
     }
 
-    fn lock(&self) -> std::sync::MutexGuard<'_, HashMap<SubjectTag, Vec<u8>>> {
-        self.records.lock().unwrap_or_else(PoisonError::into_inner)
+    fn lock(&self) -> std::sync::MutexGuard<'_, Memory> {
+        self.inner.lock().unwrap_or_else(PoisonError::into_inner)
     }
 }
 
 impl KeyStore for MemoryKeyStore {
     fn get(&self, tag: &SubjectTag) -> Result<Option<Vec<u8>>, Error> {
-        Ok(self.lock().get(tag).cloned())
+        Ok(self.lock().records.get(tag).cloned())
     }
 
     fn insert_if_absent(&self, tag: &SubjectTag, record: &[u8]) -> Result<Vec<u8>, Error> {
         Ok(self
             .lock()
+            .records
             .entry(*tag)
             .or_insert_with(|| record.to_vec())
             .clone())
     }
 
-    fn remove(&self, tag: &SubjectTag) -> Result<(), Error> {
-        self.lock().remove(tag);
-        Ok(())
+    fn remove(&self, tag: &SubjectTag) -> Result<Shred, Error> {
+        let mut m = self.lock();
+        let Some(id) = m.records.remove(tag).as_deref().and_then(id_of) else {
+            return Ok(if m.shreds.contains_key(tag) {
+                Shred::AlreadyShredded
+            } else {
+                Shred::NoKey
+            });
+        };
+        add_id(m.shreds.entry(*tag).or_default(), id);
+        Ok(Shred::Removed(1))
     }
 
     fn records(&self) -> Result<Vec<(SubjectTag, Vec<u8>)>, Error> {
         Ok(MemoryKeyStore::records(self))
     }
 
+    fn shreds(&self) -> Result<Vec<(SubjectTag, Vec<[u8; 8]>)>, Error> {
+        Ok(self
+            .lock()
+            .shreds
+            .iter()
+            .map(|(t, ids)| (*t, ids.clone()))
+            .collect())
+    }
+
     fn replace(&self, tag: &SubjectTag, record: &[u8]) -> Result<(), Error> {
-        let mut records = self.lock();
-        if let Some(r) = records.get_mut(tag) {
+        let mut m = self.lock();
+        if let Some(r) = m.records.get_mut(tag) {
             if r.get(..8) == record.get(..8) {
                 *r = record.to_vec();
             }
         }
         Ok(())
+    }
+
+    fn find(&self, tag: &SubjectTag, dek_id: &[u8; 8]) -> Result<DekLookup, Error> {
+        let m = self.lock();
+        let shredded = m.shreds.get(tag).map_or(&[][..], Vec::as_slice);
+        Ok(lookup(m.records.get(tag).cloned(), shredded, dek_id))
     }
 }
 
@@ -139,18 +254,23 @@ mod redb_store {
 
     use redb::{Database, ReadableDatabase as _, ReadableTable as _, TableDefinition};
 
-    use super::{KeyStore, SubjectTag};
+    use super::{add_id, id_of, lookup, DekLookup, KeyStore, Shred, SubjectTag};
     use crate::error::Error;
 
     const TABLE: TableDefinition<'_, &[u8], &[u8]> = TableDefinition::new("subject_keys");
+    /// The records of shreds: subject tag -> the DEK ids shredded (8 bytes
+    /// each).
+    const SHREDS: TableDefinition<'_, &[u8], &[u8]> = TableDefinition::new("subject_shreds");
 
     fn store_err<E: Into<redb::Error>>(what: &'static str) -> impl FnOnce(E) -> Error {
         move |e| Error::store(format!("redb: {what}"), e.into())
     }
 
     /// A key store in a redb file (the embedded default): each insert and
-    /// removal is committed durably before it returns. One process at a
-    /// time opens it (redb locks the file).
+    /// removal is committed durably before it returns, a shred and the
+    /// record of it in one transaction. One process at a time opens it
+    /// (redb locks the file). [`open`](RedbKeyStore::open) opens a store
+    /// that exists; [`create`](RedbKeyStore::create) makes a new one.
     pub struct RedbKeyStore {
         db: Database,
     }
@@ -162,32 +282,103 @@ mod redb_store {
     }
 
     impl RedbKeyStore {
-        /// Opens the store at `path`, creating it if missing.
+        /// Opens the key store at `path`, which must exist: a mistyped
+        /// path is an error, never a new, empty store (whose every value
+        /// would be unknown).
         ///
         /// # Errors
-        /// [`Error::Store`] if the file cannot be opened or is not a redb
-        /// file.
+        /// [`Error::Store`] if the file does not exist, cannot be opened,
+        /// is not a redb file or holds no key store.
         pub fn open(path: impl AsRef<Path>) -> Result<Self, Error> {
-            let db = Database::create(path).map_err(store_err("open the key store"))?;
+            let path = path.as_ref();
+            if !path.exists() {
+                return Err(Error::store(
+                    format!(
+                        "redb: no key store at {} (make one with RedbKeyStore::create, or `shred --create-key-store`)",
+                        path.display()
+                    ),
+                    "not found",
+                ));
+            }
+            let db = Database::open(path).map_err(store_err("open the key store"))?;
+            let txn = db.begin_read().map_err(store_err("begin a read"))?;
+            match txn.open_table(TABLE) {
+                Ok(_) => {}
+                Err(redb::TableError::TableDoesNotExist(_)) => {
+                    return Err(Error::store(
+                        "redb: the file holds no key store (no subject_keys table)",
+                        "not a key store",
+                    ))
+                }
+                Err(e) => return Err(store_err("open the table")(e)),
+            }
+            drop(txn);
+            Ok(RedbKeyStore { db })
+        }
+
+        /// Makes a new key store at `path`: the file is created exclusively
+        /// (an existing file is an error) and readable by its owner alone
+        /// (0600 on Unix).
+        ///
+        /// # Errors
+        /// [`Error::Store`] if the file exists or cannot be made.
+        pub fn create(path: impl AsRef<Path>) -> Result<Self, Error> {
+            let path = path.as_ref();
+            let mut options = std::fs::OpenOptions::new();
+            options.read(true).write(true).create_new(true);
+            #[cfg(unix)]
+            std::os::unix::fs::OpenOptionsExt::mode(&mut options, 0o600);
+            let file = options.open(path).map_err(|e| {
+                Error::store(format!("redb: make the key store {}", path.display()), e)
+            })?;
+            let backend =
+                redb::backends::FileBackend::new(file).map_err(store_err("make the key store"))?;
+            let db = redb::Builder::new()
+                .create_with_backend(backend)
+                .map_err(store_err("make the key store"))?;
             let txn = db.begin_write().map_err(store_err("begin a write"))?;
             txn.open_table(TABLE).map_err(store_err("open the table"))?;
+            txn.open_table(SHREDS)
+                .map_err(store_err("open the table"))?;
             txn.commit().map_err(store_err("commit"))?;
             Ok(RedbKeyStore { db })
         }
 
         fn write<R>(
             &self,
-            f: impl FnOnce(&mut redb::Table<'_, &[u8], &[u8]>) -> Result<R, redb::StorageError>,
+            f: impl FnOnce(
+                &mut redb::Table<'_, &[u8], &[u8]>,
+                &mut redb::Table<'_, &[u8], &[u8]>,
+            ) -> Result<R, redb::StorageError>,
         ) -> Result<R, Error> {
             // The default durability: committed to disk before it returns.
             let txn = self.db.begin_write().map_err(store_err("begin a write"))?;
             let r = {
                 let mut table = txn.open_table(TABLE).map_err(store_err("open the table"))?;
-                f(&mut table).map_err(store_err("write"))?
+                let mut shreds = txn
+                    .open_table(SHREDS)
+                    .map_err(store_err("open the table"))?;
+                f(&mut table, &mut shreds).map_err(store_err("write"))?
             };
             txn.commit().map_err(store_err("commit"))?;
             Ok(r)
         }
+
+        /// The DEK ids `tag`'s shreds cover.
+        fn shredded(
+            shreds: &impl redb::ReadableTable<&'static [u8], &'static [u8]>,
+            tag: &SubjectTag,
+        ) -> Result<Vec<[u8; 8]>, redb::StorageError> {
+            Ok(shreds
+                .get(&tag[..])?
+                .map(|v| ids(v.value()))
+                .unwrap_or_default())
+        }
+    }
+
+    /// DEK ids, 8 bytes each.
+    fn ids(bytes: &[u8]) -> Vec<[u8; 8]> {
+        bytes.chunks_exact(8).filter_map(id_of).collect()
     }
 
     impl KeyStore for RedbKeyStore {
@@ -199,7 +390,7 @@ mod redb_store {
         }
 
         fn insert_if_absent(&self, tag: &SubjectTag, record: &[u8]) -> Result<Vec<u8>, Error> {
-            self.write(|t| {
+            self.write(|t, _| {
                 if let Some(old) = t.get(&tag[..])? {
                     return Ok(old.value().to_vec());
                 }
@@ -208,8 +399,22 @@ mod redb_store {
             })
         }
 
-        fn remove(&self, tag: &SubjectTag) -> Result<(), Error> {
-            self.write(|t| t.remove(&tag[..]).map(|_| ()))
+        fn remove(&self, tag: &SubjectTag) -> Result<Shred, Error> {
+            self.write(|t, shreds| {
+                let removed = t.remove(&tag[..])?.map(|v| v.value().to_vec());
+                let mut covered = Self::shredded(shreds, tag)?;
+                let Some(id) = removed.as_deref().and_then(id_of) else {
+                    return Ok(if covered.is_empty() {
+                        Shred::NoKey
+                    } else {
+                        Shred::AlreadyShredded
+                    });
+                };
+                add_id(&mut covered, id);
+                let bytes: Vec<u8> = covered.concat();
+                shreds.insert(&tag[..], &bytes[..])?;
+                Ok(Shred::Removed(1))
+            })
         }
 
         fn records(&self) -> Result<Vec<(SubjectTag, Vec<u8>)>, Error> {
@@ -225,8 +430,25 @@ mod redb_store {
             Ok(out)
         }
 
+        fn shreds(&self) -> Result<Vec<(SubjectTag, Vec<[u8; 8]>)>, Error> {
+            let txn = self.db.begin_read().map_err(store_err("begin a read"))?;
+            let table = match txn.open_table(SHREDS) {
+                Ok(t) => t,
+                Err(redb::TableError::TableDoesNotExist(_)) => return Ok(Vec::new()),
+                Err(e) => return Err(store_err("open the table")(e)),
+            };
+            let mut out = Vec::new();
+            for entry in table.iter().map_err(store_err("iterate"))? {
+                let (k, v) = entry.map_err(store_err("read an entry"))?;
+                if let Ok(tag) = SubjectTag::try_from(k.value()) {
+                    out.push((tag, ids(v.value())));
+                }
+            }
+            Ok(out)
+        }
+
         fn replace(&self, tag: &SubjectTag, record: &[u8]) -> Result<(), Error> {
-            self.write(|t| {
+            self.write(|t, _| {
                 let same = t
                     .get(&tag[..])?
                     .is_some_and(|old| old.value().get(..8) == record.get(..8));
@@ -235,6 +457,24 @@ mod redb_store {
                 }
                 Ok(())
             })
+        }
+
+        fn find(&self, tag: &SubjectTag, dek_id: &[u8; 8]) -> Result<DekLookup, Error> {
+            let txn = self.db.begin_read().map_err(store_err("begin a read"))?;
+            let table = txn.open_table(TABLE).map_err(store_err("open the table"))?;
+            let record = table
+                .get(&tag[..])
+                .map_err(store_err("read"))?
+                .map(|v| v.value().to_vec());
+            if record.as_deref().and_then(id_of) == Some(*dek_id) {
+                return Ok(DekLookup::Found(record.unwrap_or_default()));
+            }
+            let shredded = match txn.open_table(SHREDS) {
+                Ok(shreds) => Self::shredded(&shreds, tag).map_err(store_err("read"))?,
+                Err(redb::TableError::TableDoesNotExist(_)) => Vec::new(),
+                Err(e) => return Err(store_err("open the table")(e)),
+            };
+            Ok(lookup(record, &shredded, dek_id))
         }
     }
 }
