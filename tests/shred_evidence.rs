@@ -133,7 +133,11 @@ fn round(
         let ctx = Context::new("t").with_key(&w.key);
         for r in &right {
             let got = r.deserialize(&ctx, Some(&w.bytes));
-            let want = if w.shredded { None } else { Some(w.plain.clone()) };
+            let want = if w.shredded {
+                None
+            } else {
+                Some(w.plain.clone())
+            };
             if got.as_ref().ok() != Some(&want) {
                 return Err(format!("(a) {}: {got:?}, the model says {want:?}", w.plain));
             }
@@ -180,7 +184,10 @@ fn model(make: Make<'_>, reopen: &dyn Fn(&Arc<dyn KeyStore>) -> Arc<dyn KeyStore
     // come back as deletes).
     let control = round(1, make, reopen, true);
     assert!(control.is_err(), "the control passed the model");
-    eprintln!("control failed the model, as it must: {}", control.unwrap_err());
+    eprintln!(
+        "control failed the model, as it must: {}",
+        control.unwrap_err()
+    );
 }
 
 #[test]
@@ -256,7 +263,9 @@ fn model_key_store_topic_only_a_shred_makes_a_value_read_as_a_delete() {
     let topic_of = |i: u32| format!("{base}-{i}");
     let make = || -> Arc<dyn KeyStore> {
         let topic = topic_of(n.fetch_add(1, Ordering::Relaxed));
-        Arc::new(KafkaKeyStore::new(KafkaChangelog::open(&bootstrap, &topic).unwrap()))
+        Arc::new(KafkaKeyStore::new(
+            KafkaChangelog::open(&bootstrap, &topic).unwrap(),
+        ))
     };
     // Opened again: a new instance on the topic of the last store made by
     // the round (its first), whose view is read from the topic.
@@ -265,7 +274,9 @@ fn model_key_store_topic_only_a_shred_makes_a_value_read_as_a_delete() {
         // The round's own store is the first of its three.
         let topic = topic_of(last - 1);
         let config = common::kafka::client_config(&bootstrap);
-        Arc::new(KafkaKeyStore::new(KafkaChangelog::existing(config, &topic).unwrap()))
+        Arc::new(KafkaKeyStore::new(
+            KafkaChangelog::existing(config, &topic).unwrap(),
+        ))
     };
     model(&make, &reopen, 2);
 }

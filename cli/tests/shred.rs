@@ -649,3 +649,187 @@ fn a_killed_shred_says_so_and_running_it_again_finishes_the_list() {
     std::thread::sleep(view + Duration::from_millis(100));
     assert!((0..subjects.len()).all(|i| read(i).is_none()));
 }
+
+/// Only a shred deletes, through the command line: a mistyped key-store
+/// path or topic is an error in every command and makes nothing; forged
+/// values (a plain value that starts with `S`, a real one with a flipped
+/// DEK-id bit) are `unknown_subject_keys` to `audit`, error lines to
+/// `consume`, and `repair --apply` writes nothing for them; `repair
+/// --apply` needs its null marker named; `shred` says per subject what it
+/// found and refuses a subjects file it would misread.
+#[test]
+fn a_mistyped_key_store_and_forged_values_are_errors_never_deletes() {
+    let Some(bootstrap) = bootstrap() else { return };
+    let dir = Dir::new("shred-evidence-cli");
+    let (kek_path, kek) = new_keyset(&dir, "kek.json");
+    let store_path = dir.file("keys.redb");
+    let typo = dir.file("keys-typo.redb");
+    let topic = fresh_topic("shred-evidence-cli");
+    create_topic(&bootstrap, &topic, 1);
+    make_store(&kek_path, &store_path);
+    let written = write(
+        &bootstrap,
+        &topic,
+        &kek,
+        Arc::new(RedbKeyStore::open(&store_path).unwrap()),
+    );
+    let keys = [
+        "--subject-kek",
+        &kek_path,
+        "--subject-key-store",
+        &store_path,
+    ];
+    let typo_keys = ["--subject-kek", &kek_path, "--subject-key-store", &typo];
+    let missing_topic = fresh_topic("no-such-key-store");
+    let topic_keys = [
+        "--subject-kek",
+        &kek_path,
+        "--subject-key-topic",
+        &missing_topic,
+    ];
+
+    // A mistyped store: every command fails (exit 2), names it, makes
+    // nothing.
+    for store in [&typo_keys, &topic_keys] {
+        let mut audit = vec!["audit", "--bootstrap", &bootstrap, "--topic", &topic];
+        audit.extend_from_slice(store);
+        assert_eq!(code(&cli(&audit)), 2);
+        let mut consume = vec!["consume", "--bootstrap", &bootstrap, "--topic", &topic];
+        consume.extend_from_slice(store);
+        assert_eq!(code(&cli(&consume)), 2);
+        let mut repair = vec!["repair", "--bootstrap", &bootstrap, "--topic", &topic];
+        repair.extend_from_slice(store);
+        repair.extend_from_slice(&["--apply", "--null-marker", "none"]);
+        let out = cli(&repair);
+        assert_eq!(code(&out), 2, "{}", String::from_utf8_lossy(&out.stderr));
+        let mut shred = vec!["shred", "--bootstrap", &bootstrap, "--subject", "c-0"];
+        shred.extend_from_slice(store);
+        let out = cli(&shred);
+        assert_eq!(code(&out), 2);
+        let err = String::from_utf8_lossy(&out.stderr);
+        assert!(
+            err.contains("no key store at") || err.contains("does not exist"),
+            "{err}"
+        );
+        for extra in ["--rewrap", "--check"] {
+            let mut other = vec!["shred", "--bootstrap", &bootstrap, extra];
+            other.extend_from_slice(store);
+            assert_eq!(code(&cli(&other)), 2, "shred {extra}");
+        }
+    }
+    assert!(
+        !std::path::Path::new(&typo).exists(),
+        "a command made the mistyped store"
+    );
+    let out = cli(&[
+        "audit",
+        "--bootstrap",
+        &bootstrap,
+        "--topic",
+        &missing_topic,
+        "--keyset",
+        &kek_path,
+        "--json",
+        "-q",
+    ]);
+    assert_ne!(code(&out), 0, "the mistyped key-store topic was made");
+    // Another store under the same KEK (made on purpose): the values are
+    // unknown to it, not shredded.
+    let other = dir.file("other.redb");
+    make_store(&kek_path, &other);
+    let (c, r) = audit(
+        &bootstrap,
+        &topic,
+        &["--subject-kek", &kek_path, "--subject-key-store", &other],
+    );
+    assert_eq!(c, 1, "{r}");
+    assert_eq!(
+        (&r["shredded_values"], &r["unknown_subject_keys"]),
+        (&0.into(), &5.into()),
+        "{r}"
+    );
+
+    // Forged values: a plain value that starts with `S`, and c-2's value
+    // with one DEK-id bit flipped, under keys of their own.
+    let mut flipped = written.iter().find(|(k, _)| k == "c-2").unwrap().1.clone();
+    flipped[20] ^= 0x01;
+    let plain_s = format!("S{}", "plain text, not under any key; ".repeat(3)).into_bytes();
+    produce(
+        &bootstrap,
+        &topic,
+        &[("c-2", Some(flipped)), ("f-0", Some(plain_s))],
+    );
+    let (c, r) = audit(&bootstrap, &topic, &keys);
+    assert_eq!(c, 1, "{r}");
+    assert_eq!(
+        (
+            &r["shredded_values"],
+            &r["unknown_subject_keys"],
+            &r["broken_tombstones"]
+        ),
+        (&0.into(), &2.into(), &0.into()),
+        "{r}"
+    );
+    assert_eq!(r["null_marker"], "empty");
+    let mut consume = vec!["consume", "--bootstrap", &bootstrap, "--topic", &topic];
+    consume.extend_from_slice(&keys);
+    let out = cli(&consume);
+    assert_eq!(code(&out), 1);
+    let lines: Vec<Value> = String::from_utf8_lossy(&out.stdout)
+        .lines()
+        .map(|l| serde_json::from_str(l).unwrap())
+        .collect();
+    let errors = lines.iter().filter(|l| l.get("error").is_some()).count();
+    assert_eq!(errors, 2, "{lines:?}");
+    assert!(
+        lines.iter().all(|l| l.get("shredded").is_none()),
+        "{lines:?}"
+    );
+    // repair: the marker must be named to apply; then nothing to write.
+    let mut repair = vec!["repair", "--bootstrap", &bootstrap, "--topic", &topic];
+    repair.extend_from_slice(&keys);
+    repair.extend_from_slice(&["--apply", "--json", "-q"]);
+    let out = cli(&repair);
+    assert_eq!(code(&out), 2);
+    assert!(String::from_utf8_lossy(&out.stderr).contains("--null-marker"));
+    let ck = dir.file("repair.checkpoint");
+    repair.extend_from_slice(&["--null-marker", "none", "--checkpoint", &ck]);
+    let out = cli(&repair);
+    assert!(code(&out) < 2, "{}", String::from_utf8_lossy(&out.stderr));
+    assert_eq!(json_of(&out)["tombstones_planned"], 0);
+
+    // shred: per subject, what it found.
+    let mut shred = vec!["shred", "--subject", "c-0", "--subject", "nobody", "--json"];
+    shred.extend_from_slice(&keys);
+    let out = cli(&shred);
+    assert_eq!(code(&out), 1, "a subject without a key is a finding");
+    let r = json_of(&out);
+    assert_eq!(
+        (&r["shredded"], &r["no_key"]),
+        (&1.into(), &1.into()),
+        "{r}"
+    );
+    assert_eq!(r["subjects"][1]["state"], "no_key");
+    let out = cli(&shred);
+    let r = json_of(&out);
+    assert_eq!(r["subjects"][0]["state"], "shredded_before", "{r}");
+    // A subjects file it would misread is refused whole.
+    for (name, text) in [
+        ("bom.txt", "\u{feff}c-1\nc-2\n"),
+        ("spaces.txt", "c-1 \nc-2\n"),
+    ] {
+        let file = dir.file(name);
+        std::fs::write(&file, text).unwrap();
+        let mut shred = vec!["shred", "--subjects", &file];
+        shred.extend_from_slice(&keys);
+        let out = cli(&shred);
+        assert_eq!(code(&out), 2, "{name}");
+        assert!(String::from_utf8_lossy(&out.stderr).contains("nothing was shredded"));
+    }
+    // c-1 and c-2 untouched by the refused files; c-1 shredded in hex.
+    let mut shred = vec!["shred", "--hex", "--subject", "632d31", "--json"];
+    shred.extend_from_slice(&keys);
+    let out = cli(&shred);
+    assert_eq!(code(&out), 0, "{}", String::from_utf8_lossy(&out.stderr));
+    assert_eq!(json_of(&out)["subjects"][0]["state"], "shredded");
+}
