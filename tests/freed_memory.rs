@@ -648,6 +648,28 @@ fn subject_keys_leave_no_plaintext_in_freed_memory() {
     assert_clean(&s.finish(), "subject keys");
 }
 
+/// A shredded subject's name (here the record key) leaves the tag cache
+/// zeroized: no copy of it is in freed memory once the shred returned and
+/// the subject keys are dropped. (Kept as a plain `Vec` and freed with the
+/// cache, as before, it was found.)
+#[test]
+fn a_shredded_subjects_name_leaves_no_copy_in_freed_memory() {
+    use tombstone_crypt::shred::{MemoryKeyStore, Shred, SubjectEncrypting, SubjectKeys};
+    let subject = random_key();
+    let keys =
+        Arc::new(SubjectKeys::create(Keyset::generate(), Arc::new(MemoryKeyStore::new())).unwrap());
+    let values: SubjectEncrypting<Bytes, [u8]> = SubjectEncrypting::new(Arc::clone(&keys), Bytes);
+    let s = session();
+    watch(&subject);
+    let ctx = Context::new("t").with_key(&subject[..]);
+    let ct = tombstone_crypt::Serializer::serialize(&values, &ctx, Some(&b"a value"[..]))
+        .unwrap()
+        .unwrap();
+    assert_eq!(keys.shred(&subject[..]).unwrap(), Shred::Removed(1));
+    drop((ct, values, keys));
+    assert_clean(&s.finish(), "a shredded subject's name");
+}
+
 // ---------------------------------------------------------------------------
 // The loopback KMS servers.
 

@@ -1442,6 +1442,11 @@ impl KeyedTopic {
             "plaintext",
         ];
         a.extend_from_slice(extra);
+        // These topics' broken layers wrote the empty plaintext for a
+        // delete: repair --apply needs it named.
+        if cmd == "repair" && extra.contains(&"--apply") && !extra.contains(&"--null-marker") {
+            a.extend_from_slice(&["--null-marker", "empty"]);
+        }
         cli(&a)
     }
 
@@ -2091,6 +2096,9 @@ fn kill_midway(t: &KeyedTopic, cmd: &str, checkpoint: &str, extra: &[&str], dela
         checkpoint,
     ];
     a.extend_from_slice(extra);
+    if cmd == "repair" && !extra.contains(&"--null-marker") {
+        a.extend_from_slice(&["--null-marker", "empty"]);
+    }
     let mut child = Command::new(env!("CARGO_BIN_EXE_tombstone-crypt"))
         .args(&a)
         .stdout(std::process::Stdio::null())
