@@ -127,11 +127,12 @@ fn main() -> Result<(), Error> {
     std::fs::create_dir_all(&dir).map_err(|e| Error::store("create the demo directory", e))?;
 
     // The KEK wraps every subject's DEK (a keyset file, or an envelope key
-    // whose KEK is in a KMS); the key store is a redb file.
+    // whose KEK is in a KMS); the key store is a redb file, made here
+    // (`RedbKeyStore::open` opens one that exists, and never makes one).
     let kek = Keyset::generate();
     let keys = Arc::new(SubjectKeys::create(
         kek,
-        Arc::new(RedbKeyStore::open(dir.join("subject-keys.redb"))?),
+        Arc::new(RedbKeyStore::create(dir.join("subject-keys.redb"))?),
     )?);
     let values: Values = SubjectEncrypting::new(Arc::clone(&keys), Utf8); // subject = record key
 

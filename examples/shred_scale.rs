@@ -148,7 +148,7 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
             "redb" => {
                 let path = args.get(2).ok_or("redb needs a PATH")?.clone();
                 let _ = std::fs::remove_file(&path);
-                (Arc::new(RedbKeyStore::open(&path)?), Some(path), None)
+                (Arc::new(RedbKeyStore::create(&path)?), Some(path), None)
             }
             #[cfg(feature = "kafka")]
             "topic" => {

@@ -12,7 +12,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use tombstone_crypt::shred::{
-    DekLookup, KeyStore, MemoryKeyStore, Shred, SubjectEncrypting, SubjectKeys,
+    DekLookup, KeyStore, MemoryKeyStore, Shred, ShredRecord, SubjectEncrypting, SubjectKeys,
 };
 use tombstone_crypt::{Context, Deserializer as _, Error, Keyset, Serializer as _, Utf8};
 
@@ -424,7 +424,7 @@ fn a_key_store_that_fails_refuses_values_rather_than_serve_a_stale_key() {
         fn records(&self) -> Result<Vec<([u8; 16], Vec<u8>)>, Error> {
             KeyStore::records(&self.0)
         }
-        fn shreds(&self) -> Result<Vec<([u8; 16], Vec<[u8; 8]>)>, Error> {
+        fn shreds(&self) -> Result<Vec<ShredRecord>, Error> {
             self.0.shreds()
         }
         fn find(&self, tag: &[u8; 16], id: &[u8; 8]) -> Result<DekLookup, Error> {

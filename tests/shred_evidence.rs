@@ -20,7 +20,7 @@ use std::sync::Arc;
 
 use common::rng::Rng;
 use tombstone_crypt::shred::{
-    DekLookup, KeyStore, MemoryKeyStore, Shred, SubjectEncrypting, SubjectKeys,
+    DekLookup, KeyStore, MemoryKeyStore, Shred, ShredRecord, SubjectEncrypting, SubjectKeys,
 };
 use tombstone_crypt::{Context, Deserializer as _, Error, Keyset, Serializer as _, Utf8};
 
@@ -41,7 +41,7 @@ impl KeyStore for UnknownIsShredded {
     fn records(&self) -> Result<Vec<([u8; 16], Vec<u8>)>, Error> {
         self.0.records()
     }
-    fn shreds(&self) -> Result<Vec<([u8; 16], Vec<[u8; 8]>)>, Error> {
+    fn shreds(&self) -> Result<Vec<ShredRecord>, Error> {
         self.0.shreds()
     }
     fn replace(&self, tag: &[u8; 16], r: &[u8]) -> Result<(), Error> {
@@ -57,6 +57,8 @@ impl KeyStore for UnknownIsShredded {
 
 /// Makes a new, empty store of one kind (the second call makes another).
 type Make<'a> = &'a dyn Fn() -> Arc<dyn KeyStore>;
+/// Opens a store again, as a restarted process does.
+type Reopen<'a> = &'a dyn Fn(&Arc<dyn KeyStore>) -> Arc<dyn KeyStore>;
 
 /// A written value, and what the model says it reads as.
 struct Written {
@@ -68,12 +70,7 @@ struct Written {
 
 /// One round: random puts and shreds through one store, then every read.
 /// `Err` names the first read that differs from the rule.
-fn round(
-    seed: u64,
-    make: Make<'_>,
-    reopen: &dyn Fn(&Arc<dyn KeyStore>) -> Arc<dyn KeyStore>,
-    control: bool,
-) -> Result<(), String> {
+fn round(seed: u64, make: Make<'_>, reopen: Reopen<'_>, control: bool) -> Result<(), String> {
     let mut rng = Rng(seed);
     let kek = Keyset::generate();
     let store = make();
@@ -174,7 +171,7 @@ fn round(
     Ok(())
 }
 
-fn model(make: Make<'_>, reopen: &dyn Fn(&Arc<dyn KeyStore>) -> Arc<dyn KeyStore>, rounds: u64) {
+fn model(make: Make<'_>, reopen: Reopen<'_>, rounds: u64) {
     for seed in 1..=rounds {
         if let Err(e) = round(seed, make, reopen, false) {
             panic!("round {seed}: {e}");

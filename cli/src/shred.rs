@@ -13,7 +13,7 @@ use crate::{fail, Fail, Outcome, Output, ShredArgs};
 /// A subject given in hex.
 fn unhex(text: &str, at: &str) -> Result<Vec<u8>, Fail> {
     let bytes = text.as_bytes();
-    if bytes.len() % 2 != 0 || !bytes.iter().all(u8::is_ascii_hexdigit) {
+    if !bytes.len().is_multiple_of(2) || !bytes.iter().all(u8::is_ascii_hexdigit) {
         return Err(fail(format!(
             "{at}: not hex (--hex: two hex digits a byte)"
         )));

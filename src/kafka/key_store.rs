@@ -39,7 +39,7 @@ use rdkafka::consumer::BaseConsumer;
 
 use super::changelog::{KafkaChangelog, Replayed};
 use crate::error::Error;
-use crate::shred::{DekLookup, KeyStore, Shred, SubjectTag};
+use crate::shred::{DekLookup, KeyStore, Shred, ShredRecord, SubjectTag};
 use crate::store::Changelog as _;
 
 /// A shred marker's key suffix (no DEK id is this, but with probability
@@ -452,7 +452,7 @@ impl KeyStore for KafkaKeyStore {
         Ok(())
     }
 
-    fn shreds(&self) -> Result<Vec<(SubjectTag, Vec<[u8; 8]>)>, Error> {
+    fn shreds(&self) -> Result<Vec<ShredRecord>, Error> {
         let view = self.refresh()?;
         Ok(view
             .shredded

@@ -74,7 +74,7 @@ use zeroize::Zeroizing;
 pub use check::KeyStoreCheck;
 #[cfg(feature = "redb")]
 pub use store::RedbKeyStore;
-pub use store::{DekLookup, KeyStore, MemoryKeyStore, Shred};
+pub use store::{DekLookup, KeyStore, MemoryKeyStore, Shred, ShredRecord};
 
 use crate::cipher::{AesGcmKey, AesSivKey, NONCE_LEN, SIV_KEY_LEN, TAG_LEN};
 use crate::context::{AadBuf, AadPolicy, Context};

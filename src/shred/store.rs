@@ -4,6 +4,9 @@ use std::collections::HashMap;
 use std::sync::{Mutex, PoisonError};
 
 use super::SubjectTag;
+
+/// A record of a subject's shreds: its tag and the DEK ids they covered.
+pub type ShredRecord = (SubjectTag, Vec<[u8; 8]>);
 use crate::error::Error;
 
 /// What a key store knows of a value's DEK: its record, the record of its
@@ -98,7 +101,7 @@ pub trait KeyStore: Send + Sync {
     ///
     /// # Errors
     /// The store's own failure.
-    fn shreds(&self) -> Result<Vec<(SubjectTag, Vec<[u8; 8]>)>, Error>;
+    fn shreds(&self) -> Result<Vec<ShredRecord>, Error>;
 
     /// Replaces `tag`'s record whose DEK id (first 8 bytes) is `record`'s
     /// with `record` (the same key wrapped again), in one step that a
@@ -219,7 +222,7 @@ impl KeyStore for MemoryKeyStore {
         Ok(MemoryKeyStore::records(self))
     }
 
-    fn shreds(&self) -> Result<Vec<(SubjectTag, Vec<[u8; 8]>)>, Error> {
+    fn shreds(&self) -> Result<Vec<ShredRecord>, Error> {
         Ok(self
             .lock()
             .shreds
@@ -254,7 +257,7 @@ mod redb_store {
 
     use redb::{Database, ReadableDatabase as _, ReadableTable as _, TableDefinition};
 
-    use super::{add_id, id_of, lookup, DekLookup, KeyStore, Shred, SubjectTag};
+    use super::{add_id, id_of, lookup, DekLookup, KeyStore, Shred, ShredRecord, SubjectTag};
     use crate::error::Error;
 
     const TABLE: TableDefinition<'_, &[u8], &[u8]> = TableDefinition::new("subject_keys");
@@ -430,7 +433,7 @@ mod redb_store {
             Ok(out)
         }
 
-        fn shreds(&self) -> Result<Vec<(SubjectTag, Vec<[u8; 8]>)>, Error> {
+        fn shreds(&self) -> Result<Vec<ShredRecord>, Error> {
             let txn = self.db.begin_read().map_err(store_err("begin a read"))?;
             let table = match txn.open_table(SHREDS) {
                 Ok(t) => t,
