@@ -112,6 +112,9 @@ struct View {
     /// The DEK ids each subject's shreds covered (the evidence that lets a
     /// value read as a delete).
     shredded: HashMap<SubjectTag, Vec<[u8; 8]>>,
+    /// A test's control: the rule before, where a marker covers only the
+    /// records below it (a DEK written again after it is live).
+    offsets_only: bool,
 }
 
 impl View {
@@ -176,7 +179,7 @@ impl View {
             (true, None) => {}
             // A DEK a shred covered, written again (a rewrap that raced
             // the shred): dead.
-            (false, Some(_)) if self.shredded(&tag).contains(&id) => {}
+            (false, Some(_)) if !self.offsets_only && self.shredded(&tag).contains(&id) => {}
             (false, Some(record)) => {
                 let new = DekRecord {
                     id,
@@ -213,6 +216,9 @@ pub struct KafkaKeyStore {
     fence: Duration,
     /// A test's control: a maker that lost a race keeps its DEK record.
     no_withdraw: bool,
+    /// A test's control: a marker covers only the records below it, and a
+    /// rewrap does not check for a shred after its write.
+    offsets_only: bool,
 }
 
 impl std::fmt::Debug for KafkaKeyStore {
@@ -237,6 +243,24 @@ impl KafkaKeyStore {
             reader: Mutex::new(None),
             fence: Duration::from_secs(5),
             no_withdraw: false,
+            offsets_only: false,
+        }
+    }
+
+    /// A negative control for tests: the rule before, where a shred marker
+    /// covers only the DEK records below its offset (a rewrap's record
+    /// written after the marker is live again), and a rewrap does not
+    /// check for a shred after its write.
+    #[doc(hidden)]
+    #[must_use]
+    pub fn with_markers_covering_offsets_only(self) -> Self {
+        KafkaKeyStore {
+            offsets_only: true,
+            view: Mutex::new(View {
+                offsets_only: true,
+                ..View::default()
+            }),
+            ..self
         }
     }
 
@@ -298,7 +322,10 @@ impl KafkaKeyStore {
     /// and keeps it: always after a `restart`, else unless another read
     /// went further meanwhile.
     fn read_whole(&self, started: Instant, restart: bool) -> Result<MutexGuard<'_, View>, Error> {
-        let mut whole = View::default();
+        let mut whole = View {
+            offsets_only: self.offsets_only,
+            ..View::default()
+        };
         let ended = self.read(0, &mut |r| {
             whole.apply(r.offset, &r.key, r.value.as_deref());
             Ok(())
@@ -446,10 +473,17 @@ impl KeyStore for KafkaKeyStore {
         // covers this DEK: the record written again is dead for every
         // reader (its id is named by the marker), and its bytes go too.
         let covered = self.refresh()?.shredded(tag).iter().any(|k| k[..] == *id);
-        if covered {
+        if covered && !self.offsets_only {
             self.write(&[(key(tag, id), None)])?;
         }
         Ok(())
+    }
+
+    fn all_records(&self, tag: &SubjectTag) -> Result<Vec<Vec<u8>>, Error> {
+        let view = self.fresh()?;
+        let mut deks: Vec<&DekRecord> = view.of(tag).iter().collect();
+        deks.sort_by_key(|d| d.first);
+        Ok(deks.into_iter().map(|d| d.record.to_vec()).collect())
     }
 
     fn shreds(&self) -> Result<Vec<ShredRecord>, Error> {

@@ -14,6 +14,10 @@ pub struct KeyStoreCheck {
     /// Whether the naming key's record is there (made by
     /// [`SubjectKeys::create`]).
     pub naming_key: bool,
+    /// Naming-key records (one; two or more when instances made theirs at
+    /// once and a loser's was not withdrawn: a finding, though no instance
+    /// names subjects with the loser's and a shred covers both).
+    pub naming_keys: usize,
     /// Subjects with a record of a shred (whatever they hold now: a
     /// subject written again after its shred has a DEK too).
     pub shredded_subjects: usize,
@@ -37,11 +41,11 @@ pub struct KeyStoreCheck {
 }
 
 impl KeyStoreCheck {
-    /// Whether nothing is wrong: the naming key is there, every record
-    /// opens and no subject has two DEKs (records not yet under the
-    /// primary key are no fault).
+    /// Whether nothing is wrong: one naming key, every record opens and
+    /// no subject has two DEKs (records not yet under the primary key are
+    /// no fault).
     pub fn is_clean(&self) -> bool {
-        self.naming_key && self.several_deks.is_empty() && self.not_opening.is_empty()
+        self.naming_keys == 1 && self.several_deks.is_empty() && self.not_opening.is_empty()
     }
 }
 
@@ -66,6 +70,7 @@ impl SubjectKeys {
             };
             if naming {
                 check.naming_key = true;
+                check.naming_keys += 1;
             } else {
                 check.deks += 1;
                 *per_subject.entry(tag).or_default() += 1;

@@ -96,8 +96,6 @@ pub const OVERHEAD: usize = HEADER + TAG_LEN;
 /// The key store's id of the naming key (no subject tag is this, but with
 /// probability 2^-128).
 const NAMING_ID: [u8; TAG] = [0xff; TAG];
-/// The naming key record's id (its first 8 bytes, as a DEK record's).
-const NAMING_RECORD_ID: [u8; DEK_ID] = [0; DEK_ID];
 /// The naming key's associated data under the KEK.
 const NAMING_AD: &[u8] = b"tombstone-crypt subject naming key";
 /// A DEK's length: AES-256.
@@ -331,7 +329,13 @@ const DEFAULT_CACHE: usize = 65_536;
 pub struct SubjectKeys {
     kek: Keyset,
     store: Arc<dyn KeyStore>,
-    naming: OnceLock<AesSivKey>,
+    /// The naming key and its record's id (random, as a DEK's: two
+    /// instances that make one at once write two records, and the store
+    /// keeps the first).
+    naming: OnceLock<(AesSivKey, [u8; DEK_ID])>,
+    /// A test's control: `create` takes the naming key it made without
+    /// reading the store's back, and nothing checks it later.
+    unchecked_naming: bool,
     caches: Mutex<Caches>,
     cache_capacity: usize,
     fence: Duration,
@@ -376,15 +380,40 @@ impl SubjectKeys {
     /// # Errors
     /// As [`open`](SubjectKeys::open); what the KEK reports when it wraps.
     pub fn create(kek: Keyset, store: Arc<dyn KeyStore>) -> Result<Self, Error> {
-        let keys = Self::unopened(kek, store);
+        Self::creating(kek, store, false)
+    }
+
+    /// A negative control for tests: as [`create`](SubjectKeys::create),
+    /// but the instance keeps the naming key it made even when another
+    /// instance's was stored first, and never checks the store's naming
+    /// key again (two instances then name a subject by two tags).
+    #[doc(hidden)]
+    pub fn create_without_reading_back(
+        kek: Keyset,
+        store: Arc<dyn KeyStore>,
+    ) -> Result<Self, Error> {
+        Self::creating(kek, store, true)
+    }
+
+    fn creating(kek: Keyset, store: Arc<dyn KeyStore>, unchecked: bool) -> Result<Self, Error> {
+        let mut keys = Self::unopened(kek, store);
+        keys.unchecked_naming = unchecked;
         if keys.store.get(&NAMING_ID)?.is_none() {
             let mut key = Zeroizing::new([0u8; SIV_KEY_LEN]);
             crate::random::fill_from_os(&mut key[..]);
-            // Its id is all zeros: the record keeps it when rewrapped.
-            let mut record = NAMING_RECORD_ID.to_vec();
+            // A random id, as a DEK's: the record keeps it when rewrapped,
+            // and a second maker's record is a record of its own.
+            let mut id = [0u8; DEK_ID];
+            crate::random::fill_from_os(&mut id);
+            let mut record = id.to_vec();
             record.extend_from_slice(&keys.kek.encrypt(&key[..], NAMING_AD)?);
-            // Two makers at once: the first stored wins, both use it.
-            keys.store.insert_if_absent(&NAMING_ID, &record)?;
+            // Two makers at once: the first stored is the store's, and
+            // each reads it back (`naming` below) before naming anything.
+            let stored = keys.store.insert_if_absent(&NAMING_ID, &record)?;
+            if unchecked && stored != record {
+                let naming = AesSivKey::new(&key[..])?;
+                drop(keys.naming.set((naming, id)));
+            }
         }
         keys.naming()?;
         Ok(keys)
@@ -395,6 +424,7 @@ impl SubjectKeys {
             kek,
             store,
             naming: OnceLock::new(),
+            unchecked_naming: false,
             caches: Mutex::new(Caches::default()),
             cache_capacity: DEFAULT_CACHE,
             fence: DEFAULT_FENCE,
@@ -456,9 +486,7 @@ impl SubjectKeys {
         if let Some(t) = self.lock().tags.get(subject) {
             return Ok(*t);
         }
-        let naming = self.naming()?;
-        let mut scratch = Zeroizing::new(subject.to_vec());
-        let tag = naming.seal_in_place(b"tombstone-crypt subject tag", &mut scratch)?;
+        let tag = Self::tag_under(self.naming()?, subject)?;
         let tags = &mut self.lock().tags;
         if tags.len() >= self.cache_capacity {
             // Bounded: start again (tags are cheap to compute, ~0.5 us).
@@ -482,10 +510,33 @@ impl SubjectKeys {
     /// # Errors
     /// What the key store reports (the shred did not happen: try again).
     pub fn shred(&self, subject: &[u8]) -> Result<Shred, Error> {
+        self.check_naming()?;
         let tag = self.tag(subject)?;
-        let removed = self.shred_tag(&tag);
+        let removed = self.shred_everywhere(subject, &tag);
         self.lock().tags.remove(subject);
         removed
+    }
+
+    /// Shreds `tag`, and the subject's tags under every other naming key
+    /// the store holds (a second maker's record that was not withdrawn:
+    /// no instance names subjects with it, but a shred covers it anyway).
+    fn shred_everywhere(&self, subject: &[u8], tag: &SubjectTag) -> Result<Shred, Error> {
+        let mut found = self.shred_tag(tag)?;
+        let ours = self.naming.get().map(|(_, id)| *id);
+        for record in self.store.all_records(&NAMING_ID)? {
+            if record.get(..DEK_ID) == ours.as_ref().map(|id| &id[..]) {
+                continue;
+            }
+            let (naming, _) = self.open_naming(&record)?;
+            let other = Self::tag_under(&naming, subject)?;
+            found = match (found, self.shred_tag(&other)?) {
+                (Shred::Removed(a), Shred::Removed(b)) => Shred::Removed(a + b),
+                (Shred::Removed(a), _) | (_, Shred::Removed(a)) => Shred::Removed(a),
+                (Shred::AlreadyShredded, _) | (_, Shred::AlreadyShredded) => Shred::AlreadyShredded,
+                _ => Shred::NoKey,
+            };
+        }
+        Ok(found)
     }
 
     /// [`shred`](SubjectKeys::shred) by subject tag (for tools that hold
@@ -515,8 +566,16 @@ impl SubjectKeys {
         self.caches.lock().unwrap_or_else(PoisonError::into_inner)
     }
 
+    /// `subject`'s tag under the naming key `naming`.
+    fn tag_under(naming: &AesSivKey, subject: &[u8]) -> Result<SubjectTag, Error> {
+        let mut scratch = Zeroizing::new(subject.to_vec());
+        naming.seal_in_place(b"tombstone-crypt subject tag", &mut scratch)
+    }
+
+    /// The naming key, read from the store once (the store's: on a shared
+    /// store, the one stored first).
     fn naming(&self) -> Result<&AesSivKey, Error> {
-        if let Some(k) = self.naming.get() {
+        if let Some((k, _)) = self.naming.get() {
             return Ok(k);
         }
         let record = self.store.get(&NAMING_ID)?.ok_or_else(|| {
@@ -525,7 +584,13 @@ impl SubjectKeys {
                 "no naming key",
             )
         })?;
-        let wrapped = record.get(DEK_ID..).ok_or_else(|| {
+        let (naming, id) = self.open_naming(&record)?;
+        Ok(&self.naming.get_or_init(|| (naming, id)).0)
+    }
+
+    /// Opens a naming key's record: `id | wrapped naming key`.
+    fn open_naming(&self, record: &[u8]) -> Result<(AesSivKey, [u8; DEK_ID]), Error> {
+        let (id, wrapped) = record.split_first_chunk::<DEK_ID>().ok_or_else(|| {
             Error::store("the naming key's record is too short", "corrupt record")
         })?;
         let key = Zeroizing::new(self.kek.decrypt(wrapped, NAMING_AD).map_err(|e| {
@@ -534,8 +599,28 @@ impl SubjectKeys {
                 e,
             )
         })?);
-        let naming = AesSivKey::new(&key)?;
-        Ok(self.naming.get_or_init(|| naming))
+        Ok((AesSivKey::new(&key)?, *id))
+    }
+
+    /// Checks that the store's naming key is still the one this instance
+    /// names subjects with (a shared store made again, or another
+    /// instance's naming key stored first, is refused: this instance's
+    /// tags would not be the store's). Run before a DEK is read from or
+    /// written to the store.
+    fn check_naming(&self) -> Result<(), Error> {
+        if self.unchecked_naming {
+            return Ok(());
+        }
+        self.naming()?;
+        let ours = self.naming.get().map(|(_, id)| *id);
+        let stored = self.store.get(&NAMING_ID)?;
+        if stored.as_deref().and_then(|r| r.get(..DEK_ID)) == ours.as_ref().map(|id| &id[..]) {
+            return Ok(());
+        }
+        Err(Error::store(
+            "the key store's naming key is not the one this instance opened (the store was made again, or emptied): its subjects' tags would differ; open the key store again",
+            "naming key changed",
+        ))
     }
 
     /// Wraps every record of the key store (the naming key and each
@@ -623,6 +708,7 @@ impl SubjectKeys {
     /// The DEK of `tag` as the key store holds it now (`None`: there is
     /// none: never made, or shredded).
     fn stored(&self, tag: &SubjectTag) -> Result<Option<Arc<Dek>>, Error> {
+        self.check_naming()?;
         self.counters.store_reads.fetch_add(1, Ordering::Relaxed);
         match self.store.get(tag)? {
             None => Ok(None),
@@ -670,6 +756,7 @@ impl SubjectKeys {
                 return Ok(ToRead::Dek(d));
             }
         }
+        self.check_naming()?;
         self.counters.store_reads.fetch_add(1, Ordering::Relaxed);
         match self.store.find(tag, id)? {
             DekLookup::Shredded => Ok(ToRead::Shredded),

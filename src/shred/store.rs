@@ -112,6 +112,17 @@ pub trait KeyStore: Send + Sync {
     /// The store's own failure.
     fn replace(&self, tag: &SubjectTag, record: &[u8]) -> Result<(), Error>;
 
+    /// Every live record of `tag`, the current one first. The default is
+    /// [`get`](KeyStore::get)'s: a store that keeps one record per tag. A
+    /// store where several writers can make a record at once and keeps
+    /// each (a shared topic) overrides it.
+    ///
+    /// # Errors
+    /// The store's own failure.
+    fn all_records(&self, tag: &SubjectTag) -> Result<Vec<Vec<u8>>, Error> {
+        Ok(self.get(tag)?.into_iter().collect())
+    }
+
     /// What the store knows of `tag`'s DEK `dek_id`, for reading a value
     /// written under it.
     ///
