@@ -943,8 +943,9 @@ fn plain_fields_with_the_serde_modules() {
             .with_deterministic(det.clone())
             .deserialize(&ctx, Some(&bytes));
         match typed {
-            // The blob's plaintext is its bytes, not JSON: Typed reads
-            // it as JSON and fails, by path.
+            // The blob's plaintext is bytes (0xFE, then the bytes), not
+            // JSON text: Typed's serde_json::Value holds no bytes, and
+            // fails, by path.
             Err(Error::Field { path, .. }) => assert_eq!(path, "/blob"),
             other => panic!("{other:?}"),
         }

@@ -8,7 +8,10 @@
 //! path ([`check`]) and writes each under the primary key in place of the
 //! old one, every other byte of the record as it was ([`rewrite`]): the
 //! text is never parsed into a value and written again, which would reorder
-//! and reformat it.
+//! and reformat it. A string it cannot open (moved from another path or
+//! record, under a key the keysets lack, or a plain string that happens to
+//! read as a field) is a finding for that string only: it is left as it
+//! is, and the record's other fields are written again.
 
 use std::borrow::Cow;
 use std::ops::Range;
@@ -439,11 +442,29 @@ pub(crate) enum FieldState {
     /// Every field authenticates at its path, one at least under an older
     /// key.
     Old,
-    /// A field does not authenticate at its path (moved, another record's,
-    /// under a key the keysets lack or disable).
+    /// A string that reads as a field does not authenticate at its path
+    /// (moved, another record's, under a key the keysets lack or disable,
+    /// or a plain string that happens to read as one): a finding, that
+    /// string left as it is; every field that authenticates is under its
+    /// keyset's primary key.
     Bad,
+    /// As [`Bad`](FieldState::Bad), and a field that authenticates is
+    /// under an older key: the fields that authenticate are written again.
+    OldAndBad,
     /// The value is not a JSON text.
     NotJson,
+}
+
+impl FieldState {
+    /// Whether a field that authenticates is under an older key.
+    pub(crate) fn old(self) -> bool {
+        matches!(self, FieldState::Old | FieldState::OldAndBad)
+    }
+
+    /// Whether a string that reads as a field does not authenticate.
+    pub(crate) fn bad(self) -> bool {
+        matches!(self, FieldState::Bad | FieldState::OldAndBad)
+    }
 }
 
 /// A record's fields, checked.
@@ -544,7 +565,8 @@ impl FieldKeys {
 }
 
 /// The fields of the record `text`, in `ctx`, checked: each must
-/// authenticate at its path.
+/// authenticate at its path; one that does not is named in
+/// [`Checked::bad`], and the others are still told apart by key.
 ///
 /// # Errors
 /// A KMS error.
@@ -561,21 +583,23 @@ pub(crate) fn check(keys: &FieldKeys, text: &[u8], ctx: &Context<'_>) -> Result<
         key_ids: Vec::new(),
         bad: Vec::new(),
     };
+    let mut old = false;
     for f in &found {
         let Some(under) = keys.under(f) else { continue };
         match keys.open(&under, f, ctx)? {
             Some((_, current)) => {
                 out.key_ids.push(f.key_id());
-                if !current && out.state == FieldState::Current {
-                    out.state = FieldState::Old;
-                }
+                old |= !current;
             }
-            None => {
-                out.bad.push((f.path.clone(), f.key_id()));
-                out.state = FieldState::Bad;
-            }
+            None => out.bad.push((f.path.clone(), f.key_id())),
         }
     }
+    out.state = match (old, !out.bad.is_empty()) {
+        (false, false) => FieldState::Current,
+        (true, false) => FieldState::Old,
+        (false, true) => FieldState::Bad,
+        (true, true) => FieldState::OldAndBad,
+    };
     Ok(out)
 }
 
@@ -584,8 +608,6 @@ pub(crate) fn check(keys: &FieldKeys, text: &[u8], ctx: &Context<'_>) -> Result<
 pub(crate) enum NotRewritten {
     /// The record is not JSON.
     NotJson(NotJson),
-    /// The field at this path does not authenticate there.
-    Bad(String),
     /// The library failed (a KMS error, a context too long).
     Error(Error),
 }
@@ -593,10 +615,11 @@ pub(crate) enum NotRewritten {
 /// The record `text` read in `from`, with every field that is not under
 /// its keyset's primary key, or every field when `from` and `to` bind
 /// differently (`all`), encrypted again under the primary key for `to` at
-/// the same path; every other byte as it was.
+/// the same path; every other byte as it was. A string that does not
+/// authenticate at its path is left as it is ([`check`] names it).
 ///
 /// # Errors
-/// The record is not JSON, a field does not authenticate, a KMS error.
+/// The record is not JSON, a KMS error.
 pub(crate) fn rewrite(
     keys: &FieldKeys,
     text: &[u8],
@@ -609,10 +632,10 @@ pub(crate) fn rewrite(
     for f in &found {
         let Some(under) = keys.under(f) else { continue };
         let Some((pt, current)) = keys.open(&under, f, from).map_err(NotRewritten::Error)? else {
-            return Err(NotRewritten::Bad(f.path.clone()));
+            continue;
         };
         let Under::Known(k, det) = under else {
-            return Err(NotRewritten::Bad(f.path.clone()));
+            continue;
         };
         if current && !all {
             continue;
@@ -861,15 +884,26 @@ mod tests {
             check(&keys, out.as_bytes(), &ctx).unwrap().state,
             FieldState::Current
         );
-        // Moved: /a's ciphertext at /b does not authenticate.
+        // Moved: /a's ciphertext at /b does not authenticate. It is a
+        // finding for /b alone: /a, under the old key, is still rewritten,
+        // and /b's string is left as it is.
         let moved = text.replace(&b, &a);
         let c = check(&keys, moved.as_bytes(), &ctx).unwrap();
+        assert_eq!(c.state, FieldState::OldAndBad);
+        assert_eq!(c.bad, [("/b".to_owned(), old.primary().0)]);
+        assert_eq!(c.key_ids, [old.primary().0]);
+        let out_moved = rewrite(&keys, moved.as_bytes(), &ctx, &ctx, false).unwrap();
+        let out_moved = String::from_utf8(out_moved.to_vec()).unwrap();
+        let found = find(out_moved.as_bytes()).unwrap();
+        let ids: Vec<(&str, u32)> = found.iter().map(|f| (&f.path[..], f.key_id())).collect();
+        assert_eq!(
+            ids,
+            [("/a", new_primary), ("/s", 5), ("/b", old.primary().0)]
+        );
+        assert_eq!(&out_moved[found[2].span.clone()], a, "/b as it was");
+        let c = check(&keys, out_moved.as_bytes(), &ctx).unwrap();
         assert_eq!(c.state, FieldState::Bad);
         assert_eq!(c.bad, [("/b".to_owned(), old.primary().0)]);
-        assert!(matches!(
-            rewrite(&keys, moved.as_bytes(), &ctx, &ctx, false),
-            Err(NotRewritten::Bad(p)) if p == "/b"
-        ));
         // Another record: nothing authenticates.
         let other = Context::new("t").with_key(b"k2");
         assert_eq!(
@@ -916,6 +950,65 @@ mod tests {
         assert_eq!(
             String::from_utf8(out.to_vec()).unwrap(),
             format!("{{\"email\":\"{want}\"}}")
+        );
+    }
+
+    /// A plain string that happens to be canonical base64 of `0x01 | ...`,
+    /// long enough for a ciphertext, under a key id no keyset holds (a
+    /// token, say): a finding for that string alone, left as it is; the
+    /// record's fields under an older key are still written again.
+    #[test]
+    fn a_plain_string_that_reads_as_a_field_is_a_finding_for_itself_only() {
+        let mut keys = FieldKeys {
+            randomized: Keyset::generate(),
+            deterministic: None,
+            aad: AadPolicy::TopicAndKey,
+            deterministic_aad: AadPolicy::Topic,
+        };
+        let ctx = Context::new("t").with_key(b"k");
+        let old = keys.randomized.primary().0;
+        let enc = |k: &Keyset, pt: &[u8], path: &str| {
+            b64(&k
+                .encrypt(
+                    pt,
+                    &field::associated_data(&ctx, AadPolicy::TopicAndKey, path).unwrap(),
+                )
+                .unwrap())
+        };
+        let card = enc(&keys.randomized, b"4111", "/card");
+        let token = b64(&ct(0x0bad_f00d, 48));
+        assert!(token.starts_with("AQ"), "{token}");
+        let text = format!("{{\"token\":\"{token}\",\"card\":\"{card}\",\"n\":1}}");
+        keys.randomized.rotate();
+        let new = keys.randomized.primary().0;
+        let c = check(&keys, text.as_bytes(), &ctx).unwrap();
+        assert_eq!(c.state, FieldState::OldAndBad);
+        assert!(c.state.old() && c.state.bad());
+        assert_eq!(c.bad, [("/token".to_owned(), 0x0bad_f00d)]);
+        assert_eq!(c.key_ids, [old]);
+        let out = rewrite(&keys, text.as_bytes(), &ctx, &ctx, false).unwrap();
+        let out = String::from_utf8(out.to_vec()).unwrap();
+        let found = find(out.as_bytes()).unwrap();
+        assert_eq!(&out[found[0].span.clone()], token, "the token as it was");
+        assert_eq!((found[1].path.as_str(), found[1].key_id()), ("/card", new));
+        assert_eq!(
+            out.replace(&out[found[1].span.clone()], ""),
+            text.replace(&card, ""),
+            "only the card's string changed"
+        );
+        let ad = field::associated_data(&ctx, AadPolicy::TopicAndKey, "/card").unwrap();
+        assert_eq!(
+            keys.randomized.decrypt(&found[1].bytes, &ad).unwrap(),
+            b"4111"
+        );
+        // Written again: the token is still the finding, and nothing is old.
+        let c = check(&keys, out.as_bytes(), &ctx).unwrap();
+        assert_eq!(c.state, FieldState::Bad);
+        assert!(!c.state.old());
+        assert_eq!(
+            &rewrite(&keys, out.as_bytes(), &ctx, &ctx, false).unwrap()[..],
+            out.as_bytes(),
+            "a second rewrite changes nothing"
         );
     }
 }

@@ -118,6 +118,7 @@ fn field_bits(f: FieldState) -> u32 {
         FieldState::Old => 2,
         FieldState::Bad => 3,
         FieldState::NotJson => 4,
+        FieldState::OldAndBad => 5,
     }
 }
 
@@ -237,6 +238,7 @@ impl Entry {
             2 => FieldState::Old,
             3 => FieldState::Bad,
             4 => FieldState::NotJson,
+            5 => FieldState::OldAndBad,
             _ => FieldState::Unchecked,
         }
     }
@@ -497,6 +499,7 @@ mod tests {
             FieldState::Current,
             FieldState::Old,
             FieldState::Bad,
+            FieldState::OldAndBad,
             FieldState::NotJson,
         ] {
             let mut e = Entry::new(

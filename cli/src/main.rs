@@ -645,11 +645,13 @@ struct ReencryptArgs {
     /// under the primary key at the same path, in place of its old text:
     /// every other byte of the record stays as it was. A value that is not
     /// encrypted stays so; one encrypted as a whole (under --keyset) is
-    /// decrypted, its fields rewritten, and encrypted again. A record with
-    /// a field that does not authenticate, or that is not JSON, is left
-    /// as it is, counted and named by partition, offset and path (exit 1).
-    /// A string too short for an AES-GCM ciphertext, under a key id no
-    /// field keyset holds, is taken for plain text.
+    /// decrypted, its fields rewritten, and encrypted again. A string that
+    /// reads as a field and does not authenticate at its path is left as
+    /// it is, counted and named by partition, offset and path (exit 1);
+    /// the record's other fields are still rewritten. A record that is not
+    /// JSON is left as it is and counted (exit 1). A string too short for
+    /// an AES-GCM ciphertext, under a key id no field keyset holds, is
+    /// taken for plain text.
     #[arg(long, value_enum, value_name = "FORMAT")]
     fields: Option<FieldsFormat>,
     /// With --fields: the keyset of the randomized fields

@@ -50,8 +50,9 @@ pub(crate) struct PlanCounts {
     /// Keys `reencrypt` skips: plaintext values, without
     /// `--unencrypted pass-through`.
     pub(crate) skipped_plaintext: u64,
-    /// Keys `reencrypt --fields` skips: a field of their value does not
-    /// authenticate at its path.
+    /// Keys whose value has a string that reads as a field and does not
+    /// authenticate at its path: `reencrypt --fields` leaves that string
+    /// as it is (and writes the value's other fields again).
     pub(crate) skipped_fields: u64,
     /// Keys `reencrypt --fields` skips: their value is not JSON.
     pub(crate) skipped_not_json: u64,
@@ -218,21 +219,20 @@ impl<'a> Planner<'a> {
             }
             // With --fields: a value's fields are rewritten, and the value
             // with them when it is encrypted as a whole; a value that is
-            // not encrypted stays so.
+            // not encrypted stays so. A string that does not authenticate
+            // is a finding for itself only: it is left as it is, and the
+            // value's other fields are rewritten.
             Command::Reencrypt { .. }
                 if self.from.fields.is_some() && matches!(kind, Kind::Live | Kind::Plaintext) =>
             {
                 match e.fields() {
-                    FieldState::Bad => {
-                        c.skipped_fields += 1;
-                        None
-                    }
                     FieldState::NotJson => {
                         c.skipped_not_json += 1;
                         None
                     }
                     fields => {
-                        let rekey = fields == FieldState::Old
+                        c.skipped_fields += u64::from(fields.bad());
+                        let rekey = fields.old()
                             || (kind == Kind::Live && e.key_id() != Some(self.primary));
                         let rebind = self.rebinds(e);
                         if self.same && !(rekey || rebind || self.moved(e) || e.split()) {
@@ -458,9 +458,6 @@ impl<'a> Planner<'a> {
             crate::fields::rewrite(keys, &text, &from_ctx, &to_ctx, all).map_err(
                 |why| match why {
                     NotRewritten::NotJson(j) => changed(format!("is no longer JSON ({j})")),
-                    NotRewritten::Bad(path) => changed(format!(
-                        "has a field at {path} that no longer authenticates"
-                    )),
                     NotRewritten::Error(err) => fail(format!(
                         "the fields of the value at {}/{} offset {}: {}",
                         from.topic,

@@ -120,7 +120,7 @@ pub(crate) fn reencrypt(args: &ReencryptArgs, out: &Output) -> Result<Outcome, F
         ),
         Some(f) => format!(
             "plan for {to}: {values} values to write with their encrypted fields under key {}{} (encrypted values under key {primary}), {old_forms} old key forms to delete, {copied} tombstones to copy, {rewritten_deletes} deletes to write again ({split} split keys), {records} records\n\
-             skipped: {skipped_broken} broken tombstones (run repair first), {skipped_undecryptable} undecryptable, {skipped_fields} with a field that does not authenticate at its path, {skipped_not_json} not JSON\n",
+             skipped: {skipped_broken} broken tombstones (run repair first), {skipped_undecryptable} undecryptable, {skipped_not_json} not JSON; {skipped_fields} with a string that reads as a field and does not authenticate at its path (that string left as it is, the other fields written)\n",
             f.randomized.primary().0,
             f.deterministic
                 .as_ref()

@@ -140,7 +140,8 @@ fn field_state_name(f: FieldState) -> &'static str {
         FieldState::Unchecked => "unchecked",
         FieldState::Current => "current",
         FieldState::Old => "under_older_keys",
-        FieldState::Bad => "not_authenticating",
+        // A finding first: the key's other fields are written again.
+        FieldState::Bad | FieldState::OldAndBad => "not_authenticating",
         FieldState::NotJson => "not_json",
     }
 }

@@ -2,8 +2,10 @@
 //! against the loopback broker: records with encrypted fields written by
 //! the library (`FieldEncrypting`) and by hand (odd whitespace), the keyset
 //! rotated, every field rewritten under the new primary in place, each
-//! record otherwise byte for byte as it was; a field moved to another path
-//! is reported and its record left alone; a run stopped midway resumes.
+//! record otherwise byte for byte as it was; a field moved to another path,
+//! or a plain string that happens to read as a field, is reported and left
+//! as it is while its record's other fields are rewritten; a run stopped
+//! midway resumes.
 
 mod common;
 
@@ -136,9 +138,10 @@ fn raw_record(keyset: &Keyset, ctx: &Context<'_>) -> String {
 /// record under the new primary key, each record decoding to the same
 /// value and byte for byte the same outside its fields' strings (null
 /// fields null, odd whitespace kept), a record encrypted as a whole too
-/// decrypted and encrypted again, a tombstone left a tombstone; a record
-/// whose field was moved to another path is reported and not rewritten;
-/// a second run has nothing to write. `inspect --fields` lists the
+/// decrypted and encrypted again, a tombstone left a tombstone; in a
+/// record whose fields were moved to other paths, those are reported and
+/// left as they are, and its other fields rewritten; a second run has
+/// nothing to write. `inspect --fields` lists the
 /// hand-written record's fields by path and key id, never a plaintext.
 #[test]
 fn reencrypt_fields_json_rewrites_each_field_in_place() {
@@ -188,7 +191,7 @@ fn reencrypt_fields_json_rewrites_each_field_in_place() {
     writes.push(("wrapped".into(), wrapped));
     // The negative control: two list elements swapped, each now at the
     // other's path.
-    let moved = {
+    let (moved, moved_scores) = {
         let text = String::from_utf8(
             codec
                 .serialize(&record_ctx(&topic, "moved"), Some(&customer(71)))
@@ -205,7 +208,7 @@ fn reencrypt_fields_json_rewrites_each_field_in_place() {
             .replacen(&scores[1], &scores[0], 1)
             .replacen("@0", &scores[1], 1);
         assert_ne!(swapped, text);
-        swapped
+        (swapped, [scores[0].clone(), scores[1].clone()])
     };
     writes.push(("moved".into(), Some(moved.clone().into_bytes())));
     produce(&bootstrap, &topic, &writes);
@@ -228,11 +231,12 @@ fn reencrypt_fields_json_rewrites_each_field_in_place() {
     let before = read_all(&bootstrap, &topic);
     let live = originals.len() + 2; // the customers, raw and wrapped
 
-    // The plan: the live records, the moved one skipped and named.
+    // The plan: the live records, the moved one too (its other fields),
+    // its moved fields named.
     let plan = cli(&base);
     assert_eq!(code(&plan), 1, "{}", String::from_utf8_lossy(&plan.stderr));
     let p = json_of(&plan);
-    assert_eq!(p["values_to_rewrite"], json!(live), "{p}");
+    assert_eq!(p["values_to_rewrite"], json!(live + 1), "{p}");
     assert_eq!(p["skipped"]["fields_not_authenticating"], json!(1), "{p}");
     assert_eq!(p["fields"]["primary_key_id"], json!(new_primary));
     let listed = &p["fields"]["not_authenticating_records"];
@@ -258,8 +262,8 @@ fn reencrypt_fields_json_rewrites_each_field_in_place() {
     apply.push("--apply");
     let done = cli(&apply);
     let d = json_of(&done);
-    assert_eq!(code(&done), 1, "the moved record is a finding: {d}");
-    assert_eq!(d["written"], json!(live), "{d}");
+    assert_eq!(code(&done), 1, "the moved fields are a finding: {d}");
+    assert_eq!(d["written"], json!(live + 1), "{d}");
     let after = &d["after"]["fields"]["keys"];
     assert_eq!(after["current"], json!(live), "{d}");
     assert_eq!(after["under_older_keys"], json!(0), "{d}");
@@ -329,13 +333,24 @@ fn reencrypt_fields_json_rewrites_each_field_in_place() {
             .unwrap(),
         Some(customer(60))
     );
-    // The tombstone stays one, and the moved record is not rewritten:
-    // neither key has a record more.
-    for k in ["gone", "moved"] {
-        assert_eq!(now[k], was[k], "{k}");
-    }
+    // The tombstone stays one: no record more.
+    assert_eq!(now["gone"], was["gone"]);
     assert_eq!(now["gone"].value, None);
-    assert_eq!(all.len(), before.len() + live);
+    // The moved record: its swapped scores as they were (under the old
+    // key, still failing at their paths), every other field under the new
+    // key, every other byte the same.
+    let moved_now = String::from_utf8(now["moved"].value.clone().unwrap()).unwrap();
+    assert_eq!(blank(&moved_now), blank(&moved), "{moved_now}");
+    let (was_fields, now_fields) = (field_strings(&moved), field_strings(&moved_now));
+    assert_eq!(was_fields.len(), now_fields.len());
+    for (w, n) in was_fields.iter().zip(&now_fields) {
+        if moved_scores.contains(&w.0) {
+            assert_eq!(w, n, "a moved field is left as it is");
+        } else {
+            assert_eq!(n.1, new_primary, "{moved_now}");
+        }
+    }
+    assert_eq!(all.len(), before.len() + live + 1);
 
     // Nothing more to write.
     let again = cli(&apply);
@@ -343,8 +358,8 @@ fn reencrypt_fields_json_rewrites_each_field_in_place() {
     assert_eq!(json_of(&again)["written"], json!(0));
 
     // Copied to another topic: every field encrypted again bound to it
-    // (current ones too), the tombstone copied, the moved record still
-    // left out.
+    // (current ones too), the tombstone copied, the moved record copied
+    // with its moved fields as they are.
     let copy = fresh_topic("cli-fields-copy");
     create_topic(&bootstrap, &copy, 2);
     let mut to = apply.clone();
@@ -352,10 +367,16 @@ fn reencrypt_fields_json_rewrites_each_field_in_place() {
     let out = cli(&to);
     let c = json_of(&out);
     assert_eq!(code(&out), 1, "{c}");
-    assert_eq!(c["written"], json!(live + 1), "{c}");
+    assert_eq!(c["written"], json!(live + 2), "{c}");
     let copied = newest(&read_all(&bootstrap, &copy));
     assert_eq!(copied["gone"].value, None);
-    assert!(!copied.contains_key("moved"));
+    let moved_copy = String::from_utf8(copied["moved"].value.clone().unwrap()).unwrap();
+    assert_eq!(blank(&moved_copy), blank(&moved), "{moved_copy}");
+    assert_eq!(
+        c["after"]["fields"]["keys"]["not_authenticating"],
+        json!(1),
+        "{c}"
+    );
     for (k, (i, text)) in &originals {
         let v = copied[k].value.clone().unwrap();
         let got = String::from_utf8(v.clone()).unwrap();
@@ -508,4 +529,122 @@ fn reencrypt_fields_json_stopped_and_resumed_ends_as_one_run() {
         .collect::<Vec<_>>());
     assert_eq!(code(&plan), 0);
     assert_eq!(json_of(&plan)["records_to_write"], json!(0));
+}
+
+/// A record with a plain string that holds a token, not a field.
+#[derive(Serialize, Deserialize, Debug, PartialEq)]
+struct Session {
+    user: String,
+    token: String,
+    card: Encrypted<String>,
+    notes: Vec<Encrypted<String>>,
+}
+
+/// `reencrypt --fields json` on records whose plain string happens to be
+/// canonical base64 of `0x01 | key id | ...`, long enough for a field,
+/// under a key id no keyset holds: that string is a finding (named by its
+/// path, exit 1) and left as it is; the records' real fields are rewritten
+/// under the new primary all the same, and the records read back whole
+/// with the new keyset. A second run has nothing to write.
+#[test]
+fn reencrypt_fields_json_leaves_a_plain_string_that_reads_as_a_field_alone() {
+    let Some(bootstrap) = bootstrap() else { return };
+    let dir = Dir::new("fields-token");
+    let topic = fresh_topic("cli-fields-token");
+    create_topic(&bootstrap, &topic, 1);
+    let (ks_file, old) = new_keyset(&dir, "fields.json");
+    let codec = FieldEncrypting::new(Json::<Session>::new(), old.clone());
+    // 0x01, the key id 0x0badf00d, then 43 bytes: 64 base64 characters.
+    let mut raw = vec![1u8, 0x0b, 0xad, 0xf0, 0x0d];
+    raw.extend((0..43u8).map(|i| i.wrapping_mul(37)));
+    let token = base64::engine::general_purpose::STANDARD.encode(&raw);
+    assert_eq!(
+        field_strings(&format!("\"{token}\"")).len(),
+        1,
+        "reads as a field"
+    );
+    let session = |i: u64| Session {
+        user: format!("u{i}"),
+        token: token.clone(),
+        card: Encrypted::new(format!("secret-card-{i}")),
+        notes: vec![Encrypted::new(format!("secret-note-{i}"))],
+    };
+    let mut writes = Vec::new();
+    let mut originals = BTreeMap::new();
+    for i in 0..2u64 {
+        let k = format!("s-{i}");
+        let v = codec
+            .serialize(&record_ctx(&topic, &k), Some(&session(i)))
+            .unwrap()
+            .unwrap();
+        originals.insert(k.clone(), (i, String::from_utf8(v.clone()).unwrap()));
+        writes.push((k, Some(v)));
+    }
+    produce(&bootstrap, &topic, &writes);
+    let new = rotate(&ks_file);
+    let new_primary = new.primary().0;
+    let base = [
+        "reencrypt",
+        "--json",
+        "--bootstrap",
+        &bootstrap,
+        "--topic",
+        &topic,
+        "--keyset",
+        &ks_file,
+        "--fields",
+        "json",
+    ];
+
+    let plan = cli(&base);
+    let p = json_of(&plan);
+    assert_eq!(code(&plan), 1, "{p}");
+    assert_eq!(p["values_to_rewrite"], json!(2), "{p}");
+    assert_eq!(p["skipped"]["fields_not_authenticating"], json!(2), "{p}");
+    let listed = p["fields"]["not_authenticating_records"]
+        .as_array()
+        .unwrap();
+    assert_eq!(listed.len(), 2, "{p}");
+    assert!(
+        listed.iter().all(|r| r["paths"] == json!(["/token"])),
+        "{p}"
+    );
+    let printed = String::from_utf8_lossy(&plan.stdout).to_string();
+    assert!(!printed.contains("secret-"), "{printed}");
+
+    let mut apply = base.to_vec();
+    apply.push("--apply");
+    let done = cli(&apply);
+    let d = json_of(&done);
+    assert_eq!(code(&done), 1, "the token is a finding: {d}");
+    assert_eq!(d["written"], json!(2), "{d}");
+    let after = &d["after"]["fields"];
+    assert_eq!(after["keys"]["under_older_keys"], json!(0), "{d}");
+    assert_eq!(after["keys"]["not_authenticating"], json!(2), "{d}");
+    // Fields counted in every value read: the records before the run too.
+    assert_eq!(after["not_authenticating"], json!(4), "{d}");
+
+    let now = newest(&read_all(&bootstrap, &topic));
+    let fresh = FieldEncrypting::new(Json::<Session>::new(), new.clone());
+    for (k, (i, text)) in &originals {
+        let v = now[k].value.clone().unwrap();
+        let got = String::from_utf8(v.clone()).unwrap();
+        assert_eq!(
+            blank(&got),
+            blank(text),
+            "{k}: only the fields' strings change"
+        );
+        let ids: Vec<u32> = field_strings(&got).into_iter().map(|(_, id)| id).collect();
+        assert_eq!(ids, [0x0bad_f00d, new_primary, new_primary], "{k}: {got}");
+        assert!(got.contains(&format!("\"token\":\"{token}\"")), "{got}");
+        assert_eq!(
+            fresh.deserialize(&record_ctx(&topic, k), Some(&v)).unwrap(),
+            Some(session(*i)),
+            "{k}"
+        );
+    }
+
+    let again = cli(&apply);
+    assert_eq!(code(&again), 1, "still a finding");
+    assert_eq!(json_of(&again)["written"], json!(0));
 }

@@ -94,11 +94,31 @@
 //! Tink's AEAD output with the TINK prefix, exactly as a whole value
 //! (`0x01 | key id | nonce | ciphertext | tag`, or the envelope or AES-SIV
 //! form): a base64 string (standard alphabet, padded) in a human-readable
-//! format such as JSON, a byte string in a binary one such as bincode. Its
-//! plaintext is the value's UTF-8 for a string, its bytes for bytes
-//! (`serde_bytes`), and its JSON text for anything else (a number, a
-//! struct, a `Vec<u8>`, which serde writes as a sequence), whatever the
-//! record's format.
+//! format such as JSON, a byte string in a binary one such as bincode.
+//!
+//! Its plaintext says what kind of value it holds, whatever the record's
+//! format, so a reader never guesses ([`format`](crate::format#encrypted-fields)
+//! has the details):
+//! - a value serde writes as a string (`String`, `&str`, a string in a
+//!   `serde_json::Value`, an untagged enum's text variant) is its UTF-8,
+//!   nothing more: exactly what Tink and Confluent's field encryption
+//!   encrypt for a string;
+//! - a value serde writes as bytes (`serde_bytes`) is `0xFE` then the
+//!   bytes;
+//! - anything else (a number, a bool, a struct, a sequence, a `Vec<u8>`,
+//!   which serde writes as a sequence) is `0xFF` then its JSON text.
+//!
+//! `0xFE` and `0xFF` never occur in UTF-8, so the string `"12"` reads back
+//! as the string `"12"`, never as the number 12, and `Text("42")` of an
+//! untagged enum as `Text("42")`, not as a `Num(42)` variant. `Some(v)`
+//! and newtypes are their content's plaintext.
+//!
+//! A value that would not read back as itself is refused when the record
+//! is written (`Error::Field`, with its path), never written to read back
+//! as another: a null (`None`, `()`: see the null rule above), `Some` of a
+//! null (`Some(None)`, anywhere in the value: JSON writes it as the `null`
+//! that reads back `None`), and a float that is NaN or infinite (JSON has
+//! no such number).
 //!
 //! # Why a scope
 //! serde gives a field's `Serialize` impl nothing but the format's
@@ -434,42 +454,49 @@ field_type! {
 }
 
 /// A plain `String` or `Vec<u8>` field's value, for the
-/// `#[serde(with = ...)]` modules: its bytes are its plaintext.
-pub trait PlainField: Sized + sealed::Sealed {
-    /// The plaintext.
-    fn plaintext(&self) -> &[u8];
-    /// The value from its plaintext.
-    ///
-    /// # Errors
-    /// A `String`'s plaintext that is not UTF-8.
-    fn from_plaintext(plain: &[u8]) -> Result<Self, Error>;
-}
+/// `#[serde(with = ...)]` modules: a `String`'s plaintext is its UTF-8 (as
+/// an `Encrypted<String>`'s), a `Vec<u8>`'s is its bytes after `0xFE` (as
+/// a field that serde writes as bytes; see [What a field holds](self#what-a-field-holds)).
+/// Implemented for these two types only.
+pub trait PlainField: Sized + sealed::Sealed {}
 
 mod sealed {
-    pub trait Sealed {}
-    impl Sealed for String {}
-    impl Sealed for Vec<u8> {}
+    use crate::error::Error;
+
+    /// What a [`PlainField`](super::PlainField) is to its field, out of
+    /// the public API.
+    pub trait Sealed: Sized {
+        /// Appends the plaintext to `out`.
+        fn encode(&self, out: &mut Vec<u8>);
+        /// The value from its plaintext.
+        fn decode(plain: &[u8]) -> Result<Self, Error>;
+    }
+
+    impl Sealed for String {
+        fn encode(&self, out: &mut Vec<u8>) {
+            super::plain::extend_zeroizing(out, self.as_bytes());
+        }
+
+        fn decode(plain: &[u8]) -> Result<Self, Error> {
+            super::plain::decode(plain)
+        }
+    }
+
+    impl Sealed for Vec<u8> {
+        fn encode(&self, out: &mut Vec<u8>) {
+            super::plain::extend_zeroizing(out, &[super::plain::BYTES]);
+            super::plain::extend_zeroizing(out, self);
+        }
+
+        fn decode(plain: &[u8]) -> Result<Self, Error> {
+            super::plain::decode_bytes(plain)
+        }
+    }
 }
 
-impl PlainField for String {
-    fn plaintext(&self) -> &[u8] {
-        self.as_bytes()
-    }
+impl PlainField for String {}
 
-    fn from_plaintext(plain: &[u8]) -> Result<Self, Error> {
-        plain::decode(plain)
-    }
-}
-
-impl PlainField for Vec<u8> {
-    fn plaintext(&self) -> &[u8] {
-        self
-    }
-
-    fn from_plaintext(plain: &[u8]) -> Result<Self, Error> {
-        Ok(plain.to_vec())
-    }
-}
+impl PlainField for Vec<u8> {}
 
 /// Writes a plain field of `kind`.
 fn with_serialize<T: PlainField, S: Serializer>(
@@ -480,7 +507,7 @@ fn with_serialize<T: PlainField, S: Serializer>(
     scope::seal(
         kind,
         |out| {
-            plain::extend_zeroizing(out, v.plaintext());
+            sealed::Sealed::encode(v, out);
             Ok(())
         },
         |ct| write_sealed(s, ct),
@@ -494,7 +521,7 @@ fn with_deserialize<'de, T: PlainField, D: Deserializer<'de>>(
     kind: Kind,
     d: D,
 ) -> Result<T, D::Error> {
-    match deserialize_field(kind, d, T::from_plaintext)? {
+    match deserialize_field(kind, d, <T as sealed::Sealed>::decode)? {
         State::Open(v) => Ok(v),
         State::Sealed(_) => Err(de::Error::custom(
             "a plain field read with no keys in scope cannot be kept sealed: declare it Encrypted<T> to pass it through",
@@ -603,7 +630,8 @@ with_module! {
     /// `#[serde(with = "tombstone_crypt::field::encrypted")]` for a plain
     /// `String` or `Vec<u8>` field, encrypted as an [`Encrypted`] field is
     /// (the same bytes on the wire as `Encrypted<String>` for a `String`;
-    /// a `Vec<u8>`'s plaintext is its bytes). It cannot be read sealed:
+    /// a `Vec<u8>`'s plaintext is `0xFE` then its bytes, as for a field
+    /// that serde writes as bytes). It cannot be read sealed:
     /// with no keys in scope reading it is an error.
     ///
     /// ```
