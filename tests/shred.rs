@@ -12,7 +12,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use tombstone_crypt::shred::{
-    DekLookup, KeyStore, MemoryKeyStore, Shred, ShredRecord, SubjectEncrypting, SubjectKeys,
+    DekLookup, KeyStore, MemoryKeyStore, Seal, Shred, ShredRecord, SubjectEncrypting, SubjectKeys,
 };
 use tombstone_crypt::{Context, Deserializer as _, Error, Keyset, Serializer as _, Utf8};
 
@@ -418,8 +418,11 @@ fn a_key_store_that_fails_refuses_values_rather_than_serve_a_stale_key() {
         fn insert_if_absent(&self, tag: &[u8; 16], r: &[u8]) -> Result<Vec<u8>, Error> {
             self.0.insert_if_absent(tag, r)
         }
-        fn remove(&self, tag: &[u8; 16]) -> Result<Shred, Error> {
-            self.0.remove(tag)
+        fn remove(&self, tag: &[u8; 16], seal: Seal<'_>) -> Result<Shred, Error> {
+            self.0.remove(tag, seal)
+        }
+        fn reseal(&self, tag: &[u8; 16], evidence: &[u8]) -> Result<(), Error> {
+            self.0.reseal(tag, evidence)
         }
         fn records(&self) -> Result<Vec<([u8; 16], Vec<u8>)>, Error> {
             KeyStore::records(&self.0)
@@ -548,7 +551,8 @@ fn a_kek_rotation_rewraps_the_key_store_and_a_backup_then_opens_nothing() {
 
     kek.rotate();
     let rewrapped = SubjectKeys::create(kek.clone(), store.clone()).unwrap();
-    assert_eq!(rewrapped.rewrap().unwrap(), store.len());
+    // Every record (the naming key, a's DEK) and b's record of its shred.
+    assert_eq!(rewrapped.rewrap().unwrap(), store.len() + 1);
     kek.remove(old).unwrap();
     let after: SubjectEncrypting<Utf8, str> = SubjectEncrypting::new(
         Arc::new(SubjectKeys::create(kek.clone(), store.clone()).unwrap()),
@@ -558,6 +562,9 @@ fn a_kek_rotation_rewraps_the_key_store_and_a_backup_then_opens_nothing() {
         after.deserialize(&ctx(b"a"), Some(&a)).unwrap().as_deref(),
         Some("alpha")
     );
+    // The record of b's shred was sealed again too: with the old key gone,
+    // b still reads as a delete, not as an unknown key.
+    assert_eq!(after.deserialize(&ctx(b"b"), Some(&b)).unwrap(), None);
     // The backup, with the old key gone, opens nothing: not even its
     // naming key, so it does not open as a key store at all.
     let refused = SubjectKeys::open(kek, backup.clone()).unwrap_err();

@@ -7,9 +7,9 @@
 //! (c)'s reads are errors, never `None`; in (d) a forged value is an
 //! error, and a flipped bit reads as a delete only when the value still
 //! names a shredded DEK (a copy of a shredded value, changed) and is
-//! otherwise an error. The control, a store that answers "shredded" for a
-//! DEK it does not know (the rule before: "any DEK the store does not hold
-//! is gone"), must fail the model.
+//! otherwise an error. The control, subject keys that read a DEK the store
+//! does not know as shredded (the rule before: "any DEK the store does not
+//! hold is gone"), must fail the model.
 //!
 //! Over the memory store, a redb file, and a key-store topic on the
 //! loopback broker (skipped with `TOMBSTONE_SKIP_KAFKA`).
@@ -19,41 +19,8 @@ mod common;
 use std::sync::Arc;
 
 use common::rng::Rng;
-use tombstone_crypt::shred::{
-    DekLookup, KeyStore, MemoryKeyStore, Shred, ShredRecord, SubjectEncrypting, SubjectKeys,
-};
+use tombstone_crypt::shred::{KeyStore, MemoryKeyStore, Shred, SubjectEncrypting, SubjectKeys};
 use tombstone_crypt::{Context, Deserializer as _, Error, Keyset, Serializer as _, Utf8};
-
-/// The rule this file exists against, as a control: a DEK the store does
-/// not know reads as shredded.
-struct UnknownIsShredded(Arc<dyn KeyStore>);
-
-impl KeyStore for UnknownIsShredded {
-    fn get(&self, tag: &[u8; 16]) -> Result<Option<Vec<u8>>, Error> {
-        self.0.get(tag)
-    }
-    fn insert_if_absent(&self, tag: &[u8; 16], r: &[u8]) -> Result<Vec<u8>, Error> {
-        self.0.insert_if_absent(tag, r)
-    }
-    fn remove(&self, tag: &[u8; 16]) -> Result<Shred, Error> {
-        self.0.remove(tag)
-    }
-    fn records(&self) -> Result<Vec<([u8; 16], Vec<u8>)>, Error> {
-        self.0.records()
-    }
-    fn shreds(&self) -> Result<Vec<ShredRecord>, Error> {
-        self.0.shreds()
-    }
-    fn replace(&self, tag: &[u8; 16], r: &[u8]) -> Result<(), Error> {
-        self.0.replace(tag, r)
-    }
-    fn find(&self, tag: &[u8; 16], id: &[u8; 8]) -> Result<DekLookup, Error> {
-        Ok(match self.0.find(tag, id)? {
-            DekLookup::Unknown => DekLookup::Shredded,
-            found => found,
-        })
-    }
-}
 
 /// Makes a new, empty store of one kind (the second call makes another).
 type Make<'a> = &'a dyn Fn() -> Arc<dyn KeyStore>;
@@ -107,25 +74,25 @@ fn round(seed: u64, make: Make<'_>, reopen: Reopen<'_>, control: bool) -> Result
             });
         }
     }
-    let wrap = |s: Arc<dyn KeyStore>| -> Arc<dyn KeyStore> {
-        if control {
-            Arc::new(UnknownIsShredded(s))
+    let reader = |keys: SubjectKeys| {
+        let keys = if control {
+            keys.reading_unknown_keys_as_shredded()
         } else {
-            s
-        }
+            keys
+        };
+        SubjectEncrypting::<Utf8, str>::new(Arc::new(keys), Utf8)
     };
-    let reader = |keys: SubjectKeys| SubjectEncrypting::<Utf8, str>::new(Arc::new(keys), Utf8);
     // (a) the right store, as this process has it and opened again.
     let right = [
         values,
-        reader(SubjectKeys::open(kek.clone(), wrap(reopen(&store))).unwrap()),
+        reader(SubjectKeys::open(kek.clone(), reopen(&store)).unwrap()),
     ];
     // (b) an empty store does not open: no naming key.
-    if SubjectKeys::open(kek.clone(), wrap(make())).is_ok() {
+    if SubjectKeys::open(kek.clone(), make()).is_ok() {
         return Err("an empty key store opened".into());
     }
     // (c) another store under the same KEK, with a naming key of its own.
-    let other = reader(SubjectKeys::create(kek.clone(), wrap(make())).unwrap());
+    let other = reader(SubjectKeys::create(kek.clone(), make()).unwrap());
     for w in &written {
         let ctx = Context::new("t").with_key(&w.key);
         for r in &right {

@@ -322,3 +322,145 @@ fn an_instance_whose_store_was_made_again_refuses_values() {
     assert!(values.serialize(&bob, Some("bob's")).is_err());
     assert!(keys.shred(b"alice").is_err());
 }
+
+/// Records produced to the key-store topic by hand, by someone who can
+/// produce but holds no KEK: a marker without evidence, a marker whose
+/// seal is not the KEK's, a key longer than a store's, and a real marker
+/// of another subject replayed under this one. None makes a value read as
+/// a delete: each value reads as written or is an error, and the store's
+/// check names the records of shreds that do not open. The control (the
+/// rule before: a DEK the store no longer holds reads as shredded) reads
+/// the same values as deletes.
+#[test]
+fn records_of_shreds_made_by_hand_delete_nothing() {
+    let Some(bootstrap) = common::kafka::bootstrap() else {
+        return;
+    };
+    let kek = Keyset::generate();
+    let topic = common::kafka::fresh_topic("shred-forged-markers");
+    let keys = SubjectKeys::create(kek.clone(), Arc::new(store(&bootstrap, &topic))).unwrap();
+    let values: SubjectEncrypting<Utf8, str> = SubjectEncrypting::new(Arc::new(keys), Utf8);
+    let names = ["alice", "bob", "carol", "dan", "erin"];
+    let written: Vec<Vec<u8>> = names
+        .iter()
+        .map(|n| {
+            let ctx = Context::new("t").with_key(n.as_bytes());
+            values.serialize(&ctx, Some(n)).unwrap().unwrap()
+        })
+        .collect();
+    // Tags and DEK ids are in every value (bytes 1..17 and 17..25).
+    let tag = |i: usize| written[i][1..17].to_vec();
+    let id = |i: usize| written[i][17..25].to_vec();
+    // A real marker: erin's shred.
+    values.keys().shred(b"erin").unwrap();
+    let mut log = KafkaChangelog::open(&bootstrap, &topic).unwrap();
+    let marker_key = |t: Vec<u8>| [t, vec![0xff; 8]].concat();
+    let erins_marker = tombstone_crypt::store::compact(&log.records().unwrap())
+        .into_iter()
+        .find(|r| r.key == marker_key(tag(4)))
+        .and_then(|r| r.value)
+        .unwrap();
+    // alice: the marker's text and nothing else.
+    log.append(&marker_key(tag(0)), Some(b"shredded")).unwrap();
+    // bob: well formed, naming bob's DEK, sealed with bytes of no key.
+    let mut forged = b"shredded".to_vec();
+    forged.extend_from_slice(&1u32.to_be_bytes());
+    forged.extend_from_slice(&id(1));
+    forged.extend_from_slice(&[0x01; 45]);
+    log.append(&marker_key(tag(1)), Some(&forged)).unwrap();
+    // carol: a marker's key with a byte more.
+    let mut long = marker_key(tag(2));
+    long.push(0);
+    log.append(&long, Some(&forged)).unwrap();
+    // dan: erin's real marker, replayed under dan's tag.
+    log.append(&marker_key(tag(3)), Some(&erins_marker))
+        .unwrap();
+    log.flush().unwrap();
+
+    let reader = |control: bool| {
+        let keys = SubjectKeys::open(kek.clone(), Arc::new(store(&bootstrap, &topic))).unwrap();
+        let keys = if control {
+            keys.reading_unknown_keys_as_shredded()
+        } else {
+            keys
+        };
+        SubjectEncrypting::<Utf8, str>::new(Arc::new(keys), Utf8)
+    };
+    let r = reader(false);
+    let read = |i: usize| {
+        let ctx = Context::new("t").with_key(names[i].as_bytes());
+        r.deserialize(&ctx, Some(&written[i]))
+    };
+    assert_eq!(read(0).unwrap().as_deref(), Some("alice"));
+    assert!(
+        matches!(read(1), Err(Error::UnknownSubjectKey { .. })),
+        "{:?}",
+        read(1)
+    );
+    assert_eq!(read(2).unwrap().as_deref(), Some("carol"));
+    assert!(
+        matches!(read(3), Err(Error::UnknownSubjectKey { .. })),
+        "{:?}",
+        read(3)
+    );
+    assert_eq!(read(4).unwrap(), None, "erin's real shred");
+    let check = r.keys().check().unwrap();
+    assert_eq!(check.shreds_not_opening.len(), 2, "{check:?}");
+    assert!(!check.is_clean());
+    // The control reads bob's and dan's values as deletes.
+    let c = reader(true);
+    for i in [1, 3] {
+        let ctx = Context::new("t").with_key(names[i].as_bytes());
+        assert_eq!(c.deserialize(&ctx, Some(&written[i])).unwrap(), None);
+    }
+}
+
+/// A shred writes its marker before its tombstones, so a shred cut short
+/// between them is whole (the marker names the DEK and covers the records
+/// below it); and after a KEK rotation (rewrap, the old key destroyed) a
+/// shredded value still reads as a delete and the check is clean.
+#[test]
+fn a_shred_marks_before_it_tombstones_and_survives_a_kek_rotation() {
+    let Some(bootstrap) = common::kafka::bootstrap() else {
+        return;
+    };
+    let mut kek = Keyset::generate();
+    let topic = common::kafka::fresh_topic("shred-marker-first");
+    let keys = SubjectKeys::create(kek.clone(), Arc::new(store(&bootstrap, &topic))).unwrap();
+    let values: SubjectEncrypting<Utf8, str> = SubjectEncrypting::new(Arc::new(keys), Utf8);
+    let ctx = Context::new("t").with_key(b"alice");
+    let v = values.serialize(&ctx, Some("alice's")).unwrap().unwrap();
+    values.keys().shred(b"alice").unwrap();
+    let log = KafkaChangelog::open(&bootstrap, &topic).unwrap();
+    let records = log.records().unwrap();
+    let at = |suffix: &[u8], tombstone: bool| {
+        records
+            .iter()
+            .position(|r| {
+                r.key.len() == 24
+                    && r.key[..16] == v[1..17]
+                    && r.key[16..] == *suffix
+                    && r.value.is_none() == tombstone
+            })
+            .unwrap()
+    };
+    assert!(
+        at(&[0xff; 8], false) < at(&v[17..25], true),
+        "marker, then tombstone"
+    );
+
+    let old = kek.primary();
+    kek.rotate();
+    let rewrapped = SubjectKeys::open(kek.clone(), Arc::new(store(&bootstrap, &topic))).unwrap();
+    assert!(
+        rewrapped.rewrap().unwrap() >= 2,
+        "the naming key and alice's shred"
+    );
+    kek.remove(old).unwrap();
+    let keys = SubjectKeys::open(kek, Arc::new(store(&bootstrap, &topic))).unwrap();
+    let check = keys.check().unwrap();
+    assert!(check.is_clean(), "{check:?}");
+    assert_eq!(check.not_under_primary, 0, "{check:?}");
+    let r = SubjectEncrypting::<Utf8, str>::new(Arc::new(keys), Utf8);
+    assert_eq!(r.deserialize(&ctx, Some(&v)).unwrap(), None);
+}

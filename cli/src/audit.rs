@@ -71,6 +71,18 @@ pub(crate) fn classify(
         Some(v) if v.first() == Some(&tombstone_crypt::shred::FORMAT) && s.subjects.is_some() => {
             subject_kind(s, counts, r, v, bound)?
         }
+        // Of the subject-key format, and no subject keys given: not a
+        // plaintext value to encrypt again (reencrypt would wrap it, and a
+        // shred would no longer reach the copy), but a value this run
+        // cannot read.
+        Some(v)
+            if v.first() == Some(&tombstone_crypt::shred::FORMAT)
+                && v.len() >= tombstone_crypt::shred::OVERHEAD
+                && !s.keyset.names_a_key(v) =>
+        {
+            counts.subject_values_unread += 1;
+            (Kind::Undecryptable, None)
+        }
         Some(v) => match open_value(s, r, v, bound)? {
             Value::Plain(p, id) => {
                 counts.decrypted += 1;

@@ -114,6 +114,19 @@ pub(crate) fn subject_keys(
                     .cloned()
                     .ok_or_else(|| fail("--subject-key-topic needs --bootstrap"))?;
                 let log = if create {
+                    // A new key store: a topic that exists and holds
+                    // records is another topic (or another key store).
+                    if let Ok(existing) = KafkaChangelog::existing(config.clone(), topic) {
+                        let held = tombstone_crypt::store::Changelog::records(&existing).map_err(|e| {
+                            fail(format!("--subject-key-topic {topic}: {}", crate::chain(&e)))
+                        })?;
+                        if !held.is_empty() {
+                            return Err(fail(format!(
+                                "--subject-key-topic {topic}: the topic exists and holds {} records: not a new key store (name a new topic)",
+                                held.len()
+                            )));
+                        }
+                    }
                     KafkaChangelog::with_config(config, topic)
                 } else {
                     KafkaChangelog::existing(config, topic)

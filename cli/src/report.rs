@@ -33,6 +33,8 @@ pub(crate) struct Counts {
     /// Values under subject keys whose DEK the key store neither holds nor
     /// records as shredded.
     pub(crate) unknown_subject_keys: u64,
+    /// Values of the subject-key format read without `--subject-kek`.
+    pub(crate) subject_values_unread: u64,
     /// Records whose key does not decrypt under the key keyset.
     pub(crate) undecryptable_record_keys: u64,
     /// Present values that decrypted.
@@ -220,6 +222,7 @@ impl Counts {
         self.marker_values += o.marker_values;
         self.shredded_values += o.shredded_values;
         self.unknown_subject_keys += o.unknown_subject_keys;
+        self.subject_values_unread += o.subject_values_unread;
         self.undecryptable_record_keys += o.undecryptable_record_keys;
         self.decrypted += o.decrypted;
         self.undecryptable_values += o.undecryptable_values;
@@ -307,6 +310,7 @@ impl Audit {
             "marker_values": c.marker_values,
             "shredded_values": c.shredded_values,
             "unknown_subject_keys": c.unknown_subject_keys,
+            "subject_key_values_unread": c.subject_values_unread,
             "key_ids": ids(key_ids),
             "all_values_by_key_id": ids(&c.all_by_key_id),
         });
@@ -360,6 +364,12 @@ impl Audit {
             text.push_str(&format!(
                 "shredded values    {} (a shred covers their keys: broken tombstones to repair; with --strict, undecryptable)\n",
                 c.shredded_values
+            ));
+        }
+        if c.subject_values_unread > 0 {
+            text.push_str(&format!(
+                "subject-key values {} (of the subject-key format, first byte 0x53: give --subject-kek and its key store to read them; undecryptable until then)\n",
+                c.subject_values_unread
             ));
         }
         if c.unknown_subject_keys > 0 {

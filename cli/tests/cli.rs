@@ -175,6 +175,7 @@ fn expected(keyset: &Keyset, topic: &str, writes: &[(Vec<u8>, Option<Vec<u8>>)])
         "marker_values": all(Kind::Marker),
         "shredded_values": 0,
         "unknown_subject_keys": 0,
+        "subject_key_values_unread": 0,
         // Not named on the command line: the default, said in the report.
         "null_marker": "empty",
         "key_ids": { keyset.primary().0.to_string(): newest_of(Kind::Value) + newest_of(Kind::Marker) },

@@ -147,6 +147,14 @@ fn shred_then_audit_and_repair_a_topic_under_subject_keys_in_a_redb_file() {
     // not called live (nor deleted).
     let (_, plain) = audit(&bootstrap, &topic, &["--keyset", &kek_path]);
     assert_eq!(plain["shredded_values"], 0, "{plain}");
+    // Nor plaintext (`reencrypt --unencrypted pass-through` would wrap
+    // them, and a shred would no longer reach the copy): values this run
+    // cannot read.
+    assert_eq!(
+        (&plain["plaintext"], &plain["subject_key_values_unread"]),
+        (&0.into(), &5.into()),
+        "{plain}"
+    );
 
     let out = cli(&[
         "shred",
@@ -230,8 +238,8 @@ fn shred_then_audit_and_repair_a_topic_under_subject_keys_in_a_redb_file() {
     assert_eq!(code(&out), 0, "{}", String::from_utf8_lossy(&out.stderr));
     assert_eq!(
         json_of(&out)["rewrapped"],
-        4,
-        "the naming key and the DEKs of c-0, c-2 and c-3 (deleted, not shredded)"
+        5,
+        "the naming key, the DEKs of c-0, c-2 and c-3 (deleted, not shredded), and c-1's record of its shred"
     );
     let old = before.primary().0.to_string();
     let out = cli(&["keyset", "destroy", "--in", &kek_path, "--key-id", &old]);
@@ -721,6 +729,36 @@ fn a_mistyped_key_store_and_forged_values_are_errors_never_deletes() {
         !std::path::Path::new(&typo).exists(),
         "a command made the mistyped store"
     );
+    // Making a key store on a topic that holds records (a compacted one,
+    // or the data topic, named by mistake) is refused, and writes nothing
+    // there.
+    let compacted = fresh_topic("shred-not-a-key-store");
+    {
+        use tombstone_crypt::store::Changelog as _;
+        let mut log = KafkaChangelog::open(&bootstrap, &compacted).unwrap();
+        log.append(b"customer-1", Some(b"hello")).unwrap();
+        log.flush().unwrap();
+    }
+    for (t, why) in [(&compacted, "not a new key store"), (&topic, "not compact")] {
+        let out = cli(&[
+            "shred",
+            "--create-key-store",
+            "--bootstrap",
+            &bootstrap,
+            "--subject-kek",
+            &kek_path,
+            "--subject-key-topic",
+            t,
+        ]);
+        assert_eq!(code(&out), 2);
+        let err = String::from_utf8_lossy(&out.stderr);
+        assert!(err.contains(why), "{err}");
+    }
+    {
+        use tombstone_crypt::store::Changelog as _;
+        let log = KafkaChangelog::open(&bootstrap, &compacted).unwrap();
+        assert_eq!(log.records().unwrap().len(), 1, "a record was written");
+    }
     let out = cli(&[
         "audit",
         "--bootstrap",

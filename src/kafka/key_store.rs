@@ -39,14 +39,19 @@ use rdkafka::consumer::BaseConsumer;
 
 use super::changelog::{KafkaChangelog, Replayed};
 use crate::error::Error;
-use crate::shred::{DekLookup, KeyStore, Shred, ShredRecord, SubjectTag};
+use crate::shred::{DekLookup, KeyStore, Seal, Shred, ShredRecord, SubjectTag};
 use crate::store::Changelog as _;
 
 /// A shred marker's key suffix (no DEK id is this, but with probability
 /// 2^-64 per DEK).
 const MARKER: [u8; 8] = [0xff; 8];
-/// A shred marker's value starts so; the DEK ids it covers follow.
+/// A shred marker's value starts so; the shred's evidence follows (the
+/// DEK ids it covers, sealed under the KEK: `shred::covered_ids`).
 const SHREDDED: &[u8] = b"shredded";
+/// A record of a shred sealed again (a KEK rotation's rewrap) has this key
+/// suffix and the evidence as its value; unlike a marker it covers only
+/// the DEK ids it names, not the records below it.
+const RESEALED: [u8; 8] = [0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xfe];
 
 /// A live DEK record: its id, the offset it was first written at (a
 /// record wrapped again keeps it), and its bytes.
@@ -102,6 +107,13 @@ impl Deks {
     }
 }
 
+/// What a subject's shreds covered.
+#[derive(Default)]
+struct Covered {
+    ids: Vec<[u8; 8]>,
+    evidence: Box<[u8]>,
+}
+
 /// The live DEK records of each subject, the offset to read from next, and
 /// when the view was last read to the end.
 #[derive(Default)]
@@ -109,9 +121,10 @@ struct View {
     read_at: Option<Instant>,
     next: u64,
     deks: HashMap<SubjectTag, Deks>,
-    /// The DEK ids each subject's shreds covered (the evidence that lets a
-    /// value read as a delete).
-    shredded: HashMap<SubjectTag, Vec<[u8; 8]>>,
+    /// The DEK ids each subject's shreds covered (named by a marker, or
+    /// below one), and the latest evidence of them (what lets a value
+    /// read as a delete, once the KEK opens it).
+    shredded: HashMap<SubjectTag, Covered>,
     /// A test's control: the rule before, where a marker covers only the
     /// records below it (a DEK written again after it is live).
     offsets_only: bool,
@@ -132,55 +145,82 @@ impl View {
     }
 
     fn shredded(&self, tag: &SubjectTag) -> &[[u8; 8]] {
-        self.shredded.get(tag).map_or(&[], Vec::as_slice)
+        self.shredded.get(tag).map_or(&[], |c| c.ids.as_slice())
     }
 
     /// What the view knows of `tag`'s DEK `id`.
     fn lookup(&self, tag: &SubjectTag, id: &[u8; 8]) -> DekLookup {
         if let Some(d) = self.of(tag).iter().find(|d| d.id == *id) {
             DekLookup::Found(d.record.to_vec())
-        } else if self.shredded(tag).contains(id) {
-            DekLookup::Shredded
+        } else if let Some(c) = self.shredded.get(tag).filter(|c| c.ids.contains(id)) {
+            DekLookup::Shredded(c.evidence.to_vec())
         } else {
             DekLookup::Unknown
         }
     }
 
+    /// Records what a shred covers: the ids `named` by `evidence` and, for
+    /// a marker (`below`), every DEK record of `tag` the view holds (they
+    /// were written before it); those records are dead.
+    fn cover(&mut self, tag: SubjectTag, evidence: &[u8], below: bool) {
+        let Some(named) = crate::shred::covered_ids(evidence) else {
+            return; // not evidence: not a record of this store's
+        };
+        let mut covered = self.shredded.remove(&tag).unwrap_or_default();
+        let live: Vec<[u8; 8]> = if below {
+            self.deks
+                .remove(&tag)
+                .map(|d| d.as_slice().iter().map(|d| d.id).collect())
+                .unwrap_or_default()
+        } else {
+            let named_live: Vec<[u8; 8]> = named
+                .iter()
+                .filter(|id| self.of(&tag).iter().any(|d| d.id == **id))
+                .copied()
+                .collect();
+            for id in &named_live {
+                if self.deks.get_mut(&tag).is_some_and(|d| d.remove(id)) {
+                    self.deks.remove(&tag);
+                }
+            }
+            named_live
+        };
+        for id in named.into_iter().chain(live) {
+            if !covered.ids.contains(&id) {
+                covered.ids.push(id);
+            }
+        }
+        covered.evidence = evidence.into();
+        // A marker that covers nothing (a subject that had no key) is no
+        // record of a shred.
+        if !covered.ids.is_empty() {
+            self.shredded.insert(tag, covered);
+        }
+    }
+
     fn apply(&mut self, offset: u64, key: &[u8], value: Option<&[u8]>) {
-        let (Some(tag), Some(id)) = (
+        let (Some(tag), Some(id), 24) = (
             key.get(..16).and_then(|t| <SubjectTag>::try_from(t).ok()),
             key.get(16..24).and_then(|t| <[u8; 8]>::try_from(t).ok()),
+            key.len(),
         ) else {
             return; // not a record of this store's
         };
-        match (id == MARKER, value) {
+        match (id, value) {
             // A shred: every DEK written before it is dead, and every DEK
-            // it names.
-            (true, Some(marker)) => {
-                let live = self.deks.remove(&tag);
-                let mut covered = self.shredded.remove(&tag).unwrap_or_default();
-                let named = marker
-                    .strip_prefix(SHREDDED)
-                    .unwrap_or_default()
-                    .chunks_exact(8)
-                    .filter_map(|c| <[u8; 8]>::try_from(c).ok());
-                let live = live.iter().flat_map(|d| d.as_slice().iter().map(|d| d.id));
-                for id in named.chain(live) {
-                    if !covered.contains(&id) {
-                        covered.push(id);
-                    }
-                }
-                // A marker that covers nothing (a subject that had no key)
-                // is no record of a shred.
-                if !covered.is_empty() {
-                    self.shredded.insert(tag, covered);
+            // it names. A value that is not a marker's is no shred.
+            (MARKER, Some(marker)) => {
+                if let Some(evidence) = marker.strip_prefix(SHREDDED) {
+                    self.cover(tag, evidence, true);
                 }
             }
-            (true, None) => {}
+            // A shred's evidence sealed again: the DEKs it names only.
+            (RESEALED, Some(evidence)) => self.cover(tag, evidence, false),
+            (MARKER | RESEALED, None) => {}
             // A DEK a shred covered, written again (a rewrap that raced
             // the shred): dead.
-            (false, Some(_)) if !self.offsets_only && self.shredded(&tag).contains(&id) => {}
-            (false, Some(record)) => {
+            (_, Some(_)) if !self.offsets_only && self.shredded(&tag).contains(&id) => {}
+            (_, Some(record)) => {
                 let new = DekRecord {
                     id,
                     first: offset,
@@ -197,7 +237,7 @@ impl View {
                     },
                 }
             }
-            (false, None) => {
+            (_, None) => {
                 if self.deks.get_mut(&tag).is_some_and(|d| d.remove(&id)) {
                     self.deks.remove(&tag);
                 }
@@ -409,7 +449,12 @@ impl KeyStore for KafkaKeyStore {
             let view = self.refresh()?;
             let current = view
                 .current(tag)
-                .ok_or_else(|| Error::store("a key record written is not on the topic", "lost"))?;
+                .ok_or_else(|| {
+                    Error::store(
+                        "the record just written is not live on the key-store topic: a shred of the same subject (or a withdrawal) landed at once; write again",
+                        "shredded while made",
+                    )
+                })?;
             let lost = current.id[..] != *id && view.ids(tag).iter().any(|i| i[..] == *id);
             (current.record.to_vec(), lost)
         };
@@ -420,23 +465,24 @@ impl KeyStore for KafkaKeyStore {
         Ok(current)
     }
 
-    fn remove(&self, tag: &SubjectTag) -> Result<Shred, Error> {
+    fn remove(&self, tag: &SubjectTag, seal: Seal<'_>) -> Result<Shred, Error> {
         let (live, shredded) = {
             let view = self.refresh()?;
             (view.ids(tag), view.shredded(tag).to_vec())
         };
-        // A tombstone for each DEK (those shredded before too: a rewrap
-        // may have written one again), then the marker naming them all.
-        let mut marker = SHREDDED.to_vec();
-        let mut records: Vec<(Vec<u8>, Option<&[u8]>)> = Vec::new();
-        for id in shredded
+        // The marker first, naming every DEK the subject's shreds covered
+        // (so a shred cut short after it is whole: the records below it are
+        // dead and named), then a tombstone for each (those shredded
+        // before too: a rewrap may have written one again).
+        let ids: Vec<[u8; 8]> = shredded
             .iter()
             .chain(live.iter().filter(|id| !shredded.contains(id)))
-        {
-            records.push((key(tag, id), None));
-            marker.extend_from_slice(id);
-        }
-        records.push((key(tag, &MARKER), Some(&marker)));
+            .copied()
+            .collect();
+        let mut marker = SHREDDED.to_vec();
+        marker.extend_from_slice(&seal(&ids)?);
+        let mut records: Vec<(Vec<u8>, Option<&[u8]>)> = vec![(key(tag, &MARKER), Some(&marker))];
+        records.extend(ids.iter().map(|id| (key(tag, id), None)));
         self.write(&records)?;
         drop(self.refresh()?);
         Ok(match (live.len(), shredded.is_empty()) {
@@ -491,8 +537,18 @@ impl KeyStore for KafkaKeyStore {
         Ok(view
             .shredded
             .iter()
-            .map(|(t, ids)| (*t, ids.clone()))
+            .map(|(t, c)| (*t, c.evidence.to_vec()))
             .collect())
+    }
+
+    /// Writes `evidence` as a record of its own (`tag | 0xff x 7 | 0xfe`),
+    /// not as a marker: a marker written again would cover the subject's
+    /// DEKs made since its shred.
+    fn reseal(&self, tag: &SubjectTag, evidence: &[u8]) -> Result<(), Error> {
+        if self.refresh()?.shredded.contains_key(tag) {
+            self.write(&[(key(tag, &RESEALED), Some(evidence))])?;
+        }
+        Ok(())
     }
 
     /// Unknown in a fresh view: read again once (another instance may

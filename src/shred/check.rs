@@ -24,6 +24,10 @@ pub struct KeyStoreCheck {
     /// DEK ids covered by records of shreds: values under them read as
     /// deletes.
     pub shredded_deks: usize,
+    /// Records of shreds the KEK does not open (forged, changed, or sealed
+    /// under a KEK key destroyed before a rewrap reached them), by tag:
+    /// values under the DEKs they name are errors, not deletes.
+    pub shreds_not_opening: Vec<SubjectTag>,
     /// Subjects with more than one DEK (none, unless a maker that lost a
     /// race for a subject's first DEK was stopped before it withdrew its
     /// own: that one was never used).
@@ -45,7 +49,10 @@ impl KeyStoreCheck {
     /// no subject has two DEKs (records not yet under the primary key are
     /// no fault).
     pub fn is_clean(&self) -> bool {
-        self.naming_keys == 1 && self.several_deks.is_empty() && self.not_opening.is_empty()
+        self.naming_keys == 1
+            && self.several_deks.is_empty()
+            && self.not_opening.is_empty()
+            && self.shreds_not_opening.is_empty()
     }
 }
 
@@ -81,10 +88,14 @@ impl SubjectKeys {
                 check.not_under_primary += 1;
             }
         }
-        for (_, ids) in self.store.shreds()? {
+        for (tag, evidence) in self.store.shreds()? {
             check.shredded_subjects += 1;
-            check.shredded_deks += ids.len();
+            match self.open_shred(&tag, &evidence) {
+                Some(ids) => check.shredded_deks += ids.len(),
+                None => check.shreds_not_opening.push(tag),
+            }
         }
+        check.shreds_not_opening.sort_unstable();
         check.subjects = per_subject.len();
         check.several_deks = per_subject
             .into_iter()

@@ -74,7 +74,7 @@ use zeroize::Zeroizing;
 pub use check::KeyStoreCheck;
 #[cfg(feature = "redb")]
 pub use store::RedbKeyStore;
-pub use store::{DekLookup, KeyStore, MemoryKeyStore, Shred, ShredRecord};
+pub use store::{covered_ids, DekLookup, KeyStore, MemoryKeyStore, Seal, Shred, ShredRecord};
 
 use crate::cipher::{AesGcmKey, AesSivKey, NONCE_LEN, SIV_KEY_LEN, TAG_LEN};
 use crate::context::{AadBuf, AadPolicy, Context};
@@ -336,6 +336,9 @@ pub struct SubjectKeys {
     /// A test's control: `create` takes the naming key it made without
     /// reading the store's back, and nothing checks it later.
     unchecked_naming: bool,
+    /// A test's control: the rule before, where a DEK the store does not
+    /// hold reads as shredded, evidence or not.
+    unknown_as_shredded: bool,
     caches: Mutex<Caches>,
     cache_capacity: usize,
     fence: Duration,
@@ -425,6 +428,7 @@ impl SubjectKeys {
             store,
             naming: OnceLock::new(),
             unchecked_naming: false,
+            unknown_as_shredded: false,
             caches: Mutex::new(Caches::default()),
             cache_capacity: DEFAULT_CACHE,
             fence: DEFAULT_FENCE,
@@ -461,6 +465,18 @@ impl SubjectKeys {
     pub fn strict(self) -> Self {
         SubjectKeys {
             strict: true,
+            ..self
+        }
+    }
+
+    /// A negative control for tests: the rule this crate replaced, where
+    /// a value whose DEK the store does not hold reads as shredded, with
+    /// no record of a shred or one that does not open.
+    #[doc(hidden)]
+    #[must_use]
+    pub fn reading_unknown_keys_as_shredded(self) -> Self {
+        SubjectKeys {
+            unknown_as_shredded: true,
             ..self
         }
     }
@@ -555,7 +571,7 @@ impl SubjectKeys {
         // The cache first: from here on nothing is served from it, and a
         // read that races the removal asks the store.
         self.lock().deks.remove(tag);
-        let removed = self.store.remove(tag)?;
+        let removed = self.store.remove(tag, &|ids| self.seal_shred(tag, ids))?;
         self.lock().deks.remove(tag);
         self.counters.shreds.fetch_add(1, Ordering::Relaxed);
         Ok(removed)
@@ -625,7 +641,7 @@ impl SubjectKeys {
 
     /// Wraps every record of the key store (the naming key and each
     /// subject's DEKs) under the KEK's current primary key, in place (same
-    /// DEK ids, same keys): the KEK rotation that lets its old keys be
+    /// DEK ids, same keys), and seals each record of a shred again: the KEK rotation that lets its old keys be
     /// destroyed. Rotate the KEK keyset first (`keyset rotate`), run this,
     /// then destroy the old keys (`keyset destroy`): from then on a copy
     /// of the key store made before (a backup, a key-store topic's segments
@@ -652,7 +668,46 @@ impl SubjectKeys {
             self.store.replace(&tag, &again)?;
             n += 1;
         }
+        // The records of shreds, sealed again: after the old KEK key is
+        // destroyed, a shredded value must still read as a delete.
+        for (tag, evidence) in self.store.shreds()? {
+            let ids = self.open_shred(&tag, &evidence).ok_or_else(|| {
+                Error::store(
+                    "a record of a shred that the KEK does not open (forged, or sealed under a KEK key destroyed before a rewrap): not sealed again",
+                    "shred record not opening",
+                )
+            })?;
+            self.store.reseal(&tag, &self.seal_shred(&tag, &ids)?)?;
+            n += 1;
+        }
         Ok(n)
+    }
+
+    /// The associated data that seals a shred's evidence: what it is,
+    /// whose, and the DEK ids it covers.
+    fn shred_ad(tag: &SubjectTag, ids: &[[u8; DEK_ID]]) -> Vec<u8> {
+        let mut ad = b"tombstone-crypt subject shred".to_vec();
+        ad.extend_from_slice(tag);
+        for id in ids {
+            ad.extend_from_slice(id);
+        }
+        ad
+    }
+
+    /// The evidence of a shred of `tag` covering `ids`: the ids, sealed
+    /// under the KEK's primary (its ciphertext of nothing, bound to them).
+    fn seal_shred(&self, tag: &SubjectTag, ids: &[[u8; DEK_ID]]) -> Result<Vec<u8>, Error> {
+        let seal = self.kek.encrypt(&[], &Self::shred_ad(tag, ids))?;
+        Ok(store::evidence(ids, &seal))
+    }
+
+    /// The ids a shred's evidence covers, if the KEK opens its seal.
+    fn open_shred(&self, tag: &SubjectTag, evidence: &[u8]) -> Option<Vec<[u8; DEK_ID]>> {
+        let (ids, seal) = store::split_evidence(evidence)?;
+        self.kek
+            .decrypt(seal, &Self::shred_ad(tag, &ids))
+            .ok()
+            .map(|_| ids)
     }
 
     /// A DEK record's associated data: what it is and whose.
@@ -759,7 +814,23 @@ impl SubjectKeys {
         self.check_naming()?;
         self.counters.store_reads.fetch_add(1, Ordering::Relaxed);
         match self.store.find(tag, id)? {
-            DekLookup::Shredded => Ok(ToRead::Shredded),
+            // Only a shred deletes: its evidence must open under the KEK
+            // and name this DEK (a forged or replayed record of a shred,
+            // or a DEK a shred covered only by its offset, is an error).
+            DekLookup::Shredded(evidence)
+                if self
+                    .open_shred(tag, &evidence)
+                    .is_some_and(|ids| ids.contains(id)) =>
+            {
+                Ok(ToRead::Shredded)
+            }
+            DekLookup::Shredded(_) | DekLookup::Unknown if self.unknown_as_shredded => {
+                Ok(ToRead::Shredded)
+            }
+            DekLookup::Shredded(_) => Err(Error::UnknownSubjectKey {
+                tag: *tag,
+                dek_id: *id,
+            }),
             DekLookup::Unknown => Err(Error::UnknownSubjectKey {
                 tag: *tag,
                 dek_id: *id,

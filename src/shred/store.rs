@@ -5,8 +5,45 @@ use std::sync::{Mutex, PoisonError};
 
 use super::SubjectTag;
 
-/// A record of a subject's shreds: its tag and the DEK ids they covered.
-pub type ShredRecord = (SubjectTag, Vec<[u8; 8]>);
+/// A record of a subject's shreds: its tag and the evidence (the DEK ids
+/// they covered, sealed under the KEK: see [`covered_ids`]).
+pub type ShredRecord = (SubjectTag, Vec<u8>);
+
+/// Seals the DEK ids a shred covers into the evidence a store keeps
+/// ([`KeyStore::remove`] calls it with the ids).
+pub type Seal<'a> = &'a dyn Fn(&[[u8; 8]]) -> Result<Vec<u8>, Error>;
+
+/// The DEK ids a shred's evidence names (`n: u32be | n DEK ids | seal`),
+/// or `None` if the bytes are not evidence. The ids are in the clear (a
+/// store needs them); the seal, under the KEK, is what
+/// [`SubjectKeys`](super::SubjectKeys) checks before a value reads as a
+/// delete.
+pub fn covered_ids(evidence: &[u8]) -> Option<Vec<[u8; 8]>> {
+    split_evidence(evidence).map(|(ids, _)| ids)
+}
+
+/// The evidence's ids and seal.
+pub(crate) fn split_evidence(evidence: &[u8]) -> Option<(Vec<[u8; 8]>, &[u8])> {
+    let (n, rest) = evidence.split_first_chunk::<4>()?;
+    let n = usize::try_from(u32::from_be_bytes(*n)).ok()?;
+    let ids = rest.get(..n.checked_mul(8)?)?;
+    let seal = &rest[ids.len()..];
+    if seal.is_empty() {
+        return None;
+    }
+    Some((ids.chunks_exact(8).filter_map(id_of).collect(), seal))
+}
+
+/// Evidence bytes: `n: u32be | ids | seal`.
+pub(crate) fn evidence(ids: &[[u8; 8]], seal: &[u8]) -> Vec<u8> {
+    let n = u32::try_from(ids.len()).unwrap_or(u32::MAX);
+    let mut out = n.to_be_bytes().to_vec();
+    for id in ids {
+        out.extend_from_slice(id);
+    }
+    out.extend_from_slice(seal);
+    out
+}
 use crate::error::Error;
 
 /// What a key store knows of a value's DEK: its record, the record of its
@@ -18,8 +55,10 @@ use crate::error::Error;
 pub enum DekLookup {
     /// The DEK's record (`DEK id | wrapped DEK`).
     Found(Vec<u8>),
-    /// A shred of the subject covers this DEK: it is gone on purpose.
-    Shredded,
+    /// A shred of the subject covers this DEK: it is gone on purpose. The
+    /// evidence (see [`covered_ids`]) is checked under the KEK before the
+    /// value reads as a delete.
+    Shredded(Vec<u8>),
     /// The store neither holds this DEK nor records its shred.
     Unknown,
 }
@@ -28,7 +67,7 @@ impl std::fmt::Debug for DekLookup {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.write_str(match self {
             DekLookup::Found(_) => "Found(..)",
-            DekLookup::Shredded => "Shredded",
+            DekLookup::Shredded(_) => "Shredded(..)",
             DekLookup::Unknown => "Unknown",
         })
     }
@@ -80,12 +119,23 @@ pub trait KeyStore: Send + Sync {
     fn insert_if_absent(&self, tag: &SubjectTag, record: &[u8]) -> Result<Vec<u8>, Error>;
 
     /// Shreds `tag`: removes each of its DEK records and, in the same
-    /// write, records which DEK ids the shred covers (with those of its
-    /// earlier shreds); says what it found, once durable.
+    /// write, keeps the record of the shred: the evidence `seal` makes of
+    /// the DEK ids it covers (with those of its earlier shreds). Says what
+    /// it found, once durable. A subject with no DEK and no earlier shred
+    /// gets no record.
     ///
     /// # Errors
-    /// The store's own failure: the records may still be there.
-    fn remove(&self, tag: &SubjectTag) -> Result<Shred, Error>;
+    /// The store's own failure (the records may still be there), or
+    /// `seal`'s.
+    fn remove(&self, tag: &SubjectTag, seal: Seal<'_>) -> Result<Shred, Error>;
+
+    /// Replaces `tag`'s record of its shreds with `evidence` (the same ids
+    /// sealed again: a KEK rotation), in one step a shred cannot slip
+    /// between; nothing if the subject has none.
+    ///
+    /// # Errors
+    /// The store's own failure.
+    fn reseal(&self, tag: &SubjectTag, evidence: &[u8]) -> Result<(), Error>;
 
     /// Every record, with its tag (each of a tag's records where a store
     /// keeps several): what [`SubjectKeys::rewrap`](super::SubjectKeys::rewrap)
@@ -95,9 +145,9 @@ pub trait KeyStore: Send + Sync {
     /// The store's own failure.
     fn records(&self) -> Result<Vec<(SubjectTag, Vec<u8>)>, Error>;
 
-    /// Every subject tag with a record of a shred, and the DEK ids it
-    /// covers (what [`SubjectKeys::check`](super::SubjectKeys::check)
-    /// counts).
+    /// Every subject tag with a record of a shred, and its evidence (what
+    /// [`SubjectKeys::check`](super::SubjectKeys::check) checks and
+    /// [`SubjectKeys::rewrap`](super::SubjectKeys::rewrap) seals again).
     ///
     /// # Errors
     /// The store's own failure.
@@ -144,18 +194,43 @@ fn add_id(ids: &mut Vec<[u8; 8]>, id: [u8; 8]) {
 }
 
 /// What a store that keeps one record per tag answers for `dek_id`.
-fn lookup(record: Option<Vec<u8>>, shredded: &[[u8; 8]], dek_id: &[u8; 8]) -> DekLookup {
+fn lookup(record: Option<Vec<u8>>, evidence: Option<&[u8]>, dek_id: &[u8; 8]) -> DekLookup {
     match record {
         Some(r) if r.get(..8) == Some(&dek_id[..]) => DekLookup::Found(r),
-        _ if shredded.contains(dek_id) => DekLookup::Shredded,
-        _ => DekLookup::Unknown,
+        _ => match evidence {
+            Some(e) if covered_ids(e).is_some_and(|ids| ids.contains(dek_id)) => {
+                DekLookup::Shredded(e.to_vec())
+            }
+            _ => DekLookup::Unknown,
+        },
     }
+}
+
+/// What a store that keeps one record per tag does on a shred: the
+/// evidence to keep (`None`: nothing to remove and no earlier shred), and
+/// what it found.
+fn shred_one(
+    removed: Option<&[u8]>,
+    earlier: Option<&[u8]>,
+    seal: Seal<'_>,
+) -> Result<(Option<Vec<u8>>, Shred), Error> {
+    let mut ids = earlier.and_then(covered_ids).unwrap_or_default();
+    let Some(id) = removed.and_then(id_of) else {
+        let found = if earlier.is_some() {
+            Shred::AlreadyShredded
+        } else {
+            Shred::NoKey
+        };
+        return Ok((None, found));
+    };
+    add_id(&mut ids, id);
+    Ok((Some(seal(&ids)?), Shred::Removed(1)))
 }
 
 #[derive(Default)]
 struct Memory {
     records: HashMap<SubjectTag, Vec<u8>>,
-    shreds: HashMap<SubjectTag, Vec<[u8; 8]>>,
+    shreds: HashMap<SubjectTag, Vec<u8>>,
 }
 
 /// A key store in this process's memory: for tests, and for subject keys
@@ -216,17 +291,25 @@ impl KeyStore for MemoryKeyStore {
             .clone())
     }
 
-    fn remove(&self, tag: &SubjectTag) -> Result<Shred, Error> {
+    fn remove(&self, tag: &SubjectTag, seal: Seal<'_>) -> Result<Shred, Error> {
         let mut m = self.lock();
-        let Some(id) = m.records.remove(tag).as_deref().and_then(id_of) else {
-            return Ok(if m.shreds.contains_key(tag) {
-                Shred::AlreadyShredded
-            } else {
-                Shred::NoKey
-            });
-        };
-        add_id(m.shreds.entry(*tag).or_default(), id);
-        Ok(Shred::Removed(1))
+        let (evidence, found) = shred_one(
+            m.records.get(tag).map(Vec::as_slice),
+            m.shreds.get(tag).map(Vec::as_slice),
+            seal,
+        )?;
+        if let Some(e) = evidence {
+            m.records.remove(tag);
+            m.shreds.insert(*tag, e);
+        }
+        Ok(found)
+    }
+
+    fn reseal(&self, tag: &SubjectTag, evidence: &[u8]) -> Result<(), Error> {
+        if let Some(e) = self.lock().shreds.get_mut(tag) {
+            *e = evidence.to_vec();
+        }
+        Ok(())
     }
 
     fn records(&self) -> Result<Vec<(SubjectTag, Vec<u8>)>, Error> {
@@ -238,7 +321,7 @@ impl KeyStore for MemoryKeyStore {
             .lock()
             .shreds
             .iter()
-            .map(|(t, ids)| (*t, ids.clone()))
+            .map(|(t, e)| (*t, e.clone()))
             .collect())
     }
 
@@ -254,8 +337,11 @@ impl KeyStore for MemoryKeyStore {
 
     fn find(&self, tag: &SubjectTag, dek_id: &[u8; 8]) -> Result<DekLookup, Error> {
         let m = self.lock();
-        let shredded = m.shreds.get(tag).map_or(&[][..], Vec::as_slice);
-        Ok(lookup(m.records.get(tag).cloned(), shredded, dek_id))
+        Ok(lookup(
+            m.records.get(tag).cloned(),
+            m.shreds.get(tag).map(Vec::as_slice),
+            dek_id,
+        ))
     }
 }
 
@@ -268,12 +354,14 @@ mod redb_store {
 
     use redb::{Database, ReadableDatabase as _, ReadableTable as _, TableDefinition};
 
-    use super::{add_id, id_of, lookup, DekLookup, KeyStore, Shred, ShredRecord, SubjectTag};
+    use super::{
+        id_of, lookup, shred_one, DekLookup, KeyStore, Seal, Shred, ShredRecord, SubjectTag,
+    };
     use crate::error::Error;
 
     const TABLE: TableDefinition<'_, &[u8], &[u8]> = TableDefinition::new("subject_keys");
-    /// The records of shreds: subject tag -> the DEK ids shredded (8 bytes
-    /// each).
+    /// The records of shreds: subject tag -> its evidence (the DEK ids
+    /// shredded, sealed under the KEK).
     const SHREDS: TableDefinition<'_, &[u8], &[u8]> = TableDefinition::new("subject_shreds");
 
     fn store_err<E: Into<redb::Error>>(what: &'static str) -> impl FnOnce(E) -> Error {
@@ -378,21 +466,13 @@ mod redb_store {
             Ok(r)
         }
 
-        /// The DEK ids `tag`'s shreds cover.
-        fn shredded(
+        /// `tag`'s evidence of its shreds.
+        fn evidence(
             shreds: &impl redb::ReadableTable<&'static [u8], &'static [u8]>,
             tag: &SubjectTag,
-        ) -> Result<Vec<[u8; 8]>, redb::StorageError> {
-            Ok(shreds
-                .get(&tag[..])?
-                .map(|v| ids(v.value()))
-                .unwrap_or_default())
+        ) -> Result<Option<Vec<u8>>, redb::StorageError> {
+            Ok(shreds.get(&tag[..])?.map(|v| v.value().to_vec()))
         }
-    }
-
-    /// DEK ids, 8 bytes each.
-    fn ids(bytes: &[u8]) -> Vec<[u8; 8]> {
-        bytes.chunks_exact(8).filter_map(id_of).collect()
     }
 
     impl KeyStore for RedbKeyStore {
@@ -413,21 +493,32 @@ mod redb_store {
             })
         }
 
-        fn remove(&self, tag: &SubjectTag) -> Result<Shred, Error> {
+        fn remove(&self, tag: &SubjectTag, seal: Seal<'_>) -> Result<Shred, Error> {
+            let mut sealed = Ok(Shred::NoKey);
             self.write(|t, shreds| {
-                let removed = t.remove(&tag[..])?.map(|v| v.value().to_vec());
-                let mut covered = Self::shredded(shreds, tag)?;
-                let Some(id) = removed.as_deref().and_then(id_of) else {
-                    return Ok(if covered.is_empty() {
-                        Shred::NoKey
-                    } else {
-                        Shred::AlreadyShredded
-                    });
-                };
-                add_id(&mut covered, id);
-                let bytes: Vec<u8> = covered.concat();
-                shreds.insert(&tag[..], &bytes[..])?;
-                Ok(Shred::Removed(1))
+                let removed = t.get(&tag[..])?.map(|v| v.value().to_vec());
+                let earlier = Self::evidence(shreds, tag)?;
+                match shred_one(removed.as_deref(), earlier.as_deref(), seal) {
+                    Ok((Some(e), found)) => {
+                        t.remove(&tag[..])?;
+                        shreds.insert(&tag[..], &e[..])?;
+                        sealed = Ok(found);
+                    }
+                    Ok((None, found)) => sealed = Ok(found),
+                    // Nothing written: the transaction commits no change.
+                    Err(e) => sealed = Err(e),
+                }
+                Ok(())
+            })?;
+            sealed
+        }
+
+        fn reseal(&self, tag: &SubjectTag, evidence: &[u8]) -> Result<(), Error> {
+            self.write(|_, shreds| {
+                if shreds.get(&tag[..])?.is_some() {
+                    shreds.insert(&tag[..], evidence)?;
+                }
+                Ok(())
             })
         }
 
@@ -455,7 +546,7 @@ mod redb_store {
             for entry in table.iter().map_err(store_err("iterate"))? {
                 let (k, v) = entry.map_err(store_err("read an entry"))?;
                 if let Ok(tag) = SubjectTag::try_from(k.value()) {
-                    out.push((tag, ids(v.value())));
+                    out.push((tag, v.value().to_vec()));
                 }
             }
             Ok(out)
@@ -483,12 +574,12 @@ mod redb_store {
             if record.as_deref().and_then(id_of) == Some(*dek_id) {
                 return Ok(DekLookup::Found(record.unwrap_or_default()));
             }
-            let shredded = match txn.open_table(SHREDS) {
-                Ok(shreds) => Self::shredded(&shreds, tag).map_err(store_err("read"))?,
-                Err(redb::TableError::TableDoesNotExist(_)) => Vec::new(),
+            let evidence = match txn.open_table(SHREDS) {
+                Ok(shreds) => Self::evidence(&shreds, tag).map_err(store_err("read"))?,
+                Err(redb::TableError::TableDoesNotExist(_)) => None,
                 Err(e) => return Err(store_err("open the table")(e)),
             };
-            Ok(lookup(record, &shredded, dek_id))
+            Ok(lookup(record, evidence.as_deref(), dek_id))
         }
     }
 }
