@@ -160,8 +160,9 @@ pub(crate) struct ShredArgs {
     /// subjects with two DEKs, records that do not open, records not yet
     /// under the KEK's primary key; on a key-store topic also its records,
     /// tombstones, shred markers and records not of a key store. Exit 1
-    /// when a record does not open, a subject has two DEKs or the topic
-    /// holds foreign records, or the store holds no naming key.
+    /// when a record or a record of a shred does not open, a subject has
+    /// two DEKs, the store holds no naming key or two, or the topic holds
+    /// foreign records.
     #[arg(long, conflicts_with_all = ["subject", "subjects", "rewrap", "create_key_store"])]
     pub(crate) check: bool,
 }

@@ -240,8 +240,11 @@ fn check(
         "subjects": c.subjects,
         "deks": c.deks,
         "naming_key": c.naming_key,
+        "naming_keys": c.naming_keys,
         "shredded_subjects": c.shredded_subjects,
         "shredded_deks": c.shredded_deks,
+        "shreds_not_opening": c.shreds_not_opening.len(),
+        "shreds_not_opening_tags": listed(&c.shreds_not_opening),
         "several_deks": c.several_deks.len(),
         "several_deks_tags": listed(&c.several_deks),
         "not_opening": c.not_opening.len(),
@@ -255,11 +258,15 @@ fn check(
         report["topic"] = counts;
     }
     let text = format!(
-        "{} subjects, {} DEKs; {} subjects with several DEKs, {} records that do not open, {} not under the KEK's primary key\n",
+        "{} subjects, {} DEKs, {} naming keys, {} subjects shredded ({} DEKs); {} subjects with several DEKs, {} records that do not open, {} records of shreds that do not open, {} not under the KEK's primary key\n",
         c.subjects,
         c.deks,
+        c.naming_keys,
+        c.shredded_subjects,
+        c.shredded_deks,
         c.several_deks.len(),
         c.not_opening.len(),
+        c.shreds_not_opening.len(),
         c.not_under_primary
     );
     out.print(&text, &report)?;
