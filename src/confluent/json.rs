@@ -340,6 +340,11 @@ impl ConfluentJson {
                 }))
             }
         };
+        refuse_unimplemented(schema)?;
+        let properties = schema
+            .get("metadata")
+            .and_then(|m| m.get("properties"))
+            .and_then(Value::as_object);
         let mut fields = Vec::new();
         let mut payload = None;
         let rules = |kind: &str| {
@@ -354,9 +359,18 @@ impl ConfluentJson {
             .iter()
             .chain(rules("encodingRules").iter())
         {
-            let Some(rule) = Rule::from_json(rule)? else {
+            let Some(rule) = Rule::from_json_with(rule, properties)? else {
                 continue;
             };
+            let again = match &rule.kind {
+                RuleKind::Fields(_) => !fields.is_empty(),
+                RuleKind::Payload => payload.is_some(),
+            };
+            if again {
+                return Err(Error::confluent(
+                    "two encryption rules of one kind (ENCRYPT, or ENCRYPT_PAYLOAD) in one schema: not implemented here (Confluent's client applies both, in an order of its own), so the schema is refused",
+                ));
+            }
             match &rule.kind {
                 #[cfg(feature = "confluent-avro")]
                 RuleKind::Fields(tags) if avro.is_some() => {
@@ -583,11 +597,22 @@ impl ConfluentJson {
                 && made.elapsed().unwrap_or_default()
                     > Duration::from_secs(u64::from(rule.expiry_days) * 86_400)
         };
-        let mut newest = self.newest(rule, subject);
+        // A rule that does not rotate writes with version 1 (values carry
+        // no version, and a reader takes 1), whatever versions an earlier
+        // rotating rule of the subject made: as Confluent's client does.
+        let mut newest = if rule.rotates() {
+            self.newest(rule, subject)
+        } else {
+            self.lock()
+                .open
+                .get(&(rule.kek_name.clone(), subject.to_owned(), rule.algorithm, 1))
+                .map(|(d, made)| (1, Arc::clone(d), *made))
+        };
         if let Some(registry) = &self.registry {
             if newest.as_ref().is_none_or(|(_, _, made)| expired(*made)) {
+                let wanted = if rule.rotates() { None } else { Some(1) };
                 if let Some((v, wrapped, ts)) =
-                    registry.dek(&rule.kek_name, subject, rule.algorithm, None)?
+                    registry.dek(&rule.kek_name, subject, rule.algorithm, wanted)?
                 {
                     let dek = self.keep(rule, subject, v, &wrapped, ts)?;
                     newest = Some((v, dek, SystemTime::UNIX_EPOCH + Duration::from_millis(ts)));
@@ -965,6 +990,36 @@ fn json_kind(e: &serde_json::Error) -> &'static str {
         Category::Data => "wrong type or shape",
         Category::Eof => "unexpected end of input",
     }
+}
+
+/// Refuses what in a schema decides what Confluent's client encrypts and
+/// this codec does not implement: tags in the schema's `metadata.tags`
+/// (with their path wildcards), references to other schemas (external
+/// `$ref`s), and migration rules.
+fn refuse_unimplemented(schema: &Value) -> Result<(), Error> {
+    let non_empty = |v: Option<&Value>| match v {
+        None | Some(Value::Null) => false,
+        Some(Value::Array(a)) => !a.is_empty(),
+        Some(Value::Object(o)) => !o.is_empty(),
+        Some(_) => true,
+    };
+    let metadata = schema.get("metadata");
+    if non_empty(metadata.and_then(|m| m.get("tags"))) {
+        return Err(Error::confluent(
+            "the schema's metadata.tags (tags by path, which Confluent's client applies): not implemented here, so the schema is refused; tag the fields inline (confluent:tags)",
+        ));
+    }
+    if non_empty(schema.get("references")) {
+        return Err(Error::confluent(
+            "the schema has references to other schemas (external $ref or named types), which Confluent's client follows for tags: not implemented here, so the schema is refused",
+        ));
+    }
+    if non_empty(schema.get("ruleSet").and_then(|r| r.get("migrationRules"))) {
+        return Err(Error::confluent(
+            "the schema has migration rules: not implemented here, so the schema is refused",
+        ));
+    }
+    Ok(())
 }
 
 /// Decrypts a field in place (a null stays null).

@@ -32,37 +32,114 @@ pub struct Rule {
     pub kms: Option<(String, String)>,
 }
 
+/// The parameters of an encryption rule this codec implements; any other
+/// refuses the schema.
+const KNOWN_PARAMS: [&str; 5] = [
+    "encrypt.kek.name",
+    "encrypt.kms.type",
+    "encrypt.kms.key.id",
+    "encrypt.dek.algorithm",
+    "encrypt.dek.expiry.days",
+];
+
+/// The KMS types a KEK can be in here.
+const KMS_TYPES: [&str; 3] = ["local-kms", "aws-kms", "hcvault"];
+
 impl Rule {
     /// Reads a rule from its JSON (an element of `domainRules` or
-    /// `encodingRules`); `None` for a rule that is not an encryption rule
-    /// or is disabled.
+    /// `encodingRules`), as [`from_json_with`](Rule::from_json_with) with
+    /// no schema metadata.
     ///
     /// # Errors
-    /// [`Error::Confluent`] for an encryption rule with no KEK name, an
-    /// unknown algorithm or a bad expiry.
+    /// As [`from_json_with`](Rule::from_json_with).
     pub fn from_json(rule: &Value) -> Result<Option<Rule>, Error> {
+        Rule::from_json_with(rule, None)
+    }
+
+    /// Reads a rule as Confluent's client matches it: its `type` upper-cased,
+    /// its parameters from the rule and then from the schema's
+    /// `metadata.properties` (`properties`); `None` for a disabled rule.
+    /// Only what this codec implements is read; anything else refuses the
+    /// schema, so that nothing Confluent would encrypt goes out in
+    /// plaintext: a rule type other than `ENCRYPT` and `ENCRYPT_PAYLOAD`
+    /// (a `CEL` transform, say), a `kind` other than `TRANSFORM`, a `mode`
+    /// other than `WRITEREAD`, an `onFailure` or `onSuccess` action, an
+    /// `ENCRYPT` rule without tags (every field, to Confluent), a parameter
+    /// it does not know, a KMS type it does not know or one without its
+    /// key id (or the other way round).
+    ///
+    /// # Errors
+    /// [`Error::Confluent`] naming what is refused; an encryption rule with
+    /// no KEK name, an unknown algorithm or a bad expiry.
+    pub fn from_json_with(
+        rule: &Value,
+        properties: Option<&serde_json::Map<String, Value>>,
+    ) -> Result<Option<Rule>, Error> {
         if rule.get("disabled").and_then(Value::as_bool) == Some(true) {
             return Ok(None);
         }
-        let kind = match rule.get("type").and_then(Value::as_str) {
-            Some("ENCRYPT") => RuleKind::Fields(
-                rule.get("tags")
-                    .and_then(Value::as_array)
-                    .map(|t| {
-                        t.iter()
-                            .filter_map(Value::as_str)
-                            .map(str::to_owned)
-                            .collect()
-                    })
-                    .unwrap_or_default(),
-            ),
-            Some("ENCRYPT_PAYLOAD") => RuleKind::Payload,
-            _ => return Ok(None),
+        let name = rule.get("name").and_then(Value::as_str).unwrap_or("");
+        let refuse = |what: String| {
+            Err(Error::confluent(format!(
+                "rule {name:?}: {what}: not implemented here, so the schema is refused (Confluent's client would apply it)"
+            )))
         };
+        let ty = rule
+            .get("type")
+            .and_then(Value::as_str)
+            .unwrap_or("")
+            .to_ascii_uppercase();
+        let tags: Vec<String> = rule
+            .get("tags")
+            .and_then(Value::as_array)
+            .map(|t| {
+                t.iter()
+                    .filter_map(Value::as_str)
+                    .map(str::to_owned)
+                    .collect()
+            })
+            .unwrap_or_default();
+        let kind = match ty.as_str() {
+            "ENCRYPT" if tags.is_empty() => {
+                return refuse("an ENCRYPT rule without tags (every field)".into())
+            }
+            "ENCRYPT" => RuleKind::Fields(tags),
+            "ENCRYPT_PAYLOAD" => RuleKind::Payload,
+            other => return refuse(format!("the rule type {other:?}")),
+        };
+        match rule.get("kind").and_then(Value::as_str) {
+            None | Some("TRANSFORM") => {}
+            Some(k) => return refuse(format!("an encryption rule of kind {k:?}")),
+        }
+        match rule.get("mode").and_then(Value::as_str) {
+            Some("WRITEREAD") => {}
+            Some(m) => return refuse(format!("an encryption rule of mode {m:?}")),
+            None => return refuse("an encryption rule without a mode".into()),
+        }
+        for action in ["onFailure", "onSuccess"] {
+            if let Some(a) = rule.get(action).filter(|a| !a.is_null()) {
+                let plain = a.as_str().is_some_and(|a| {
+                    a.split(',').all(|part| {
+                        let part = part.trim();
+                        part == "ERROR" || (action == "onSuccess" && part == "NONE")
+                    })
+                });
+                if !plain {
+                    return refuse(format!("{action} {a}"));
+                }
+            }
+        }
+        let params = rule.get("params").and_then(Value::as_object);
+        if let Some(p) = params {
+            if let Some(unknown) = p.keys().find(|k| !KNOWN_PARAMS.contains(&k.as_str())) {
+                return refuse(format!("the parameter {unknown:?}"));
+            }
+        }
         let param = |name: &str| {
-            rule.get("params")
+            params
                 .and_then(|p| p.get(name))
                 .and_then(Value::as_str)
+                .or_else(|| properties.and_then(|p| p.get(name)).and_then(Value::as_str))
         };
         let kek_name = param("encrypt.kek.name")
             .filter(|n| !n.is_empty())
@@ -78,9 +155,20 @@ impl Rule {
             })?,
             None => 0,
         };
-        let kms = param("encrypt.kms.type")
-            .zip(param("encrypt.kms.key.id"))
-            .map(|(t, k)| (t.to_owned(), k.to_owned()));
+        let kms = match (param("encrypt.kms.type"), param("encrypt.kms.key.id")) {
+            (None, None) => None,
+            (Some(t), Some(k)) if KMS_TYPES.contains(&t) && !k.is_empty() => {
+                Some((t.to_owned(), k.to_owned()))
+            }
+            (Some(t), Some(_)) if !KMS_TYPES.contains(&t) => {
+                return refuse(format!("the KMS type {t:?}"))
+            }
+            _ => {
+                return refuse(
+                    "encrypt.kms.type and encrypt.kms.key.id, one without the other".into(),
+                )
+            }
+        };
         Ok(Some(Rule {
             kind,
             kek_name,

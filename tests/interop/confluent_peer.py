@@ -32,6 +32,12 @@ offline: `mock://` schema and DEK registries, the `local-kms` KEK driver.
     confluent_peer.py produce reads stdin {bootstrap, topic, case}: writes a
                               case's records to partition 0 with its
                               Producer, prints the case as write does
+    confluent_peer.py rules   prints, for each rule variant (RULE_VARIANTS:
+                              a rule type in lower case, parameters in the
+                              schema's metadata, tags in the metadata, a
+                              rule without tags), what write prints, or
+                              {"case", "write_error"} where this client
+                              refuses to write
 """
 import base64
 import copy
@@ -41,7 +47,13 @@ import sys
 import uuid
 import time
 
-from confluent_kafka.schema_registry import Schema, SchemaRegistryClient
+from confluent_kafka.schema_registry import (
+    Metadata,
+    MetadataProperties,
+    MetadataTags,
+    Schema,
+    SchemaRegistryClient,
+)
 from confluent_kafka.schema_registry.avro import AvroDeserializer, AvroSerializer
 from confluent_kafka.schema_registry.json_schema import JSONDeserializer, JSONSerializer
 from confluent_kafka.schema_registry.rules.encryption.dek_registry.dek_registry_client import (
@@ -244,6 +256,68 @@ def write(avro=False):
     return out
 
 
+# Variants of the field rule, each as Confluent's client applies it (see
+# tests/confluent.rs, which reads each or must refuse it).
+RULE_VARIANTS = ["type-lowercase", "params-in-metadata", "metadata-tags", "rule-without-tags"]
+
+
+def rule_variant(name):
+    topic = "rules-" + name
+    subject = topic + "-value"
+    client = SchemaRegistryClient.new_client({"url": URL})
+    params = {
+        "encrypt.kek.name": "kek-" + name,
+        "encrypt.kms.type": "local-kms",
+        "encrypt.kms.key.id": "local-kms://" + name,
+    }
+    doc = copy.deepcopy(SCHEMA)
+    rule_type, tags, metadata, algorithm = "ENCRYPT", ["PII"], None, "AES256_GCM"
+    if name == "type-lowercase":
+        rule_type = "encrypt"
+    elif name == "params-in-metadata":
+        algorithm = "AES256_SIV"
+        metadata = Metadata(None, MetadataProperties({"encrypt.dek.algorithm": algorithm}), None)
+    elif name == "metadata-tags":
+        for p in doc["properties"].values():
+            p.pop("confluent:tags", None)
+        metadata = Metadata(MetadataTags({"**.ssn": ["PII"]}), None, None)
+    elif name == "rule-without-tags":
+        tags = []
+    rule = Rule("encrypt-pii", "", RuleKind.TRANSFORM, RuleMode.WRITEREAD, rule_type, tags,
+                RuleParams(params), None, None, "ERROR,ERROR", False)
+    text = json.dumps(doc)
+    schema = Schema(text, "JSON", [], metadata, RuleSet(None, [rule]))
+    schema_id = client.register_schema(subject, schema)
+    conf = {"auto.register.schemas": False, "use.latest.version": True}
+    ser = JSONSerializer(text, client, conf=conf, rule_conf={"secret": SECRET})
+    ctx = SerializationContext(topic, MessageField.VALUE)
+    records = []
+    try:
+        for value in RECORDS:
+            data = ser(copy.deepcopy(value), ctx)
+            records.append({"value": jsonable(value), "bytes": None if data is None else base64.b64encode(data).decode()})
+    except Exception as e:
+        return {"case": name, "write_error": repr(e.__cause__ or e)}
+    deks = FIELD_EXECUTOR.executor.client
+    dek = deks.get_dek("kek-" + name, subject, DekAlgorithm[algorithm], 1)
+    registered = client.get_latest_version(subject).schema
+    return {
+        "case": name,
+        "subject": subject,
+        "schema_id": schema_id,
+        "schema": registered.to_dict(),
+        "secret": SECRET,
+        "deks": [{
+            "kekName": "kek-" + name,
+            "subject": subject,
+            "version": 1,
+            "algorithm": algorithm,
+            "encryptedKeyMaterial": dek.encrypted_key_material,
+        }],
+        "records": records,
+    }
+
+
 def read(jobs):
     """Reads records written elsewhere: each job {schema, subject, secret,
     deks, records} registers its schema (job i must get id i + 1, the id its
@@ -270,7 +344,8 @@ def reader(client, i, job):
     s = job["schema"]
     rule_set = RuleSet.from_dict(s["ruleSet"]) if s.get("ruleSet") else None
     fmt = s.get("schemaType") or "AVRO"  # the registry leaves AVRO out
-    schema = Schema(s["schema"], fmt, [], None, rule_set)
+    metadata = Metadata.from_dict(s["metadata"]) if s.get("metadata") else None
+    schema = Schema(s["schema"], fmt, [], metadata, rule_set)
     schema_id = client.register_schema(job["subject"], schema)
     if schema_id != i + 1:
         raise SystemExit(f"job {i}: the schema got id {schema_id}, not {i + 1}")
@@ -383,10 +458,12 @@ def main():
         json.dump(consume(json.load(sys.stdin)), sys.stdout, ensure_ascii=False)
     elif sys.argv[1:] == ["produce"]:
         json.dump(produce(json.load(sys.stdin)), sys.stdout, ensure_ascii=False)
+    elif sys.argv[1:] == ["rules"]:
+        json.dump([rule_variant(n) for n in RULE_VARIANTS], sys.stdout, ensure_ascii=False)
     elif sys.argv[1:] == ["read"]:
         json.dump(read(json.load(sys.stdin)), sys.stdout, ensure_ascii=False)
     else:
-        raise SystemExit("usage: confluent_peer.py write|write-avro|read|read-registry|consume|produce")
+        raise SystemExit("usage: confluent_peer.py write|write-avro|rules|read|read-registry|consume|produce")
 
 
 if __name__ == "__main__":

@@ -1,0 +1,371 @@
+//! Confluent's rules as Confluent applies them, or refused: no field that
+//! Confluent's client encrypts is written here in plaintext, and no
+//! ciphertext is read as a value.
+//!
+//! Against confluent-kafka 2.16.1 for Python (`tests/interop/confluent_peer.py
+//! rules`, its own serializers and `local-kms`): for each rule variant
+//! Confluent writes records; here each is read as Confluent wrote it (and
+//! what is written here, Confluent reads), or the schema is refused for
+//! reading and writing. A wrong secret is an error, never a value. Then
+//! the variants Confluent's client accepts and this codec refuses, each
+//! registered here: refused with a message that names what.
+#![cfg(feature = "confluent")]
+
+mod common;
+
+use common::confluent::{peer_env, reader, records};
+use serde_json::{json, Value};
+use tombstone_crypt::confluent::{ConfluentJson, DekAlgorithm, LocalKms};
+
+const SECRET: &str = "mysecret";
+
+/// What this codec must do with each variant Confluent's client writes.
+enum Expect {
+    /// Read each record as Confluent wrote it; Confluent reads ours.
+    Read,
+    /// Refuse the schema, naming this.
+    Refuse(&'static str),
+}
+
+fn expect(case: &str) -> Expect {
+    match case {
+        "type-lowercase" | "params-in-metadata" => Expect::Read,
+        "metadata-tags" => Expect::Refuse("metadata.tags"),
+        "rule-without-tags" => Expect::Refuse("without tags"),
+        other => panic!("a variant this test does not know: {other}"),
+    }
+}
+
+/// Asks Confluent's client to read `records` (base64, `None` a tombstone)
+/// under the case's schema and DEKs: each record's value, or why not.
+fn confluent_reads(
+    f: &Value,
+    deks: Vec<Value>,
+    records: &[Option<Vec<u8>>],
+) -> Vec<Result<Value, String>> {
+    use base64::Engine as _;
+    let b64 = |b: &[u8]| base64::engine::general_purpose::STANDARD.encode(b);
+    let job = json!([{
+        "schema": f["schema"],
+        "subject": f["subject"],
+        "secret": SECRET,
+        "deks": deks,
+        "records": records.iter().map(|r| r.as_deref().map(b64)).collect::<Vec<_>>(),
+    }]);
+    let out = peer_env("read", &job.to_string(), &[])
+        .expect("the peer ran before")
+        .expect("the peer reads");
+    let out: Vec<Vec<Value>> = serde_json::from_str(&out).expect("the peer's JSON");
+    out[0]
+        .iter()
+        .map(|r| match r.get("ok") {
+            Some(v) => Ok(v.clone()),
+            None => Err(r["error"].to_string()),
+        })
+        .collect()
+}
+
+#[test]
+fn each_rule_variant_reads_as_confluent_writes_it_or_is_refused() {
+    let Some(out) = peer_env("rules", "", &[]) else {
+        return;
+    };
+    let cases: Vec<Value> = serde_json::from_str(&out.expect("the peer writes")).unwrap();
+    assert_eq!(cases.len(), 4);
+    for f in &cases {
+        let name = f["case"].as_str().unwrap();
+        if let Some(why) = f.get("write_error") {
+            // Confluent's client refuses to write it (a rule without tags
+            // on a schema with an integer field): refused here too.
+            assert!(matches!(expect(name), Expect::Refuse(_)), "{name}: {why}");
+            continue;
+        }
+        match expect(name) {
+            Expect::Read => {
+                let codec = reader(f, SECRET).unwrap_or_else(|e| panic!("{name}: {e}"));
+                let mut ours = Vec::new();
+                for (bytes, value) in records(f) {
+                    assert_eq!(codec.decode(bytes.as_deref()).unwrap(), value, "{name}");
+                    let subject = f["subject"].as_str().unwrap();
+                    ours.push(codec.encode(subject, value.as_ref()).unwrap());
+                }
+                // Ours, read by Confluent's client.
+                let deks: Vec<Value> = f["deks"].as_array().unwrap().clone();
+                let read = confluent_reads(f, deks, &ours);
+                let want: Vec<Value> = records(f).map(|(_, v)| v.unwrap_or(Value::Null)).collect();
+                let got: Vec<Value> = read
+                    .into_iter()
+                    .map(|r| r.unwrap_or_else(|e| panic!("{name}: Confluent: {e}")))
+                    .collect();
+                assert_eq!(got, want, "{name}");
+                // A wrong secret: an error for every present record, never
+                // a value (and so never ciphertext as a value).
+                // (Here the DEKs are given up front: the wrong secret
+                // fails as they are unwrapped.)
+                if let Ok(wrong) = reader(f, "not the secret") {
+                    for (bytes, _) in records(f) {
+                        if bytes.is_some() {
+                            assert!(wrong.decode(bytes.as_deref()).is_err(), "{name}");
+                        }
+                    }
+                }
+            }
+            Expect::Refuse(what) => {
+                let refused = reader(f, SECRET).err().unwrap_or_else(|| {
+                    panic!("{name}: registered; a reader would see ciphertext as values")
+                });
+                assert!(refused.to_string().contains(what), "{name}: {refused}");
+            }
+        }
+    }
+}
+
+/// A schema (JSON Schema, `ssn` tagged PII) with `rules` as its domain
+/// rules and `extra` merged into it.
+fn schema_with(rules: Value, extra: Value) -> Value {
+    let doc = json!({
+        "type": "object",
+        "properties": {
+            "id": {"type": "integer"},
+            "ssn": {"type": "string", "confluent:tags": ["PII"]},
+        },
+    });
+    let mut s = json!({
+        "schemaType": "JSON",
+        "schema": doc.to_string(),
+        "ruleSet": {"domainRules": rules},
+    });
+    if let (Some(s), Some(extra)) = (s.as_object_mut(), extra.as_object()) {
+        for (k, v) in extra {
+            s.insert(k.clone(), v.clone());
+        }
+    }
+    s
+}
+
+fn rule(ty: &str, extra: Value) -> Value {
+    let mut r = json!({
+        "name": "r", "kind": "TRANSFORM", "mode": "WRITEREAD", "type": ty, "tags": ["PII"],
+        "params": {"encrypt.kek.name": "k1", "encrypt.kms.type": "local-kms",
+                   "encrypt.kms.key.id": "local-kms://k1"},
+        "onFailure": "ERROR,ERROR",
+    });
+    if let (Some(r), Some(extra)) = (r.as_object_mut(), extra.as_object()) {
+        for (k, v) in extra {
+            if v.is_null() {
+                r.remove(k);
+            } else {
+                r.insert(k.clone(), v.clone());
+            }
+        }
+    }
+    r
+}
+
+/// What Confluent's client accepts and this codec does not implement:
+/// each is refused, for reading and for writing, with a message that
+/// names it.
+#[test]
+fn what_this_codec_does_not_implement_is_refused() {
+    let params = |p: Value| json!({"params": p});
+    let rows: Vec<(&str, Value, &str)> = vec![
+        (
+            "a CEL field transform",
+            schema_with(json!([rule("CEL_FIELD", json!({}))]), json!({})),
+            "CEL_FIELD",
+        ),
+        (
+            "mode WRITE",
+            schema_with(
+                json!([rule("ENCRYPT", json!({"mode": "WRITE"}))]),
+                json!({}),
+            ),
+            "mode",
+        ),
+        (
+            "no mode",
+            schema_with(json!([rule("ENCRYPT", json!({"mode": null}))]), json!({})),
+            "mode",
+        ),
+        (
+            "kind CONDITION",
+            schema_with(
+                json!([rule("ENCRYPT", json!({"kind": "CONDITION"}))]),
+                json!({}),
+            ),
+            "kind",
+        ),
+        (
+            "onFailure NONE",
+            schema_with(
+                json!([rule("ENCRYPT", json!({"onFailure": "NONE"}))]),
+                json!({}),
+            ),
+            "onFailure",
+        ),
+        (
+            "onFailure DLQ",
+            schema_with(
+                json!([rule("ENCRYPT", json!({"onFailure": "DLQ"}))]),
+                json!({}),
+            ),
+            "onFailure",
+        ),
+        (
+            "a rule without tags",
+            schema_with(json!([rule("ENCRYPT", json!({"tags": []}))]), json!({})),
+            "without tags",
+        ),
+        (
+            "an unknown parameter",
+            schema_with(
+                json!([rule(
+                    "ENCRYPT",
+                    params(json!({"encrypt.kek.name": "k1", "encrypt.dek.shared": "true"}))
+                )]),
+                json!({}),
+            ),
+            "encrypt.dek.shared",
+        ),
+        (
+            "a KMS type without its key id",
+            schema_with(
+                json!([rule(
+                    "ENCRYPT",
+                    params(json!({"encrypt.kek.name": "k1", "encrypt.kms.type": "aws-kms"}))
+                )]),
+                json!({}),
+            ),
+            "one without the other",
+        ),
+        (
+            "a KMS type not implemented",
+            schema_with(
+                json!([rule(
+                    "ENCRYPT",
+                    params(
+                        json!({"encrypt.kek.name": "k1", "encrypt.kms.type": "gcp-kms", "encrypt.kms.key.id": "gcp-kms://x"})
+                    )
+                )]),
+                json!({}),
+            ),
+            "gcp-kms",
+        ),
+        (
+            "two ENCRYPT rules",
+            schema_with(
+                json!([
+                    rule("ENCRYPT", json!({})),
+                    rule("ENCRYPT", json!({"name": "r2"}))
+                ]),
+                json!({}),
+            ),
+            "two encryption rules",
+        ),
+        (
+            "tags in the metadata",
+            schema_with(
+                json!([rule("ENCRYPT", json!({}))]),
+                json!({"metadata": {"tags": {"**.ssn": ["PII"]}}}),
+            ),
+            "metadata.tags",
+        ),
+        (
+            "an external reference",
+            schema_with(
+                json!([rule("ENCRYPT", json!({}))]),
+                json!({"references": [{"name": "addr.json", "subject": "addr", "version": 1}]}),
+            ),
+            "references",
+        ),
+        (
+            "migration rules",
+            schema_with(
+                json!([]),
+                json!({"ruleSet": {"domainRules": [rule("ENCRYPT", json!({}))], "migrationRules": [rule("JSONATA", json!({"mode": "UPGRADE"}))]}}),
+            ),
+            "migration rules",
+        ),
+    ];
+    for (what, schema, named) in rows {
+        let mut codec = ConfluentJson::new(LocalKms::new(SECRET));
+        let refused = codec
+            .register(1, "t-value", &schema)
+            .err()
+            .unwrap_or_else(|| panic!("{what}: registered"));
+        assert!(refused.to_string().contains(named), "{what}: {refused}");
+        // Nothing to write with: the record is refused, not written plain.
+        assert!(codec
+            .encode("t-value", Some(&json!({"id": 1, "ssn": "078-05-1120"})))
+            .is_err());
+    }
+    // The control: the same rule as Confluent's client writes it registers.
+    let mut codec = ConfluentJson::new(LocalKms::new(SECRET));
+    codec
+        .register(
+            1,
+            "t-value",
+            &schema_with(json!([rule("ENCRYPT", json!({}))]), json!({})),
+        )
+        .unwrap();
+}
+
+/// A subject whose earlier schema rotated DEKs (versions 1 and 2) and
+/// whose new schema does not: Confluent's client writes and reads with
+/// version 1, values with no version prefix; so does this codec.
+#[test]
+fn a_rule_that_stopped_rotating_writes_with_dek_version_1() {
+    let rotating = schema_with(
+        json!([rule(
+            "ENCRYPT",
+            json!({"params": {"encrypt.kek.name": "k1", "encrypt.dek.expiry.days": "1"}})
+        )]),
+        json!({}),
+    );
+    let still = schema_with(
+        json!([rule(
+            "ENCRYPT",
+            json!({"params": {"encrypt.kek.name": "k1"}})
+        )]),
+        json!({}),
+    );
+    // Versions 1 and 2 of the subject's DEK, wrapped as the registry holds
+    // them (made by a codec that rotated).
+    let mut maker = ConfluentJson::new(LocalKms::new(SECRET));
+    maker.add_kek("k1", "local-kms", "local-kms://k1");
+    maker.register(1, "t-value", &rotating).unwrap();
+    maker
+        .encode("t-value", Some(&json!({"id": 1, "ssn": "one"})))
+        .unwrap();
+    let mut deks = maker.wrapped_deks();
+    assert_eq!(deks.len(), 1);
+    let mut two = ConfluentJson::new(LocalKms::new(SECRET));
+    two.add_kek("k1", "local-kms", "local-kms://k1");
+    two.register(1, "t-value", &rotating).unwrap();
+    // A second DEK, made by a codec that knows none: wrapped, then given
+    // version 2.
+    two.encode("t-value", Some(&json!({"id": 2, "ssn": "two"})))
+        .unwrap();
+    let (k, s, a, _, w) = two.wrapped_deks().remove(0);
+    deks.push((k, s, a, 2, w));
+
+    let mut codec = ConfluentJson::new(LocalKms::new(SECRET));
+    for (k, s, a, v, w) in &deks {
+        codec.add_wrapped_dek(k, s, *a, *v, w).unwrap();
+    }
+    codec.register(2, "t-value", &still).unwrap();
+    let written = codec
+        .encode("t-value", Some(&json!({"id": 3, "ssn": "three"})))
+        .unwrap()
+        .unwrap();
+    // Readable by a reader with version 1 only (and no version prefix).
+    let mut reader = ConfluentJson::new(LocalKms::new(SECRET));
+    let (k, s, a, v, w) = deks.iter().find(|d| d.3 == 1).unwrap();
+    assert_eq!((*a, *v), (DekAlgorithm::Aes256Gcm, 1));
+    reader.add_wrapped_dek(k, s, *a, *v, w).unwrap();
+    reader.register(2, "t-value", &still).unwrap();
+    assert_eq!(
+        reader.decode(Some(&written)).unwrap(),
+        Some(json!({"id": 3, "ssn": "three"}))
+    );
+}
