@@ -369,3 +369,25 @@ fn a_rule_that_stopped_rotating_writes_with_dek_version_1() {
         Some(json!({"id": 3, "ssn": "three"}))
     );
 }
+
+/// Credentials in a registry URL are taken out of it: sent as basic
+/// authentication, never shown by `Debug` or in an error.
+#[test]
+fn registry_credentials_never_show() {
+    use tombstone_crypt::confluent::Registry;
+    let registry = Registry::new("http://alice:PwSecret9@127.0.0.1:1/").unwrap();
+    let shown = format!("{registry:?}");
+    assert!(
+        !shown.contains("PwSecret9") && !shown.contains("alice"),
+        "{shown}"
+    );
+    assert!(registry.sends_credentials_in_clear());
+    let err = registry.latest("customers-value").unwrap_err().to_string();
+    assert!(
+        !err.contains("PwSecret9") && !err.contains("alice"),
+        "{err}"
+    );
+    assert!(err.contains("127.0.0.1:1"), "{err}");
+    let plain = Registry::new("https://127.0.0.1:1").unwrap();
+    assert!(!plain.sends_credentials_in_clear());
+}

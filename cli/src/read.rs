@@ -176,6 +176,9 @@ pub(crate) fn confluent_codec(url: &str) -> Result<ConfluentJson, Fail> {
     } else if let Ok(token) = std::env::var("SCHEMA_REGISTRY_BEARER_TOKEN") {
         registry = registry.with_bearer_token(&token);
     }
+    if registry.sends_credentials_in_clear() {
+        tracing::warn!("the Schema Registry's credentials go over plain http:// (use https://)");
+    }
     // Avro bytes print as base64 (not arrays of numbers).
     Ok(codec.with_registry(registry).avro_bytes_as_base64())
 }

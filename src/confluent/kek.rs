@@ -50,9 +50,12 @@ impl Kek<'_> {
 /// `local-kms`; for `aws-kms` the key `aws-kms://{kmsKeyId}` (an ARN), for
 /// `hcvault` the key `hcvault://{host:port/mount/keys/name}` of the
 /// `kmsKeyId` URL, from `clients` when given, else from the process-wide
-/// KMS registry and the built-in clients configured from the environment
-/// (a Vault key then goes to the server the URL names, as Confluent's
-/// driver does, unless `VAULT_ADDR` is set).
+/// KMS registry and the built-in clients configured from the environment.
+/// A Vault key goes to the server `VAULT_ADDR` names, never to one a
+/// schema or the registry names: without `VAULT_ADDR` such a KEK is
+/// refused (Confluent's driver would send the Vault token to the address
+/// in the key id, which anyone who can register a schema or a KEK
+/// chooses).
 pub(crate) fn resolve<'a>(
     name: &str,
     place: &KekPlace,
@@ -109,13 +112,24 @@ fn vault_aead(
     if clients.is_some() {
         return Ok(Kek::Remote(crate::kms::resolve(uri, clients)?));
     }
-    let client = crate::kms::VaultClient::from_env();
-    let client = if std::env::var_os("VAULT_ADDR").is_some_and(|a| !a.is_empty()) {
-        client
-    } else {
-        client.with_address(origin)
-    };
-    Ok(Kek::Remote(client.get_aead(uri)?))
+    vault_address_configured(origin, std::env::var("VAULT_ADDR").ok().as_deref())?;
+    Ok(Kek::Remote(
+        crate::kms::VaultClient::from_env().get_aead(uri)?,
+    ))
+}
+
+/// Whether a Vault KEK at `origin` (named by a schema or the registry) may
+/// be used: only with `VAULT_ADDR` set (the token then goes there, the
+/// user's own server).
+#[cfg(any(feature = "vault", test))]
+fn vault_address_configured(origin: &str, vault_addr: Option<&str>) -> Result<(), Error> {
+    match vault_addr {
+        Some(a) if !a.is_empty() => Ok(()),
+        _ => Err(Error::confluent(format!(
+            "a KEK in Vault at {:?} (named by the schema or the registry): set VAULT_ADDR to the Vault server the KEK is on; a Vault token is never sent to an address a schema names",
+            printable(origin)
+        ))),
+    }
 }
 
 #[cfg(not(feature = "vault"))]
@@ -144,6 +158,16 @@ mod tests {
         assert_eq!(split_url("vault.example/transit/keys/k1"), None);
         assert_eq!(split_url("http:///transit/keys/k1"), None);
         assert_eq!(split_url("http://host"), None);
+    }
+
+    #[test]
+    fn a_vault_address_named_by_a_schema_is_used_only_when_configured() {
+        let refused = vault_address_configured("http://attacker:8200", None).unwrap_err();
+        assert!(refused.to_string().contains("set VAULT_ADDR"), "{refused}");
+        assert!(vault_address_configured("http://attacker:8200", Some("")).is_err());
+        assert!(
+            vault_address_configured("http://attacker:8200", Some("http://127.0.0.1:8200")).is_ok()
+        );
     }
 
     #[test]

@@ -26,7 +26,7 @@ use crate::kms::{http, with_retries, Failed, KmsTimeouts};
 /// ```
 pub struct Registry {
     base: String,
-    auth: Option<String>,
+    auth: Option<zeroize::Zeroizing<String>>,
     timeouts: KmsTimeouts,
     agent: AssertUnwindSafe<ureq::Agent>,
 }
@@ -54,31 +54,60 @@ fn segment(s: &str) -> String {
 }
 
 impl Registry {
-    /// A client of the registry at `url`.
+    /// A client of the registry at `url`. Credentials in the URL
+    /// (`https://user:password@host`) are taken out of it and sent as
+    /// basic authentication: the URL kept, shown by `Debug` and in errors,
+    /// has none.
     ///
     /// # Errors
     /// [`Error::Confluent`] if `url` is not `http://` or `https://`.
     pub fn new(url: &str) -> Result<Self, Error> {
-        if !(url.starts_with("http://") || url.starts_with("https://")) {
+        let Some((scheme, rest)) = url
+            .strip_prefix("http://")
+            .map(|r| ("http://", r))
+            .or_else(|| url.strip_prefix("https://").map(|r| ("https://", r)))
+        else {
             return Err(Error::confluent(
                 "a registry URL starts with http:// or https://",
             ));
-        }
+        };
+        // The authority ends at the first `/`, `?` or `#`; credentials end
+        // at its last `@`.
+        let authority_end = rest.find(['/', '?', '#']).unwrap_or(rest.len());
+        let (userinfo, host_and_path) = match rest[..authority_end].rfind('@') {
+            Some(at) => (Some(&rest[..at]), &rest[at + 1..]),
+            None => (None, rest),
+        };
         let timeouts = KmsTimeouts::default();
-        Ok(Registry {
-            base: url.trim_end_matches('/').to_owned(),
+        let registry = Registry {
+            base: format!("{scheme}{}", host_and_path.trim_end_matches('/')),
             auth: None,
             agent: http::agent(&timeouts),
             timeouts,
+        };
+        Ok(match userinfo {
+            Some(info) => {
+                let (user, password) = info.split_once(':').unwrap_or((info, ""));
+                registry.with_basic_auth(user, password)
+            }
+            None => registry,
         })
+    }
+
+    /// Whether credentials go to the registry over plain `http://` (a
+    /// caller should warn).
+    pub fn sends_credentials_in_clear(&self) -> bool {
+        self.auth.is_some() && self.base.starts_with("http://")
     }
 
     /// HTTP basic authentication (Confluent Cloud's API key and secret).
     #[must_use]
     pub fn with_basic_auth(self, user: &str, password: &str) -> Self {
-        let token = base64::engine::general_purpose::STANDARD.encode(format!("{user}:{password}"));
+        let pair = zeroize::Zeroizing::new(format!("{user}:{password}"));
+        let token =
+            zeroize::Zeroizing::new(base64::engine::general_purpose::STANDARD.encode(&*pair));
         Registry {
-            auth: Some(format!("Basic {token}")),
+            auth: Some(zeroize::Zeroizing::new(format!("Basic {}", &*token))),
             ..self
         }
     }
@@ -87,7 +116,7 @@ impl Registry {
     #[must_use]
     pub fn with_bearer_token(self, token: &str) -> Self {
         Registry {
-            auth: Some(format!("Bearer {token}")),
+            auth: Some(zeroize::Zeroizing::new(format!("Bearer {token}"))),
             ..self
         }
     }
