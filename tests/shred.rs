@@ -421,8 +421,8 @@ fn a_key_store_that_fails_refuses_values_rather_than_serve_a_stale_key() {
         fn remove(&self, tag: &[u8; 16], seal: Seal<'_>) -> Result<Shred, Error> {
             self.0.remove(tag, seal)
         }
-        fn reseal(&self, tag: &[u8; 16], evidence: &[u8]) -> Result<(), Error> {
-            self.0.reseal(tag, evidence)
+        fn reseal(&self, tag: &[u8; 16], was: &[Vec<u8>], evidence: &[u8]) -> Result<(), Error> {
+            self.0.reseal(tag, was, evidence)
         }
         fn records(&self) -> Result<Vec<([u8; 16], Vec<u8>)>, Error> {
             KeyStore::records(&self.0)

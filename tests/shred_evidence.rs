@@ -259,3 +259,63 @@ fn a_key_store_topic_that_does_not_exist_is_not_made_by_opening() {
     // Still not there.
     assert!(KafkaChangelog::existing(config, &topic).is_err());
 }
+
+/// A store that holds subjects' keys but lost its naming key (a record
+/// withdrawn, a store made again over an old one) is not given a new one
+/// by `create`: a new naming key would name its subjects by other tags,
+/// and a shred would miss their values.
+#[test]
+fn create_refuses_a_store_that_lost_its_naming_key() {
+    let store = Arc::new(MemoryKeyStore::new());
+    store.insert_if_absent(&[7; 16], &[1; 40]).unwrap();
+    let refused = SubjectKeys::create(Keyset::generate(), store).unwrap_err();
+    assert!(refused.to_string().contains("no naming key"), "{refused}");
+}
+
+/// A rewrap that read a subject's record of its shreds before a second
+/// shred must not write the older evidence over the newer one: the store
+/// replaces it only if it is still what the rewrap read.
+#[test]
+fn a_reseal_never_writes_older_evidence_over_a_newer_shred() {
+    let kek = Keyset::generate();
+    let store = Arc::new(MemoryKeyStore::new());
+    let keys = SubjectKeys::create(kek.clone(), store.clone()).unwrap();
+    let values: SubjectEncrypting<Utf8, str> = SubjectEncrypting::new(Arc::new(keys), Utf8);
+    let ctx = Context::new("t").with_key(b"alice");
+    let first = values.serialize(&ctx, Some("one")).unwrap().unwrap();
+    values.keys().shred(b"alice").unwrap();
+    // The rewrap reads the record of the first shred ...
+    let (tag, read) = store.shreds().unwrap().remove(0);
+    // ... alice is written again and shredded again ...
+    let second = values.serialize(&ctx, Some("two")).unwrap().unwrap();
+    values.keys().shred(b"alice").unwrap();
+    // ... and the rewrap writes what it read, sealed again (here: as read).
+    store.reseal(&tag, &read, &read[0]).unwrap();
+    let reader =
+        SubjectEncrypting::<Utf8, str>::new(Arc::new(SubjectKeys::open(kek, store).unwrap()), Utf8);
+    assert_eq!(reader.deserialize(&ctx, Some(&first)).unwrap(), None);
+    assert_eq!(reader.deserialize(&ctx, Some(&second)).unwrap(), None);
+}
+
+/// After a KEK rotation, a record of a shred still sealed under the old
+/// key (a shred by an instance that kept the old keyset) is counted by the
+/// check: the old key must not be destroyed yet.
+#[test]
+fn the_check_counts_records_of_shreds_under_an_older_kek_key() {
+    let old = Keyset::generate();
+    let mut kek = old.clone();
+    let store = Arc::new(MemoryKeyStore::new());
+    let keys = SubjectKeys::create(old.clone(), store.clone()).unwrap();
+    let values: SubjectEncrypting<Utf8, str> = SubjectEncrypting::new(Arc::new(keys), Utf8);
+    let ctx = Context::new("t").with_key(b"alice");
+    values.serialize(&ctx, Some("one")).unwrap();
+    kek.rotate();
+    let rotated = SubjectKeys::open(kek.clone(), store.clone()).unwrap();
+    rotated.rewrap().unwrap();
+    assert_eq!(rotated.check().unwrap().not_under_primary, 0);
+    // The instance with the old keyset shreds after the rewrap.
+    values.keys().shred(b"alice").unwrap();
+    assert_eq!(rotated.check().unwrap().not_under_primary, 1);
+    rotated.rewrap().unwrap();
+    assert_eq!(rotated.check().unwrap().not_under_primary, 0);
+}

@@ -36,7 +36,7 @@ use std::time::Duration;
 use base64::Engine as _;
 use common::rng::Rng;
 use tombstone_crypt::kafka::{KafkaChangelog, KafkaKeyStore};
-use tombstone_crypt::shred::{KeyStore, SubjectEncrypting, SubjectKeys};
+use tombstone_crypt::shred::{KeyStore, Shred, SubjectEncrypting, SubjectKeys};
 use tombstone_crypt::store::Changelog as _;
 use tombstone_crypt::{Context, Deserializer as _, Error, Keyset, Serializer as _, Utf8};
 
@@ -463,4 +463,100 @@ fn a_shred_marks_before_it_tombstones_and_survives_a_kek_rotation() {
     assert_eq!(check.not_under_primary, 0, "{check:?}");
     let r = SubjectEncrypting::<Utf8, str>::new(Arc::new(keys), Utf8);
     assert_eq!(r.deserialize(&ctx, Some(&v)).unwrap(), None);
+}
+
+/// Naming-key, marker and reseal records produced by hand on a key-store
+/// topic, by someone with no KEK: none splits the instances' tags, none
+/// makes a value read as a delete or a shredded one read again, and none
+/// stops shreds or a rewrap.
+#[test]
+fn hand_made_naming_marker_and_reseal_records_split_nothing_and_kill_nothing() {
+    let Some(bootstrap) = common::kafka::bootstrap() else {
+        return;
+    };
+    let kek = Keyset::generate();
+    let produce = |topic: &str, key: &[u8], value: &[u8]| {
+        let mut log = KafkaChangelog::open(&bootstrap, topic).unwrap();
+        log.append(key, Some(value)).unwrap();
+        log.flush().unwrap();
+    };
+    let naming_record = |topic: &str| -> Vec<u8> {
+        let log = KafkaChangelog::open(&bootstrap, topic).unwrap();
+        tombstone_crypt::store::compact(&log.records().unwrap())
+            .into_iter()
+            .find(|r| r.key.starts_with(&[0xff; 16]) && r.value.is_some())
+            .and_then(|r| r.value)
+            .unwrap()
+    };
+    let open = |topic: &str| SubjectKeys::open(kek.clone(), Arc::new(store(&bootstrap, topic)));
+    let values = |keys: SubjectKeys| SubjectEncrypting::<Utf8, str>::new(Arc::new(keys), Utf8);
+    let ctx = Context::new("t").with_key(b"alice");
+
+    // Another store's naming key (same KEK) put under this store's naming
+    // record id: it does not open there (a naming key is bound to its
+    // record id), so no instance names subjects by it.
+    let (t1, t2) = (
+        common::kafka::fresh_topic("naming-swap"),
+        common::kafka::fresh_topic("naming-other"),
+    );
+    drop(SubjectKeys::create(kek.clone(), Arc::new(store(&bootstrap, &t1))).unwrap());
+    drop(SubjectKeys::create(kek.clone(), Arc::new(store(&bootstrap, &t2))).unwrap());
+    let (ours, theirs) = (naming_record(&t1), naming_record(&t2));
+    let swapped = [&ours[..8], &theirs[8..]].concat();
+    produce(&t1, &[&[0xff; 16][..], &ours[..8]].concat(), &swapped);
+    assert!(open(&t1).is_err(), "a swapped naming key opened");
+
+    // A marker and a reseal record on the naming key's tag, and a naming
+    // record of garbage: the store still opens, writes, reads and shreds.
+    let t = common::kafka::fresh_topic("naming-tag-records");
+    let w = values(SubjectKeys::create(kek.clone(), Arc::new(store(&bootstrap, &t))).unwrap());
+    let v = w.serialize(&ctx, Some("alice's")).unwrap().unwrap();
+    let id = &naming_record(&t)[..8];
+    let mut forged = b"shredded".to_vec();
+    forged.extend_from_slice(&1u32.to_be_bytes());
+    forged.extend_from_slice(id);
+    forged.extend_from_slice(&[1; 45]);
+    produce(&t, &[&[0xff; 16][..], &[0xff; 8]].concat(), &forged);
+    produce(
+        &t,
+        &[
+            &[0xff; 16][..],
+            &[0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xfe],
+        ]
+        .concat(),
+        &forged[8..],
+    );
+    produce(&t, &[&[0xff; 16][..], &[9; 8]].concat(), &[9; 60]);
+    let r = values(open(&t).unwrap());
+    assert_eq!(
+        r.deserialize(&ctx, Some(&v)).unwrap().as_deref(),
+        Some("alice's")
+    );
+    assert_eq!(r.keys().shred(b"alice").unwrap(), Shred::Removed(1));
+    assert_eq!(r.deserialize(&ctx, Some(&v)).unwrap(), None);
+
+    // A reseal record of garbage for the shredded subject, and the first
+    // marker's evidence replayed as a reseal after a second shred: the
+    // values of both shreds still read as deletes, and a rewrap goes on.
+    let tag = v[1..17].to_vec();
+    let reseal_key = [&tag[..], &[0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xfe]].concat();
+    let first_marker = {
+        let log = KafkaChangelog::open(&bootstrap, &t).unwrap();
+        tombstone_crypt::store::compact(&log.records().unwrap())
+            .into_iter()
+            .find(|r| r.key == [&tag[..], &[0xff; 8]].concat())
+            .and_then(|r| r.value)
+            .unwrap()
+    };
+    let v2 = w.serialize(&ctx, Some("alice again")).unwrap().unwrap();
+    std::thread::sleep(Duration::from_millis(400)); // past the writer's fences
+    let r = values(open(&t).unwrap());
+    r.keys().shred(b"alice").unwrap();
+    produce(&t, &reseal_key, &first_marker[b"shredded".len()..]);
+    produce(&t, &reseal_key, &forged[8..]);
+    let keys = open(&t).unwrap();
+    assert!(keys.rewrap().unwrap() >= 2);
+    let r = values(open(&t).unwrap());
+    assert_eq!(r.deserialize(&ctx, Some(&v)).unwrap(), None);
+    assert_eq!(r.deserialize(&ctx, Some(&v2)).unwrap(), None);
 }

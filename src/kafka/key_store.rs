@@ -107,11 +107,39 @@ impl Deks {
     }
 }
 
-/// What a subject's shreds covered.
+/// What a subject's shreds covered: the DEK ids its markers named or
+/// covered by offset (dead wherever written again), and each piece of
+/// evidence the topic holds for it (markers' and reseals', distinct, the
+/// newest [`PIECES`]): a reader checks them under the KEK, so an old or
+/// replayed piece never hides a newer one.
 #[derive(Default)]
 struct Covered {
     ids: Vec<[u8; 8]>,
-    evidence: Box<[u8]>,
+    pieces: Vec<Box<[u8]>>,
+}
+
+/// Pieces of evidence kept per subject (a subject shredded, written again
+/// and shredded again keeps its markers' newest, each naming all).
+const PIECES: usize = 8;
+
+impl Covered {
+    fn add_piece(&mut self, evidence: &[u8]) {
+        if self.pieces.iter().any(|p| **p == *evidence) {
+            return;
+        }
+        if self.pieces.len() >= PIECES {
+            self.pieces.remove(0);
+        }
+        self.pieces.push(evidence.into());
+    }
+
+    fn names(&self, id: &[u8; 8]) -> bool {
+        self.ids.contains(id)
+            || self
+                .pieces
+                .iter()
+                .any(|p| crate::shred::covered_ids(p).is_some_and(|ids| ids.contains(id)))
+    }
 }
 
 /// The live DEK records of each subject, the offset to read from next, and
@@ -152,45 +180,32 @@ impl View {
     fn lookup(&self, tag: &SubjectTag, id: &[u8; 8]) -> DekLookup {
         if let Some(d) = self.of(tag).iter().find(|d| d.id == *id) {
             DekLookup::Found(d.record.to_vec())
-        } else if let Some(c) = self.shredded.get(tag).filter(|c| c.ids.contains(id)) {
-            DekLookup::Shredded(c.evidence.to_vec())
+        } else if let Some(c) = self.shredded.get(tag).filter(|c| c.names(id)) {
+            DekLookup::Shredded(c.pieces.iter().map(|p| p.to_vec()).collect())
         } else {
             DekLookup::Unknown
         }
     }
 
-    /// Records what a shred covers: the ids `named` by `evidence` and, for
-    /// a marker (`below`), every DEK record of `tag` the view holds (they
-    /// were written before it); those records are dead.
-    fn cover(&mut self, tag: SubjectTag, evidence: &[u8], below: bool) {
+    /// Records a shred's marker: the ids its `evidence` names and every
+    /// DEK record of `tag` the view holds (written before it) are covered,
+    /// and those records are dead.
+    fn mark(&mut self, tag: SubjectTag, evidence: &[u8]) {
         let Some(named) = crate::shred::covered_ids(evidence) else {
-            return; // not evidence: not a record of this store's
+            return; // not evidence: no marker
         };
         let mut covered = self.shredded.remove(&tag).unwrap_or_default();
-        let live: Vec<[u8; 8]> = if below {
-            self.deks
-                .remove(&tag)
-                .map(|d| d.as_slice().iter().map(|d| d.id).collect())
-                .unwrap_or_default()
-        } else {
-            let named_live: Vec<[u8; 8]> = named
-                .iter()
-                .filter(|id| self.of(&tag).iter().any(|d| d.id == **id))
-                .copied()
-                .collect();
-            for id in &named_live {
-                if self.deks.get_mut(&tag).is_some_and(|d| d.remove(id)) {
-                    self.deks.remove(&tag);
-                }
-            }
-            named_live
-        };
+        let live: Vec<[u8; 8]> = self
+            .deks
+            .remove(&tag)
+            .map(|d| d.as_slice().iter().map(|d| d.id).collect())
+            .unwrap_or_default();
         for id in named.into_iter().chain(live) {
             if !covered.ids.contains(&id) {
                 covered.ids.push(id);
             }
         }
-        covered.evidence = evidence.into();
+        covered.add_piece(evidence);
         // A marker that covers nothing (a subject that had no key) is no
         // record of a shred.
         if !covered.ids.is_empty() {
@@ -207,15 +222,25 @@ impl View {
             return; // not a record of this store's
         };
         match (id, value) {
+            // No subject has the naming key's tag: no marker or reseal
+            // there is a shred's.
+            (MARKER | RESEALED, _) if tag == [0xff; 16] => {}
             // A shred: every DEK written before it is dead, and every DEK
             // it names. A value that is not a marker's is no shred.
             (MARKER, Some(marker)) => {
                 if let Some(evidence) = marker.strip_prefix(SHREDDED) {
-                    self.cover(tag, evidence, true);
+                    self.mark(tag, evidence);
                 }
             }
-            // A shred's evidence sealed again: the DEKs it names only.
-            (RESEALED, Some(evidence)) => self.cover(tag, evidence, false),
+            // A shred's evidence sealed again: one more piece of evidence
+            // for a subject already shredded; it kills nothing.
+            (RESEALED, Some(evidence)) => {
+                if crate::shred::covered_ids(evidence).is_some() {
+                    if let Some(c) = self.shredded.get_mut(&tag) {
+                        c.add_piece(evidence);
+                    }
+                }
+            }
             (MARKER | RESEALED, None) => {}
             // A DEK a shred covered, written again (a rewrap that raced
             // the shred): dead.
@@ -537,14 +562,15 @@ impl KeyStore for KafkaKeyStore {
         Ok(view
             .shredded
             .iter()
-            .map(|(t, c)| (*t, c.evidence.to_vec()))
+            .map(|(t, c)| (*t, c.pieces.iter().map(|p| p.to_vec()).collect()))
             .collect())
     }
 
     /// Writes `evidence` as a record of its own (`tag | 0xff x 7 | 0xfe`),
     /// not as a marker: a marker written again would cover the subject's
-    /// DEKs made since its shred.
-    fn reseal(&self, tag: &SubjectTag, evidence: &[u8]) -> Result<(), Error> {
+    /// DEKs made since its shred. It adds a piece of evidence, and hides
+    /// none (a shred since the rewrap read the store keeps its own).
+    fn reseal(&self, tag: &SubjectTag, _was: &[Vec<u8>], evidence: &[u8]) -> Result<(), Error> {
         if self.refresh()?.shredded.contains_key(tag) {
             self.write(&[(key(tag, &RESEALED), Some(evidence))])?;
         }

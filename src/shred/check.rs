@@ -1,6 +1,6 @@
 //! [`SubjectKeys::check`]: the key store read whole, every record opened.
 
-use super::{SubjectKeys, SubjectTag, DEK_ID, NAMING_AD, NAMING_ID};
+use super::{naming_ad, SubjectKeys, SubjectTag, DEK_ID, NAMING_ID};
 use crate::error::Error;
 
 /// What [`SubjectKeys::check`] found in the key store.
@@ -24,9 +24,10 @@ pub struct KeyStoreCheck {
     /// DEK ids covered by records of shreds: values under them read as
     /// deletes.
     pub shredded_deks: usize,
-    /// Records of shreds the KEK does not open (forged, changed, or sealed
-    /// under a KEK key destroyed before a rewrap reached them), by tag:
-    /// values under the DEKs they name are errors, not deletes.
+    /// Subjects whose records of shreds the KEK does not open, none of
+    /// them (forged, changed, or sealed under a KEK key destroyed before a
+    /// rewrap reached them), by tag: values under the DEKs they name are
+    /// errors, not deletes.
     pub shreds_not_opening: Vec<SubjectTag>,
     /// Subjects with more than one DEK (none, unless a maker that lost a
     /// race for a subject's first DEK was stopped before it withdrew its
@@ -41,6 +42,9 @@ pub struct KeyStoreCheck {
     /// (by the key id their ciphertext starts with): what
     /// [`SubjectKeys::rewrap`] would wrap again; none must be left before
     /// the KEK's older keys are destroyed.
+    /// (With them: subjects whose records of shreds are not all sealed
+    /// again under the primary, so that a shredded value would read as an
+    /// error once the older keys are gone.)
     pub not_under_primary: usize,
 }
 
@@ -71,7 +75,7 @@ impl SubjectKeys {
             let naming = tag == NAMING_ID;
             let wrapped = record.get(DEK_ID..);
             let opens = match (naming, record.split_first_chunk::<DEK_ID>()) {
-                (true, Some((_, wrapped))) => self.kek.decrypt(wrapped, NAMING_AD).is_ok(),
+                (true, Some((id, wrapped))) => self.kek.decrypt(wrapped, &naming_ad(id)).is_ok(),
                 (false, Some(_)) => self.open_record(&tag, &record).is_ok(),
                 (_, None) => false,
             };
@@ -88,11 +92,26 @@ impl SubjectKeys {
                 check.not_under_primary += 1;
             }
         }
-        for (tag, evidence) in self.store.shreds()? {
+        for (tag, pieces) in self.store.shreds()? {
             check.shredded_subjects += 1;
-            match self.open_shred(&tag, &evidence) {
-                Some(ids) => check.shredded_deks += ids.len(),
-                None => check.shreds_not_opening.push(tag),
+            let Some(all) = self.opened_ids(&tag, &pieces) else {
+                check.shreds_not_opening.push(tag);
+                continue;
+            };
+            check.shredded_deks += all.len();
+            // What the pieces sealed under the primary cover: after the
+            // older KEK keys are destroyed, only they open.
+            let under_primary: Vec<Vec<u8>> = pieces
+                .iter()
+                .filter(|p| {
+                    super::store::split_evidence(p)
+                        .is_some_and(|(_, seal)| seal.get(1..5) == Some(&primary[..]))
+                })
+                .cloned()
+                .collect();
+            let kept = self.opened_ids(&tag, &under_primary).unwrap_or_default();
+            if all.iter().any(|id| !kept.contains(id)) {
+                check.not_under_primary += 1;
             }
         }
         check.shreds_not_opening.sort_unstable();

@@ -98,6 +98,14 @@ pub const OVERHEAD: usize = HEADER + TAG_LEN;
 const NAMING_ID: [u8; TAG] = [0xff; TAG];
 /// The naming key's associated data under the KEK.
 const NAMING_AD: &[u8] = b"tombstone-crypt subject naming key";
+/// The naming key record `id`'s associated data under the KEK: a naming
+/// key's ciphertext opens only under its own record id.
+fn naming_ad(id: &[u8; DEK_ID]) -> Vec<u8> {
+    let mut ad = NAMING_AD.to_vec();
+    ad.extend_from_slice(id);
+    ad
+}
+
 /// A DEK's length: AES-256.
 const DEK_LEN: usize = 32;
 
@@ -402,6 +410,18 @@ impl SubjectKeys {
         let mut keys = Self::unopened(kek, store);
         keys.unchecked_naming = unchecked;
         if keys.store.get(&NAMING_ID)?.is_none() {
+            // A store with subjects' keys or records of shreds and no
+            // naming key lost it (a record withdrawn, a store made again
+            // over an old one): a new naming key would name its subjects
+            // by other tags, and a shred would miss their values.
+            let held = keys.store.records()?.iter().any(|(t, _)| *t != NAMING_ID)
+                || !keys.store.shreds()?.is_empty();
+            if held {
+                return Err(Error::store(
+                    "the key store holds subjects' keys or records of shreds but no naming key: a new one would name its subjects by other tags, so it is not made (restore the store's naming key)",
+                    "naming key lost",
+                ));
+            }
             let mut key = Zeroizing::new([0u8; SIV_KEY_LEN]);
             crate::random::fill_from_os(&mut key[..]);
             // A random id, as a DEK's: the record keeps it when rewrapped,
@@ -409,7 +429,7 @@ impl SubjectKeys {
             let mut id = [0u8; DEK_ID];
             crate::random::fill_from_os(&mut id);
             let mut record = id.to_vec();
-            record.extend_from_slice(&keys.kek.encrypt(&key[..], NAMING_AD)?);
+            record.extend_from_slice(&keys.kek.encrypt(&key[..], &naming_ad(&id))?);
             // Two makers at once: the first stored is the store's, and
             // each reads it back (`naming` below) before naming anything.
             let stored = keys.store.insert_if_absent(&NAMING_ID, &record)?;
@@ -543,7 +563,11 @@ impl SubjectKeys {
             if record.get(..DEK_ID) == ours.as_ref().map(|id| &id[..]) {
                 continue;
             }
-            let (naming, _) = self.open_naming(&record)?;
+            // A record that does not open names no subject (`check` reports
+            // it).
+            let Ok((naming, _)) = self.open_naming(&record) else {
+                continue;
+            };
             let other = Self::tag_under(&naming, subject)?;
             found = match (found, self.shred_tag(&other)?) {
                 (Shred::Removed(a), Shred::Removed(b)) => Shred::Removed(a + b),
@@ -609,7 +633,7 @@ impl SubjectKeys {
         let (id, wrapped) = record.split_first_chunk::<DEK_ID>().ok_or_else(|| {
             Error::store("the naming key's record is too short", "corrupt record")
         })?;
-        let key = Zeroizing::new(self.kek.decrypt(wrapped, NAMING_AD).map_err(|e| {
+        let key = Zeroizing::new(self.kek.decrypt(wrapped, &naming_ad(id)).map_err(|e| {
             Error::store(
                 "the KEK does not open the key store's naming key: another KEK's store, or a KEK key destroyed before a rewrap reached it",
                 e,
@@ -648,6 +672,9 @@ impl SubjectKeys {
     /// not yet compacted) opens nothing, shredded subjects' DEKs included.
     /// Returns how many records were wrapped again.
     ///
+    /// Records the KEK does not open are left as they are (and counted by
+    /// [`check`](SubjectKeys::check)).
+    ///
     /// # Errors
     /// What the key store or the KEK reports; records already wrapped
     /// again stay so (running it again is safe).
@@ -658,26 +685,33 @@ impl SubjectKeys {
                 continue;
             };
             let ad = if tag == NAMING_ID {
-                NAMING_AD.to_vec()
+                naming_ad(id)
             } else {
                 Self::dek_ad(&tag, id)
             };
-            let key = Zeroizing::new(self.kek.decrypt(wrapped, &ad)?);
+            // A record the KEK does not open (forged, or under a key
+            // destroyed before) has nothing to wrap again: `check` reports
+            // it; the others go on.
+            let Ok(key) = self.kek.decrypt(wrapped, &ad) else {
+                continue;
+            };
+            let key = Zeroizing::new(key);
             let mut again = id.to_vec();
             again.extend_from_slice(&self.kek.encrypt(&key, &ad)?);
             self.store.replace(&tag, &again)?;
             n += 1;
         }
-        // The records of shreds, sealed again: after the old KEK key is
-        // destroyed, a shredded value must still read as a delete.
-        for (tag, evidence) in self.store.shreds()? {
-            let ids = self.open_shred(&tag, &evidence).ok_or_else(|| {
-                Error::store(
-                    "a record of a shred that the KEK does not open (forged, or sealed under a KEK key destroyed before a rewrap): not sealed again",
-                    "shred record not opening",
-                )
-            })?;
-            self.store.reseal(&tag, &self.seal_shred(&tag, &ids)?)?;
+        // The records of shreds, sealed again (every DEK id the pieces that
+        // open name, in one): after the old KEK key is destroyed, a
+        // shredded value must still read as a delete. Pieces that do not
+        // open are left (`check` reports a subject none of whose pieces
+        // opens).
+        for (tag, pieces) in self.store.shreds()? {
+            let Some(ids) = self.opened_ids(&tag, &pieces) else {
+                continue;
+            };
+            self.store
+                .reseal(&tag, &pieces, &self.seal_shred(&tag, &ids)?)?;
             n += 1;
         }
         Ok(n)
@@ -699,6 +733,21 @@ impl SubjectKeys {
     fn seal_shred(&self, tag: &SubjectTag, ids: &[[u8; DEK_ID]]) -> Result<Vec<u8>, Error> {
         let seal = self.kek.encrypt(&[], &Self::shred_ad(tag, ids))?;
         Ok(store::evidence(ids, &seal))
+    }
+
+    /// Every DEK id the pieces of evidence that open name; `None` if none
+    /// opens.
+    fn opened_ids(&self, tag: &SubjectTag, pieces: &[Vec<u8>]) -> Option<Vec<[u8; DEK_ID]>> {
+        let mut all: Option<Vec<[u8; DEK_ID]>> = None;
+        for ids in pieces.iter().filter_map(|p| self.open_shred(tag, p)) {
+            let all = all.get_or_insert_with(Vec::new);
+            for id in ids {
+                if !all.contains(&id) {
+                    all.push(id);
+                }
+            }
+        }
+        all
     }
 
     /// The ids a shred's evidence covers, if the KEK opens its seal.
@@ -817,9 +866,9 @@ impl SubjectKeys {
             // Only a shred deletes: its evidence must open under the KEK
             // and name this DEK (a forged or replayed record of a shred,
             // or a DEK a shred covered only by its offset, is an error).
-            DekLookup::Shredded(evidence)
+            DekLookup::Shredded(pieces)
                 if self
-                    .open_shred(tag, &evidence)
+                    .opened_ids(tag, &pieces)
                     .is_some_and(|ids| ids.contains(id)) =>
             {
                 Ok(ToRead::Shredded)

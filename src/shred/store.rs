@@ -6,8 +6,9 @@ use std::sync::{Mutex, PoisonError};
 use super::SubjectTag;
 
 /// A record of a subject's shreds: its tag and the evidence (the DEK ids
-/// they covered, sealed under the KEK: see [`covered_ids`]).
-pub type ShredRecord = (SubjectTag, Vec<u8>);
+/// they covered, sealed under the KEK: see [`covered_ids`]), one piece or,
+/// in a store that keeps each (a topic), several.
+pub type ShredRecord = (SubjectTag, Vec<Vec<u8>>);
 
 /// Seals the DEK ids a shred covers into the evidence a store keeps
 /// ([`KeyStore::remove`] calls it with the ids).
@@ -56,9 +57,10 @@ pub enum DekLookup {
     /// The DEK's record (`DEK id | wrapped DEK`).
     Found(Vec<u8>),
     /// A shred of the subject covers this DEK: it is gone on purpose. The
-    /// evidence (see [`covered_ids`]) is checked under the KEK before the
-    /// value reads as a delete.
-    Shredded(Vec<u8>),
+    /// evidence (see [`covered_ids`]; a store that keeps several pieces
+    /// gives each) is checked under the KEK before the value reads as a
+    /// delete.
+    Shredded(Vec<Vec<u8>>),
     /// The store neither holds this DEK nor records its shred.
     Unknown,
 }
@@ -129,13 +131,14 @@ pub trait KeyStore: Send + Sync {
     /// `seal`'s.
     fn remove(&self, tag: &SubjectTag, seal: Seal<'_>) -> Result<Shred, Error>;
 
-    /// Replaces `tag`'s record of its shreds with `evidence` (the same ids
-    /// sealed again: a KEK rotation), in one step a shred cannot slip
-    /// between; nothing if the subject has none.
+    /// Keeps `evidence` (the ids of `was`, sealed again: a KEK rotation)
+    /// as `tag`'s record of its shreds: a store that keeps one piece
+    /// replaces it only if it is still `was` (a shred since then wins), in
+    /// one step; a store that keeps each adds it.
     ///
     /// # Errors
     /// The store's own failure.
-    fn reseal(&self, tag: &SubjectTag, evidence: &[u8]) -> Result<(), Error>;
+    fn reseal(&self, tag: &SubjectTag, was: &[Vec<u8>], evidence: &[u8]) -> Result<(), Error>;
 
     /// Every record, with its tag (each of a tag's records where a store
     /// keeps several): what [`SubjectKeys::rewrap`](super::SubjectKeys::rewrap)
@@ -199,7 +202,7 @@ fn lookup(record: Option<Vec<u8>>, evidence: Option<&[u8]>, dek_id: &[u8; 8]) ->
         Some(r) if r.get(..8) == Some(&dek_id[..]) => DekLookup::Found(r),
         _ => match evidence {
             Some(e) if covered_ids(e).is_some_and(|ids| ids.contains(dek_id)) => {
-                DekLookup::Shredded(e.to_vec())
+                DekLookup::Shredded(vec![e.to_vec()])
             }
             _ => DekLookup::Unknown,
         },
@@ -305,9 +308,11 @@ impl KeyStore for MemoryKeyStore {
         Ok(found)
     }
 
-    fn reseal(&self, tag: &SubjectTag, evidence: &[u8]) -> Result<(), Error> {
+    fn reseal(&self, tag: &SubjectTag, was: &[Vec<u8>], evidence: &[u8]) -> Result<(), Error> {
         if let Some(e) = self.lock().shreds.get_mut(tag) {
-            *e = evidence.to_vec();
+            if was == std::slice::from_ref(e) {
+                *e = evidence.to_vec();
+            }
         }
         Ok(())
     }
@@ -321,7 +326,7 @@ impl KeyStore for MemoryKeyStore {
             .lock()
             .shreds
             .iter()
-            .map(|(t, e)| (*t, e.clone()))
+            .map(|(t, e)| (*t, vec![e.clone()]))
             .collect())
     }
 
@@ -513,9 +518,12 @@ mod redb_store {
             sealed
         }
 
-        fn reseal(&self, tag: &SubjectTag, evidence: &[u8]) -> Result<(), Error> {
+        fn reseal(&self, tag: &SubjectTag, was: &[Vec<u8>], evidence: &[u8]) -> Result<(), Error> {
             self.write(|_, shreds| {
-                if shreds.get(&tag[..])?.is_some() {
+                let same = shreds
+                    .get(&tag[..])?
+                    .is_some_and(|e| was == [e.value().to_vec()]);
+                if same {
                     shreds.insert(&tag[..], evidence)?;
                 }
                 Ok(())
@@ -546,7 +554,7 @@ mod redb_store {
             for entry in table.iter().map_err(store_err("iterate"))? {
                 let (k, v) = entry.map_err(store_err("read an entry"))?;
                 if let Ok(tag) = SubjectTag::try_from(k.value()) {
-                    out.push((tag, v.value().to_vec()));
+                    out.push((tag, vec![v.value().to_vec()]));
                 }
             }
             Ok(out)
