@@ -693,7 +693,7 @@ fn confluent(c: &mut Criterion) {
                 "card":{"type":"string","confluent:tags":["PII"]},
                 "iban":{"type":"string","confluent:tags":["PII"]},
                 "email":{"type":"string","confluent:tags":["PII"]}}}"#,
-            "ruleSet": {"domainRules": [{"type": rule, "tags": ["PII"],
+            "ruleSet": {"domainRules": [{"mode": "WRITEREAD", "type": rule, "tags": ["PII"],
                 "params": {"encrypt.kek.name": "bench"}}]}
         })
     };

@@ -29,7 +29,7 @@ fn schema(rule: &str, algorithm: &str, expiry: &str) -> Value {
         "schema": r#"{"type":"object","properties":{"id":{"type":"integer"},
             "ssn":{"type":"string","confluent:tags":["PII"]},
             "cards":{"type":"array","items":{"type":"string","confluent:tags":["PII"]}}}}"#,
-        "ruleSet": {"domainRules": [{"type": rule, "tags": ["PII"],
+        "ruleSet": {"domainRules": [{"mode": "WRITEREAD", "type": rule, "tags": ["PII"],
             "params": {"encrypt.kek.name": "k", "encrypt.dek.algorithm": algorithm,
                        "encrypt.dek.expiry.days": expiry}}]}
     })
@@ -41,7 +41,7 @@ fn avro_schema(rule: &str, algorithm: &str, expiry: &str) -> Value {
         "schema": r#"{"type":"record","name":"R","fields":[{"name":"id","type":"long"},
             {"name":"ssn","type":"string","confluent:tags":["PII"]},
             {"name":"cards","type":["null",{"type":"array","items":"string"}]}]}"#,
-        "ruleSet": {"domainRules": [{"type": rule, "tags": ["PII"],
+        "ruleSet": {"domainRules": [{"mode": "WRITEREAD", "type": rule, "tags": ["PII"],
             "params": {"encrypt.kek.name": "k", "encrypt.dek.algorithm": algorithm,
                        "encrypt.dek.expiry.days": expiry}}]}
     })
@@ -151,7 +151,7 @@ fuzz_target!(|data: &[u8]| {
                 let mut scratch = ConfluentJson::new(LocalKms::new("fuzz"));
                 let kind = if rest.len() % 2 == 0 { "JSON" } else { "AVRO" };
                 let s = json!({"schemaType": kind, "schema": text, "ruleSet":
-                    {"domainRules": [{"type": "ENCRYPT", "tags": ["PII"], "params": {"encrypt.kek.name": "k"}}]}});
+                    {"domainRules": [{"mode": "WRITEREAD", "type": "ENCRYPT", "tags": ["PII"], "params": {"encrypt.kek.name": "k"}}]}});
                 if scratch.register(9, "x-value", &s).is_ok() {
                     let _ = scratch.encode("x-value", Some(&json!({"ssn": "s", "a": [1, "b"]})));
                 }

@@ -880,7 +880,7 @@ fn write<T>(lock: &RwLock<T>) -> std::sync::RwLockWriteGuard<'_, T> {
 ///     "schema": r#"{"type":"object","properties":{"id":{"type":"integer"},
 ///         "ssn":{"type":"string","confluent:tags":["PII"]},
 ///         "note":{"type":["null","string"],"confluent:tags":["PII"]}}}"#,
-///     "ruleSet": {"domainRules": [{"type": "ENCRYPT", "tags": ["PII"],
+///     "ruleSet": {"domainRules": [{"mode": "WRITEREAD", "type": "ENCRYPT", "tags": ["PII"],
 ///         "params": {"encrypt.kek.name": "k1"}}]}
 /// }))?;
 /// let serde = ConfluentSerde::<Customer>::new(Arc::new(codec));
