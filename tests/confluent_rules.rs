@@ -391,3 +391,44 @@ fn registry_credentials_never_show() {
     let plain = Registry::new("https://127.0.0.1:1").unwrap();
     assert!(!plain.sends_credentials_in_clear());
 }
+
+/// Record keys through `ConfluentSerde::for_keys`: under a randomized rule
+/// (AES-GCM, the default) a key would be written differently every time
+/// and compaction would never meet its tombstone, so it is refused; under
+/// AES256_SIV the same key is the same bytes every time.
+#[test]
+fn record_keys_under_a_randomized_rule_are_refused() {
+    use std::sync::Arc;
+    use tombstone_crypt::confluent::ConfluentSerde;
+    use tombstone_crypt::{Context, Serializer as _};
+    #[derive(serde::Serialize)]
+    struct Key {
+        id: i64,
+        ssn: String,
+    }
+    let key = Key {
+        id: 1,
+        ssn: "078-05-1120".into(),
+    };
+    let ctx = Context::new("t");
+    for (algorithm, deterministic) in [("AES256_GCM", false), ("AES256_SIV", true)] {
+        let mut codec = ConfluentJson::new(LocalKms::new(SECRET));
+        let schema = schema_with(
+            json!([rule(
+                "ENCRYPT",
+                json!({"params": {"encrypt.kek.name": "k1", "encrypt.dek.algorithm": algorithm}})
+            )]),
+            json!({}),
+        );
+        codec.register(1, "t-key", &schema).unwrap();
+        let keys = ConfluentSerde::<Key>::new(Arc::new(codec)).for_keys();
+        let once = keys.serialize(&ctx, Some(&key));
+        if deterministic {
+            let again = keys.serialize(&ctx, Some(&key)).unwrap();
+            assert_eq!(once.unwrap(), again, "{algorithm}: one key, one form");
+        } else {
+            let refused = once.unwrap_err();
+            assert!(refused.to_string().contains("randomized"), "{refused}");
+        }
+    }
+}

@@ -927,7 +927,10 @@ impl<T> ConfluentSerde<T> {
         }
     }
 
-    /// For record keys instead (`{topic}-key`).
+    /// For record keys instead (`{topic}-key`). A key schema's encryption
+    /// rules must be deterministic (`AES256_SIV`): writing a key under a
+    /// randomized rule is refused, as compaction could never match its
+    /// writes.
     #[must_use]
     pub fn for_keys(self) -> Self {
         ConfluentSerde {
@@ -945,6 +948,23 @@ impl<T: serde::Serialize> Serializer<T> for ConfluentSerde<T> {
     fn serialize_into(&self, ctx: &Context<'_>, value: &T, out: &mut Vec<u8>) -> Result<(), Error> {
         let subject = self.subject(ctx);
         let id = self.codec.latest_id(&subject)?;
+        if self.suffix == "-key" {
+            // A record key is what compaction matches: under a randomized
+            // rule the same key is written differently each time, and a
+            // tombstone never meets the value it deletes.
+            let schema = self.codec.schema(id, Some(&subject))?;
+            let randomized = schema
+                .fields
+                .iter()
+                .map(|(r, _)| r)
+                .chain(schema.payload.as_ref())
+                .any(|r| r.algorithm != super::DekAlgorithm::Aes256Siv);
+            if randomized {
+                return Err(Error::confluent(format!(
+                    "record keys of {subject} under a randomized rule (AES-GCM): each write of a key would differ and compaction would never meet its tombstone; the key schema's rules need encrypt.dek.algorithm AES256_SIV"
+                )));
+            }
+        }
         let value = serde_json::to_value(value).map_err(|e| {
             Error::codec(
                 "json",
