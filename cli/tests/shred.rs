@@ -786,6 +786,28 @@ fn a_mistyped_key_store_and_forged_values_are_errors_never_deletes() {
         (&0.into(), &5.into()),
         "{r}"
     );
+    // ... and repair through it writes nothing.
+    let other_ck = dir.file("other.checkpoint");
+    let out = cli(&[
+        "repair",
+        "--bootstrap",
+        &bootstrap,
+        "--topic",
+        &topic,
+        "--subject-kek",
+        &kek_path,
+        "--subject-key-store",
+        &other,
+        "--apply",
+        "--null-marker",
+        "none",
+        "--checkpoint",
+        &other_ck,
+        "--json",
+        "-q",
+    ]);
+    assert!(code(&out) < 2, "{}", String::from_utf8_lossy(&out.stderr));
+    assert_eq!(json_of(&out)["tombstones_planned"], 0);
 
     // Forged values: a plain value that starts with `S`, and c-2's value
     // with one DEK-id bit flipped, under keys of their own.
