@@ -135,7 +135,7 @@ PY
             live="$(python3 -c 'import json,sys; print(json.load(sys.stdin)["keys"])' < <("$cli" audit "${args[@]}" || true))"
             timed "audit, $readers reader(s)" "$records" "$live" "$cli" audit "${args[@]}"
             timed "repair --apply, $readers reader(s)" "$records" "$live" \
-                "$cli" repair "${args[@]}" --apply --checkpoint "$work/repair.ck"
+                "$cli" repair "${args[@]}" --apply --null-marker empty --checkpoint "$work/repair.ck"
             "$cli" keyset rotate --in "$values" >/dev/null
             now="$(python3 -c 'import json,sys; print(json.load(sys.stdin)["records"])' < <("$cli" audit "${args[@]}" || true))"
             timed "reencrypt --apply, $readers reader(s)" "$now" "$live" \
