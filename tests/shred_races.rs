@@ -519,11 +519,7 @@ fn hand_made_naming_marker_and_reseal_records_split_nothing_and_kill_nothing() {
     produce(&t, &[&[0xff; 16][..], &[0xff; 8]].concat(), &forged);
     produce(
         &t,
-        &[
-            &[0xff; 16][..],
-            &[0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xfe],
-        ]
-        .concat(),
+        &[&[0xff; 16][..], &[0xff; 8], &[0, 0, 0, 1]].concat(),
         &forged[8..],
     );
     produce(&t, &[&[0xff; 16][..], &[9; 8]].concat(), &[9; 60]);
@@ -539,7 +535,7 @@ fn hand_made_naming_marker_and_reseal_records_split_nothing_and_kill_nothing() {
     // marker's evidence replayed as a reseal after a second shred: the
     // values of both shreds still read as deletes, and a rewrap goes on.
     let tag = v[1..17].to_vec();
-    let reseal_key = [&tag[..], &[0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xfe]].concat();
+    let reseal_key = [&tag[..], &[0xff; 8], &[0, 0, 0, 1]].concat();
     let first_marker = {
         let log = KafkaChangelog::open(&bootstrap, &t).unwrap();
         tombstone_crypt::store::compact(&log.records().unwrap())
@@ -559,4 +555,93 @@ fn hand_made_naming_marker_and_reseal_records_split_nothing_and_kill_nothing() {
     let r = values(open(&t).unwrap());
     assert_eq!(r.deserialize(&ctx, Some(&v)).unwrap(), None);
     assert_eq!(r.deserialize(&ctx, Some(&v2)).unwrap(), None);
+}
+
+/// A KEK rotation with an instance still on the old keyset, through
+/// compaction: the old instance's rewrap and its shred of a subject with no
+/// key left write nothing that replaces the evidence under the new key,
+/// so once the old key is destroyed, the shredded value still reads as a
+/// delete on the compacted topic. A naming record copied whole from
+/// another store under the same KEK makes the store's DEKs errors (they
+/// are bound to their naming key), never keys a shred cannot reach.
+#[test]
+fn a_rotation_with_an_old_instance_survives_compaction_and_a_copied_naming_key_reads_nothing() {
+    let Some(bootstrap) = common::kafka::bootstrap() else {
+        return;
+    };
+    let old = Keyset::generate();
+    let mut kek = old.clone();
+    let topic = common::kafka::fresh_topic("shred-rotation-compacted");
+    let old_keys = SubjectKeys::create(old.clone(), Arc::new(store(&bootstrap, &topic))).unwrap();
+    let values: SubjectEncrypting<Utf8, str> = SubjectEncrypting::new(Arc::new(old_keys), Utf8);
+    let ctx = Context::new("t").with_key(b"alice");
+    let v = values.serialize(&ctx, Some("alice's")).unwrap().unwrap();
+    values.keys().shred(b"alice").unwrap();
+    let first = kek.primary();
+    kek.rotate();
+    let admin = SubjectKeys::open(kek.clone(), Arc::new(store(&bootstrap, &topic))).unwrap();
+    admin.rewrap().unwrap();
+    // The instance on the old keyset rewraps and shreds again.
+    std::thread::sleep(Duration::from_millis(300));
+    values.keys().rewrap().unwrap();
+    assert_eq!(
+        values.keys().shred(b"alice").unwrap(),
+        Shred::AlreadyShredded
+    );
+    // Compaction, as the cleaner leaves the topic: the newest record of
+    // each key, in order, no tombstones.
+    let compacted = common::kafka::fresh_topic("shred-rotation-compacted-copy");
+    {
+        let log = KafkaChangelog::open(&bootstrap, &topic).unwrap();
+        let mut copy = KafkaChangelog::open(&bootstrap, &compacted).unwrap();
+        for r in tombstone_crypt::store::compact(&log.records().unwrap()) {
+            if let Some(value) = &r.value {
+                copy.append(&r.key, Some(value)).unwrap();
+            }
+        }
+        copy.flush().unwrap();
+    }
+    kek.remove(first).unwrap();
+    let keys = SubjectKeys::open(kek.clone(), Arc::new(store(&bootstrap, &compacted))).unwrap();
+    let check = keys.check().unwrap();
+    assert!(check.is_clean(), "{check:?}");
+    let r = SubjectEncrypting::<Utf8, str>::new(Arc::new(keys), Utf8);
+    assert_eq!(
+        r.deserialize(&ctx, Some(&v)).unwrap(),
+        None,
+        "after compaction"
+    );
+
+    // A naming record copied whole from another store under the same KEK,
+    // the store's own withdrawn.
+    let (a, b) = (
+        common::kafka::fresh_topic("naming-copied-a"),
+        common::kafka::fresh_topic("naming-copied-b"),
+    );
+    let w = SubjectEncrypting::<Utf8, str>::new(
+        Arc::new(SubjectKeys::create(kek.clone(), Arc::new(store(&bootstrap, &a))).unwrap()),
+        Utf8,
+    );
+    let bob = Context::new("t").with_key(b"bob");
+    let vb = w.serialize(&bob, Some("bob's")).unwrap().unwrap();
+    drop(SubjectKeys::create(kek.clone(), Arc::new(store(&bootstrap, &b))).unwrap());
+    let naming = |t: &str| {
+        let log = KafkaChangelog::open(&bootstrap, t).unwrap();
+        tombstone_crypt::store::compact(&log.records().unwrap())
+            .into_iter()
+            .find(|r| r.key.starts_with(&[0xff; 16]) && r.value.is_some())
+            .unwrap()
+    };
+    let (ours, theirs) = (naming(&a), naming(&b));
+    let mut log = KafkaChangelog::open(&bootstrap, &a).unwrap();
+    log.append(&ours.key, None).unwrap();
+    log.append(&theirs.key, theirs.value.as_deref()).unwrap();
+    log.flush().unwrap();
+    let keys = SubjectKeys::open(kek, Arc::new(store(&bootstrap, &a))).unwrap();
+    assert!(!keys.check().unwrap().is_clean());
+    let r = SubjectEncrypting::<Utf8, str>::new(Arc::new(keys), Utf8);
+    assert!(
+        r.deserialize(&bob, Some(&vb)).is_err(),
+        "bob's value read under a copied naming key"
+    );
 }

@@ -48,10 +48,12 @@ const MARKER: [u8; 8] = [0xff; 8];
 /// A shred marker's value starts so; the shred's evidence follows (the
 /// DEK ids it covers, sealed under the KEK: `shred::covered_ids`).
 const SHREDDED: &[u8] = b"shredded";
-/// A record of a shred sealed again (a KEK rotation's rewrap) has this key
-/// suffix and the evidence as its value; unlike a marker it covers only
-/// the DEK ids it names, not the records below it.
-const RESEALED: [u8; 8] = [0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xfe];
+/// A record of a shred sealed again (a KEK rotation's rewrap) is keyed
+/// `subject tag | 0xff x 8 | the sealing KEK key's id (4)` (28 bytes: one
+/// record per KEK key, so compaction never lets a piece sealed under an
+/// older key replace one under a newer), with the evidence as its value;
+/// unlike a marker it kills nothing.
+const RESEAL_KEY_LEN: usize = 28;
 
 /// A live DEK record: its id, the offset it was first written at (a
 /// record wrapped again keeps it), and its bytes.
@@ -131,6 +133,10 @@ impl Covered {
             self.pieces.remove(0);
         }
         self.pieces.push(evidence.into());
+    }
+
+    fn is_empty(&self) -> bool {
+        self.ids.is_empty() && self.pieces.is_empty()
     }
 
     fn names(&self, id: &[u8; 8]) -> bool {
@@ -213,7 +219,30 @@ impl View {
         }
     }
 
+    /// A shred's evidence sealed again: one more piece, kept whether or
+    /// not a marker came before it (compaction may have put the marker
+    /// after it); it kills nothing.
+    fn resealed(&mut self, tag: SubjectTag, evidence: &[u8]) {
+        if crate::shred::covered_ids(evidence).is_none() {
+            return;
+        }
+        let covered = self.shredded.entry(tag).or_default();
+        covered.add_piece(evidence);
+        if covered.is_empty() {
+            self.shredded.remove(&tag);
+        }
+    }
+
     fn apply(&mut self, offset: u64, key: &[u8], value: Option<&[u8]>) {
+        if key.len() == RESEAL_KEY_LEN && key.get(16..24) == Some(&MARKER[..]) {
+            if let (Ok(tag), Some(evidence)) = (<SubjectTag>::try_from(&key[..16]), value) {
+                // No subject has the naming key's tag.
+                if tag != [0xff; 16] {
+                    self.resealed(tag, evidence);
+                }
+            }
+            return;
+        }
         let (Some(tag), Some(id), 24) = (
             key.get(..16).and_then(|t| <SubjectTag>::try_from(t).ok()),
             key.get(16..24).and_then(|t| <[u8; 8]>::try_from(t).ok()),
@@ -222,9 +251,9 @@ impl View {
             return; // not a record of this store's
         };
         match (id, value) {
-            // No subject has the naming key's tag: no marker or reseal
-            // there is a shred's.
-            (MARKER | RESEALED, _) if tag == [0xff; 16] => {}
+            // No subject has the naming key's tag: no marker there is a
+            // shred's.
+            (MARKER, _) if tag == [0xff; 16] => {}
             // A shred: every DEK written before it is dead, and every DEK
             // it names. A value that is not a marker's is no shred.
             (MARKER, Some(marker)) => {
@@ -232,16 +261,7 @@ impl View {
                     self.mark(tag, evidence);
                 }
             }
-            // A shred's evidence sealed again: one more piece of evidence
-            // for a subject already shredded; it kills nothing.
-            (RESEALED, Some(evidence)) => {
-                if crate::shred::covered_ids(evidence).is_some() {
-                    if let Some(c) = self.shredded.get_mut(&tag) {
-                        c.add_piece(evidence);
-                    }
-                }
-            }
-            (MARKER | RESEALED, None) => {}
+            (MARKER, None) => {}
             // A DEK a shred covered, written again (a rewrap that raced
             // the shred): dead.
             (_, Some(_)) if !self.offsets_only && self.shredded(&tag).contains(&id) => {}
@@ -495,6 +515,16 @@ impl KeyStore for KafkaKeyStore {
             let view = self.refresh()?;
             (view.ids(tag), view.shredded(tag).to_vec())
         };
+        // Nothing to remove: no marker (one sealed by an instance on an
+        // older KEK key would, after compaction, replace a marker whose
+        // evidence a rewrap has sealed again).
+        if live.is_empty() {
+            return Ok(if shredded.is_empty() {
+                Shred::NoKey
+            } else {
+                Shred::AlreadyShredded
+            });
+        }
         // The marker first, naming every DEK the subject's shreds covered
         // (so a shred cut short after it is whole: the records below it are
         // dead and named), then a tombstone for each (those shredded
@@ -566,13 +596,17 @@ impl KeyStore for KafkaKeyStore {
             .collect())
     }
 
-    /// Writes `evidence` as a record of its own (`tag | 0xff x 7 | 0xfe`),
+    /// Writes `evidence` as a record of its own (`tag | 0xff x 8 | KEK key
+    /// id`),
     /// not as a marker: a marker written again would cover the subject's
     /// DEKs made since its shred. It adds a piece of evidence, and hides
     /// none (a shred since the rewrap read the store keeps its own).
     fn reseal(&self, tag: &SubjectTag, _was: &[Vec<u8>], evidence: &[u8]) -> Result<(), Error> {
         if self.refresh()?.shredded.contains_key(tag) {
-            self.write(&[(key(tag, &RESEALED), Some(evidence))])?;
+            let kid = crate::shred::sealing_key(evidence).unwrap_or([0; 4]);
+            let mut k = key(tag, &MARKER);
+            k.extend_from_slice(&kid);
+            self.write(&[(k, Some(evidence))])?;
         }
         Ok(())
     }

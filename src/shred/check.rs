@@ -24,10 +24,10 @@ pub struct KeyStoreCheck {
     /// DEK ids covered by records of shreds: values under them read as
     /// deletes.
     pub shredded_deks: usize,
-    /// Subjects whose records of shreds the KEK does not open, none of
-    /// them (forged, changed, or sealed under a KEK key destroyed before a
-    /// rewrap reached them), by tag: values under the DEKs they name are
-    /// errors, not deletes.
+    /// Subjects with a shredded DEK id that no record of a shred the KEK
+    /// opens names (forged or changed records, or ones sealed under a KEK
+    /// key destroyed before a rewrap reached them), by tag: values under
+    /// those DEKs are errors, not deletes.
     pub shreds_not_opening: Vec<SubjectTag>,
     /// Subjects with more than one DEK (none, unless a maker that lost a
     /// race for a subject's first DEK was stopped before it withdrew its
@@ -98,6 +98,16 @@ impl SubjectKeys {
                 check.shreds_not_opening.push(tag);
                 continue;
             };
+            // A DEK id that only pieces the KEK does not open name: a value
+            // under it is an error, not a delete.
+            let unopened = pieces
+                .iter()
+                .filter_map(|p| super::store::covered_ids(p))
+                .flatten()
+                .any(|id| !all.contains(&id));
+            if unopened {
+                check.shreds_not_opening.push(tag);
+            }
             check.shredded_deks += all.len();
             // What the pieces sealed under the primary cover: after the
             // older KEK keys are destroyed, only they open.

@@ -72,6 +72,7 @@ use std::time::Duration;
 use zeroize::Zeroizing;
 
 pub use check::KeyStoreCheck;
+pub(crate) use store::sealing_key;
 #[cfg(feature = "redb")]
 pub use store::RedbKeyStore;
 pub use store::{covered_ids, DekLookup, KeyStore, MemoryKeyStore, Seal, Shred, ShredRecord};
@@ -687,7 +688,7 @@ impl SubjectKeys {
             let ad = if tag == NAMING_ID {
                 naming_ad(id)
             } else {
-                Self::dek_ad(&tag, id)
+                self.dek_ad(&tag, id)
             };
             // A record the KEK does not open (forged, or under a key
             // destroyed before) has nothing to wrap again: `check` reports
@@ -760,8 +761,13 @@ impl SubjectKeys {
     }
 
     /// A DEK record's associated data: what it is and whose.
-    fn dek_ad(tag: &SubjectTag, id: &[u8; DEK_ID]) -> Vec<u8> {
+    /// It names the store's naming key by its record id too: a DEK record
+    /// opens only in the store whose naming key named its subject (a
+    /// naming key swapped in from another store under the same KEK makes
+    /// the store's DEKs errors, never keys a shred cannot reach).
+    fn dek_ad(&self, tag: &SubjectTag, id: &[u8; DEK_ID]) -> Vec<u8> {
         let mut ad = b"tombstone-crypt subject dek".to_vec();
+        ad.extend_from_slice(&self.naming.get().map_or([0; DEK_ID], |(_, n)| *n));
         ad.extend_from_slice(tag);
         ad.extend_from_slice(id);
         ad
@@ -772,7 +778,7 @@ impl SubjectKeys {
         let (id, wrapped) = record
             .split_first_chunk::<DEK_ID>()
             .ok_or_else(|| Error::store("a subject key record is too short", "corrupt record"))?;
-        let key = Zeroizing::new(self.kek.decrypt(wrapped, &Self::dek_ad(tag, id))?);
+        let key = Zeroizing::new(self.kek.decrypt(wrapped, &self.dek_ad(tag, id))?);
         Ok(Dek {
             id: *id,
             key: AesGcmKey::new(&key, self.kek.backend())?,
@@ -837,7 +843,7 @@ impl SubjectKeys {
         let mut key = Zeroizing::new([0u8; DEK_LEN]);
         crate::random::fill_from_os(&mut key[..]);
         let mut record = id.to_vec();
-        record.extend_from_slice(&self.kek.encrypt(&key[..], &Self::dek_ad(tag, &id))?);
+        record.extend_from_slice(&self.kek.encrypt(&key[..], &self.dek_ad(tag, &id))?);
         // Two writers making a subject's first DEK at once: the one stored
         // first is the subject's, for both.
         let stored = self.store.insert_if_absent(tag, &record)?;

@@ -35,6 +35,12 @@ pub(crate) fn split_evidence(evidence: &[u8]) -> Option<(Vec<[u8; 8]>, &[u8])> {
     Some((ids.chunks_exact(8).filter_map(id_of).collect(), seal))
 }
 
+/// The id of the KEK key that sealed `evidence` (its seal's Tink key id).
+pub(crate) fn sealing_key(evidence: &[u8]) -> Option<[u8; 4]> {
+    let (_, seal) = split_evidence(evidence)?;
+    seal.get(1..5)?.try_into().ok()
+}
+
 /// Evidence bytes: `n: u32be | ids | seal`.
 pub(crate) fn evidence(ids: &[[u8; 8]], seal: &[u8]) -> Vec<u8> {
     let n = u32::try_from(ids.len()).unwrap_or(u32::MAX);
