@@ -859,3 +859,41 @@ fn keks_in_aws_kms_and_vault_under_confluents_names_open_both_ways() {
         );
     }
 }
+
+/// A DEK version soft-deleted in the registry: records written under it
+/// stay readable (a reader asks for deleted versions too, as Confluent's
+/// client does); a new writer does not take it.
+#[test]
+fn a_soft_deleted_dek_still_reads_its_records() {
+    use tombstone_crypt::confluent::Registry;
+    let Some(server) = TestRegistry::start() else {
+        return;
+    };
+    let f = fixture("field-gcm");
+    let subject = "soft-deleted-value";
+    let registry = Registry::new(&server.url).unwrap();
+    registry.register(subject, &f["schema"]).unwrap();
+    let writer = ConfluentJson::new(LocalKms::new("mysecret"))
+        .with_registry(Registry::new(&server.url).unwrap());
+    let value = json!({"id": 1, "name": "Ada", "ssn": "078-05-1120", "note": null});
+    let bytes = writer.encode(subject, Some(&value)).unwrap();
+    // Soft-delete version 1 of the subject's DEK.
+    let kek = f["rule"]["params"]["encrypt.kek.name"].as_str().unwrap();
+    let addr = server.url.strip_prefix("http://").unwrap();
+    let mut conn = std::net::TcpStream::connect(addr).unwrap();
+    write!(
+        conn,
+        "DELETE /dek-registry/v1/keks/{kek}/deks/{subject}/versions/1?algorithm=AES256_GCM HTTP/1.1\r\nHost: {addr}\r\nContent-Length: 0\r\nConnection: close\r\n\r\n"
+    )
+    .unwrap();
+    let mut answer = String::new();
+    std::io::Read::read_to_string(&mut conn, &mut answer).unwrap();
+    assert!(answer.contains(" 200"), "{answer}");
+    assert!(registry
+        .dek(kek, subject, DekAlgorithm::Aes256Gcm, Some(1))
+        .unwrap()
+        .is_none());
+    let reader = ConfluentJson::new(LocalKms::new("mysecret"))
+        .with_registry(Registry::new(&server.url).unwrap());
+    assert_eq!(reader.decode_for(Some(subject), bytes.as_deref()).unwrap(), Some(value));
+}

@@ -510,7 +510,7 @@ impl ConfluentJson {
         }
         if let Some(registry) = &self.registry {
             if let Some((v, wrapped, ts)) =
-                registry.dek(&rule.kek_name, subject, rule.algorithm, Some(version))?
+                registry.dek_to_read(&rule.kek_name, subject, rule.algorithm, version)?
             {
                 return self.keep(rule, subject, v, &wrapped, ts);
             }

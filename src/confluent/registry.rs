@@ -310,12 +310,41 @@ impl Registry {
         algorithm: DekAlgorithm,
         version: Option<u32>,
     ) -> Result<Option<(u32, Vec<u8>, u64)>, Error> {
+        self.dek_with(kek, subject, algorithm, version, false)
+    }
+
+    /// As [`dek`](Registry::dek), a soft-deleted version included: what a
+    /// reader asks for (a record written under a DEK version stays
+    /// readable after the version is soft-deleted, as with Confluent's
+    /// client).
+    ///
+    /// # Errors
+    /// As [`dek`](Registry::dek).
+    pub fn dek_to_read(
+        &self,
+        kek: &str,
+        subject: &str,
+        algorithm: DekAlgorithm,
+        version: u32,
+    ) -> Result<Option<(u32, Vec<u8>, u64)>, Error> {
+        self.dek_with(kek, subject, algorithm, Some(version), true)
+    }
+
+    fn dek_with(
+        &self,
+        kek: &str,
+        subject: &str,
+        algorithm: DekAlgorithm,
+        version: Option<u32>,
+        deleted: bool,
+    ) -> Result<Option<(u32, Vec<u8>, u64)>, Error> {
         let v = version.map_or_else(|| "-1".to_owned(), |v| v.to_string());
         let path = format!(
-            "/dek-registry/v1/keks/{}/deks/{}/versions/{v}?algorithm={}",
+            "/dek-registry/v1/keks/{}/deks/{}/versions/{v}?algorithm={}{}",
             segment(kek),
             segment(subject),
-            algorithm.name()
+            algorithm.name(),
+            if deleted { "&deleted=true" } else { "" }
         );
         let Some(d) = self.get(&path, "get a DEK")? else {
             return Ok(None);

@@ -14,7 +14,8 @@ GET /subjects/{s}/versions/{v|latest}, GET /subjects/{s}/versions,
 GET /schemas/ids/{id}, GET /schemas/ids/{id}/subjects,
 POST /dek-registry/v1/keks, GET /dek-registry/v1/keks/{k},
 POST /dek-registry/v1/keks/{k}/deks[/{s}],
-GET /dek-registry/v1/keks/{k}/deks/{s}[/versions/{v|-1}]?algorithm=A.
+GET /dek-registry/v1/keks/{k}/deks/{s}[/versions/{v|-1}]?algorithm=A[&deleted=true],
+DELETE /dek-registry/v1/keks/{k}/deks/{s}/versions/{v}?algorithm=A (soft).
 """
 import json
 import re
@@ -96,7 +97,26 @@ class Handler(BaseHTTPRequestHandler):
                 v = len(versions) if v in ("-1", "latest") else int(v)
                 if not 1 <= v <= len(versions):
                     return self.error(404, 40470, "Key Not Found")
+                # A soft-deleted DEK only for a client that asks for them.
+                if versions[v - 1]["deleted"] and q.get("deleted") != "true":
+                    return self.error(404, 40470, "Key Not Found")
                 return self.answer(200, versions[v - 1])
+        return self.error(404, 404, "no such endpoint: " + url.path)
+
+    def do_DELETE(self):
+        """DELETE /dek-registry/v1/keks/{k}/deks/{s}/versions/{v}?algorithm=A:
+        the DEK version soft-deleted (kept, answered only with deleted=true)."""
+        url = urlparse(self.path)
+        q = {k: v[0] for k, v in parse_qs(url.query).items()}
+        p = [unquote(x) for x in url.path.strip("/").split("/")]
+        with LOCK:
+            if p[:3] == ["dek-registry", "v1", "keks"] and len(p) == 8 and p[4] == "deks" and p[6] == "versions":
+                versions = DEKS.get((p[3], p[5], q.get("algorithm", "AES256_GCM"))) or []
+                v = int(p[7])
+                if not 1 <= v <= len(versions):
+                    return self.error(404, 40470, "Key Not Found")
+                versions[v - 1]["deleted"] = True
+                return self.answer(200, {})
         return self.error(404, 404, "no such endpoint: " + url.path)
 
     def do_POST(self):
