@@ -895,5 +895,8 @@ fn a_soft_deleted_dek_still_reads_its_records() {
         .is_none());
     let reader = ConfluentJson::new(LocalKms::new("mysecret"))
         .with_registry(Registry::new(&server.url).unwrap());
-    assert_eq!(reader.decode_for(Some(subject), bytes.as_deref()).unwrap(), Some(value));
+    assert_eq!(
+        reader.decode_for(Some(subject), bytes.as_deref()).unwrap(),
+        Some(value)
+    );
 }

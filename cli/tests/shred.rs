@@ -555,7 +555,16 @@ fn compacting_model(seed: u64, fence: Duration) -> usize {
                     "--subject",
                     &subject,
                 ]);
-                assert_eq!(code(&out), 0, "{}", String::from_utf8_lossy(&out.stderr));
+                // Exit 1: the subject had no key (never written, or
+                // shredded already and not written since).
+                let had_key = model.get(&subject).is_some_and(|m| m.0.is_some() && !m.1)
+                    || copies.iter().any(|c| c.0 == subject && !c.3);
+                assert!(code(&out) < 2, "{}", String::from_utf8_lossy(&out.stderr));
+                assert!(
+                    code(&out) == 0 || !had_key,
+                    "a subject with a key said no key: {}",
+                    String::from_utf8_lossy(&out.stdout)
+                );
                 for c in copies.iter_mut().filter(|c| c.0 == subject) {
                     c.3 = true;
                 }
