@@ -750,19 +750,25 @@ impl ConfluentJson {
         let text = match avro_text {
             Some(text) => text,
             None => {
-                for (rule, paths) in &schema.fields {
-                    let dek = self.dek_to_write(rule, subject)?;
-                    for path in paths {
-                        let mut at = Vec::new();
-                        each_at(&mut value, path, &mut at, &mut |field, at| {
-                            seal_field(rule, &dek, field).map_err(|e| in_field(at, e))
-                        })?;
+                let seal = |value: &mut Value| {
+                    for (rule, paths) in &schema.fields {
+                        let dek = self.dek_to_write(rule, subject)?;
+                        for path in paths {
+                            let mut at = Vec::new();
+                            each_at(value, path, &mut at, &mut |field, at| {
+                                seal_field(rule, &dek, field).map_err(|e| in_field(at, e))
+                            })?;
+                        }
                     }
-                }
-                Zeroizing::new(
-                    serde_json::to_vec(&value)
-                        .map_err(|_| Error::codec("json", "cannot encode the record"))?,
-                )
+                    serde_json::to_vec(value)
+                        .map_err(|_| Error::codec("json", "cannot encode the record"))
+                };
+                let text = seal(&mut value);
+                // The codec's own copy of the record: its strings (a
+                // payload rule's plaintext, a field not yet sealed when an
+                // error stopped it) zeroized before they are freed.
+                wipe_json(std::mem::take(&mut value));
+                Zeroizing::new(text?)
             }
         };
         let mut out = Vec::with_capacity(5 + text.len() + 64);
@@ -1009,6 +1015,22 @@ fn json_kind(e: &serde_json::Error) -> &'static str {
         Category::Syntax => "syntax error",
         Category::Data => "wrong type or shape",
         Category::Eof => "unexpected end of input",
+    }
+}
+
+/// Zeroizes a JSON value's strings, object keys included, as it is freed
+/// (numbers are inline; best effort, as all zeroizing).
+fn wipe_json(value: Value) {
+    match value {
+        Value::String(mut s) => zeroize::Zeroize::zeroize(&mut s),
+        Value::Array(items) => items.into_iter().for_each(wipe_json),
+        Value::Object(map) => {
+            for (mut k, v) in map {
+                zeroize::Zeroize::zeroize(&mut k);
+                wipe_json(v);
+            }
+        }
+        _ => {}
     }
 }
 
