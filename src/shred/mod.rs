@@ -72,6 +72,7 @@ use std::time::Duration;
 use zeroize::Zeroizing;
 
 pub use check::KeyStoreCheck;
+#[cfg(feature = "kafka")]
 pub(crate) use store::sealing_key;
 #[cfg(feature = "redb")]
 pub use store::RedbKeyStore;

@@ -36,6 +36,7 @@ pub(crate) fn split_evidence(evidence: &[u8]) -> Option<(Vec<[u8; 8]>, &[u8])> {
 }
 
 /// The id of the KEK key that sealed `evidence` (its seal's Tink key id).
+#[cfg(feature = "kafka")]
 pub(crate) fn sealing_key(evidence: &[u8]) -> Option<[u8; 4]> {
     let (_, seal) = split_evidence(evidence)?;
     seal.get(1..5)?.try_into().ok()
