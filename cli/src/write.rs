@@ -18,12 +18,10 @@ use crate::read::{Setup, RUN_HEADER};
 use crate::record::Write;
 use crate::{fail, Fail};
 
-/// Whether `value` (a librdkafka boolean) is true.
+/// Whether `value` (a librdkafka boolean) is true, as librdkafka reads it
+/// (the library's reading, shared with `TypedProducer`).
 fn is_true(value: &str) -> bool {
-    matches!(
-        value.trim().to_ascii_lowercase().as_str(),
-        "true" | "t" | "1"
-    )
+    tombstone_crypt::kafka::librdkafka_bool(value) == Some(true)
 }
 
 /// Refuses a producer configuration under which a retry could reorder a

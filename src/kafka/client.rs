@@ -339,7 +339,9 @@ where
             config.set("partitioner", "murmur2_random");
         }
         let idempotent = match config.get("enable.idempotence") {
-            Some(v) => v.eq_ignore_ascii_case("true"),
+            // As librdkafka reads it (`1`, `t`, `TRUE` are true): a value
+            // it refuses fails `create` below.
+            Some(v) => super::librdkafka_bool(v) == Some(true),
             None => {
                 config.set("enable.idempotence", "true");
                 true

@@ -53,6 +53,30 @@ pub use rdkafka;
 /// is acknowledged at all), so a write that reported success, or a flush
 /// that returned `Ok`, could be lost. `None` when both are absent or
 /// `all`; the writers then set `acks=all` themselves.
+/// A librdkafka boolean setting's value as librdkafka reads it: `true`,
+/// `t` (any case) or `1` is true, `false`, `f` (any case) or `0` false;
+/// anything else (spaces included) is no boolean (`None`: librdkafka
+/// refuses it). The library and the command line decide "is idempotence
+/// on?" with it, so they agree with the producer librdkafka makes.
+///
+/// ```
+/// use tombstone_crypt::kafka::librdkafka_bool;
+/// assert_eq!(librdkafka_bool("TRUE"), Some(true));
+/// assert_eq!(librdkafka_bool("1"), Some(true));
+/// assert_eq!(librdkafka_bool("f"), Some(false));
+/// assert_eq!(librdkafka_bool("yes"), None);
+/// ```
+pub fn librdkafka_bool(value: &str) -> Option<bool> {
+    if value.eq_ignore_ascii_case("true") || value.eq_ignore_ascii_case("t") || value == "1" {
+        Some(true)
+    } else if value.eq_ignore_ascii_case("false") || value.eq_ignore_ascii_case("f") || value == "0"
+    {
+        Some(false)
+    } else {
+        None
+    }
+}
+
 pub(crate) fn acks_refused(config: &rdkafka::ClientConfig) -> Option<String> {
     ["acks", "request.required.acks"]
         .into_iter()
