@@ -378,25 +378,29 @@ impl Checkpoint {
         writes: &[Write],
     ) -> Result<(), Fail> {
         let len32 = |n: usize| u32::try_from(n).unwrap_or(u32::MAX - 1).to_be_bytes();
-        write_atomically_with(&self.journal_path(partition), |f| {
-            f.write_all(JOURNAL_MAGIC)?;
-            f.write_all(self.run.as_bytes())?;
-            f.write_all(&partition.to_be_bytes())?;
-            f.write_all(&through.to_be_bytes())?;
-            f.write_all(&len32(writes.len()))?;
-            for w in writes {
-                f.write_all(&len32(w.key.len()))?;
-                f.write_all(&w.key)?;
-                match &w.value {
-                    None => f.write_all(&u32::MAX.to_be_bytes())?,
-                    Some(v) => {
-                        f.write_all(&len32(v.len()))?;
-                        f.write_all(v)?;
-                    }
+        let mut f = Vec::new();
+        f.extend_from_slice(JOURNAL_MAGIC);
+        f.extend_from_slice(self.run.as_bytes());
+        f.extend_from_slice(&partition.to_be_bytes());
+        f.extend_from_slice(&through.to_be_bytes());
+        f.extend_from_slice(&len32(writes.len()));
+        for w in writes {
+            f.extend_from_slice(&len32(w.key.len()));
+            f.extend_from_slice(&w.key);
+            match &w.value {
+                None => f.extend_from_slice(&u32::MAX.to_be_bytes()),
+                Some(v) => {
+                    f.extend_from_slice(&len32(v.len()));
+                    f.extend_from_slice(v);
                 }
             }
-            Ok(())
-        })
+        }
+        // The whole journal's SHA-256 last: a journal changed or cut
+        // anywhere does not verify, and nothing of it is written.
+        let digest =
+            sha2::Digest::finalize(sha2::Digest::chain_update(sha2::Sha256::default(), &f));
+        f.extend_from_slice(&digest);
+        write_atomically(&self.journal_path(partition), &f)
     }
 
     /// The partition's journal, if there is one the checkpoint does not
@@ -413,7 +417,7 @@ impl Checkpoint {
         };
         let (run, p, through, writes) = parse_journal(&bytes).ok_or_else(|| {
             fail(format!(
-                "{} is not a journal of this version",
+                "{} is not a journal of this version, or it was changed or cut (its checksum does not verify): nothing of it is written; resume no further from this checkpoint until you know why",
                 path.display()
             ))
         })?;
@@ -429,8 +433,17 @@ impl Checkpoint {
                 path.display()
             )));
         };
-        if through <= progress.done {
+        // Its chunk done (the journal not yet replaced by the next's).
+        if through == progress.done {
             return Ok(None);
+        }
+        // A chunk that ends before what is done: no run writes one.
+        if through < progress.done {
+            return Err(fail(format!(
+                "{}: its chunk ends at offset {through}, before what the checkpoint counts as done ({}): not this run's journal as it wrote it",
+                path.display(),
+                progress.done
+            )));
         }
         if through > progress.end {
             return Err(fail(format!(
@@ -463,7 +476,7 @@ impl Checkpoint {
 }
 
 /// The first bytes of a journal.
-const JOURNAL_MAGIC: &[u8; 4] = b"TCJ1";
+const JOURNAL_MAGIC: &[u8; 4] = b"TCJ2";
 
 /// A journal read: its run id, partition, the offset its chunk ends
 /// below, and its records.
@@ -483,7 +496,13 @@ fn parse_journal(b: &[u8]) -> Option<Journal> {
     fn u32_of(b: &mut &[u8]) -> Option<u32> {
         take(b, 4).map(|x| u32::from_be_bytes([x[0], x[1], x[2], x[3]]))
     }
-    let mut b = b;
+    // The last 32 bytes: the SHA-256 of all before them.
+    let (body, digest) = b.split_at_checked(b.len().checked_sub(32)?)?;
+    let want = sha2::Digest::finalize(sha2::Digest::chain_update(sha2::Sha256::default(), body));
+    if want[..] != *digest {
+        return None;
+    }
+    let mut b = body;
     if take(&mut b, 4)? != JOURNAL_MAGIC {
         return None;
     }
@@ -769,23 +788,43 @@ mod tests {
 
     #[test]
     fn a_journal_of_bad_bytes_is_refused_never_read_past_its_end() {
-        let mut b = JOURNAL_MAGIC.to_vec();
-        b.extend_from_slice(&[b'a'; 32]);
-        b.extend_from_slice(&1i32.to_be_bytes());
-        b.extend_from_slice(&5i64.to_be_bytes());
-        b.extend_from_slice(&1u32.to_be_bytes());
-        b.extend_from_slice(&2u32.to_be_bytes());
-        b.extend_from_slice(b"ab");
-        b.extend_from_slice(&u32::MAX.to_be_bytes());
+        // `body` with its checksum, as `journal` writes it.
+        let sealed = |body: &[u8]| {
+            let mut b = body.to_vec();
+            b.extend_from_slice(&sha2::Digest::finalize(sha2::Digest::chain_update(
+                sha2::Sha256::default(),
+                body,
+            )));
+            b
+        };
+        let mut body = JOURNAL_MAGIC.to_vec();
+        body.extend_from_slice(&[b'a'; 32]);
+        body.extend_from_slice(&1i32.to_be_bytes());
+        body.extend_from_slice(&5i64.to_be_bytes());
+        body.extend_from_slice(&1u32.to_be_bytes());
+        body.extend_from_slice(&2u32.to_be_bytes());
+        body.extend_from_slice(b"ab");
+        body.extend_from_slice(&u32::MAX.to_be_bytes());
+        let b = sealed(&body);
         assert!(parse_journal(&b).is_some());
         for cut in 0..b.len() {
             assert!(parse_journal(&b[..cut]).is_none(), "cut at {cut}");
         }
-        let mut huge = b.clone();
+        // Every single-byte change is refused (a key `ab` changed to
+        // another key, a `through` moved, the checksum itself).
+        for at in 0..b.len() {
+            for flip in [0x01, 0x80, 0xff] {
+                let mut changed = b.clone();
+                changed[at] ^= flip;
+                assert!(parse_journal(&changed).is_none(), "byte {at} ^ {flip:#x}");
+            }
+        }
+        // Well formed bodies under a good checksum are still checked.
+        let mut huge = body.clone();
         huge[48..52].copy_from_slice(&u32::MAX.to_be_bytes());
-        assert!(parse_journal(&huge).is_none());
-        let mut trailing = b;
+        assert!(parse_journal(&sealed(&huge)).is_none());
+        let mut trailing = body;
         trailing.push(0);
-        assert!(parse_journal(&trailing).is_none());
+        assert!(parse_journal(&sealed(&trailing)).is_none());
     }
 }

@@ -2289,7 +2289,7 @@ fn journal_keys(path: &str, topic: &str, keys: &Keyset) -> Vec<String> {
     };
     let de = DeterministicDeserializer::new(Bytes, keys.clone());
     let u32_at = |i: usize| u32::from_be_bytes(b[i..i + 4].try_into().unwrap()) as usize;
-    assert_eq!(&b[..4], b"TCJ1");
+    assert_eq!(&b[..4], b"TCJ2");
     let n = u32_at(4 + 32 + 4 + 8);
     let mut at = 4 + 32 + 4 + 8 + 4;
     let mut names = Vec::new();
