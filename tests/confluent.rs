@@ -603,6 +603,44 @@ fn a_registry_that_is_down_slow_or_missing_a_dek_is_a_clear_error_and_nothing_is
         .kek("kek-shared")
         .unwrap_err();
     assert!(e.to_string().contains("shared KEK"), "{e}");
+    // So is one that a rule names with its KMS type and key id: the
+    // registry's KEK is checked whatever the rule says, and a KEK there in
+    // another place than the rule names is refused (as Confluent's client
+    // does).
+    let post_kek = |body: &str| {
+        let mut conn = std::net::TcpStream::connect(addr).unwrap();
+        write!(
+            conn,
+            "POST /dek-registry/v1/keks HTTP/1.1\r\nHost: {addr}\r\nContent-Type: application/json\r\nContent-Length: {}\r\nConnection: close\r\n\r\n{body}",
+            body.len()
+        )
+        .unwrap();
+        let mut answer = String::new();
+        std::io::Read::read_to_string(&mut conn, &mut answer).unwrap();
+        assert!(answer.contains(" 200 "), "{answer}");
+    };
+    post_kek(r#"{"name":"kek-elsewhere","kmsType":"local-kms","kmsKeyId":"a","shared":false}"#);
+    for (kek, key_id, refused) in [
+        ("kek-shared", "k", "shared KEK"),
+        ("kek-elsewhere", "b", "the rule names local-kms \"b\""),
+    ] {
+        let doc = json!({"type": "object", "properties": {
+            "ssn": {"type": "string", "confluent:tags": ["PII"]}}});
+        let schema = json!({"schemaType": "JSON", "schema": doc.to_string(), "ruleSet": {"domainRules": [{
+            "name": "pii", "kind": "TRANSFORM", "mode": "WRITEREAD", "type": "ENCRYPT", "tags": ["PII"],
+            "params": {"encrypt.kek.name": kek, "encrypt.kms.type": "local-kms", "encrypt.kms.key.id": key_id}}]}});
+        let subject = format!("{kek}-value");
+        Registry::new(&server.url)
+            .unwrap()
+            .register(&subject, &schema)
+            .unwrap();
+        let writer = ConfluentJson::new(LocalKms::new("mysecret"))
+            .with_registry(Registry::new(&server.url).unwrap());
+        let e = writer
+            .encode(&subject, Some(&json!({"ssn": "078-05-1120"})))
+            .unwrap_err();
+        assert!(e.to_string().contains(refused), "{kek}: {e}");
+    }
     let f = fixture("field-gcm");
     let registry = Registry::new(&server.url).unwrap();
     let id = registry

@@ -246,17 +246,29 @@ fn an_avro_schema_whose_tagged_field_cannot_be_encrypted_is_refused() {
     for bad in [
         json!("long"),
         json!(["null", "long"]),
-        json!({"type": "array", "items": "string"}),
+        json!({"type": "array", "items": "long"}),
+        json!({"type": "map", "values": ["null", "int"]}),
+        json!({"type": "enum", "name": "E", "symbols": ["A"]}),
+        json!({"type": "fixed", "name": "F", "size": 4}),
     ] {
         let e = codec
             .register(1, "r-value", &schema(bad.clone()))
             .unwrap_err();
         assert!(
-            e.to_string().contains("not a string or bytes"),
+            e.to_string()
+                .contains("holds something other than strings, bytes or records"),
             "{bad}: {e}"
         );
     }
-    for good in [json!("string"), json!("bytes"), json!(["null", "bytes"])] {
+    // As Confluent's client: within a tagged field, every string and bytes
+    // value (a union's branch, each item of an array or a map).
+    for good in [
+        json!("string"),
+        json!("bytes"),
+        json!(["null", "bytes"]),
+        json!({"type": "array", "items": "string"}),
+        json!({"type": "map", "values": ["null", "bytes"]}),
+    ] {
         codec.register(1, "r-value", &schema(good)).unwrap();
     }
     // Not Avro at all: a clear error.

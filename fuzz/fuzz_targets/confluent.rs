@@ -28,7 +28,7 @@ fn schema(rule: &str, algorithm: &str, expiry: &str) -> Value {
         "schemaType": "JSON",
         "schema": r#"{"type":"object","properties":{"id":{"type":"integer"},
             "ssn":{"type":"string","confluent:tags":["PII"]},
-            "cards":{"type":"array","items":{"type":"string","confluent:tags":["PII"]}}}}"#,
+            "cards":{"type":"array","items":{"type":"string"},"confluent:tags":["PII"]}}}"#,
         "ruleSet": {"domainRules": [{"mode": "WRITEREAD", "type": rule, "tags": ["PII"],
             "params": {"encrypt.kek.name": "k", "encrypt.dek.algorithm": algorithm,
                        "encrypt.dek.expiry.days": expiry}}]}
@@ -40,7 +40,7 @@ fn avro_schema(rule: &str, algorithm: &str, expiry: &str) -> Value {
         "schemaType": "AVRO",
         "schema": r#"{"type":"record","name":"R","fields":[{"name":"id","type":"long"},
             {"name":"ssn","type":"string","confluent:tags":["PII"]},
-            {"name":"cards","type":["null",{"type":"array","items":"string"}]}]}"#,
+            {"name":"cards","type":["null",{"type":"array","items":"string"}],"confluent:tags":["PII"]}]}"#,
         "ruleSet": {"domainRules": [{"mode": "WRITEREAD", "type": rule, "tags": ["PII"],
             "params": {"encrypt.kek.name": "k", "encrypt.dek.algorithm": algorithm,
                        "encrypt.dek.expiry.days": expiry}}]}

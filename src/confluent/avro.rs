@@ -3,12 +3,15 @@
 //! `apache-avro` crate. The DEKs, rules and registries are
 //! [`ConfluentJson`](super::ConfluentJson)'s, as for JSON Schema.
 //!
-//! A field is tagged when its `confluent:tags` (an attribute of the record
-//! field, as Confluent's clients read it) holds one of a rule's tags. Such a
-//! field must be a `string` or `bytes`, or a union of `null` and one of
-//! them: anything else refuses the schema, rather than leave the field in
-//! plaintext. A string field holds the base64 of the ciphertext, a bytes
-//! field the ciphertext itself; a null stays null.
+//! A rule reaches a field as Confluent's client decides it (see
+//! [`tags`](super::tags): the field's `confluent:tags` attribute and the
+//! schema's `metadata.tags` for its full name `namespace.Record.field`).
+//! Within a reached field, every string and bytes value is encrypted: the
+//! field itself, its branch of a union, each item of an array or a map of
+//! them. A reached field that holds anything else (an `int`, an `enum`, a
+//! `fixed`) refuses the schema, as Confluent's client fails to write it;
+//! records inside are reached by their own fields' tags. A string holds the
+//! base64 of the ciphertext, bytes the ciphertext itself; a null stays null.
 //!
 //! A record's value, both ways, is its JSON form (`serde_json::Value`): a
 //! record an object, a union its branch's value, `bytes` and `fixed` an
@@ -25,6 +28,7 @@ use zeroize::Zeroizing;
 use base64::Engine as _;
 
 use super::rule::Rule;
+use super::tags::{reaches, MetadataTags};
 use super::{split_version, Dek, MAGIC};
 use crate::error::Error;
 
@@ -57,20 +61,22 @@ fn avro_error(what: &str, e: &apache_avro::Error) -> Error {
     Error::confluent(format!("{what} ({kind})"))
 }
 
-/// Whether a record field carries one of `tags` (all tags when `None`).
-fn field_tagged(
+/// The full name of a record's field, as Confluent's client names it
+/// (`namespace.Record.field`).
+fn full_name(record: &Name, field: &str) -> String {
+    format!("{}.{field}", record.fullname(None))
+}
+
+/// The inline tags of a record field (its `confluent:tags` attribute).
+fn inline_tags(
     attributes: &std::collections::BTreeMap<String, Value>,
-    tags: Option<&[String]>,
-) -> bool {
+) -> impl Iterator<Item = &str> {
     attributes
         .get("confluent:tags")
         .and_then(Value::as_array)
-        .is_some_and(|found| {
-            found.iter().filter_map(Value::as_str).any(|t| match tags {
-                Some(tags) => tags.iter().any(|w| w == t),
-                None => true,
-            })
-        })
+        .into_iter()
+        .flatten()
+        .filter_map(Value::as_str)
 }
 
 impl AvroSchema {
@@ -95,53 +101,119 @@ impl AvroSchema {
         }
     }
 
-    /// The fields that carry one of `tags` (every tag when `None`); an
-    /// error for one this reader cannot encrypt (not a string or bytes, or
-    /// a union of null and one of them).
-    pub(super) fn count_tagged(&self, tags: Option<&[String]>) -> Result<usize, Error> {
+    /// How many record fields carry an inline tag (any tag).
+    pub(super) fn count_any_tag(&self) -> usize {
         let mut seen = HashSet::new();
-        self.count_in(&self.schema, tags, &mut seen)
+        let mut reached = HashSet::new();
+        let mut n = 0;
+        // Every field with an inline tag, as if a rule named all of them
+        // (no field's content is checked: this never fails).
+        let _ = self.reach_in(
+            &self.schema,
+            &Reach::AnyInline,
+            &mut seen,
+            &mut reached,
+            &mut n,
+        );
+        n
     }
 
-    fn count_in<'a>(
+    /// The full names of the fields a rule with `rule_tags` (none: every
+    /// field) reaches, by their inline tags and `meta`; an error, refusing
+    /// the schema, for a reached field that holds something other than
+    /// strings, bytes or records (alone, in a union with null, or in arrays
+    /// and maps of them): Confluent's client fails to write it.
+    pub(super) fn reached(
+        &self,
+        rule_tags: &[String],
+        meta: &MetadataTags,
+    ) -> Result<HashSet<String>, Error> {
+        let mut seen = HashSet::new();
+        let mut reached = HashSet::new();
+        self.reach_in(
+            &self.schema,
+            &Reach::Rule(rule_tags, meta),
+            &mut seen,
+            &mut reached,
+            &mut 0,
+        )?;
+        Ok(reached)
+    }
+
+    fn reach_in<'a>(
         &'a self,
         schema: &'a Schema,
-        tags: Option<&[String]>,
+        reach: &Reach<'_>,
         seen: &mut HashSet<&'a Name>,
-    ) -> Result<usize, Error> {
-        Ok(match self.named(schema) {
+        reached: &mut HashSet<String>,
+        n: &mut usize,
+    ) -> Result<(), Error> {
+        match self.named(schema) {
             Schema::Record(r) => {
                 if !seen.insert(&r.name) {
-                    return Ok(0);
+                    return Ok(());
                 }
-                let mut n = 0;
                 for f in &r.fields {
-                    if field_tagged(&f.custom_attributes, tags) {
-                        if tags.is_some() && !encryptable(self.named(&f.schema)) {
-                            return Err(Error::confluent(format!(
-                                "the Avro field {:?} is tagged for encryption but is not a string or bytes \
-                                 (or a union of null and one of them): refusing the schema rather than leave it in plaintext",
-                                crate::error::printable(&f.name)
-                            )));
+                    let full = full_name(&r.name, &f.name);
+                    let hit = match reach {
+                        Reach::AnyInline => inline_tags(&f.custom_attributes).next().is_some(),
+                        Reach::Rule(tags, meta) => reaches(
+                            tags,
+                            inline_tags(&f.custom_attributes).chain(meta.tags_of(&full)),
+                        ),
+                    };
+                    if hit {
+                        *n += 1;
+                        if let Reach::Rule(..) = reach {
+                            self.leaves(&f.schema, &full, reach, seen, reached, n)?;
                         }
-                        n += 1;
+                        reached.insert(full);
                     } else {
-                        n += self.count_in(&f.schema, tags, seen)?;
+                        self.reach_in(&f.schema, reach, seen, reached, n)?;
                     }
                 }
-                n
+                Ok(())
             }
             Schema::Union(u) => {
-                let mut n = 0;
                 for v in u.variants() {
-                    n += self.count_in(v, tags, seen)?;
+                    self.reach_in(v, reach, seen, reached, n)?;
                 }
-                n
+                Ok(())
             }
-            Schema::Array(a) => self.count_in(&a.items, tags, seen)?,
-            Schema::Map(m) => self.count_in(&m.types, tags, seen)?,
-            _ => 0,
-        })
+            Schema::Array(a) => self.reach_in(&a.items, reach, seen, reached, n),
+            Schema::Map(m) => self.reach_in(&m.types, reach, seen, reached, n),
+            _ => Ok(()),
+        }
+    }
+
+    /// Checks what a reached field holds (see [`reached`](Self::reached)).
+    fn leaves<'a>(
+        &'a self,
+        schema: &'a Schema,
+        field: &str,
+        reach: &Reach<'_>,
+        seen: &mut HashSet<&'a Name>,
+        reached: &mut HashSet<String>,
+        n: &mut usize,
+    ) -> Result<(), Error> {
+        match self.named(schema) {
+            Schema::String | Schema::Bytes | Schema::Null => Ok(()),
+            // A record's fields are reached by their own tags.
+            Schema::Record(_) => self.reach_in(schema, reach, seen, reached, n),
+            Schema::Union(u) => {
+                for v in u.variants() {
+                    self.leaves(v, field, reach, seen, reached, n)?;
+                }
+                Ok(())
+            }
+            Schema::Array(a) => self.leaves(&a.items, field, reach, seen, reached, n),
+            Schema::Map(m) => self.leaves(&m.types, field, reach, seen, reached, n),
+            _ => Err(Error::confluent(format!(
+                "the Avro field {:?} is reached by an encryption rule but holds something other than strings, \
+                 bytes or records (Confluent's client fails to write it): refusing the schema rather than leave it in plaintext",
+                crate::error::printable(field)
+            ))),
+        }
     }
 
     /// Decodes a record's body (all of it: trailing bytes are an error).
@@ -251,47 +323,54 @@ impl AvroSchema {
         }
     }
 
-    /// Calls `f` on every field of `value` that carries one of `tags`, with
-    /// its path (field names, array indexes, map keys).
+    /// Calls `f` on every string and bytes value of the fields named in
+    /// `reached` (full names, from [`reached`](Self::reached)), with its
+    /// path (field names, array indexes, map keys): in a union its branch,
+    /// in an array or a map each item, as Confluent's client does.
     pub(super) fn each_tagged(
         &self,
         value: &mut Avro,
-        tags: &[String],
+        reached: &HashSet<String>,
         f: &mut FieldFn<'_>,
     ) -> Result<(), Error> {
-        self.walk(&self.schema, value, tags, &mut Vec::new(), f)
+        self.walk(&self.schema, value, reached, &mut Vec::new(), f, false)
     }
 
+    /// Walks `value`; `inside`: within a reached field, whose strings and
+    /// bytes are given to `f`.
     fn walk(
         &self,
         schema: &Schema,
         value: &mut Avro,
-        tags: &[String],
+        reached: &HashSet<String>,
         at: &mut Vec<String>,
         f: &mut FieldFn<'_>,
+        inside: bool,
     ) -> Result<(), Error> {
+        if at.len() > MAX_DEPTH {
+            return Err(Error::confluent(
+                "an Avro record nested more than 128 levels",
+            ));
+        }
         match (self.named(schema), value) {
             (Schema::Record(r), Avro::Record(fields)) => {
                 for (field, (name, v)) in r.fields.iter().zip(fields.iter_mut()) {
                     at.push(name.clone());
-                    let done = if field_tagged(&field.custom_attributes, Some(tags)) {
-                        f(v, at)
-                    } else {
-                        self.walk(&field.schema, v, tags, at, f)
-                    };
+                    let inside = reached.contains(&full_name(&r.name, &field.name));
+                    let done = self.walk(&field.schema, v, reached, at, f, inside);
                     at.pop();
                     done?;
                 }
                 Ok(())
             }
             (Schema::Union(u), Avro::Union(i, v)) => match u.variants().get(*i as usize) {
-                Some(s) => self.walk(s, v, tags, at, f),
+                Some(s) => self.walk(s, v, reached, at, f, inside),
                 None => Err(Error::confluent("an Avro union index out of range")),
             },
             (Schema::Array(a), Avro::Array(items)) => {
                 for (i, item) in items.iter_mut().enumerate() {
                     at.push(i.to_string());
-                    let done = self.walk(&a.items, item, tags, at, f);
+                    let done = self.walk(&a.items, item, reached, at, f, inside);
                     at.pop();
                     done?;
                 }
@@ -300,15 +379,22 @@ impl AvroSchema {
             (Schema::Map(m), Avro::Map(items)) => {
                 for (k, item) in items.iter_mut() {
                     at.push(k.replace('~', "~0").replace('/', "~1"));
-                    let done = self.walk(&m.types, item, tags, at, f);
+                    let done = self.walk(&m.types, item, reached, at, f, inside);
                     at.pop();
                     done?;
                 }
                 Ok(())
             }
+            (Schema::String | Schema::Bytes, v) if inside => f(v, at),
             _ => Ok(()),
         }
     }
+}
+
+/// Which fields count: those a rule reaches, or any with an inline tag.
+enum Reach<'a> {
+    AnyInline,
+    Rule(&'a [String], &'a MetadataTags),
 }
 
 /// How deep records, unions, arrays and maps may nest in a record read
@@ -462,19 +548,6 @@ fn to_base64(value: &mut Avro) {
         Avro::Map(items) => items.values_mut().for_each(to_base64),
         Avro::Record(fields) => fields.iter_mut().for_each(|(_, v)| to_base64(v)),
         _ => {}
-    }
-}
-
-/// Whether a field of this type can be encrypted: a string or bytes, or a
-/// union of null and one of them.
-fn encryptable(schema: &Schema) -> bool {
-    match schema {
-        Schema::String | Schema::Bytes => true,
-        Schema::Union(u) => u
-            .variants()
-            .iter()
-            .all(|v| matches!(v, Schema::Null | Schema::String | Schema::Bytes)),
-        _ => false,
     }
 }
 

@@ -25,19 +25,28 @@ use crate::serde::{Deserializer, Serializer};
 #[derive(Debug)]
 struct Registered {
     subject: String,
-    /// Each field rule with the paths it encrypts (`*`: every element of
-    /// an array).
-    fields: Vec<(Rule, Vec<Vec<String>>)>,
+    /// Each field rule with what it reaches.
+    fields: Vec<(Rule, Reached)>,
     payload: Option<Rule>,
     /// Fetched from the registry (may be evicted), not given here.
     fetched: bool,
     /// How many subschemas carry `confluent:tags` when no rule of the
     /// schema encrypts anything (a schema registered without its rules).
     unruled_tags: usize,
-    /// An Avro schema's parsed form (its field rules' paths are empty:
-    /// the tagged fields are found as a record is read or written).
+    /// An Avro schema's parsed form.
     #[cfg(feature = "confluent-avro")]
     avro: Option<Arc<super::avro::AvroSchema>>,
+}
+
+/// What a field rule reaches ([`tags`](super::tags)).
+#[derive(Debug, Default)]
+struct Reached {
+    /// JSON Schema: the paths of the strings it encrypts (`*`: every item
+    /// of an array).
+    paths: Vec<Vec<String>>,
+    /// Avro: the full names of the fields it reaches.
+    #[cfg(feature = "confluent-avro")]
+    avro: std::collections::HashSet<String>,
 }
 
 /// An Avro schema's parsed form, where Avro is read.
@@ -200,31 +209,41 @@ impl ConfluentJson {
         );
     }
 
-    /// The KEK `name`: where `rule` says it lives, else where it was
-    /// placed, a rule of a schema known here or the registry says, else
-    /// `local-kms`.
+    /// The KEK `name`: where it was placed ([`add_kek`](Self::add_kek)) or
+    /// the registry holds it, else where `rule` (or a rule of a schema
+    /// known here) says it lives, else `local-kms`. As Confluent's client,
+    /// a KEK in the registry is checked against the rule: another KMS type
+    /// or key id than the rule names is an error, and so is a shared KEK.
     fn kek(&self, name: &str, rule: Option<&Rule>) -> Result<Kek<'_>, Error> {
-        let place = match rule.and_then(|r| r.kms.clone()) {
-            Some(p) => p,
-            None => {
-                let known = self
-                    .lock()
-                    .keks
-                    .get(name)
-                    .cloned()
-                    .or_else(|| self.place_in_rules(name));
-                match (known, &self.registry) {
-                    (Some(p), _) => p,
-                    (None, Some(registry)) => match registry.kek(name)? {
-                        Some(p) => {
-                            self.add_kek(name, &p.0, &p.1);
-                            p
-                        }
-                        None => ("local-kms".to_owned(), String::new()),
-                    },
-                    (None, None) => ("local-kms".to_owned(), String::new()),
+        let ruled = rule.and_then(|r| r.kms.clone());
+        let known = self.lock().keks.get(name).cloned();
+        let known = match (known, &self.registry) {
+            (Some(p), _) => Some(p),
+            (None, Some(registry)) => {
+                let found = registry.kek(name)?;
+                if let Some(p) = &found {
+                    self.add_kek(name, &p.0, &p.1);
                 }
+                found
             }
+            (None, None) => None,
+        };
+        let place = match (known, ruled) {
+            (Some(k), Some(r)) if self.registry.is_some() && k != r => {
+                return Err(Error::confluent(format!(
+                    "the KEK {:?} is in {} {:?}, and the rule names {} {:?} (Confluent's client refuses such a rule too)",
+                    crate::error::printable(name),
+                    k.0,
+                    crate::error::printable(&k.1),
+                    r.0,
+                    crate::error::printable(&r.1),
+                )))
+            }
+            (_, Some(r)) => r,
+            (Some(k), None) => k,
+            (None, None) => self
+                .place_in_rules(name)
+                .unwrap_or_else(|| ("local-kms".to_owned(), String::new())),
         };
         kek::resolve(name, &place, self.local.as_ref(), self.kms_clients.as_ref())
     }
@@ -341,6 +360,7 @@ impl ConfluentJson {
             }
         };
         refuse_unimplemented(schema)?;
+        let meta = super::tags::MetadataTags::from_schema(schema)?;
         let properties = schema
             .get("metadata")
             .and_then(|m| m.get("properties"))
@@ -374,23 +394,21 @@ impl ConfluentJson {
             match &rule.kind {
                 #[cfg(feature = "confluent-avro")]
                 RuleKind::Fields(tags) if avro.is_some() => {
+                    let mut reached = Reached::default();
                     if let Some(a) = &avro {
-                        a.count_tagged(Some(tags))?;
+                        reached.avro = a.reached(tags, &meta)?;
                     }
-                    fields.push((rule, Vec::new()));
+                    fields.push((rule, reached));
                 }
                 RuleKind::Fields(tags) => {
-                    let mut paths = Vec::new();
-                    collect_tagged(&doc, tags, &mut Vec::new(), &mut paths)?;
-                    let all = count_tagged(&doc, tags);
-                    if all != paths.len() {
-                        return Err(Error::confluent(format!(
-                            "{} field(s) tagged for encryption are not plain properties or array items \
-                             (oneOf, anyOf, allOf, $ref): refusing the schema rather than leave them in plaintext",
-                            all - paths.len()
-                        )));
-                    }
-                    fields.push((rule, paths));
+                    let paths = super::tags::json_fields(&doc, tags, &meta)?;
+                    fields.push((
+                        rule,
+                        Reached {
+                            paths,
+                            ..Reached::default()
+                        },
+                    ));
                 }
                 RuleKind::Payload => payload = Some(rule),
             }
@@ -399,8 +417,8 @@ impl ConfluentJson {
         let unruled_tags = match (&avro, fields.is_empty() && payload.is_none()) {
             (_, false) => 0,
             #[cfg(feature = "confluent-avro")]
-            (Some(a), true) => a.count_tagged(None)?,
-            _ => count_any_tag(&doc),
+            (Some(a), true) => a.count_any_tag() + usize::from(!meta.is_empty()),
+            _ => count_any_tag(&doc) + usize::from(!meta.is_empty()),
         };
         let registered = Arc::new(Registered {
             subject: subject.to_owned(),
@@ -704,9 +722,9 @@ impl ConfluentJson {
                 format!("a Confluent record's body: {}", json_kind(&e)),
             )
         })?;
-        for (rule, paths) in &schema.fields {
+        for (rule, reached) in schema.fields.iter().rev() {
             let mut dek = self.dek_reader(rule, subject);
-            for path in paths {
+            for path in &reached.paths {
                 let mut at = Vec::new();
                 each_at(&mut value, path, &mut at, &mut |field, at| {
                     open_field(rule, &mut dek, field).map_err(|e| in_field(at, e))
@@ -751,9 +769,9 @@ impl ConfluentJson {
             Some(text) => text,
             None => {
                 let seal = |value: &mut Value| {
-                    for (rule, paths) in &schema.fields {
+                    for (rule, reached) in &schema.fields {
                         let dek = self.dek_to_write(rule, subject)?;
-                        for path in paths {
+                        for path in &reached.paths {
                             let mut at = Vec::new();
                             each_at(value, path, &mut at, &mut |field, at| {
                                 seal_field(rule, &dek, field).map_err(|e| in_field(at, e))
@@ -798,12 +816,9 @@ impl ConfluentJson {
         body: &[u8],
     ) -> Result<Value, Error> {
         let mut record = avro.read(body)?;
-        for (rule, _) in &schema.fields {
-            let RuleKind::Fields(tags) = &rule.kind else {
-                continue;
-            };
+        for (rule, reached) in schema.fields.iter().rev() {
             let mut dek = self.dek_reader(rule, subject);
-            avro.each_tagged(&mut record, tags, &mut |field, at| {
+            avro.each_tagged(&mut record, &reached.avro, &mut |field, at| {
                 super::avro::open_field(rule, &mut dek, field).map_err(|e| in_field(at, e))
             })?;
         }
@@ -820,12 +835,9 @@ impl ConfluentJson {
         value: Value,
     ) -> Result<Zeroizing<Vec<u8>>, Error> {
         let mut record = avro.resolve_json(value, self.avro_base64)?;
-        for (rule, _) in &schema.fields {
-            let RuleKind::Fields(tags) = &rule.kind else {
-                continue;
-            };
+        for (rule, reached) in &schema.fields {
             let dek = self.dek_to_write(rule, subject)?;
-            avro.each_tagged(&mut record, tags, &mut |field, at| {
+            avro.each_tagged(&mut record, &reached.avro, &mut |field, at| {
                 super::avro::seal_field(rule, &dek, field).map_err(|e| in_field(at, e))
             })?;
         }
@@ -1035,8 +1047,7 @@ fn wipe_json(value: Value) {
 }
 
 /// Refuses what in a schema decides what Confluent's client encrypts and
-/// this codec does not implement: tags in the schema's `metadata.tags`
-/// (with their path wildcards), references to other schemas (external
+/// this codec does not implement: references to other schemas (external
 /// `$ref`s), and migration rules.
 fn refuse_unimplemented(schema: &Value) -> Result<(), Error> {
     let non_empty = |v: Option<&Value>| match v {
@@ -1045,12 +1056,6 @@ fn refuse_unimplemented(schema: &Value) -> Result<(), Error> {
         Some(Value::Object(o)) => !o.is_empty(),
         Some(_) => true,
     };
-    let metadata = schema.get("metadata");
-    if non_empty(metadata.and_then(|m| m.get("tags"))) {
-        return Err(Error::confluent(
-            "the schema's metadata.tags (tags by path, which Confluent's client applies): not implemented here, so the schema is refused; tag the fields inline (confluent:tags)",
-        ));
-    }
     if non_empty(schema.get("references")) {
         return Err(Error::confluent(
             "the schema has references to other schemas (external $ref or named types), which Confluent's client follows for tags: not implemented here, so the schema is refused",
@@ -1151,46 +1156,6 @@ fn each_at(
     }
 }
 
-/// Whether `schema` carries one of `tags` in `confluent:tags`.
-fn tagged(schema: &Value, tags: &[String]) -> bool {
-    schema
-        .get("confluent:tags")
-        .and_then(Value::as_array)
-        .is_some_and(|t| {
-            t.iter()
-                .filter_map(Value::as_str)
-                .any(|t| tags.iter().any(|w| w == t))
-        })
-}
-
-/// The paths of the tagged properties and array items of `schema`.
-fn collect_tagged(
-    schema: &Value,
-    tags: &[String],
-    path: &mut Vec<String>,
-    out: &mut Vec<Vec<String>>,
-) -> Result<(), Error> {
-    if path.len() > 64 {
-        return Err(Error::confluent("a schema nested more than 64 levels"));
-    }
-    if tagged(schema, tags) {
-        out.push(path.clone());
-    }
-    if let Some(props) = schema.get("properties").and_then(Value::as_object) {
-        for (name, sub) in props {
-            path.push(name.clone());
-            collect_tagged(sub, tags, path, out)?;
-            path.pop();
-        }
-    }
-    if let Some(items) = schema.get("items") {
-        path.push("*".to_owned());
-        collect_tagged(items, tags, path, out)?;
-        path.pop();
-    }
-    Ok(())
-}
-
 /// How many subschemas anywhere in `schema` carry a tag.
 fn count_any_tag(schema: &Value) -> usize {
     match schema {
@@ -1202,18 +1167,6 @@ fn count_any_tag(schema: &Value) -> usize {
             ) + map.values().map(count_any_tag).sum::<usize>()
         }
         Value::Array(items) => items.iter().map(count_any_tag).sum(),
-        _ => 0,
-    }
-}
-
-/// How many subschemas anywhere in `schema` carry one of `tags`.
-fn count_tagged(schema: &Value, tags: &[String]) -> usize {
-    match schema {
-        Value::Object(map) => {
-            usize::from(tagged(schema, tags))
-                + map.values().map(|v| count_tagged(v, tags)).sum::<usize>()
-        }
-        Value::Array(items) => items.iter().map(|v| count_tagged(v, tags)).sum(),
         _ => 0,
     }
 }

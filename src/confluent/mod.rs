@@ -39,6 +39,7 @@ mod json;
 mod kek;
 mod registry;
 mod rule;
+mod tags;
 
 pub use dek::{Dek, DekAlgorithm, LocalKms};
 pub use json::{ConfluentJson, ConfluentSerde};

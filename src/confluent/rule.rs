@@ -9,7 +9,8 @@ use crate::error::Error;
 /// What a rule encrypts.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub enum RuleKind {
-    /// `ENCRYPT`: the string fields carrying one of these tags.
+    /// `ENCRYPT`: the string fields carrying one of these tags (none:
+    /// every field, as Confluent's client reads a rule without tags).
     Fields(Vec<String>),
     /// `ENCRYPT_PAYLOAD`: the whole encoded record.
     Payload,
@@ -63,8 +64,7 @@ impl Rule {
     /// schema, so that nothing Confluent would encrypt goes out in
     /// plaintext: a rule type other than `ENCRYPT` and `ENCRYPT_PAYLOAD`
     /// (a `CEL` transform, say), a `kind` other than `TRANSFORM`, a `mode`
-    /// other than `WRITEREAD`, an `onFailure` or `onSuccess` action, an
-    /// `ENCRYPT` rule without tags (every field, to Confluent), a parameter
+    /// other than `WRITEREAD`, an `onFailure` or `onSuccess` action, a parameter
     /// it does not know, a KMS type it does not know or one without its
     /// key id (or the other way round).
     ///
@@ -100,9 +100,6 @@ impl Rule {
             })
             .unwrap_or_default();
         let kind = match ty.as_str() {
-            "ENCRYPT" if tags.is_empty() => {
-                return refuse("an ENCRYPT rule without tags (every field)".into())
-            }
             "ENCRYPT" => RuleKind::Fields(tags),
             "ENCRYPT_PAYLOAD" => RuleKind::Payload,
             other => return refuse(format!("the rule type {other:?}")),

@@ -33,9 +33,10 @@ offline: `mock://` schema and DEK registries, the `local-kms` KEK driver.
                               case's records to partition 0 with its
                               Producer, prints the case as write does
     confluent_peer.py rules   prints, for each rule variant (RULE_VARIANTS:
-                              a rule type in lower case, parameters in the
-                              schema's metadata, tags in the metadata, a
-                              rule without tags), what write prints, or
+                              a rule type in lower case, parameters and tags
+                              in the schema's metadata, a rule without
+                              tags, tags on arrays, items, objects, JSON
+                              and Avro), what write prints, or
                               {"case", "write_error"} where this client
                               refuses to write
 """
@@ -256,9 +257,98 @@ def write(avro=False):
     return out
 
 
-# Variants of the field rule, each as Confluent's client applies it (see
-# tests/confluent.rs, which reads each or must refuse it).
-RULE_VARIANTS = ["type-lowercase", "params-in-metadata", "metadata-tags", "rule-without-tags"]
+# Variants of the field rule and of the schema, each as Confluent's client
+# applies it (tests/confluent_rules.rs reads each, or must refuse it). A
+# variant is a change to the base case: JSON Schema (SCHEMA, RECORDS) or
+# Avro (AVRO_SCHEMA, AVRO_RECORDS), the ENCRYPT rule tagged PII.
+STRINGS = {"type": "object", "properties": {
+    "name": {"type": "string"}, "ssn": {"type": "string"}, "note": {"type": ["null", "string"]}}}
+STRING_RECORDS = [None if r is None else {k: r[k] for k in ("name", "ssn", "note")} for r in RECORDS]
+ADDR = {"type": "object", "properties": {
+    "id": {"type": "integer"},
+    "addr": {"type": "object", "properties": {"street": {"type": "string"}, "city": {"type": "string"}}}}}
+ADDR_RECORDS = [{"id": 1, "addr": {"street": "1 Main St", "city": "Springfield"}}, None,
+                {"id": 2, "addr": {"street": "", "city": "Shelbyville"}}]
+CARDS_RECORDS = [{"id": 1, "cards": ["4111 1111", "", "5500 0000"]}, None, {"id": 2, "cards": []}]
+AVRO_STRINGS = {"type": "record", "name": "Customer", "namespace": "example", "fields": [
+    {"name": "name", "type": "string"}, {"name": "ssn", "type": "string"},
+    {"name": "note", "type": ["null", "string"], "default": None}, {"name": "blob", "type": "bytes"}]}
+AVRO_STRING_RECORDS = [None if r is None else {k: r[k] for k in ("name", "ssn", "note", "blob")}
+                       for r in AVRO_RECORDS]
+AVRO_BAG = {"type": "record", "name": "Bag", "namespace": "example", "fields": [
+    {"name": "id", "type": "long"},
+    {"name": "cards", "type": {"type": "array", "items": "string"}},
+    {"name": "attrs", "type": {"type": "map", "values": ["null", "bytes"]}},
+    {"name": "addr", "type": {"type": "record", "name": "Address", "fields": [
+        {"name": "street", "type": "string"}, {"name": "city", "type": "string"}]}}]}
+AVRO_BAG_RECORDS = [
+    {"id": 1, "cards": ["4111 1111", ""], "attrs": {"a": b"\x00\x01", "b": None},
+     "addr": {"street": "1 Main St", "city": "Springfield"}},
+    None,
+    {"id": 2, "cards": [], "attrs": {}, "addr": {"street": "", "city": "Shelbyville"}},
+]
+
+
+def untagged(doc):
+    doc = copy.deepcopy(doc)
+    for p in (doc.get("properties") or {}).values():
+        p.pop("confluent:tags", None)
+    for f in doc.get("fields") or []:
+        f.pop("confluent:tags", None)
+    return doc
+
+
+def tag(doc, *path):
+    """The doc with PII inline on the property or field at path."""
+    doc = copy.deepcopy(doc)
+    node = doc
+    for p in path:
+        node = node["properties"][p] if "properties" in node else next(f for f in node["fields"] if f["name"] == p)
+    node["confluent:tags"] = ["PII"]
+    return doc
+
+
+def variant(name):
+    """(format, schema, records, rule type, rule tags, metadata tags, metadata properties)."""
+    cards = dict(SCHEMA, properties=dict(SCHEMA["properties"], cards={"type": "array", "items": {"type": "string"}}))
+    cards_records = [None if r is None else dict(RECORDS[0], **r) for r in CARDS_RECORDS]
+    return {
+        "type-lowercase": ("JSON", SCHEMA, RECORDS, "encrypt", ["PII"], None, None),
+        "params-in-metadata": ("JSON", SCHEMA, RECORDS, "ENCRYPT", ["PII"], None,
+                               {"encrypt.dek.algorithm": "AES256_SIV"}),
+        "metadata-tags": ("JSON", untagged(SCHEMA), RECORDS, "ENCRYPT", ["PII"],
+                          {"**.ssn": ["PII"], "$.not?": ["PII"]}, None),
+        "metadata-tags-nested": ("JSON", ADDR, ADDR_RECORDS, "ENCRYPT", ["PII"], {"$.addr.street": ["PII"]}, None),
+        "metadata-tags-star": ("JSON", ADDR, ADDR_RECORDS, "ENCRYPT", ["PII"], {"$.*.street": ["PII", "X"]}, None),
+        "rule-without-tags": ("JSON", SCHEMA, RECORDS, "ENCRYPT", [], None, None),
+        "rule-without-tags-strings": ("JSON", STRINGS, STRING_RECORDS, "ENCRYPT", [], None, None),
+        "tag-on-array": ("JSON", tag(cards, "cards"), cards_records, "ENCRYPT", ["PII"], None, None),
+        "tag-on-items": ("JSON", dict(cards, properties=dict(cards["properties"], cards={
+            "type": "array", "items": {"type": "string", "confluent:tags": ["PII"]}})),
+            cards_records, "ENCRYPT", ["PII"], None, None),
+        "tag-on-object": ("JSON", tag(ADDR, "addr"), ADDR_RECORDS, "ENCRYPT", ["PII"], None, None),
+        "nullable-object": ("JSON", dict(ADDR, properties=dict(ADDR["properties"], addr=dict(
+            tag(ADDR, "addr", "street")["properties"]["addr"], type=["object", "null"]))),
+            ADDR_RECORDS + [{"id": 3, "addr": None}], "ENCRYPT", ["PII"], None, None),
+        "metadata-tags-ref": ("JSON", {"type": "object", "definitions": ADDR["properties"],
+                                       "properties": {"addr": {"$ref": "#/definitions/addr"}}},
+                              [{"addr": {"street": "1 Main St", "city": "x"}}], "ENCRYPT", ["PII"],
+                              {"**.street": ["PII"]}, None),
+        "avro-metadata-tags": ("AVRO", untagged(AVRO_SCHEMA), AVRO_RECORDS, "ENCRYPT", ["PII"],
+                               {"example.Customer.ssn": ["PII"], "**.n?te": ["PII"], "*.*.blob": ["PII"]}, None),
+        "avro-array-map-record": ("AVRO", tag(tag(AVRO_BAG, "cards"), "attrs"), AVRO_BAG_RECORDS, "ENCRYPT", ["PII"],
+                                  {"example.Address.street": ["PII"]}, None),
+        "avro-rule-without-tags": ("AVRO", AVRO_SCHEMA, AVRO_RECORDS, "ENCRYPT", [], None, None),
+        "avro-rule-without-tags-strings": ("AVRO", AVRO_STRINGS, AVRO_STRING_RECORDS, "ENCRYPT", [], None, None),
+    }[name]
+
+
+RULE_VARIANTS = [
+    "type-lowercase", "params-in-metadata", "metadata-tags", "metadata-tags-nested", "metadata-tags-star",
+    "rule-without-tags", "rule-without-tags-strings", "tag-on-array", "tag-on-items", "tag-on-object",
+    "nullable-object", "metadata-tags-ref", "avro-metadata-tags", "avro-array-map-record",
+    "avro-rule-without-tags", "avro-rule-without-tags-strings",
+]
 
 
 def rule_variant(name):
@@ -270,36 +360,36 @@ def rule_variant(name):
         "encrypt.kms.type": "local-kms",
         "encrypt.kms.key.id": "local-kms://" + name,
     }
-    doc = copy.deepcopy(SCHEMA)
-    rule_type, tags, metadata, algorithm = "ENCRYPT", ["PII"], None, "AES256_GCM"
-    if name == "type-lowercase":
-        rule_type = "encrypt"
-    elif name == "params-in-metadata":
-        algorithm = "AES256_SIV"
-        metadata = Metadata(None, MetadataProperties({"encrypt.dek.algorithm": algorithm}), None)
-    elif name == "metadata-tags":
-        for p in doc["properties"].values():
-            p.pop("confluent:tags", None)
-        metadata = Metadata(MetadataTags({"**.ssn": ["PII"]}), None, None)
-    elif name == "rule-without-tags":
-        tags = []
+    fmt, doc, values, rule_type, tags, meta_tags, meta_props = variant(name)
+    algorithm = (meta_props or {}).get("encrypt.dek.algorithm", "AES256_GCM")
+    metadata = None
+    if meta_tags or meta_props:
+        metadata = Metadata(MetadataTags(meta_tags) if meta_tags else None,
+                            MetadataProperties(meta_props) if meta_props else None, None)
     rule = Rule("encrypt-pii", "", RuleKind.TRANSFORM, RuleMode.WRITEREAD, rule_type, tags,
                 RuleParams(params), None, None, "ERROR,ERROR", False)
     text = json.dumps(doc)
-    schema = Schema(text, "JSON", [], metadata, RuleSet(None, [rule]))
+    schema = Schema(text, fmt, [], metadata, RuleSet(None, [rule]))
     schema_id = client.register_schema(subject, schema)
     conf = {"auto.register.schemas": False, "use.latest.version": True}
-    ser = JSONSerializer(text, client, conf=conf, rule_conf={"secret": SECRET})
+    if fmt == "AVRO":
+        ser = AvroSerializer(client, text, conf=conf, rule_conf={"secret": SECRET})
+    else:
+        ser = JSONSerializer(text, client, conf=conf, rule_conf={"secret": SECRET})
     ctx = SerializationContext(topic, MessageField.VALUE)
     records = []
     try:
-        for value in RECORDS:
+        for value in values:
             data = ser(copy.deepcopy(value), ctx)
             records.append({"value": jsonable(value), "bytes": None if data is None else base64.b64encode(data).decode()})
     except Exception as e:
-        return {"case": name, "write_error": repr(e.__cause__ or e)}
+        return {"case": name, "write_error": repr(e.__cause__ or e), "subject": subject, "schema_id": schema_id,
+                "schema": client.get_latest_version(subject).schema.to_dict(), "deks": []}
     deks = FIELD_EXECUTOR.executor.client
-    dek = deks.get_dek("kek-" + name, subject, DekAlgorithm[algorithm], 1)
+    try:
+        dek = deks.get_dek("kek-" + name, subject, DekAlgorithm[algorithm], 1)
+    except Exception:
+        dek = None  # nothing was encrypted: no DEK
     registered = client.get_latest_version(subject).schema
     return {
         "case": name,
@@ -307,7 +397,7 @@ def rule_variant(name):
         "schema_id": schema_id,
         "schema": registered.to_dict(),
         "secret": SECRET,
-        "deks": [{
+        "deks": [] if dek is None else [{
             "kekName": "kek-" + name,
             "subject": subject,
             "version": 1,
