@@ -179,6 +179,14 @@ pub enum Error {
         /// What is wrong.
         detail: String,
     },
+    /// A Schema Registry (or its DEK registry) that did not answer, or
+    /// answered with an error other than "not found": nothing is known of
+    /// the record, which may be fine (a command stops, exit 2, rather than
+    /// count it as unreadable).
+    Registry {
+        /// What was asked, and what went wrong (never a credential).
+        detail: String,
+    },
     /// A value under a subject key ([`shred`](crate::shred)) whose subject
     /// was shredded: its DEK is gone. With `as_delete`,
     /// [`Deserializer::deserialize`](crate::Deserializer::deserialize)
@@ -239,6 +247,14 @@ impl Error {
     #[cfg(feature = "confluent")]
     pub(crate) fn confluent(detail: impl Into<String>) -> Self {
         Error::Confluent {
+            detail: detail.into(),
+        }
+    }
+
+    /// An [`Error::Registry`].
+    #[cfg(feature = "confluent")]
+    pub(crate) fn registry(detail: impl Into<String>) -> Self {
+        Error::Registry {
             detail: detail.into(),
         }
     }
@@ -386,6 +402,7 @@ impl fmt::Display for Error {
             ),
             Error::Kms { detail, .. } => write!(f, "kms failed: {detail}"),
             Error::Confluent { detail } => write!(f, "confluent format: {detail}"),
+            Error::Registry { detail } => write!(f, "schema registry: {detail}"),
             Error::Shredded { .. } => {
                 f.write_str("the value's subject was shredded: its key is gone")
             }

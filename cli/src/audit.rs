@@ -206,7 +206,9 @@ fn confluent_kind(
             counts.decrypted += 1;
             Ok((Kind::Live, Some(schema_id)))
         }
-        Err(e @ tombstone_crypt::Error::Kms { .. }) => Err(value_failed(s, r, &e)),
+        Err(e @ (tombstone_crypt::Error::Kms { .. } | tombstone_crypt::Error::Registry { .. })) => {
+            Err(value_failed(s, r, &e))
+        }
         Err(_) => {
             counts.undecryptable_values += 1;
             counts.undecryptable_ids.insert(schema_id);

@@ -177,7 +177,19 @@ impl Reader {
                 let subject = format!("{topic}-value");
                 let v = codec
                     .decode_for(Some(&subject), r.value)
-                    .map_err(|e| Unread::Value(crate::chain(&e)))?;
+                    .map_err(|e| match e {
+                        // The registry or a KMS failed: nothing is known of
+                        // the record (exit 2, as audit).
+                        Error::Registry { .. } | Error::Kms { .. } => {
+                            Unread::Command(fail(format!(
+                                "the value at {topic}/{} offset {}: {}",
+                                r.partition,
+                                r.offset,
+                                crate::chain(&e)
+                            )))
+                        }
+                        e => Unread::Value(crate::chain(&e)),
+                    })?;
                 line.insert("value".into(), v.unwrap_or(Value::Null));
                 return Ok(());
             }

@@ -335,5 +335,32 @@ fn consume_reads_what_confluents_producer_wrote_with_its_registry() {
                 .count()
                 == 1
         );
+        if case == "field-gcm" {
+            // A registry that does not answer: nothing is known of the
+            // records, so both commands stop with exit 2 (an I/O error),
+            // never a value or a count of unreadable records.
+            let closed = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+            let down = format!("http://{}", closed.local_addr().unwrap());
+            drop(closed);
+            for command in ["consume", "audit"] {
+                let args = [
+                    command,
+                    "--bootstrap",
+                    &bootstrap,
+                    "--topic",
+                    &topic,
+                    "--schema-registry",
+                    &down,
+                    "-q",
+                ];
+                let (code, lines, stderr) = consume(&args, &secret);
+                assert_eq!(code, 2, "{command}: {lines:?} {stderr}");
+                assert!(stderr.contains("no answer"), "{command}: {stderr}");
+                assert!(
+                    lines.iter().all(|l| l.get("value").is_none_or(Value::is_null)),
+                    "{command}: {lines:?}"
+                );
+            }
+        }
     }
 }

@@ -155,7 +155,7 @@ impl Registry {
             let (status, text) = http::request(&self.agent, &url, &headers, body.as_deref(), what)
                 .map_err(|f| Failed {
                     retry: f.retry,
-                    error: Error::confluent(format!(
+                    error: Error::registry(format!(
                         "{what}: no answer from {url}{}",
                         std::error::Error::source(&f.error)
                             .map(|c| format!(": {c}"))
@@ -167,7 +167,7 @@ impl Registry {
                     .map(|v| Ok(Some(v)))
                     .map_err(|_| Failed {
                         retry: false,
-                        error: Error::confluent(format!(
+                        error: Error::registry(format!(
                             "{what}: the registry's answer is not JSON"
                         )),
                     }),
@@ -175,7 +175,7 @@ impl Registry {
                 409 => Ok(Err(409)),
                 s => Err(Failed {
                     retry: http::retryable(s),
-                    error: Error::confluent(format!(
+                    error: Error::registry(format!(
                         "{what}: HTTP {s}: {}",
                         crate::error::printable_long(&String::from_utf8_lossy(&text), 300)
                     )),
