@@ -829,7 +829,7 @@ fn encrypted_fields_leave_no_plaintext_in_freed_memory() {
     assert_clean(&s.finish(), "encrypted fields");
 }
 
-/// Confluent's format (payload and field rules, JSON Schema): a record
+/// Confluent's format (payload and field rules, JSON Schema and Avro): a record
 /// written and read leaves no plaintext in freed memory, the codec's own
 /// copies of the record included.
 #[cfg(feature = "confluent")]
@@ -855,14 +855,27 @@ fn confluent_records_leave_no_plaintext_in_freed_memory() {
     }
     let secret = random_key();
     let text = Zeroizing::new(BASE64.encode(&secret[..]));
-    for rule in ["ENCRYPT_PAYLOAD", "ENCRYPT"] {
+    let formats: &[&str] = if cfg!(feature = "confluent-avro") {
+        &["JSON", "AVRO"]
+    } else {
+        &["JSON"]
+    };
+    for (format, rule) in formats
+        .iter()
+        .flat_map(|f| ["ENCRYPT_PAYLOAD", "ENCRYPT"].map(|r| (*f, r)))
+    {
         let mut codec = ConfluentJson::new(LocalKms::new("mysecret"));
-        let doc = json!({"type": "object", "properties": {
-            "id": {"type": "integer"},
-            "ssn": {"type": "string", "confluent:tags": ["PII"]}}});
-        let schema = json!({"schemaType": "JSON", "schema": doc.to_string(),
-            "ruleSet": {"domainRules": [{"name": "r", "kind": "TRANSFORM", "mode": "WRITEREAD",
-                "type": rule, "tags": ["PII"], "params": {"encrypt.kek.name": "k1"}}]}});
+        let doc = match format {
+            "JSON" => json!({"type": "object", "properties": {
+                "id": {"type": "integer"},
+                "ssn": {"type": "string", "confluent:tags": ["PII"]}}}),
+            _ => json!({"type": "record", "name": "R", "fields": [
+                {"name": "id", "type": "long"},
+                {"name": "ssn", "type": "string", "confluent:tags": ["PII"]}]}),
+        };
+        let rule_set = json!({"domainRules": [{"name": "r", "kind": "TRANSFORM", "mode": "WRITEREAD",
+                "type": rule, "tags": ["PII"], "params": {"encrypt.kek.name": "k1"}}]});
+        let schema = json!({"schemaType": format, "schema": doc.to_string(), "ruleSet": rule_set});
         codec.register(1, "t-value", &schema).unwrap();
         // A first record makes the DEK (outside the session).
         codec
@@ -876,6 +889,6 @@ fn confluent_records_leave_no_plaintext_in_freed_memory() {
         let read = codec.decode(Some(&bytes)).unwrap().unwrap();
         assert_eq!(read["ssn"].as_str(), Some(text.as_str()));
         wipe(read);
-        assert_clean(&s.finish(), rule);
+        assert_clean(&s.finish(), &format!("{format} {rule}"));
     }
 }

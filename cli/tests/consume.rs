@@ -357,7 +357,9 @@ fn consume_reads_what_confluents_producer_wrote_with_its_registry() {
                 assert_eq!(code, 2, "{command}: {lines:?} {stderr}");
                 assert!(stderr.contains("no answer"), "{command}: {stderr}");
                 assert!(
-                    lines.iter().all(|l| l.get("value").is_none_or(Value::is_null)),
+                    lines
+                        .iter()
+                        .all(|l| l.get("value").is_none_or(Value::is_null)),
                     "{command}: {lines:?}"
                 );
             }
