@@ -24,6 +24,65 @@
 //! payload rule over the record's Avro binary; the record's value is its
 //! JSON form (bytes as an array of numbers).
 //!
+//! # Confluent's rules as Confluent's client applies them, or refused
+//!
+//! Every part of a schema and its rule set that decides what is encrypted
+//! is either read as confluent-kafka 2.16.1's client reads it, or refuses
+//! the schema for reading and writing with an error that names it; nothing
+//! is ignored (`tests/confluent_rules.rs` runs each case below against that
+//! client's own serializers, both ways, and with a wrong secret).
+//!
+//! Implemented:
+//! - **which fields**: a field's tags are its inline `confluent:tags` and
+//!   those of every `metadata.tags` pattern matching its full name
+//!   (`$.a.b` in JSON Schema, `namespace.Record.field` in Avro; wildcards
+//!   `**`, `*` and `?` as Confluent's `wildcard_match`); an `ENCRYPT` rule
+//!   reaches a field carrying one of its tags, or every field when it names
+//!   none; within a reached field every string (and Avro `bytes`) is
+//!   encrypted: a nullable one's value, each item of an array (or an Avro
+//!   map) of them; records and objects inside are reached by their own
+//!   properties' tags;
+//! - **rules**: `type` matched upper-cased; `kind` `TRANSFORM`, `mode`
+//!   `WRITEREAD`; `disabled` rules skipped; parameters from the rule, then
+//!   from the schema's `metadata.properties`; on reading, rules undone in
+//!   the reverse order (the payload first, then the fields);
+//! - **DEK versions**: version 1 and no prefix when the rule does not
+//!   rotate (`encrypt.dek.expiry.days` absent or 0), the newest unexpired
+//!   one and the version prefix when it does; a soft-deleted DEK still
+//!   reads its records;
+//! - **KEKs**: a rule's `encrypt.kms.type` and `encrypt.kms.key.id` taken
+//!   together (`local-kms`, `aws-kms`, `hcvault`); a KEK in the registry is
+//!   checked against them as Confluent's client does (another type or key
+//!   id than the rule names is an error).
+//!
+//! Refused (the schema, for reading and writing):
+//! - a tag where Confluent's client does not read one (on array items, the
+//!   schema's root, in definitions) or where it encrypts nothing (on an
+//!   object, an untyped property): it would leave the field in plaintext;
+//! - a reached field that is not a string (or Avro `bytes`), or arrays,
+//!   maps and unions of them: Confluent's client fails to write it;
+//! - in JSON Schema, `allOf`, `anyOf`, `oneOf`, `$ref`, tuple items and
+//!   lists of types (other than a type and `null`) where a rule may reach
+//!   a field: Confluent's client follows them, this codec does not;
+//! - `references` to other subjects' schemas, and migration rules;
+//! - a `metadata.tags` pattern holding `[`, `]` or `\` (a regular
+//!   expression to Confluent's client);
+//! - a rule type other than `ENCRYPT` and `ENCRYPT_PAYLOAD`, a `kind` other
+//!   than `TRANSFORM`, a `mode` other than `WRITEREAD` (or none), an
+//!   `onFailure` or `onSuccess` other than `ERROR` (and `NONE` on success),
+//!   a parameter it does not know, a KMS type it does not know or one
+//!   without its key id (never a fall back to `local-kms`), two rules of
+//!   one kind;
+//! - a shared KEK (the registry would unwrap its DEKs), wherever the
+//!   registry returns one;
+//! - record keys ([`ConfluentSerde::for_keys`]) under a randomized rule.
+//!
+//! Credentials go only where they were sent: a KEK in Vault is used only
+//! with `VAULT_ADDR` set; a registry URL's `user:password@` is taken out of
+//! it and sent as basic authentication, never shown. A registry that does
+//! not answer is [`Error::Registry`], not the
+//! record's fault.
+//!
 //! What is here: [`ConfluentJson`], with the schemas, rules and DEKs given
 //! to it (an in-memory registry: the embedded default for tests and
 //! single-process use) or fetched from a [`Registry`] over HTTP; KEKs in
