@@ -10,7 +10,9 @@
 //! field itself, its branch of a union, each item of an array or a map of
 //! them. A reached field that holds anything else (an `int`, an `enum`, a
 //! `fixed`) refuses the schema, as Confluent's client fails to write it;
-//! records inside are reached by their own fields' tags. A string holds the
+//! records inside are reached by their own fields' tags (an inline tag on a
+//! field of a record type, which encrypts nothing to Confluent's client,
+//! refuses the schema). A string holds the
 //! base64 of the ciphertext, bytes the ciphertext itself; a null stays null.
 //!
 //! A record's value, both ways, is its JSON form (`serde_json::Value`): a
@@ -164,8 +166,10 @@ impl AvroSchema {
                     };
                     if hit {
                         *n += 1;
-                        if let Reach::Rule(..) = reach {
-                            self.leaves(&f.schema, &full, reach, seen, reached, n)?;
+                        if let Reach::Rule(tags, _) = reach {
+                            let inline = !tags.is_empty()
+                                && reaches(tags, inline_tags(&f.custom_attributes));
+                            self.leaves(&f.schema, &full, inline, reach, seen, reached, n)?;
                         }
                         reached.insert(full);
                     } else {
@@ -186,11 +190,14 @@ impl AvroSchema {
         }
     }
 
-    /// Checks what a reached field holds (see [`reached`](Self::reached)).
+    /// Checks what a reached field holds (see [`reached`](Self::reached));
+    /// `inline`: reached by its own `confluent:tags`.
+    #[allow(clippy::too_many_arguments)]
     fn leaves<'a>(
         &'a self,
         schema: &'a Schema,
         field: &str,
+        inline: bool,
         reach: &Reach<'_>,
         seen: &mut HashSet<&'a Name>,
         reached: &mut HashSet<String>,
@@ -198,16 +205,23 @@ impl AvroSchema {
     ) -> Result<(), Error> {
         match self.named(schema) {
             Schema::String | Schema::Bytes | Schema::Null => Ok(()),
+            // Confluent's client encrypts nothing for a tag on a record:
+            // refused rather than leave what the tag names in plaintext.
+            Schema::Record(_) if inline => Err(Error::confluent(format!(
+                "the Avro field {:?}: a tag on a record (Confluent's client encrypts none of its fields for it): \
+                 refusing the schema rather than leave it in plaintext; tag the fields",
+                crate::error::printable(field)
+            ))),
             // A record's fields are reached by their own tags.
             Schema::Record(_) => self.reach_in(schema, reach, seen, reached, n),
             Schema::Union(u) => {
                 for v in u.variants() {
-                    self.leaves(v, field, reach, seen, reached, n)?;
+                    self.leaves(v, field, inline, reach, seen, reached, n)?;
                 }
                 Ok(())
             }
-            Schema::Array(a) => self.leaves(&a.items, field, reach, seen, reached, n),
-            Schema::Map(m) => self.leaves(&m.types, field, reach, seen, reached, n),
+            Schema::Array(a) => self.leaves(&a.items, field, inline, reach, seen, reached, n),
+            Schema::Map(m) => self.leaves(&m.types, field, inline, reach, seen, reached, n),
             _ => Err(Error::confluent(format!(
                 "the Avro field {:?} is reached by an encryption rule but holds something other than strings, \
                  bytes or records (Confluent's client fails to write it): refusing the schema rather than leave it in plaintext",

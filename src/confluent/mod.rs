@@ -58,7 +58,8 @@
 //! Refused (the schema, for reading and writing):
 //! - a tag where Confluent's client does not read one (on array items, the
 //!   schema's root, in definitions) or where it encrypts nothing (on an
-//!   object, an untyped property): it would leave the field in plaintext;
+//!   object or an Avro record, an untyped property): it would leave the
+//!   field in plaintext;
 //! - a reached field that is not a string (or Avro `bytes`), or arrays,
 //!   maps and unions of them: Confluent's client fails to write it;
 //! - in JSON Schema, `allOf`, `anyOf`, `oneOf`, `$ref`, tuple items and
