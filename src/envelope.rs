@@ -11,7 +11,6 @@
 //! Nothing here knows about keysets, stores, codecs or Kafka, and nothing
 //! here ever sees a tombstone: callers pass present values only.
 
-use rand::Rng as _;
 use zeroize::Zeroize as _;
 
 use crate::cipher::{AesGcmKey, NONCE_LEN, SIV_LEN, TAG_LEN};
@@ -173,7 +172,7 @@ fn seal_in_place_unguarded(
     let mut nonce = [0u8; NONCE_LEN];
     match primitive {
         Primitive::AesGcm(key) => {
-            rand::rng().fill_bytes(&mut nonce);
+            crate::random::nonce(&mut nonce);
             make_room(buf, head, HEADER_LEN);
             buf[0] = VERSION;
             buf[1..PREFIX_LEN].copy_from_slice(&id.0.to_be_bytes());
@@ -183,7 +182,7 @@ fn seal_in_place_unguarded(
         }
         Primitive::KmsEnvelope(key) => key.with_writer_dek(|dek| {
             let edek_len = u32::try_from(dek.edek.len()).map_err(|_| Error::Encryption)?;
-            rand::rng().fill_bytes(&mut nonce);
+            crate::random::nonce(&mut nonce);
             let nonce_at = PREFIX_LEN + 4 + dek.edek.len();
             let body = nonce_at + NONCE_LEN;
             make_room(buf, head, body);
@@ -344,9 +343,8 @@ fn seal_gcm(
     write_plaintext: impl FnOnce(&mut Vec<u8>) -> Result<(), Error>,
 ) -> Result<(), Error> {
     let mut nonce = [0u8; NONCE_LEN];
-    // ThreadRng: a CSPRNG seeded and periodically reseeded from the OS (see
-    // SECURITY.md), no syscall per value.
-    rand::rng().fill_bytes(&mut nonce);
+    // Fork-safe: see crate::random.
+    crate::random::nonce(&mut nonce);
     let mut header = [0u8; HEADER_LEN];
     header[0] = VERSION;
     header[1..PREFIX_LEN].copy_from_slice(&id.0.to_be_bytes());
@@ -375,7 +373,7 @@ fn seal_envelope(
     key.with_writer_dek(|dek| {
         let edek_len = u32::try_from(dek.edek.len()).map_err(|_| Error::Encryption)?;
         let mut nonce = [0u8; NONCE_LEN];
-        rand::rng().fill_bytes(&mut nonce);
+        crate::random::nonce(&mut nonce);
         out.reserve(
             (PREFIX_LEN + 4 + NONCE_LEN + TAG_LEN)
                 .saturating_add(dek.edek.len())

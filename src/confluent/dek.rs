@@ -166,7 +166,7 @@ impl Dek {
             Primitive::AesGcm(key) => {
                 let mut out = Vec::with_capacity(NONCE_LEN + plaintext.len() + TAG_LEN);
                 let mut nonce = [0u8; NONCE_LEN];
-                rand::Rng::fill_bytes(&mut rand::rng(), &mut nonce);
+                crate::random::nonce(&mut nonce);
                 out.extend_from_slice(&nonce);
                 out.extend_from_slice(plaintext);
                 let tag = key.seal_in_place(&nonce, &[], &mut out[NONCE_LEN..])?;
@@ -261,7 +261,7 @@ impl LocalKms {
         let material = dek.key_material();
         let mut out = Vec::with_capacity(NONCE_LEN + material.len() + TAG_LEN);
         let mut nonce = [0u8; NONCE_LEN];
-        rand::Rng::fill_bytes(&mut rand::rng(), &mut nonce);
+        crate::random::nonce(&mut nonce);
         out.extend_from_slice(&nonce);
         out.extend_from_slice(&material);
         match self.kek.seal_in_place(&nonce, &[], &mut out[NONCE_LEN..]) {

@@ -939,7 +939,7 @@ impl SubjectKeys {
     ) -> Result<(), Error> {
         let (tag, dek) = self.to_write(subject)?;
         let mut nonce = [0u8; NONCE_LEN];
-        rand::Rng::fill_bytes(&mut rand::rng(), &mut nonce);
+        crate::random::nonce(&mut nonce);
         // The header is written once, at the end of the associated data,
         // and copied from there to the value.
         let mut full_ad = ValueAd::new();
