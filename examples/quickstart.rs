@@ -1,3 +1,5 @@
+//! The Quick start: a round trip, a tombstone, a binding, a rotation.
+
 use tombstone_crypt::{
     Bincode, Context, DecryptingDeserializer, Deserializer, EncryptingSerializer, Error, Keyset,
     Serializer,
