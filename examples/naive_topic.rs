@@ -1,5 +1,5 @@
 //! A topic as a broken encryption layer leaves it, for `tombstone-crypt
-//! audit` and `repair` to find and fix (README, "Find and fix broken
+//! audit` and `repair` to find and fix (`docs/CLI.md`, "Find and fix broken
 //! tombstones").
 //!
 //! ```sh

@@ -32,10 +32,16 @@ tansu_build=$!
 stop_build() { kill -- "-$tansu_build" 2>/dev/null || true; }
 trap stop_build EXIT
 
-step "format; the crate root's re-exports (25 at most: the rest is in modules)"
+step "format; the crate root's re-exports (25 at most: the rest is in modules); the crate's docs hold no relative links"
 cargo fmt --all -- --check
 cargo fmt --manifest-path fuzz/Cargo.toml -- --check
 python3 scripts/root-names.py 25
+# Rustdoc resolves no relative link to a file, and the published docs hold
+# none of the repository's files: links in src/**/*.rs docs and the
+# markdown they include are intra-doc links or absolute URLs. Also: the
+# README's Quick start is examples/quickstart.rs, which the crate docs
+# include and the test stages build.
+python3 scripts/doc-links.py
 
 step "clippy (all features)"
 cargo clippy --workspace --all-targets --all-features -- -D warnings
@@ -89,6 +95,9 @@ step "the library without default features (no redb): its unit tests, and its in
 cargo test -p tombstone-crypt --no-default-features --lib
 cargo test -p tombstone-crypt --no-default-features --tests --no-run
 
+step "the library's docs build without a warning (every intra-doc link resolves), all features, as the published docs are built"
+RUSTDOCFLAGS='-D warnings' cargo doc -p tombstone-crypt --all-features --no-deps
+
 step "packaging: the library and the command line package as a release would (built from their .crate files)"
 # After the test stages on purpose: the verify build reuses their
 # artifacts (16 s on 2 cores, the library and then the command line
@@ -113,7 +122,7 @@ fi
 grep -v -E '^warning: ignoring (test|benchmark|example) ' <<<"$pkg_log" >&2 || true
 lib_files=$(cargo package -p tombstone-crypt --list --allow-dirty 2>/dev/null)
 cli_files=$(cargo package -p tombstone-crypt-cli --list --allow-dirty 2>/dev/null)
-for f in LICENSE README.md docs/FORMAT.md src/lib.rs; do
+for f in LICENSE README.md CONTRIBUTING.md SECURITY.md docs/FORMAT.md docs/CLI.md docs/PERFORMANCE.md examples/quickstart.rs src/lib.rs src/guide/mod.rs; do
   grep -qx "$f" <<<"$lib_files" || { echo "the library's package lacks $f" >&2; exit 1; }
 done
 grep -qx LICENSE <<<"$cli_files" || { echo "the command line's package lacks LICENSE" >&2; exit 1; }

@@ -10,6 +10,8 @@
 //!
 //! Each implements only the present-value methods; the traits' provided
 //! methods map `None` (a tombstone) to `None` without calling the codec.
+//! bincode is pinned to 2.x: 3.0.0 is a deliberate compile error, the
+//! project being unmaintained (see `SECURITY.md`).
 //!
 //! ```
 //! use tombstone_crypt::{Context, Deserializer, Json, Serializer};
@@ -21,6 +23,46 @@
 //! assert_eq!(back, Some(vec![1, 2]));
 //! assert_eq!(Json::<Vec<u32>>::new().serialize(&ctx, None)?, None); // a tombstone
 //! # Ok::<(), tombstone_crypt::Error>(())
+//! ```
+//!
+//! # A codec of your own
+//!
+//! Any codec implementing [`Serializer`] /
+//! [`Deserializer`] can be wrapped. A codec implements
+//! only the present-value methods, `serialize_into` and
+//! `deserialize_owned`; the traits provide `serialize` and `deserialize`,
+//! where the tombstone rule lives, so a codec never sees a `None` and
+//! cannot turn one into bytes:
+//!
+//! ```
+//! use tombstone_crypt::{
+//!     Context, DecryptingDeserializer, Deserializer, EncryptingSerializer, Error, Keyset, Serializer,
+//! };
+//!
+//! /// A codec of our own: no `None` branch anywhere.
+//! struct Upper;
+//!
+//! impl Serializer<str> for Upper {
+//!     fn serialize_into(&self, _: &Context<'_>, v: &str, out: &mut Vec<u8>) -> Result<(), Error> {
+//!         out.extend_from_slice(v.to_uppercase().as_bytes());
+//!         Ok(())
+//!     }
+//! }
+//!
+//! impl Deserializer<String> for Upper {
+//!     fn deserialize_owned(&self, _: &Context<'_>, data: Vec<u8>) -> Result<String, Error> {
+//!         String::from_utf8(data).map_err(|_| Error::codec("upper", "invalid UTF-8"))
+//!     }
+//! }
+//!
+//! let keyset = Keyset::generate();
+//! let ser = EncryptingSerializer::new(Upper, keyset.clone());
+//! let de = DecryptingDeserializer::new(Upper, keyset);
+//! let ctx = Context::new("t").with_key(b"k");
+//! let ct = ser.serialize(&ctx, Some("shout"))?;
+//! assert_eq!(de.deserialize(&ctx, ct.as_deref())?, Some("SHOUT".to_owned()));
+//! assert_eq!(ser.serialize(&ctx, None)?, None);
+//! # Ok::<(), Error>(())
 //! ```
 
 use core::fmt;

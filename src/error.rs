@@ -6,6 +6,15 @@
 //! ciphertext: a message quotes input only as far as it is printable and
 //! short.
 //!
+//! A store's or a changelog's failure keeps its cause, returned by
+//! `source()` ([`Error::store`] and [`Error::changelog`] build them for
+//! stores and changelogs of your own); keyset problems carry a
+//! [`KeysetErrorKind`]; key management mistakes (`KeyNotFound`,
+//! `KeyNotEnabled`, `PrimaryKey`) are distinct from decryption failures
+//! (`UnknownKeyId`, `KeyDisabled`, `Decryption`). Codec errors keep only a
+//! redacted description (kind and position), never the inner codec's own
+//! message, because serde's messages quote values.
+//!
 //! ```
 //! use tombstone_crypt::error::KeysetErrorKind;
 //! use tombstone_crypt::{Error, Keyset};

@@ -298,9 +298,27 @@ impl<S> EncryptingSerializer<S> {
     /// and the same buffer comes back as the ciphertext. The inner codec is
     /// not called. A tombstone (`None`) is `Ok(None)`, untouched.
     ///
+    /// [`serialize`](Serializer::serialize) already has the codec write the
+    /// plaintext straight into the output buffer; this is for a caller who
+    /// serialized a value into a `Vec` of its own (a codec's output): leave
+    /// [`header_len`](EncryptingSerializer::header_len) bytes of room in
+    /// front and 16 bytes of spare capacity, and the same allocation comes
+    /// back as the ciphertext, byte for byte what `serialize` writes. Any
+    /// other `head` works too, at the cost of one move of the plaintext; a
+    /// buffer with too little capacity is copied once into one of the
+    /// ciphertext's size and zeroized before it is freed, so no copy of the
+    /// plaintext is left in freed memory or in the spare capacity
+    /// (decryption zeroizes what its move leaves past the plaintext too). An
+    /// envelope key's `header_len()` before its first data key is room for
+    /// the longest wrapped key accepted (4 KiB), then the current one's
+    /// length. [`Keyset::encrypt_in_place`] and
+    /// [`Keyset::decrypt_in_place`] are the same without the context.
+    ///
     /// # Errors
     /// As [`Keyset::encrypt_in_place`]; [`Error::ContextTooLong`]. On any
-    /// error the buffer is zeroized before it is dropped.
+    /// error (a KMS that is down, a deterministic keyset, a `head` longer
+    /// than the buffer: [`Error::Headroom`]) the buffer is zeroized and
+    /// emptied before it is dropped.
     ///
     /// ```
     /// use tombstone_crypt::{Bytes, Context, DecryptingDeserializer, EncryptingSerializer, Keyset};

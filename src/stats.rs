@@ -2,7 +2,7 @@
 //! tombstones passed through, failures by kind, envelope DEKs made and
 //! unwrapped, the DEK cache, KMS calls. Read a [`Snapshot`] from a keyset
 //! ([`Keyset::stats`](crate::Keyset::stats)) or for the whole process
-//! ([`process`]); with the cargo feature `metrics`, [`publish`] hands the
+//! ([`process`]); with the cargo feature `metrics`, `publish` hands the
 //! process's counters to the `metrics` facade (Prometheus names below).
 //!
 //! Counting costs the value path one relaxed add on a cache line of the
@@ -35,7 +35,7 @@
 //! # Ok::<(), tombstone_crypt::Error>(())
 //! ```
 //!
-//! | metric ([`publish`]) | [`Snapshot`] field |
+//! | metric (`publish`) | [`Snapshot`] field |
 //! |---|---|
 //! | `tombstone_crypt_values_encrypted_total` | `values_encrypted` |
 //! | `tombstone_crypt_values_decrypted_total` | `values_decrypted` |

@@ -90,7 +90,7 @@
 //! `local-kms`, AWS KMS and Vault/OpenBao; and [`ConfluentSerde`], its
 //! typed face for the Kafka clients and stores. Not here yet: Protobuf,
 //! KEKs in Azure and GCP, shared KEKs, the schema id in a header (see the
-//! README's "Confluent's format").
+//! [guide's chapter](crate::guide::confluent)).
 
 #[cfg(feature = "confluent-avro")]
 mod avro;

@@ -98,7 +98,8 @@ pub type RecordHeaders = Vec<(String, Option<Vec<u8>>)>;
 /// was queued is tried again, once, with the count read again). Until a producer reads the new count it keeps
 /// the old modulus: after partitions are added, a writer may put a key in
 /// its old partition for up to that interval, and the records a key had
-/// before stay where they were (see the README on adding partitions).
+/// before stay where they were (see the [guide's Kafka chapter](crate::guide::kafka),
+/// "Adding partitions").
 ///
 /// Values are bound to the plaintext key ([`KeyBinding::Plaintext`], the
 /// default; see [`with_binding`](TypedProducer::with_binding)).

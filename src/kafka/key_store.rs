@@ -1,35 +1,5 @@
 //! A subject-key store ([`KeyStore`]) on a compacted Kafka topic, shared
-//! by every instance of a service: [`KafkaKeyStore`].
-//!
-//! Each DEK is a record of its own, keyed `subject tag (16) | DEK id (8)`,
-//! so that compaction keeps every DEK a subject has. Two instances may make
-//! a subject's first DEK at once: each reads the topic past its own record
-//! before it uses a DEK and takes the earliest, by offset, so no value is
-//! ever written under a later one, which its maker then withdraws (a
-//! tombstone). A maker killed between its record and that tombstone
-//! leaves a DEK no value uses; a shred of the subject removes it with the
-//! rest. A shred writes a tombstone for each DEK
-//! it knows, then a **shred marker** (key `subject tag | 0xff x 8`, value
-//! `shredded` and the DEK ids it covers, 8 bytes each): a DEK record below
-//! the marker's offset is dead, even one a racing instance wrote that the
-//! shred did not see, and so is a record of a DEK id a marker names,
-//! wherever it is (a rewrap that wrote it again after the shred). The
-//! marker is the record of the shred, the evidence that lets a value read
-//! as a delete: it names every DEK id the subject's shreds covered, so it
-//! is evidence still after compaction dropped the DEK records and their
-//! tombstones, and after a later shred's marker replaced it. Every write
-//! follows the crate's own rule: a delete is a tombstone (a null value),
-//! never a value.
-//!
-//! Each instance keeps a view of the topic, read once from its beginning,
-//! then from where it last ended to the end whenever the view is older than
-//! its fence ([`KafkaKeyStore::with_fence`], default 5 s) and around each
-//! write; a read that cannot refresh a stale view fails, so a subject-key
-//! value is refused rather than served under a DEK that may have been
-//! shredded. Reading on from where it ended holds as long as the view is
-//! not behind by more than the topic's `delete.retention.ms` (a day by
-//! default; the cleaner may drop a tombstone after it): a shred is never
-//! missed even then, as its marker is a value that compaction keeps.
+//! by every instance of a service: [`KafkaKeyStore`], whose docs say how.
 
 use std::collections::HashMap;
 use std::sync::{Mutex, MutexGuard, PoisonError};
@@ -292,7 +262,37 @@ impl View {
 }
 
 /// A [`KeyStore`] on a compacted Kafka topic (one partition), shared by
-/// several instances: see the [module](self).
+/// several instances.
+///
+/// Each DEK is a record of its own, keyed `subject tag (16) | DEK id (8)`,
+/// so that compaction keeps every DEK a subject has. Two instances may make
+/// a subject's first DEK at once: each reads the topic past its own record
+/// before it uses a DEK and takes the earliest, by offset, so no value is
+/// ever written under a later one, which its maker then withdraws (a
+/// tombstone). A maker killed between its record and that tombstone
+/// leaves a DEK no value uses; a shred of the subject removes it with the
+/// rest. A shred writes a tombstone for each DEK
+/// it knows, then a **shred marker** (key `subject tag | 0xff x 8`, value
+/// `shredded` and the DEK ids it covers, 8 bytes each): a DEK record below
+/// the marker's offset is dead, even one a racing instance wrote that the
+/// shred did not see, and so is a record of a DEK id a marker names,
+/// wherever it is (a rewrap that wrote it again after the shred). The
+/// marker is the record of the shred, the evidence that lets a value read
+/// as a delete: it names every DEK id the subject's shreds covered, so it
+/// is evidence still after compaction dropped the DEK records and their
+/// tombstones, and after a later shred's marker replaced it. Every write
+/// follows the crate's own rule: a delete is a tombstone (a null value),
+/// never a value.
+///
+/// Each instance keeps a view of the topic, read once from its beginning,
+/// then from where it last ended to the end whenever the view is older than
+/// its fence ([`KafkaKeyStore::with_fence`], default 5 s) and around each
+/// write; a read that cannot refresh a stale view fails, so a subject-key
+/// value is refused rather than served under a DEK that may have been
+/// shredded. Reading on from where it ended holds as long as the view is
+/// not behind by more than the topic's `delete.retention.ms` (a day by
+/// default; the cleaner may drop a tombstone after it): a shred is never
+/// missed even then, as its marker is a value that compaction keeps.
 pub struct KafkaKeyStore {
     log: Mutex<KafkaChangelog>,
     view: Mutex<View>,
