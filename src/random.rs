@@ -1,17 +1,24 @@
 //! Randomness, at the bottom: key bytes from the operating system, and the
 //! nonces of values from a generator that stays apart across `fork()`.
 //!
-//! Nonces: with the feature `aws-lc` (the default), from aws-lc's
-//! generator (`aws_lc_rs::rand::fill`): a per-thread DRBG seeded from the
-//! OS, which aws-lc reseeds when the process forks (its fork detection), so
-//! a parent and a child that go on encrypting under one key after `fork()`
-//! never draw the same nonce. Without it (the RustCrypto backend), from
-//! the OS for each nonce (`getrandom`): fork-safe too, at the cost of a
-//! system call per value. `rand`'s `ThreadRng`, used before, is not
-//! reseeded on `fork()`: a child repeated its parent's nonces
-//! (`tests/fork_nonces.rs`).
+//! Nonces come from a ChaCha12 generator per thread (`rand`'s `StdRng`),
+//! seeded from the OS, that knows the process it was seeded in: when the
+//! process id is not that one (a child made by `fork()`, which copies the
+//! parent's memory, generator state included), it is seeded again from the
+//! OS before it gives a byte. A parent and a child that go on encrypting
+//! under one key after `fork()` never draw the same nonce
+//! (`tests/fork_nonces.rs`). `rand`'s `ThreadRng`, used before, is not
+//! reseeded on `fork()`: a child repeated its parent's nonces.
+//!
+//! The check costs one `getpid` per nonce (about 80 ns measured here, a
+//! system call), where aws-lc's own generator, fork-safe too, took about
+//! 400 ns per 12 bytes and the OS's `getrandom` about 230 ns.
 
+use std::cell::RefCell;
+
+use rand::rngs::StdRng;
 use rand::TryRng as _;
+use rand::{Rng as _, SeedableRng as _};
 
 /// Fills `out` with key bytes from the OS.
 ///
@@ -25,18 +32,34 @@ pub(crate) fn fill_from_os(out: &mut [u8]) {
     }
 }
 
+thread_local! {
+    /// This thread's nonce generator and the process it was seeded in.
+    static NONCES: RefCell<Option<(u32, StdRng)>> = const { RefCell::new(None) };
+}
+
 /// Fills `out` with a fresh nonce (see the module docs: fork-safe).
 ///
 /// # Panics
-/// If no randomness can be had at all (aws-lc's generator and the OS both
-/// fail).
+/// If the operating system cannot provide randomness to seed it.
 #[inline]
 pub(crate) fn nonce(out: &mut [u8]) {
-    #[cfg(feature = "aws-lc")]
-    if aws_lc_rs::rand::fill(out).is_ok() {
-        return;
-    }
-    if rand::rngs::SysRng.try_fill_bytes(out).is_err() {
-        panic!("no randomness for a nonce: the operating system gave none");
-    }
+    let pid = std::process::id();
+    NONCES.with(|cell| {
+        let mut slot = cell.borrow_mut();
+        match &mut *slot {
+            Some((seeded_in, rng)) if *seeded_in == pid => rng.fill_bytes(out),
+            slot => {
+                let mut seed = [0u8; 32];
+                // Never from another user-space generator: its state may be
+                // the parent's.
+                if rand::rngs::SysRng.try_fill_bytes(&mut seed).is_err() {
+                    panic!("no randomness from the operating system to seed the nonces");
+                }
+                let mut rng = StdRng::from_seed(seed);
+                zeroize::Zeroize::zeroize(&mut seed);
+                rng.fill_bytes(out);
+                *slot = Some((pid, rng));
+            }
+        }
+    });
 }
