@@ -1,0 +1,301 @@
+//! Review 41: schemas and records on which this codec and Confluent's
+//! client (confluent-kafka 2.16.1 for Python) part ways. Each test fails
+//! while the codec writes in plaintext a field Confluent's client encrypts
+//! (or refuses), or reads Confluent's ciphertext as a value, instead of
+//! refusing the schema. What Confluent's client does with each case:
+//! `tests/interop/review41_peer.py` (same case names).
+#![cfg(feature = "confluent")]
+
+use serde_json::{json, Value};
+use tombstone_crypt::confluent::{ConfluentJson, LocalKms};
+
+const SSN: &str = "078-05-1120";
+
+fn rule(tags: Value) -> Value {
+    json!({"name": "pii", "kind": "TRANSFORM", "mode": "WRITEREAD", "type": "ENCRYPT", "tags": tags,
+           "params": {"encrypt.kek.name": "k1", "encrypt.kms.type": "local-kms",
+                      "encrypt.kms.key.id": "local-kms://k1"}})
+}
+
+fn json_schema(doc: Value, rule_set: Value, metadata: Option<Value>) -> Value {
+    let mut s = json!({"schemaType": "JSON", "schema": doc.to_string(), "ruleSet": rule_set});
+    if let Some(m) = metadata {
+        s["metadata"] = m;
+    }
+    s
+}
+
+/// What this codec writes for `record` under `schema`: `Ok(body)` or the
+/// schema's (or record's) refusal.
+fn write(schema: &Value, record: &Value) -> Result<Vec<u8>, String> {
+    let mut codec = ConfluentJson::new(LocalKms::new("mysecret"));
+    codec
+        .register(1, "t-value", schema)
+        .map_err(|e| e.to_string())?;
+    let bytes = codec
+        .encode("t-value", Some(record))
+        .map_err(|e| e.to_string())?
+        .unwrap();
+    Ok(bytes[5..].to_vec())
+}
+
+/// Confluent's client encrypts the secret: here it must be encrypted too,
+/// or the schema (or record) refused.
+fn assert_not_plaintext(case: &str, schema: Value, record: Value) {
+    match write(&schema, &record) {
+        Err(e) => eprintln!("{case}: refused: {e}"),
+        Ok(body) => assert!(
+            !String::from_utf8_lossy(&body).contains(SSN),
+            "{case}: written in plaintext where Confluent's client encrypts it: {}",
+            String::from_utf8_lossy(&body)
+        ),
+    }
+}
+
+/// Reads with the schema `reader_schema` what this codec wrote under
+/// `writer_schema` (one subject, one KEK and DEK): both are Confluent's
+/// wire format and Confluent's client encrypts the field under each, so
+/// the bytes are those Confluent's client writes. `Ok(value)` or the
+/// refusal.
+fn read_across(writer_schema: &Value, reader_schema: &Value, record: &Value) -> Result<Value, String> {
+    let mut codec = ConfluentJson::new(LocalKms::new("mysecret"));
+    codec.register(1, "t-value", writer_schema).unwrap();
+    let mut bytes = codec.encode("t-value", Some(record)).unwrap().unwrap();
+    assert!(!String::from_utf8_lossy(&bytes).contains(SSN));
+    codec
+        .register(2, "t-value", reader_schema)
+        .map_err(|e| e.to_string())?;
+    bytes[1..5].copy_from_slice(&2u32.to_be_bytes());
+    codec
+        .decode(Some(&bytes))
+        .map(Option::unwrap)
+        .map_err(|e| e.to_string())
+}
+
+fn assert_no_ciphertext_read(case: &str, writer: Value, reader: Value, record: Value) {
+    match read_across(&writer, &reader, &record) {
+        Err(e) => eprintln!("{case}: refused: {e}"),
+        Ok(v) => assert_eq!(v, record, "{case}: Confluent's ciphertext read as a value"),
+    }
+}
+
+// ---------------------------------------------------------------------
+// (a)/(b) JSON Schema: `items` beside `type: string` or `properties`.
+// Confluent's `transform` follows `items` only when the value is a list;
+// otherwise it goes on to the type (a string: encrypted; an object: its
+// properties walked). This codec takes `items` alone.
+// ---------------------------------------------------------------------
+
+fn tagged() -> Value {
+    json!({"type": "string", "confluent:tags": ["PII"]})
+}
+
+/// review41_peer.py json-string-with-items: Confluent encrypts `ssn`.
+#[test]
+fn a_string_with_items_is_encrypted() {
+    let mut ssn = tagged();
+    ssn["items"] = json!({"type": "string"});
+    let schema = json_schema(
+        json!({"type": "object", "properties": {"ssn": ssn}}),
+        json!({"domainRules": [rule(json!(["PII"]))]}),
+        None,
+    );
+    assert_not_plaintext("json-string-with-items", schema, json!({"ssn": SSN}));
+}
+
+/// review41_peer.py json-nullable-string-with-items: Confluent encrypts.
+#[test]
+fn a_nullable_string_with_items_is_encrypted() {
+    let schema = json_schema(
+        json!({"type": "object", "properties": {"ssn": {"type": ["string", "null"],
+               "items": {"type": "string"}, "confluent:tags": ["PII"]}}}),
+        json!({"domainRules": [rule(json!(["PII"]))]}),
+        None,
+    );
+    assert_not_plaintext("json-nullable-string-with-items", schema, json!({"ssn": SSN}));
+}
+
+/// review41_peer.py json-object-with-items-metadata: Confluent encrypts.
+#[test]
+fn an_object_with_items_has_its_properties_encrypted_by_metadata() {
+    let schema = json_schema(
+        json!({"type": "object", "items": {}, "properties": {"ssn": {"type": "string"}}}),
+        json!({"domainRules": [rule(json!(["PII"]))]}),
+        Some(json!({"tags": {"$.ssn": ["PII"]}})),
+    );
+    assert_not_plaintext("json-object-with-items-metadata", schema, json!({"ssn": SSN}));
+}
+
+/// review41_peer.py json-object-with-items-no-tags: Confluent encrypts.
+#[test]
+fn an_object_with_items_has_its_properties_encrypted_by_a_rule_without_tags() {
+    let schema = json_schema(
+        json!({"type": "object", "items": {}, "properties": {"ssn": {"type": "string"}}}),
+        json!({"domainRules": [rule(json!([]))]}),
+        None,
+    );
+    assert_not_plaintext("json-object-with-items-no-tags", schema, json!({"ssn": SSN}));
+}
+
+/// (b): a record Confluent's client wrote (ssn encrypted) read under the
+/// schema with `items` beside `type: string`: the ciphertext comes back as
+/// the value of `ssn`.
+#[test]
+fn confluents_ciphertext_under_a_string_with_items_is_not_a_value() {
+    let writer = json_schema(
+        json!({"type": "object", "properties": {"ssn": tagged()}}),
+        json!({"domainRules": [rule(json!(["PII"]))]}),
+        None,
+    );
+    let mut ssn = tagged();
+    ssn["items"] = json!({"type": "string"});
+    let reader = json_schema(
+        json!({"type": "object", "properties": {"ssn": ssn}}),
+        json!({"domainRules": [rule(json!(["PII"]))]}),
+        None,
+    );
+    assert_no_ciphertext_read("json-string-with-items (read)", writer, reader, json!({"ssn": SSN}));
+}
+
+// ---------------------------------------------------------------------
+// (a) `confluent:tags` that is not an array. Python's client takes
+// `set(tags)`: an object's keys are its tags.
+// ---------------------------------------------------------------------
+
+/// review41_peer.py json-tags-object: Confluent encrypts `ssn`.
+#[test]
+fn tags_given_as_an_object_are_read_or_refused() {
+    let schema = json_schema(
+        json!({"type": "object", "properties": {"ssn": {"type": "string", "confluent:tags": {"PII": true}}}}),
+        json!({"domainRules": [rule(json!(["PII"]))]}),
+        None,
+    );
+    assert_not_plaintext("json-tags-object", schema, json!({"ssn": SSN}));
+}
+
+/// review41_peer.py avro-tags-object: Confluent encrypts `ssn`.
+#[cfg(feature = "confluent-avro")]
+#[test]
+fn avro_tags_given_as_an_object_are_read_or_refused() {
+    let doc = json!({"type": "record", "name": "C", "fields": [
+        {"name": "ssn", "type": "string", "confluent:tags": {"PII": true}}]});
+    let schema = json!({"schema": doc.to_string(), "ruleSet": {"domainRules": [rule(json!(["PII"]))]}});
+    assert_not_plaintext("avro-tags-object", schema, json!({"ssn": SSN}));
+}
+
+// ---------------------------------------------------------------------
+// (a) A record whose shape is not its schema's: Confluent's client
+// validates it (after its rules) and refuses to write it; this codec does
+// not validate, and a tagged field it cannot find by its path stays in
+// plaintext.
+// ---------------------------------------------------------------------
+
+/// review41_peer.py json-record-shape-differs: Confluent refuses
+/// ("... is not of type 'object'").
+#[test]
+fn a_record_not_of_its_schema_is_refused_not_written_in_plaintext() {
+    let schema = json_schema(
+        json!({"type": "object", "properties": {"addr": {"type": "object",
+               "properties": {"street": tagged()}}}}),
+        json!({"domainRules": [rule(json!(["PII"]))]}),
+        None,
+    );
+    assert_not_plaintext(
+        "json-record-shape-differs (array for an object)",
+        schema.clone(),
+        json!({"addr": [{"street": SSN}]}),
+    );
+    assert_not_plaintext(
+        "json-record-shape-differs (string for an object)",
+        schema,
+        json!({"addr": SSN}),
+    );
+}
+
+// ---------------------------------------------------------------------
+// Rule sets Confluent's client reads otherwise (it writes plaintext where
+// this codec encrypts, so Confluent's consumers get ciphertext as values
+// and this codec cannot read Confluent's records): read as Confluent does,
+// or refused.
+// ---------------------------------------------------------------------
+
+/// review41_peer.py enable-at-server: `ruleSet.enableAt` other than ALL or
+/// CLIENT turns every rule off in Confluent's client (plaintext).
+#[test]
+fn enable_at_is_read_or_refused() {
+    let schema = json_schema(
+        json!({"type": "object", "properties": {"ssn": tagged()}}),
+        json!({"domainRules": [rule(json!(["PII"]))], "enableAt": "SERVER"}),
+        None,
+    );
+    let body = write(&schema, &json!({"ssn": SSN}));
+    assert!(
+        body.as_ref().map_or(true, |b| String::from_utf8_lossy(b).contains(SSN)),
+        "enableAt SERVER: Confluent's client writes ssn in plaintext, this codec encrypts it: {:?}",
+        body.map(|b| String::from_utf8_lossy(&b).into_owned())
+    );
+}
+
+/// review41_peer.py rule-tags-not-strings: tags `[1]` match no field in
+/// Confluent's client (plaintext); here they are dropped, and the rule
+/// reaches every field.
+#[test]
+fn rule_tags_that_are_not_strings_are_refused() {
+    let schema = json_schema(
+        json!({"type": "object", "properties": {"ssn": {"type": "string"}, "name": {"type": "string"}}}),
+        json!({"domainRules": [rule(json!([1]))]}),
+        None,
+    );
+    let body = write(&schema, &json!({"ssn": SSN, "name": "Ada"}));
+    assert!(
+        body.as_ref().map_or(true, |b| String::from_utf8_lossy(b).contains(SSN)),
+        "rule tags [1]: Confluent's client encrypts nothing, this codec every field: {:?}",
+        body.map(|b| String::from_utf8_lossy(&b).into_owned())
+    );
+}
+
+/// review41_peer.py disabled-string: `"disabled": "false"` is truthy to
+/// Confluent's client: the rule is off (plaintext).
+#[test]
+fn disabled_that_is_not_a_boolean_is_refused() {
+    let mut r = rule(json!(["PII"]));
+    r["disabled"] = json!("false");
+    let schema = json_schema(
+        json!({"type": "object", "properties": {"ssn": tagged()}}),
+        json!({"domainRules": [r]}),
+        None,
+    );
+    let body = write(&schema, &json!({"ssn": SSN}));
+    assert!(
+        body.as_ref().map_or(true, |b| String::from_utf8_lossy(b).contains(SSN)),
+        "disabled \"false\": Confluent's client skips the rule, this codec applies it: {:?}",
+        body.map(|b| String::from_utf8_lossy(&b).into_owned())
+    );
+}
+
+/// review41_peer.py expiry-days-number: `encrypt.dek.expiry.days: 1` (a
+/// number) rotates in Confluent's client (values carry `0x00 | version`);
+/// here it is ignored (no version prefix): each side fails to read the
+/// other's records.
+#[test]
+fn expiry_days_as_a_number_is_read_or_refused() {
+    let mut r = rule(json!(["PII"]));
+    r["params"]["encrypt.dek.expiry.days"] = json!(1);
+    let schema = json_schema(
+        json!({"type": "object", "properties": {"ssn": tagged()}}),
+        json!({"domainRules": [r]}),
+        None,
+    );
+    if let Ok(body) = write(&schema, &json!({"ssn": SSN})) {
+        let v: Value = serde_json::from_slice(&body).unwrap();
+        use base64::Engine as _;
+        let ct = base64::engine::general_purpose::STANDARD
+            .decode(v["ssn"].as_str().unwrap())
+            .unwrap();
+        assert_eq!(
+            &ct[..5],
+            &[0, 0, 0, 0, 1],
+            "Confluent's client writes the DEK version first under this rule"
+        );
+    }
+}
