@@ -299,3 +299,47 @@ fn expiry_days_as_a_number_is_read_or_refused() {
         );
     }
 }
+
+// ---------------------------------------------------------------------
+// (a) Avro full names as Confluent's client computes them (its serializer
+// names a record with `"namespace": ""` inside a namespaced record by the
+// enclosing namespace: `ns.I`, review41_peer.py avro-empty-namespace and
+// the patterns tried in the report).
+// ---------------------------------------------------------------------
+
+#[cfg(feature = "confluent-avro")]
+fn avro_nested(inner_namespace: Option<&str>, outer_name: &str, pattern: &str) -> Value {
+    let mut inner = json!({"type": "record", "name": "I", "fields": [{"name": "ssn", "type": "string"}]});
+    if let Some(ns) = inner_namespace {
+        inner["namespace"] = json!(ns);
+    }
+    let doc = json!({"type": "record", "name": outer_name, "namespace": "ns", "fields": [
+        {"name": "inner", "type": inner}]});
+    json!({"schema": doc.to_string(), "ruleSet": {"domainRules": [rule(json!(["PII"]))]},
+           "metadata": {"tags": {pattern: ["PII"]}}})
+}
+
+/// Confluent encrypts `inner.ssn` under the pattern `ns.I.ssn` for each
+/// of these (review41_peer.py avro-nested-inherits-namespace,
+/// avro-empty-namespace with ns.I.ssn, avro-dotted-name with a.b.I.ssn).
+#[cfg(feature = "confluent-avro")]
+#[test]
+fn avro_nested_names_match_confluents() {
+    let record = json!({"inner": {"ssn": SSN}});
+    assert_not_plaintext("avro-nested-inherits-namespace", avro_nested(None, "R", "ns.I.ssn"), record.clone());
+    assert_not_plaintext("avro-empty-namespace", avro_nested(Some(""), "R", "ns.I.ssn"), record.clone());
+    assert_not_plaintext("avro-dotted-name", avro_nested(None, "a.b.R", "a.b.I.ssn"), record);
+}
+
+/// Confluent writes `inner.ssn` in plaintext under the pattern `I.ssn`
+/// (avro-empty-namespace): this codec must not encrypt it (its reader
+/// would fail on Confluent's records, Confluent's reader read ciphertext).
+#[cfg(feature = "confluent-avro")]
+#[test]
+fn avro_empty_namespace_pattern_without_namespace_is_plaintext_as_confluents() {
+    let body = write(&avro_nested(Some(""), "R", "I.ssn"), &json!({"inner": {"ssn": SSN}}));
+    assert!(
+        body.as_ref().map_or(true, |b| String::from_utf8_lossy(b).contains(SSN)),
+        "I.ssn: Confluent's client writes plaintext, this codec encrypts"
+    );
+}
