@@ -343,3 +343,44 @@ fn avro_empty_namespace_pattern_without_namespace_is_plaintext_as_confluents() {
         "I.ssn: Confluent's client writes plaintext, this codec encrypts"
     );
 }
+
+// ---------------------------------------------------------------------
+// (e) Time on a forged schema: every property's full name is matched
+// against every metadata.tags pattern, in time pattern × name, once per
+// schema. A schema of 1 MiB (what a registry answer may hold) with 500
+// patterns and 500 properties of 1000 characters is 2.5e11 steps.
+// ---------------------------------------------------------------------
+
+fn wide_schema(patterns: usize, props: usize, len: usize) -> Value {
+    let mut properties = serde_json::Map::new();
+    for i in 0..props {
+        properties.insert(format!("{i:06}{}", "n".repeat(len - 6)), json!({"type": "string"}));
+    }
+    let mut tags = serde_json::Map::new();
+    for i in 0..patterns {
+        tags.insert(format!("$.{i:06}{}", "*x".repeat((len - 8) / 2)), json!(["PII"]));
+    }
+    json_schema(
+        json!({"type": "object", "properties": properties}),
+        json!({"domainRules": [rule(json!(["PII"]))]}),
+        Some(json!({"tags": tags})),
+    )
+}
+
+#[test]
+fn a_schema_with_many_long_patterns_is_read_in_bounded_time() {
+    let schema = wide_schema(500, 500, 1000);
+    assert!(schema.to_string().len() < 1 << 20, "{}", schema.to_string().len());
+    // Measure a twentieth in each dimension: the full one is 400 times that.
+    let small = wide_schema(25, 25, 1000);
+    let t = std::time::Instant::now();
+    let mut codec = ConfluentJson::new(LocalKms::new("mysecret"));
+    codec.register(1, "t-value", &small).unwrap();
+    let small_time = t.elapsed();
+    eprintln!("25 patterns x 25 properties of 1000 characters: {small_time:?}; 500 x 500: about {:?}", small_time * 400);
+    assert!(
+        small_time * 400 < std::time::Duration::from_secs(10),
+        "a 1 MiB schema takes about {:?} to register (once per schema id)",
+        small_time * 400
+    );
+}
