@@ -384,3 +384,56 @@ fn a_schema_with_many_long_patterns_is_read_in_bounded_time() {
         small_time * 400
     );
 }
+
+// ---------------------------------------------------------------------
+// (d) A Vault token to an address a schema names. The module docs: "a KEK
+// in Vault is used only with VAULT_ADDR set"; kek.rs: "A Vault key goes to
+// the server VAULT_ADDR names, never to one a schema or the registry
+// names". With KMS clients given (`with_kms_clients`, as the kms module's
+// docs show) that check is skipped: a VaultClient without an address
+// (`VaultClient::new(token)`, or `from_env()` without VAULT_ADDR) sends
+// its token to the host of the key id the schema's rule (or the registry's
+// KEK) names.
+// ---------------------------------------------------------------------
+
+#[cfg(feature = "vault")]
+#[test]
+fn a_vault_token_never_goes_to_a_host_the_schema_names() {
+    use std::io::Read as _;
+    use tombstone_crypt::kms::{KmsClients, VaultClient};
+
+    // "attacker": whoever may register a schema (or answer as the registry).
+    let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let port = listener.local_addr().unwrap().port();
+    let (tx, rx) = std::sync::mpsc::channel();
+    std::thread::spawn(move || {
+        if let Ok((mut s, _)) = listener.accept() {
+            let mut buf = [0u8; 512];
+            let n = s.read(&mut buf).unwrap_or(0);
+            let _ = tx.send(buf[..n].to_vec());
+        }
+    });
+    let mut r = rule(json!(["PII"]));
+    r["params"]["encrypt.kms.type"] = json!("hcvault");
+    r["params"]["encrypt.kms.key.id"] = json!(format!("http://127.0.0.1:{port}/transit/keys/k1"));
+    let schema = json_schema(
+        json!({"type": "object", "properties": {"ssn": tagged()}}),
+        json!({"domainRules": [r]}),
+        None,
+    );
+    // The user's Vault token, the user's Vault elsewhere (not configured
+    // by address: the key ids were to say it).
+    let clients = KmsClients::new().with(VaultClient::new("hvs.the-users-vault-token"));
+    let mut codec = ConfluentJson::without_local_kms().with_kms_clients(clients);
+    codec.register(1, "t-value", &schema).unwrap();
+    let result = codec.encode("t-value", Some(&json!({"ssn": SSN})));
+    let got = rx.recv_timeout(std::time::Duration::from_secs(2)).ok();
+    assert!(
+        got.is_none(),
+        "a connection carrying the Vault request went to the schema's host 127.0.0.1:{port} \
+         (first bytes {:02x?}: a TLS ClientHello; with a certificate for that host the token follows); \
+         encode: {:?}",
+        got.as_deref().map(|b| &b[..b.len().min(6)]),
+        result.map(|_| ()).map_err(|e| e.to_string())
+    );
+}
