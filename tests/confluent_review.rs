@@ -583,3 +583,31 @@ fn writers_racing_for_the_first_dek_agree() {
         }
     }
 }
+
+/// review41_peer.py field-rule-in-encoding-rules and
+/// payload-rule-in-domain-rules: Confluent's client fails to write under
+/// either (TypeError); this codec writes (records Confluent's client
+/// cannot read), where the claim is "or refuses the schema".
+#[test]
+fn rules_in_the_other_phase_are_refused() {
+    let field_in_encoding = json_schema(
+        json!({"type": "object", "properties": {"ssn": tagged()}}),
+        json!({"encodingRules": [rule(json!(["PII"]))]}),
+        None,
+    );
+    let mut payload = rule(json!(["PII"]));
+    payload["type"] = json!("ENCRYPT_PAYLOAD");
+    let payload_in_domain = json_schema(
+        json!({"type": "object", "properties": {"ssn": {"type": "string"}}}),
+        json!({"domainRules": [payload]}),
+        None,
+    );
+    let a = write(&field_in_encoding, &json!({"ssn": SSN}));
+    let b = write(&payload_in_domain, &json!({"ssn": SSN}));
+    assert!(
+        a.is_err() && b.is_err(),
+        "ENCRYPT among encodingRules: {:?}; ENCRYPT_PAYLOAD among domainRules: {:?}",
+        a.map(|b| String::from_utf8_lossy(&b).into_owned()),
+        b.map(|b| b.len())
+    );
+}

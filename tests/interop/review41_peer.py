@@ -81,6 +81,10 @@ CASES = {
         {"name": "inner", "type": {"type": "record", "name": "I", "fields": [
             {"name": "ssn", "type": "string"}]}}]},
         {"domainRules": [rule()]}, {"tags": {"a.b.I.ssn": ["PII"]}}, {"inner": {"ssn": SECRET}}),
+    # a field rule among the encoding rules, a payload rule among the domain rules
+    "field-rule-in-encoding-rules": ("JSON", OBJ({"ssn": T}), {"encodingRules": [rule()]}, None, {"ssn": SECRET}),
+    "payload-rule-in-domain-rules": ("JSON", OBJ({"ssn": S}), {"domainRules": [dict(rule(), type="ENCRYPT_PAYLOAD")]},
+                                     None, {"ssn": SECRET}),
     # a disabled rule given as a string
     "disabled-string": ("JSON", OBJ({"ssn": T}), {"domainRules": [rule(disabled="false")]}, None, {"ssn": SECRET}),
 }
