@@ -611,3 +611,52 @@ fn rules_in_the_other_phase_are_refused() {
         b.map(|b| b.len())
     );
 }
+
+/// Forged Avro schemas: refused or read, never a panic.
+#[cfg(feature = "confluent-avro")]
+#[test]
+fn forged_avro_schemas_do_not_panic() {
+    let docs = [
+        r#"{"type":"record","name":"R","fields":[{"name":"d","type":{"type":"bytes","logicalType":"decimal","precision":0,"scale":5}}]}"#,
+        r#"{"type":"record","name":"R","fields":[{"name":"d","type":{"type":"bytes","logicalType":"decimal","precision":4,"scale":9}}]}"#,
+        r#"{"type":"record","name":"R","fields":[{"name":"d","type":{"type":"fixed","name":"F","size":-1}}]}"#,
+        r#"{"type":"record","name":"R","fields":[{"name":"d","type":{"type":"fixed","name":"F","size":18446744073709551615}}]}"#,
+        r#"{"type":"record","name":"R","fields":[{"name":"d","type":{"type":"fixed","name":"F","size":4,"logicalType":"decimal","precision":99999999999}}]}"#,
+        r#"{"type":"record","name":"R","fields":[{"name":"e","type":{"type":"enum","name":"E","symbols":["A","A"]}}]}"#,
+        r#"{"type":"record","name":"R","fields":[{"name":"a","type":"string"},{"name":"a","type":"string","confluent:tags":["PII"]}]}"#,
+        r#"{"type":"record","name":"","fields":[]}"#,
+        r#"{"type":"record","name":"R","fields":[{"name":"u","type":["null",["string"]]}]}"#,
+        r#"{"type":"record","name":"R","fields":[{"name":"u","type":["string","string"],"confluent:tags":["PII"]}]}"#,
+        r#"{"type":"record","name":"R","fields":[{"name":"s","type":"string","default":5,"confluent:tags":["PII"]}]}"#,
+        r#"{"type":"record","name":"R","fields":[{"name":"s","type":{"type":"string","logicalType":"uuid"},"confluent:tags":["PII"]}]}"#,
+        r#"{"type":"record","name":"R","fields":[{"name":"n","type":{"type":"record","name":"R","fields":[]}}]}"#,
+        r#"{"type":"record","name":"R","fields":[{"name":"n","type":"R"}]}"#,
+        r#"{"type":"record","name":"R","fields":[{"name":"n","type":"Missing"}]}"#,
+        r#"{"type":"record","name":"R","aliases":["R"],"fields":[{"name":"s","type":"string","aliases":["s","t"],"confluent:tags":["PII"]}]}"#,
+        r#"{"type":"record","name":"a..b","fields":[]}"#,
+        r#"{"type":"record","name":"R","fields":[{"name":"m","type":{"type":"map","values":{"type":"array","items":["null","string"]}},"confluent:tags":["PII"]}]}"#,
+        r#""string""#,
+        r#"["null","string"]"#,
+        r#"{"type":"array","items":"string"}"#,
+    ];
+    let mut panicked = Vec::new();
+    for doc in docs {
+        let schema = json!({"schema": doc, "ruleSet": {"domainRules": [rule(json!(["PII"]))]}});
+        let r = std::panic::catch_unwind(|| {
+            let mut codec = ConfluentJson::new(LocalKms::new("mysecret"));
+            match codec.register(1, "t-value", &schema) {
+                Err(e) => format!("refused: {e}"),
+                Ok(()) => {
+                    let w = codec.encode("t-value", Some(&json!({"s": SSN, "a": SSN, "u": SSN, "n": null, "m": {"k": [SSN]}})));
+                    let garbage = codec.decode(Some(&[0, 0, 0, 0, 1, 0xff, 0xff, 0xff, 0xff, 0x0f, 2, 4, 6]));
+                    format!("registered; write {:?}; read garbage {:?}", w.map(|b| b.map(|b| String::from_utf8_lossy(&b).into_owned())).map_err(|e| e.to_string()), garbage.map_err(|e| e.to_string()))
+                }
+            }
+        });
+        match r {
+            Ok(what) => eprintln!("{doc}\n    {what}"),
+            Err(_) => panicked.push(doc),
+        }
+    }
+    assert!(panicked.is_empty(), "panicked on {panicked:#?}");
+}
