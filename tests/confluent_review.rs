@@ -660,3 +660,46 @@ fn forged_avro_schemas_do_not_panic() {
     }
     assert!(panicked.is_empty(), "panicked on {panicked:#?}");
 }
+
+/// (f) One codec (the in-memory registry: "the embedded default for tests
+/// and single-process use"), threads writing a subject's first records at
+/// once: each thread finds no DEK, makes one, and the last one kept
+/// replaces the others; the records written under those are unreadable
+/// (and `wrapped_deks` never shows their DEKs).
+#[test]
+fn threads_writing_a_subjects_first_records_agree_on_its_dek() {
+    for round in 0..20 {
+        let mut codec = ConfluentJson::new(LocalKms::new("mysecret"));
+        codec
+            .register(
+                1,
+                "t-value",
+                &json_schema(
+                    json!({"type": "object", "properties": {"ssn": tagged()}}),
+                    json!({"domainRules": [rule(json!(["PII"]))]}),
+                    None,
+                ),
+            )
+            .unwrap();
+        let codec = std::sync::Arc::new(codec);
+        let barrier = std::sync::Arc::new(std::sync::Barrier::new(4));
+        let handles: Vec<_> = (0..4)
+            .map(|_| {
+                let (codec, barrier) = (codec.clone(), barrier.clone());
+                std::thread::spawn(move || {
+                    barrier.wait();
+                    codec.encode("t-value", Some(&json!({"ssn": SSN}))).unwrap().unwrap()
+                })
+            })
+            .collect();
+        let written: Vec<Vec<u8>> = handles.into_iter().map(|h| h.join().unwrap()).collect();
+        for (i, bytes) in written.iter().enumerate() {
+            let read = codec.decode(Some(bytes));
+            assert!(
+                read.is_ok(),
+                "round {round}: thread {i}'s record does not read with the codec that wrote it: {}",
+                read.unwrap_err()
+            );
+        }
+    }
+}
