@@ -703,3 +703,73 @@ fn threads_writing_a_subjects_first_records_agree_on_its_dek() {
         }
     }
 }
+
+/// (b): a record Confluent's client wrote under `"confluent:tags":
+/// {"PII": true}` (ssn encrypted, review41_peer.py json-tags-object) read
+/// here under that schema: the ciphertext is the value of `ssn`.
+#[test]
+fn confluents_ciphertext_under_tags_given_as_an_object_is_not_a_value() {
+    let writer = json_schema(
+        json!({"type": "object", "properties": {"ssn": tagged()}}),
+        json!({"domainRules": [rule(json!(["PII"]))]}),
+        None,
+    );
+    let reader = json_schema(
+        json!({"type": "object", "properties": {"ssn": {"type": "string", "confluent:tags": {"PII": true}}}}),
+        json!({"domainRules": [rule(json!(["PII"]))]}),
+        None,
+    );
+    assert_no_ciphertext_read("json-tags-object (read)", writer, reader, json!({"ssn": SSN}));
+}
+
+/// (b): the same for an object with `items` whose property metadata tags
+/// (review41_peer.py json-object-with-items-metadata).
+#[test]
+fn confluents_ciphertext_under_an_object_with_items_is_not_a_value() {
+    let writer = json_schema(
+        json!({"type": "object", "properties": {"ssn": {"type": "string"}}}),
+        json!({"domainRules": [rule(json!(["PII"]))]}),
+        Some(json!({"tags": {"$.ssn": ["PII"]}})),
+    );
+    let reader = json_schema(
+        json!({"type": "object", "items": {}, "properties": {"ssn": {"type": "string"}}}),
+        json!({"domainRules": [rule(json!(["PII"]))]}),
+        Some(json!({"tags": {"$.ssn": ["PII"]}})),
+    );
+    assert_no_ciphertext_read("json-object-with-items-metadata (read)", writer, reader, json!({"ssn": SSN}));
+}
+
+/// (b) by forged bytes: a record of `t-value` (ssn encrypted) whose frame
+/// is given the id of another subject's schema, one without rules, reads
+/// for `t-value` as a value holding the ciphertext (exit 0 in `consume`).
+/// The schema id is not checked against the subject being read.
+/// (Confluent's deserializer does not check it either: informational.)
+#[test]
+fn a_schema_id_of_another_subject_does_not_read_ciphertext_as_a_value() {
+    let mut codec = ConfluentJson::new(LocalKms::new("mysecret"));
+    codec
+        .register(
+            1,
+            "t-value",
+            &json_schema(
+                json!({"type": "object", "properties": {"ssn": tagged()}}),
+                json!({"domainRules": [rule(json!(["PII"]))]}),
+                None,
+            ),
+        )
+        .unwrap();
+    codec
+        .register(
+            2,
+            "other-value",
+            &json!({"schemaType": "JSON", "schema": r#"{"type":"object","properties":{"ssn":{"type":"string"}}}"#}),
+        )
+        .unwrap();
+    let mut bytes = codec.encode("t-value", Some(&json!({"ssn": SSN}))).unwrap().unwrap();
+    bytes[1..5].copy_from_slice(&2u32.to_be_bytes());
+    let read = codec.decode_for(Some("t-value"), Some(&bytes));
+    assert!(
+        read.as_ref().map_or(true, |v| v.as_ref().unwrap()["ssn"] == SSN),
+        "ciphertext read as a value: {read:?}"
+    );
+}
