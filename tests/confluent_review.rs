@@ -773,3 +773,64 @@ fn a_schema_id_of_another_subject_does_not_read_ciphertext_as_a_value() {
         "ciphertext read as a value: {read:?}"
     );
 }
+
+/// Peak resident memory of this process (VmHWM, bytes).
+fn peak_rss() -> u64 {
+    let s = std::fs::read_to_string("/proc/self/status").unwrap_or_default();
+    s.lines()
+        .find(|l| l.starts_with("VmHWM:"))
+        .and_then(|l| l.split_whitespace().nth(1))
+        .and_then(|kb| kb.parse::<u64>().ok())
+        .map_or(0, |kb| kb * 1024)
+}
+
+/// (e) Memory for one forged Avro record of 16 MiB (the most read): an
+/// array of 16 million `int` zeros (one byte each) becomes 16 million
+/// apache-avro Values, then JSON. Run alone: `cargo test ... avro_record_memory -- --test-threads=1`.
+#[cfg(feature = "confluent-avro")]
+#[test]
+fn avro_record_memory_is_bounded_by_a_small_multiple_of_its_size() {
+    let doc = json!({"type": "record", "name": "R", "fields": [{"name": "a", "type": {"type": "array", "items": "int"}}]});
+    let mut codec = ConfluentJson::new(LocalKms::new("mysecret"));
+    codec.register(1, "t-value", &json!({"schema": doc.to_string()})).unwrap();
+    let n: u32 = (16 << 20) - 64;
+    let mut bytes = vec![0, 0, 0, 0, 1];
+    // zigzag varint of the block count n
+    let mut z = u64::from(n) << 1;
+    while z >= 0x80 {
+        bytes.push((z as u8) | 0x80);
+        z >>= 7;
+    }
+    bytes.push(z as u8);
+    bytes.resize(bytes.len() + n as usize, 0);
+    bytes.push(0);
+    assert!(bytes.len() <= 16 << 20);
+    let before = peak_rss();
+    let r = codec.decode(Some(&bytes));
+    let peak = peak_rss().saturating_sub(before);
+    eprintln!("decode: {:?}; peak memory up by {} MiB for a {} MiB record", r.as_ref().map(|_| "a value").map_err(|e| e.to_string()), peak >> 20, bytes.len() >> 20);
+    assert!(peak < 256 << 20, "peak memory up by {} MiB for one 16 MiB record", peak >> 20);
+}
+
+/// The same for a JSON record: `[0,0,0,...]` of 16 MiB: 256 MiB (holds
+/// under 384 MiB; ignored: the high-water mark is the process's, run it
+/// alone with --ignored).
+#[test]
+#[ignore]
+fn json_record_memory_is_bounded_by_a_small_multiple_of_its_size() {
+    let mut codec = ConfluentJson::new(LocalKms::new("mysecret"));
+    codec
+        .register(1, "t-value", &json!({"schemaType": "JSON", "schema": r#"{"type":"object","properties":{"a":{"type":"array"}}}"#}))
+        .unwrap();
+    let mut bytes = vec![0, 0, 0, 0, 1];
+    bytes.extend_from_slice(b"{\"a\":[0");
+    while bytes.len() < (16 << 20) - 4 {
+        bytes.extend_from_slice(b",0");
+    }
+    bytes.extend_from_slice(b"]}");
+    let before = peak_rss();
+    let r = codec.decode(Some(&bytes));
+    let peak = peak_rss().saturating_sub(before);
+    eprintln!("decode: {:?}; peak memory up by {} MiB for a {} MiB record", r.as_ref().map(|_| "a value").map_err(|e| e.to_string()), peak >> 20, bytes.len() >> 20);
+    assert!(peak < 384 << 20, "peak memory up by {} MiB for one 16 MiB record", peak >> 20);
+}
