@@ -873,7 +873,12 @@ fn confluent_records_leave_no_plaintext_in_freed_memory() {
                 {"name": "id", "type": "long"},
                 {"name": "ssn", "type": "string", "confluent:tags": ["PII"]}]}),
         };
-        let rule_set = json!({"domainRules": [{"name": "r", "kind": "TRANSFORM", "mode": "WRITEREAD",
+        let phase = if rule == "ENCRYPT" {
+            "domainRules"
+        } else {
+            "encodingRules"
+        };
+        let rule_set = json!({phase: [{"name": "r", "kind": "TRANSFORM", "mode": "WRITEREAD",
                 "type": rule, "tags": ["PII"], "params": {"encrypt.kek.name": "k1"}}]});
         let schema = json!({"schemaType": format, "schema": doc.to_string(), "ruleSet": rule_set});
         codec.register(1, "t-value", &schema).unwrap();

@@ -23,13 +23,23 @@ struct Fixture {
     records: Vec<(Vec<u8>, Value)>,
 }
 
+/// Where Confluent's client runs a rule: ENCRYPT among the domain rules,
+/// ENCRYPT_PAYLOAD among the encoding rules.
+fn phase(rule: &str) -> &'static str {
+    if rule == "ENCRYPT" {
+        "domainRules"
+    } else {
+        "encodingRules"
+    }
+}
+
 fn schema(rule: &str, algorithm: &str, expiry: &str) -> Value {
     json!({
         "schemaType": "JSON",
         "schema": r#"{"type":"object","properties":{"id":{"type":"integer"},
             "ssn":{"type":"string","confluent:tags":["PII"]},
             "cards":{"type":"array","items":{"type":"string"},"confluent:tags":["PII"]}}}"#,
-        "ruleSet": {"domainRules": [{"mode": "WRITEREAD", "type": rule, "tags": ["PII"],
+        "ruleSet": {phase(rule): [{"mode": "WRITEREAD", "type": rule, "tags": ["PII"],
             "params": {"encrypt.kek.name": "k", "encrypt.dek.algorithm": algorithm,
                        "encrypt.dek.expiry.days": expiry}}]}
     })
@@ -41,7 +51,7 @@ fn avro_schema(rule: &str, algorithm: &str, expiry: &str) -> Value {
         "schema": r#"{"type":"record","name":"R","fields":[{"name":"id","type":"long"},
             {"name":"ssn","type":"string","confluent:tags":["PII"]},
             {"name":"cards","type":["null",{"type":"array","items":"string"}],"confluent:tags":["PII"]}]}"#,
-        "ruleSet": {"domainRules": [{"mode": "WRITEREAD", "type": rule, "tags": ["PII"],
+        "ruleSet": {phase(rule): [{"mode": "WRITEREAD", "type": rule, "tags": ["PII"],
             "params": {"encrypt.kek.name": "k", "encrypt.dek.algorithm": algorithm,
                        "encrypt.dek.expiry.days": expiry}}]}
     })

@@ -85,8 +85,16 @@ impl AvroSchema {
     /// Parses a schema's text.
     pub(super) fn parse(text: &str) -> Result<Self, Error> {
         apache_avro::util::max_allocation_bytes(MAX_ALLOCATION);
-        let schema = Schema::parse_str(text)
-            .map_err(|e| avro_error("an Avro schema that does not parse", &e))?;
+        if let Ok(raw) = serde_json::from_str::<Value>(text) {
+            check_names(&raw, 0)?;
+        }
+        // apache-avro's parser panics on some names it does not check (a
+        // record named "" or "a..b"): those are refused above; a panic left
+        // is an error here, not the caller's.
+        let parsed = std::panic::catch_unwind(|| Schema::parse_str(text)).map_err(|_| {
+            Error::confluent("an Avro schema that does not parse (its parser failed)")
+        })?;
+        let schema = parsed.map_err(|e| avro_error("an Avro schema that does not parse", &e))?;
         let names = apache_avro::schema::ResolvedSchema::try_from(&schema)
             .map_err(|e| avro_error("an Avro schema whose names do not resolve", &e))?
             .get_names()
@@ -161,7 +169,8 @@ impl AvroSchema {
                         Reach::AnyInline => inline_tags(&f.custom_attributes).next().is_some(),
                         Reach::Rule(tags, meta) => reaches(
                             tags,
-                            inline_tags(&f.custom_attributes).chain(meta.tags_of(&full)),
+                            inline_tags(&f.custom_attributes)
+                                .chain(meta.tags_of(&full)?.iter().copied()),
                         ),
                     };
                     if hit {
@@ -236,7 +245,7 @@ impl AvroSchema {
     /// declared length and recurses once per nesting level.
     pub(super) fn read(&self, body: &[u8]) -> Result<Avro, Error> {
         let mut input = body;
-        self.check(&self.schema, &mut input, 0, &mut 0)?;
+        self.check(&self.schema, &mut input, 0, &mut (0, 0))?;
         let mut rest = body;
         let value = apache_avro::from_avro_datum(&self.schema, &mut rest, None)
             .map_err(|e| avro_error("a Confluent record's Avro body does not decode", &e))?;
@@ -518,6 +527,76 @@ enum Reach<'a> {
     Rule(&'a [String], &'a MetadataTags),
 }
 
+/// Checks the names of an Avro schema's named types and fields (as JSON)
+/// against Avro's grammar (`[A-Za-z_][A-Za-z0-9_]*`, dotted for a full
+/// name or a namespace), and refuses an empty `namespace` on a named type
+/// inside another: Confluent's client names such a type in its enclosing
+/// namespace, Avro's rules (and this codec) in none, so their full names
+/// (and the `metadata.tags` patterns that match them) would differ.
+fn check_names(raw: &Value, depth: usize) -> Result<(), Error> {
+    if depth > MAX_DEPTH {
+        return Err(Error::confluent(
+            "an Avro schema nested more than 128 levels",
+        ));
+    }
+    let valid = |name: &str| {
+        !name.is_empty()
+            && name.split('.').all(|part| {
+                let mut chars = part.chars();
+                chars
+                    .next()
+                    .is_some_and(|c| c.is_ascii_alphabetic() || c == '_')
+                    && chars.all(|c| c.is_ascii_alphanumeric() || c == '_')
+            })
+    };
+    match raw {
+        Value::Object(map) => {
+            let named = matches!(
+                map.get("type").and_then(Value::as_str),
+                Some("record" | "error" | "enum" | "fixed")
+            );
+            if named {
+                let name = map.get("name").and_then(Value::as_str).unwrap_or("");
+                if !valid(name) {
+                    return Err(Error::confluent(format!(
+                        "an Avro type named {:?}: not a name Avro allows",
+                        crate::error::printable(name)
+                    )));
+                }
+                match map.get("namespace") {
+                    None | Some(Value::Null) => {}
+                    Some(Value::String(ns)) if ns.is_empty() && depth > 0 => {
+                        return Err(Error::confluent(
+                            "an Avro type inside another with an empty namespace (Confluent's client names it in the \
+                             enclosing namespace, Avro in none): refusing the schema rather than guess",
+                        ))
+                    }
+                    Some(Value::String(ns)) if ns.is_empty() || valid(ns) => {}
+                    Some(_) => {
+                        return Err(Error::confluent(
+                            "an Avro namespace that is not a dotted name Avro allows",
+                        ))
+                    }
+                }
+            }
+            if let Some(fields) = map.get("fields").and_then(Value::as_array) {
+                for f in fields {
+                    let name = f.get("name").and_then(Value::as_str).unwrap_or("");
+                    if !valid(name) || name.contains('.') {
+                        return Err(Error::confluent(format!(
+                            "an Avro field named {:?}: not a name Avro allows",
+                            crate::error::printable(name)
+                        )));
+                    }
+                }
+            }
+            map.values().try_for_each(|v| check_names(v, depth + 1))
+        }
+        Value::Array(items) => items.iter().try_for_each(|v| check_names(v, depth + 1)),
+        _ => Ok(()),
+    }
+}
+
 /// A buffer whose every outgrown allocation is wiped.
 struct Buf(Zeroizing<Vec<u8>>);
 
@@ -586,6 +665,11 @@ fn wipe_avro(value: &mut Avro) {
 /// (serde_json's limit for JSON, 128).
 const MAX_DEPTH: usize = 128;
 
+/// The most items of arrays and maps in one record read (each becomes a
+/// value of about 50 bytes, and its JSON form another): a 16 MiB record of
+/// one-byte items would take about 900 MiB to read.
+const MAX_ITEMS: usize = 1 << 20;
+
 /// The most items of a size of zero bytes (`null`, an empty record) in one
 /// record read: a block can declare millions of them in a few bytes.
 const MAX_EMPTY_ITEMS: usize = 1 << 16;
@@ -631,7 +715,7 @@ impl AvroSchema {
         schema: &Schema,
         input: &mut &[u8],
         depth: usize,
-        empty: &mut usize,
+        empty: &mut (usize, usize),
     ) -> Result<(), Error> {
         if depth > MAX_DEPTH {
             return Err(Error::confluent(
@@ -691,7 +775,7 @@ impl AvroSchema {
         key: bool,
         input: &mut &[u8],
         depth: usize,
-        empty: &mut usize,
+        empty: &mut (usize, usize),
     ) -> Result<(), Error> {
         loop {
             let mut count = read_long(input)?;
@@ -709,9 +793,15 @@ impl AvroSchema {
                     skip(input, n)?;
                 }
                 self.check(items, input, depth + 1, empty)?;
+                empty.1 += 1;
+                if empty.1 > MAX_ITEMS {
+                    return Err(Error::confluent(
+                        "a Confluent record's Avro body has more than 2^20 items in its arrays and maps",
+                    ));
+                }
                 if input.len() == before {
-                    *empty += 1;
-                    if *empty > MAX_EMPTY_ITEMS {
+                    empty.0 += 1;
+                    if empty.0 > MAX_EMPTY_ITEMS {
                         return Err(Error::confluent(
                             "a Confluent record's Avro body has more than 65536 empty items",
                         ));

@@ -118,6 +118,8 @@ struct Deks {
 pub struct ConfluentJson {
     local: Option<LocalKms>,
     kms_clients: Option<KmsClients>,
+    /// Vault addresses a KEK may be at, beside `VAULT_ADDR`.
+    vault_addresses: Vec<String>,
     schemas: RwLock<HashMap<u32, Arc<Registered>>>,
     /// Each subject's latest schema id; with when it was fetched from the
     /// registry (`None`: given here, never stale).
@@ -162,6 +164,7 @@ impl ConfluentJson {
         ConfluentJson {
             local: None,
             kms_clients: None,
+            vault_addresses: Vec::new(),
             schemas: RwLock::new(HashMap::new()),
             latest: RwLock::new(HashMap::new()),
             cache_ttl: Duration::from_secs(300),
@@ -183,13 +186,27 @@ impl ConfluentJson {
     /// Without this, they are opened with the clients registered for the
     /// process and the built-in ones configured from the environment (a
     /// Vault key then at the server its URL names unless `VAULT_ADDR` is
-    /// set, as Confluent's driver).
+    /// set). With clients given, a KEK in Vault is opened only at
+    /// `VAULT_ADDR` or an address given to
+    /// [`allowing_vault_address`](ConfluentJson::allowing_vault_address):
+    /// a Vault client may take its address from the key id, which whoever
+    /// registers a schema or a KEK chooses.
     #[must_use]
     pub fn with_kms_clients(self, clients: KmsClients) -> Self {
         ConfluentJson {
             kms_clients: Some(clients),
             ..self
         }
+    }
+
+    /// Allows KEKs in Vault at `address` (`https://vault.example:8200`),
+    /// beside `VAULT_ADDR`, for the clients of
+    /// [`with_kms_clients`](ConfluentJson::with_kms_clients): a KEK whose
+    /// key id names another address refuses the schema.
+    #[must_use]
+    pub fn allowing_vault_address(mut self, address: &str) -> Self {
+        self.vault_addresses.push(address.to_owned());
+        self
     }
 
     /// Says where the KEK `name` lives (Confluent's `kmsType`, e.g.
@@ -245,7 +262,13 @@ impl ConfluentJson {
                 .place_in_rules(name)
                 .unwrap_or_else(|| ("local-kms".to_owned(), String::new())),
         };
-        kek::resolve(name, &place, self.local.as_ref(), self.kms_clients.as_ref())
+        kek::resolve(
+            name,
+            &place,
+            self.local.as_ref(),
+            self.kms_clients.as_ref(),
+            &self.vault_addresses,
+        )
     }
 
     /// Where a rule of a schema known here says the KEK `name` lives.
@@ -361,6 +384,12 @@ impl ConfluentJson {
         };
         refuse_unimplemented(schema)?;
         let meta = super::tags::MetadataTags::from_schema(schema)?;
+        match &avro {
+            None => super::tags::check_inline_tags(&doc)?,
+            Some(_) => {
+                super::tags::check_inline_tags(&serde_json::from_str(text).unwrap_or(Value::Null))?
+            }
+        }
         let properties = schema
             .get("metadata")
             .and_then(|m| m.get("properties"))
@@ -375,13 +404,35 @@ impl ConfluentJson {
                 .cloned()
                 .unwrap_or_default()
         };
-        for rule in rules("domainRules")
+        match schema.get("ruleSet").and_then(|r| r.get("enableAt")) {
+            None | Some(Value::Null) => {}
+            Some(Value::String(at)) if at == "ALL" || at == "CLIENT" => {}
+            Some(other) => {
+                return Err(Error::confluent(format!(
+                "the rule set's enableAt {other}: not implemented here, so the schema is refused"
+            )))
+            }
+        }
+        let domain = rules("domainRules");
+        let encoding = rules("encodingRules");
+        for (rule, phase) in domain
             .iter()
-            .chain(rules("encodingRules").iter())
+            .map(|r| (r, "domainRules"))
+            .chain(encoding.iter().map(|r| (r, "encodingRules")))
         {
             let Some(rule) = Rule::from_json_with(rule, properties)? else {
                 continue;
             };
+            let right = match rule.kind {
+                RuleKind::Fields(_) => "domainRules",
+                RuleKind::Payload => "encodingRules",
+            };
+            if phase != right {
+                return Err(Error::confluent(format!(
+                    "an encryption rule under {phase} (Confluent's client runs ENCRYPT as a domain rule and \
+                     ENCRYPT_PAYLOAD as an encoding rule, and fails on the other): refusing the schema"
+                )));
+            }
             let again = match &rule.kind {
                 RuleKind::Fields(_) => !fields.is_empty(),
                 RuleKind::Payload => payload.is_some(),
@@ -653,8 +704,16 @@ impl ConfluentJson {
             });
             registry.create_kek(&rule.kek_name, &kms_type, &kms_key_id)?;
             if !registry.create_dek(&rule.kek_name, subject, rule.algorithm, version, &wrapped)? {
-                // Another writer made this version first: use theirs.
-                return self.dek_to_read(rule, subject, version);
+                // Another writer made this version first: use theirs, if
+                // it is not deleted (a soft-deleted DEK is read, never
+                // written under: as Confluent's client, which then fails).
+                return match registry.dek(&rule.kek_name, subject, rule.algorithm, Some(version))? {
+                    Some((v, wrapped, ts)) => self.keep(rule, subject, v, &wrapped, ts),
+                    None => Err(Error::confluent(format!(
+                        "DEK version {version} of subject {:?} is deleted in the registry: no DEK to write under",
+                        crate::error::printable(subject)
+                    ))),
+                };
             }
         }
         let id = (
@@ -664,6 +723,12 @@ impl ConfluentJson {
             version,
         );
         let mut deks = self.lock();
+        // Another thread of this codec made this version first: use
+        // theirs (one DEK per version, or the records under the other
+        // could never be read).
+        if let Some((theirs, _)) = deks.open.get(&id) {
+            return Ok(Arc::clone(theirs));
+        }
         deks.wrapped.insert(id.clone(), wrapped);
         deks.open.insert(id, (Arc::clone(&dek), SystemTime::now()));
         Ok(dek)
@@ -1124,7 +1189,10 @@ fn seal_field(rule: &Rule, dek: &Dek, field: &mut Value) -> Result<(), Error> {
 type FieldFn<'a> = dyn FnMut(&mut Value, &[String]) -> Result<(), Error> + 'a;
 
 /// Calls `f` on every value at `path` in `value` (`*`: each element of an
-/// array); a missing property or a null on the way is skipped.
+/// array); a missing property or a null on the way is skipped, and a value
+/// of another shape than the schema's (not an object where the path names
+/// a property, not an array where it takes each item) is an error: such a
+/// record is not of its schema, and Confluent's client refuses to write it.
 fn each_at(
     value: &mut Value,
     path: &[String],
@@ -1143,7 +1211,7 @@ fn each_at(
             }
             Ok(())
         }
-        (name, Value::Object(map)) => match map.get_mut(name) {
+        (name, Value::Object(map)) if name != "*" => match map.get_mut(name) {
             Some(v) => {
                 at.push(name.replace('~', "~0").replace('/', "~1"));
                 let r = each_at(v, rest, at, f);
@@ -1152,7 +1220,11 @@ fn each_at(
             }
             None => Ok(()),
         },
-        _ => Ok(()),
+        (_, Value::Null) => Ok(()),
+        _ => Err(in_field(
+            at,
+            Error::confluent("the record is not of its schema here (an object or array where it says the other, or a scalar)"),
+        )),
     }
 }
 

@@ -55,12 +55,15 @@ impl Kek<'_> {
 /// schema or the registry names: without `VAULT_ADDR` such a KEK is
 /// refused (Confluent's driver would send the Vault token to the address
 /// in the key id, which anyone who can register a schema or a KEK
-/// chooses).
+/// chooses). With `clients` given (whose Vault client may take its address
+/// from the key id), the key id's address must be `VAULT_ADDR` or one of
+/// `vault_allowed`.
 pub(crate) fn resolve<'a>(
     name: &str,
     place: &KekPlace,
     local: Option<&'a LocalKms>,
     clients: Option<&KmsClients>,
+    vault_allowed: &[String],
 ) -> Result<Kek<'a>, Error> {
     let (kms_type, key_id) = place;
     match kms_type.as_str() {
@@ -82,6 +85,10 @@ pub(crate) fn resolve<'a>(
                     printable(key_id)
                 ))
             })?;
+            if clients.is_some() {
+                let env = std::env::var("VAULT_ADDR").ok();
+                vault_address_allowed(origin, env.as_deref(), vault_allowed)?;
+            }
             vault_aead(&format!("hcvault://{host_path}"), origin, clients)
         }
         other => Err(Error::confluent(format!(
@@ -90,6 +97,24 @@ pub(crate) fn resolve<'a>(
             printable(other)
         ))),
     }
+}
+
+/// Whether a Vault KEK at `origin` may be opened with the clients given:
+/// only at `VAULT_ADDR` or an address allowed.
+fn vault_address_allowed(
+    origin: &str,
+    vault_addr: Option<&str>,
+    allowed: &[String],
+) -> Result<(), Error> {
+    let same = |a: &str| a.trim_end_matches('/').eq_ignore_ascii_case(origin);
+    if vault_addr.is_some_and(same) || allowed.iter().any(|a| same(a)) {
+        return Ok(());
+    }
+    Err(Error::confluent(format!(
+        "a KEK in Vault at {:?} (named by the schema or the registry), which is neither VAULT_ADDR nor an address \
+         allowed (ConfluentJson::allowing_vault_address): a Vault token is never sent to an address a schema names",
+        printable(origin)
+    )))
 }
 
 /// `http(s)://HOST[:PORT]/REST` -> (`http(s)://HOST[:PORT]`,
@@ -171,23 +196,41 @@ mod tests {
     }
 
     #[test]
+    fn a_vault_address_with_clients_given_must_be_allowed() {
+        let allowed = ["https://vault.example:8200/".to_owned()];
+        assert!(vault_address_allowed("https://vault.example:8200", None, &allowed).is_ok());
+        assert!(
+            vault_address_allowed("http://127.0.0.1:8200", Some("http://127.0.0.1:8200"), &[])
+                .is_ok()
+        );
+        let e = vault_address_allowed(
+            "http://attacker:8200",
+            Some("http://127.0.0.1:8200"),
+            &allowed,
+        )
+        .unwrap_err();
+        assert!(e.to_string().contains("never sent"), "{e}");
+        assert!(vault_address_allowed("http://attacker:8200", None, &[]).is_err());
+    }
+
+    #[test]
     fn unknown_and_unconfigured_keks_are_clear_errors() {
         let place = |t: &str, k: &str| (t.to_owned(), k.to_owned());
-        let e = resolve("k", &place("gcp-kms", "projects/x"), None, None)
+        let e = resolve("k", &place("gcp-kms", "projects/x"), None, None, &[])
             .err()
             .unwrap();
         assert!(e.to_string().contains("not supported here"), "{e}");
-        let e = resolve("k", &place("local-kms", ""), None, None)
+        let e = resolve("k", &place("local-kms", ""), None, None, &[])
             .err()
             .unwrap();
         assert!(e.to_string().contains("no local-kms secret"), "{e}");
-        let e = resolve("k", &place("hcvault", "transit/keys/k1"), None, None)
+        let e = resolve("k", &place("hcvault", "transit/keys/k1"), None, None, &[])
             .err()
             .unwrap();
         assert!(e.to_string().contains("is not http(s)://"), "{e}");
         let local = LocalKms::new("s");
         assert!(matches!(
-            resolve("k", &place("local-kms", "x"), Some(&local), None),
+            resolve("k", &place("local-kms", "x"), Some(&local), None, &[]),
             Ok(Kek::Local(_))
         ));
     }

@@ -74,12 +74,32 @@
 //!   a parameter it does not know, a KMS type it does not know or one
 //!   without its key id (never a fall back to `local-kms`), two rules of
 //!   one kind;
+//! - `items` beside a type other than `array` (Confluent's client takes one
+//!   or the other by the value), `confluent:tags` that is not an array of
+//!   strings, an Avro type with an empty namespace inside another (named
+//!   differently by Confluent's client and by Avro), Avro names Avro does
+//!   not allow;
+//! - a rule set's `enableAt` other than `ALL` or `CLIENT`, `disabled` or
+//!   `tags` of another JSON type than Confluent's model, an `ENCRYPT` rule
+//!   among the encoding rules or an `ENCRYPT_PAYLOAD` among the domain
+//!   rules (Confluent's client fails on them);
+//! - `metadata.tags` patterns and field names that would take more than
+//!   10^8 steps to match;
 //! - a shared KEK (the registry would unwrap its DEKs), wherever the
-//!   registry returns one;
+//!   registry returns one; with KMS clients given, a KEK in Vault at an
+//!   address that is neither `VAULT_ADDR` nor allowed
+//!   ([`ConfluentJson::allowing_vault_address`]);
 //! - record keys ([`ConfluentSerde::for_keys`]) under a randomized rule.
 //!
+//! A record that is not of its schema where a rule reaches (an array where
+//! the schema has an object) is an error, never written with the field in
+//! plaintext; one DEK per version, whatever threads of one codec race to
+//! make it; a soft-deleted DEK is read, never written under; an Avro
+//! record's arrays and maps hold at most 2^20 items.
+//!
 //! Credentials go only where they were sent: a KEK in Vault is used only
-//! with `VAULT_ADDR` set; a registry URL's `user:password@` is taken out of
+//! with `VAULT_ADDR` set (or, with KMS clients given, at `VAULT_ADDR` or an
+//! address allowed); a registry URL's `user:password@` is taken out of
 //! it and sent as basic authentication, never shown. A registry that does
 //! not answer is [`Error::Registry`], not the
 //! record's fault.

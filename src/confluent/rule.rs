@@ -75,30 +75,33 @@ impl Rule {
         rule: &Value,
         properties: Option<&serde_json::Map<String, Value>>,
     ) -> Result<Option<Rule>, Error> {
-        if rule.get("disabled").and_then(Value::as_bool) == Some(true) {
-            return Ok(None);
-        }
         let name = rule.get("name").and_then(Value::as_str).unwrap_or("");
         let refuse = |what: String| {
             Err(Error::confluent(format!(
                 "rule {name:?}: {what}: not implemented here, so the schema is refused (Confluent's client would apply it)"
             )))
         };
+        match rule.get("disabled") {
+            None | Some(Value::Null | Value::Bool(false)) => {}
+            Some(Value::Bool(true)) => return Ok(None),
+            // Python's client takes any truthy value (the string "false"
+            // included) as disabled.
+            Some(other) => return refuse(format!("disabled {other} (not a boolean)")),
+        }
         let ty = rule
             .get("type")
             .and_then(Value::as_str)
             .unwrap_or("")
             .to_ascii_uppercase();
-        let tags: Vec<String> = rule
-            .get("tags")
-            .and_then(Value::as_array)
-            .map(|t| {
-                t.iter()
-                    .filter_map(Value::as_str)
-                    .map(str::to_owned)
-                    .collect()
-            })
-            .unwrap_or_default();
+        let tags: Vec<String> = match rule.get("tags") {
+            None | Some(Value::Null) => Vec::new(),
+            Some(Value::Array(t)) if t.iter().all(Value::is_string) => t
+                .iter()
+                .filter_map(Value::as_str)
+                .map(str::to_owned)
+                .collect(),
+            Some(other) => return refuse(format!("tags {other} (not an array of strings)")),
+        };
         let kind = match ty.as_str() {
             "ENCRYPT" => RuleKind::Fields(tags),
             "ENCRYPT_PAYLOAD" => RuleKind::Payload,
@@ -146,7 +149,16 @@ impl Rule {
             Some(a) => DekAlgorithm::from_name(a)?,
             None => DekAlgorithm::Aes256Gcm,
         };
-        let expiry_days = match param("encrypt.dek.expiry.days") {
+        // A whole number of days, written as a string (Confluent's
+        // parameters are strings) or as a number.
+        let expiry = params
+            .and_then(|p| p.get("encrypt.dek.expiry.days"))
+            .and_then(Value::as_u64)
+            .map(|d| d.to_string());
+        let expiry_days = match expiry
+            .as_deref()
+            .or_else(|| param("encrypt.dek.expiry.days"))
+        {
             Some(d) => d.parse().map_err(|_| {
                 Error::confluent("encrypt.dek.expiry.days is not a whole number of days")
             })?,

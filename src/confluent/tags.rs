@@ -36,10 +36,17 @@ enum Tok {
     Any,
 }
 
+/// How many steps of pattern matching one schema may take (a pattern's
+/// length times a name's, for each pattern with wildcards and each field):
+/// beyond it the schema is refused rather than read for minutes.
+const MATCH_BUDGET: u64 = 100_000_000;
+
 /// A schema's `metadata.tags`: path patterns and their tags.
-#[derive(Clone, Debug, Default)]
+#[derive(Debug, Default)]
 pub(super) struct MetadataTags {
     patterns: Vec<(Vec<Tok>, Vec<String>)>,
+    /// Matching steps left (see [`MATCH_BUDGET`]).
+    budget: std::cell::Cell<u64>,
 }
 
 impl MetadataTags {
@@ -84,7 +91,10 @@ impl MetadataTags {
                 })?;
             patterns.push((parse(pattern)?, tags));
         }
-        Ok(MetadataTags { patterns })
+        Ok(MetadataTags {
+            patterns,
+            budget: std::cell::Cell::new(MATCH_BUDGET),
+        })
     }
 
     /// Whether there are no patterns.
@@ -93,13 +103,68 @@ impl MetadataTags {
     }
 
     /// The tags that the patterns matching `full_name` give it.
-    pub(super) fn tags_of<'a>(&'a self, full_name: &'a str) -> impl Iterator<Item = &'a str> {
+    ///
+    /// # Errors
+    /// [`Error::Confluent`] once the schema's matching has taken more than
+    /// [`MATCH_BUDGET`] steps.
+    pub(super) fn tags_of(&self, full_name: &str) -> Result<Vec<&str>, Error> {
+        if self.patterns.is_empty() {
+            return Ok(Vec::new());
+        }
         let text: Vec<char> = full_name.chars().collect();
-        self.patterns
-            .iter()
-            .filter(move |(p, _)| matches(p, &text))
-            .flat_map(|(_, t)| t.iter().map(String::as_str))
+        let mut out = Vec::new();
+        for (pattern, tags) in &self.patterns {
+            let literal = pattern.iter().all(|t| matches!(t, Tok::Char(_)));
+            let hit = if literal {
+                pattern.len() == text.len()
+                    && pattern.iter().zip(&text).all(|(t, c)| *t == Tok::Char(*c))
+            } else {
+                let cost = (pattern.len() as u64 + 1) * (text.len() as u64 + 1);
+                let left = self.budget.get().checked_sub(cost).ok_or_else(|| {
+                    Error::confluent(
+                        "the schema's metadata.tags patterns and field names are too many and too long to match \
+                         (over 10^8 steps): refusing the schema",
+                    )
+                })?;
+                self.budget.set(left);
+                matches(pattern, &text)
+            };
+            if hit {
+                out.extend(tags.iter().map(String::as_str));
+            }
+        }
+        Ok(out)
     }
+}
+
+/// Refuses `confluent:tags` anywhere in `doc` that is not an array of
+/// strings (Confluent's client takes `set(tags)`: an object's keys, a
+/// string's characters), and a schema nested deeper than 128 levels.
+pub(super) fn check_inline_tags(doc: &Value) -> Result<(), Error> {
+    fn walk(v: &Value, depth: usize) -> Result<(), Error> {
+        if depth > 128 {
+            return Err(Error::confluent("a schema nested more than 128 levels"));
+        }
+        match v {
+            Value::Object(map) => {
+                if let Some(tags) = map.get("confluent:tags") {
+                    let strings = tags
+                        .as_array()
+                        .is_some_and(|t| t.iter().all(Value::is_string));
+                    if !strings && !tags.is_null() {
+                        return Err(Error::confluent(
+                            "confluent:tags that is not an array of strings (Confluent's client reads an object's keys \
+                             or a string's characters as tags): refusing the schema rather than guess",
+                        ));
+                    }
+                }
+                map.values().try_for_each(|v| walk(v, depth + 1))
+            }
+            Value::Array(items) => items.iter().try_for_each(|v| walk(v, depth + 1)),
+            _ => Ok(()),
+        }
+    }
+    walk(doc, 0)
 }
 
 /// The inline tags of a JSON subschema (`confluent:tags`).
@@ -219,6 +284,26 @@ impl JsonWalk<'_> {
             return Ok(());
         }
         if let Some(items) = map.get("items") {
+            // Confluent's client follows `items` only when the value is a
+            // list, else it goes on to the type: a schema that may be
+            // either is not walked here.
+            let array_only = match map.get("type") {
+                None => !map.contains_key("properties"),
+                Some(Value::String(t)) => t == "array",
+                Some(Value::Array(types)) => types.iter().all(|t| t == "array" || t == "null"),
+                Some(_) => false,
+            };
+            if !array_only
+                && (reached
+                    || !self.meta.is_empty()
+                    || self.rule_tags.is_empty()
+                    || count_inline(schema, self.rule_tags) > 0)
+            {
+                return refuse(
+                    "items beside a type other than array (Confluent's client takes one or the other by the value) \
+                     where an encryption rule may reach a field: not implemented here",
+                );
+            }
             if !items.is_object() {
                 if reached || count_inline(items, self.rule_tags) > 0 || !self.meta.is_empty() {
                     return refuse("tuple items where an encryption rule may reach a field: not implemented here");
@@ -274,7 +359,8 @@ impl JsonWalk<'_> {
             for (prop, sub) in props.into_iter().flatten() {
                 let full = format!("{base}.{prop}");
                 let by_inline = !self.rule_tags.is_empty() && reaches(self.rule_tags, inline(sub));
-                let reached = reaches(self.rule_tags, inline(sub).chain(self.meta.tags_of(&full)));
+                let by_meta = self.meta.tags_of(&full)?;
+                let reached = reaches(self.rule_tags, inline(sub).chain(by_meta.iter().copied()));
                 self.inline_read += usize::from(by_inline);
                 path.push(prop.clone());
                 let r = self.node(
@@ -420,7 +506,7 @@ mod tests {
         assert!(MetadataTags::from_schema(&schema).is_err());
         let schema = serde_json::json!({"metadata": {"tags": {"**.a": ["PII"], "$.b": []}}});
         let t = MetadataTags::from_schema(&schema).unwrap();
-        assert_eq!(t.tags_of("$.x.a").collect::<Vec<_>>(), ["PII"]);
-        assert_eq!(t.tags_of("$.b").count(), 0);
+        assert_eq!(t.tags_of("$.x.a").unwrap(), ["PII"]);
+        assert!(t.tags_of("$.b").unwrap().is_empty());
     }
 }

@@ -1,10 +1,10 @@
 #!/usr/bin/env python3
-"""Review 41: what confluent-kafka 2.16.1 (Python) does with the schemas of
-tests/confluent_review.rs. For each case: the record it writes (base64) or
+"""What confluent-kafka 2.16.1 (Python) does with the schemas of
+tests/confluent_edges.rs. For each case: the record it writes (base64) or
 its error, and whether the secret shows in the bytes.
 
-    review41_peer.py            all cases, a JSON list on stdout
-    review41_peer.py NAME ...   those cases
+    confluent_edges_peer.py            all cases, a JSON list on stdout
+    confluent_edges_peer.py NAME ...   those cases
 """
 import base64
 import copy
@@ -92,7 +92,7 @@ CASES = {
 
 def run(name):
     fmt, doc, rule_set, metadata, record = CASES[name]
-    client = SchemaRegistryClient.new_client({"url": "mock://review41"})
+    client = SchemaRegistryClient.new_client({"url": "mock://confluent-edges"})
     topic = "t-" + name
     subject = topic + "-value"
     text = json.dumps(doc)
