@@ -51,6 +51,53 @@ pub(crate) struct Progress {
     /// none of them, and nothing of anyone else's after `from`, is not the
     /// one it wrote.
     pub(crate) written: u64,
+    /// The run's first and last acknowledged records there, values
+    /// rather than tombstones where it wrote any (their marks carry no
+    /// timestamp): on the partition it wrote, an offset holds the
+    /// same record for ever or, once compaction removed it, none, with a
+    /// later record of its key; a topic created again under the same name
+    /// has its end before them, or other records (or none without a later
+    /// record of the key) at their offsets.
+    pub(crate) anchors: Option<(Mark, Mark)>,
+    /// Read from another topic (`--to-topic`): the source partition's
+    /// record just before `end` when the run planned it, checked the same
+    /// way on resume (a source created again is refused).
+    pub(crate) source: Option<Mark>,
+}
+
+impl Progress {
+    /// The progress after `n` more records acknowledged at `offsets` (in
+    /// order), `writes` being those records.
+    pub(crate) fn after_writes(self, writes: &[Write], offsets: &[i64]) -> Progress {
+        let marks = writes
+            .iter()
+            .zip(offsets)
+            .map(|(w, &o)| Mark::of(o, None, Some(&w.key), w.value.as_deref()));
+        // Values rather than tombstones where the run wrote any: a value
+        // leaves the log only under a newer record of its key, a tombstone
+        // also once it is older than delete.retention.ms.
+        let value = |m: &Mark| m.value_len >= 0;
+        let mut anchors = self.anchors;
+        for m in marks {
+            anchors = Some(match anchors {
+                None => (m, m),
+                Some((first, last)) => {
+                    let first = if !value(&first) && value(&m) {
+                        m
+                    } else {
+                        first
+                    };
+                    let later = m.offset > last.offset && (value(&m) || !value(&last));
+                    (first, if later { m } else { last })
+                }
+            });
+        }
+        Progress {
+            written: self.written + offsets.len() as u64,
+            anchors,
+            ..self
+        }
+    }
 }
 
 /// What identifies one record of a partition: its offset, timestamp, and
@@ -85,6 +132,12 @@ impl Mark {
             key_len: len(key),
             value_len: len(value),
         }
+    }
+
+    /// Whether `key` is this record's key (by its hash and length).
+    pub(crate) fn same_key(&self, key: Option<&[u8]>) -> bool {
+        let other = Mark::of(self.offset, None, key, None);
+        other.key == self.key && other.key_len == self.key_len
     }
 
     fn to_json(self) -> Value {
@@ -218,8 +271,11 @@ impl Checkpoint {
         if v["format"] == json!(1) {
             return Err(what("written by an earlier version (format 1), which does not check what others wrote before it resumes: finish the run with that version, or delete the checkpoint and its journals and start again".into()));
         }
-        if v["format"] != json!(2) {
-            return Err(what("not a checkpoint of this version (format 2)".into()));
+        if v["format"] == json!(2) {
+            return Err(what("written by an earlier version (format 2), which does not record the run's own records to know the topic again: finish the run with that version, or delete the checkpoint and its journals and start again".into()));
+        }
+        if v["format"] != json!(3) {
+            return Err(what("not a checkpoint of this version (format 3)".into()));
         }
         let run = str_of("run")?;
         if run.len() != 32 || !run.bytes().all(|b| b.is_ascii_hexdigit()) {
@@ -267,6 +323,22 @@ impl Checkpoint {
                         .ok_or_else(|| what(format!("partition {partition}: a bad mark")))?,
                 ),
             };
+            let mark_of = |k: &str| match &p[k] {
+                Value::Null => Ok(None),
+                m => Mark::from_json(m)
+                    .map(Some)
+                    .ok_or_else(|| what(format!("partition {partition}: a bad {k}"))),
+            };
+            let anchors = match (mark_of("first")?, mark_of("last")?) {
+                (None, None) => None,
+                (Some(first), Some(last))
+                    if from.is_some_and(|f| first.offset >= f) && last.offset >= first.offset =>
+                {
+                    Some((first, last))
+                }
+                _ => return Err(what(format!("partition {partition}: bad first and last"))),
+            };
+            let source = mark_of("source")?;
             match (end, done, from, written) {
                 (Some(end), Some(done), Some(from), Some(written))
                     if done <= end && mark.is_none_or(|m| m.offset + 1 == from) =>
@@ -279,6 +351,8 @@ impl Checkpoint {
                             from,
                             mark,
                             written,
+                            anchors,
+                            source,
                         },
                     );
                 }
@@ -324,14 +398,17 @@ impl Checkpoint {
         let ps: serde_json::Map<String, Value> = parts
             .iter()
             .map(|(k, p)| {
-                let mark = p.mark.map_or(Value::Null, Mark::to_json);
+                let json_of = |m: Option<Mark>| m.map_or(Value::Null, Mark::to_json);
                 let progress = json!({"end": p.end, "done": p.done, "from": p.from,
-                    "mark": mark, "written": p.written});
+                    "mark": json_of(p.mark), "written": p.written,
+                    "first": json_of(p.anchors.map(|a| a.0)),
+                    "last": json_of(p.anchors.map(|a| a.1)),
+                    "source": json_of(p.source)});
                 (k.to_string(), progress)
             })
             .collect();
         json!({
-            "format": 2,
+            "format": 3,
             "run": self.run,
             "cluster": self.cluster,
             "command": self.of.command,
@@ -675,6 +752,11 @@ mod tests {
             from: end,
             mark: Some(Mark::of(end - 1, Some(5), Some(b"k"), None)),
             written: 7,
+            anchors: Some((
+                Mark::of(end, None, Some(b"a"), Some(b"v")),
+                Mark::of(end + 6, None, Some(b"b"), None),
+            )),
+            source: Some(Mark::of(end - 1, Some(9), Some(b"s"), Some(b""))),
         }
     }
 
@@ -766,6 +848,39 @@ mod tests {
         assert!(!path.exists());
         assert!(!lock_path(&path).exists());
         let _ = std::fs::remove_dir_all(&dir);
+    }
+
+    #[test]
+    fn anchors_are_the_runs_first_and_last_values_where_it_wrote_any() {
+        let w = |k: &[u8], v: Option<&[u8]>| Write {
+            partition: 0,
+            key: k.to_vec(),
+            value: v.map(<[u8]>::to_vec),
+        };
+        let offsets = |p: Progress| p.anchors.map(|(f, l)| (f.offset, l.offset));
+        let start = Progress {
+            end: 10,
+            done: 0,
+            from: 0,
+            mark: None,
+            written: 0,
+            anchors: None,
+            source: None,
+        };
+        let tombstones = start.after_writes(&[w(b"t", None), w(b"u", None)], &[1, 2]);
+        assert_eq!(offsets(tombstones), Some((1, 2)), "only tombstones");
+        let p = tombstones.after_writes(&[w(b"old", None), w(b"new", Some(b"v"))], &[3, 4]);
+        assert_eq!(p.written, 4);
+        assert_eq!(offsets(p), Some((4, 4)), "a value replaces both");
+        let p = p.after_writes(&[w(b"a", Some(b"x")), w(b"b", None)], &[7, 8]);
+        assert_eq!(
+            offsets(p),
+            Some((4, 7)),
+            "the last value, not the tombstone"
+        );
+        let (first, _) = p.anchors.unwrap();
+        assert!(first.same_key(Some(b"new")) && !first.same_key(Some(b"old")));
+        assert_eq!(first, Mark::of(4, None, Some(b"new"), Some(b"v")));
     }
 
     #[test]

@@ -2615,6 +2615,79 @@ fn a_resume_elsewhere_refuses_and_keeps_its_files() {
     assert_eq!(code(&out), 2, "{err}");
     assert!(err.contains("holds none of the"), "{err}");
     assert!(std::path::Path::new(&ck).exists(), "the checkpoint kept");
+    // The same target once someone wrote there: one record, then more
+    // records than the run had written. Each resume refuses before it
+    // writes (before, both went on from the recorded offset and the
+    // copy's first chunk was never copied).
+    let t2 = KeyedTopic {
+        topic: target.clone(),
+        bootstrap: t.bootstrap.clone(),
+        partitions: 1,
+        values_file: t.values_file.clone(),
+        keys_file: t.keys_file.clone(),
+    };
+    for (n, why) in [
+        (1, "is not the run's acknowledged record"),
+        (60, "is not the run's acknowledged record"),
+    ] {
+        produce_keyed(&t2, &values, &keys, &many_keys(n));
+        let ends = end_offsets(&t.bootstrap, &target, 1);
+        let out = s.run(
+            "reencrypt",
+            &[&["--apply", "--resume", &ck][..], &copy].concat(),
+        );
+        let err = String::from_utf8_lossy(&out.stderr);
+        assert_eq!(code(&out), 2, "a foreign record ({n}): {err}");
+        assert!(err.contains("not the partition the run wrote"), "{err}");
+        assert!(err.contains(why), "{err}");
+        assert!(std::path::Path::new(&ck).exists(), "the checkpoint kept");
+        assert_eq!(
+            end_offsets(&t.bootstrap, &target, 1),
+            ends,
+            "nothing written"
+        );
+    }
+    // A copy whose source is deleted and created again, with as many
+    // records: refused too (a resume would go on from the recorded source
+    // offset, and the new source's records before it would never be
+    // copied).
+    let target = fresh_topic("cli-resume-elsewhere-target2");
+    create_compacted(&t.bootstrap, &target, 1);
+    let ck = dir.file("copy2.checkpoint");
+    let copy = ["--to-topic", target.as_str()];
+    let mut args = vec!["--apply", "--checkpoint", &ck, "--chunk-records", "8"];
+    args.extend_from_slice(&["--fail-after-records", "11"]);
+    args.extend_from_slice(&copy);
+    let stopped = s.run("reencrypt", &args);
+    assert!(stopped.status.code().is_none(), "not stopped: {stopped:?}");
+    for r in
+        futures_executor::block_on(admin.delete_topics(&[&s.topic], &AdminOptions::new())).unwrap()
+    {
+        r.unwrap();
+    }
+    create_compacted(&t.bootstrap, &s.topic, 1);
+    let others: Vec<(String, Option<String>)> = many_keys(60)
+        .into_iter()
+        .map(|(k, v)| (k, v.map(|v| format!("{v} again"))))
+        .collect();
+    produce_keyed(&s, &values, &keys, &others);
+    let ends = end_offsets(&t.bootstrap, &target, 1);
+    let out = s.run(
+        "reencrypt",
+        &[&["--apply", "--resume", &ck][..], &copy].concat(),
+    );
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(code(&out), 2, "a source created again: {err}");
+    assert!(
+        err.contains("not the partition the run copied from"),
+        "{err}"
+    );
+    assert!(std::path::Path::new(&ck).exists(), "the checkpoint kept");
+    assert_eq!(
+        end_offsets(&t.bootstrap, &target, 1),
+        ends,
+        "nothing written"
+    );
 }
 
 /// A key with a value in two partitions (as after partitions were added,
