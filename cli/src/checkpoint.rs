@@ -10,7 +10,10 @@
 //! acknowledged. Each chunk of writes goes first to the partition's
 //! journal (the records exactly as written: wire keys and ciphertexts,
 //! never a plaintext the topic does not hold), then to the broker; once
-//! acknowledged, the checkpoint moves on. Both files are written to a
+//! acknowledged, the checkpoint moves on. The checkpoint ends with the
+//! SHA-256 of the rest of it on a line of its own (`sha256:HEX`), a
+//! journal with the SHA-256 of the rest of it: a file changed or cut
+//! anywhere is refused, and nothing is written. Both files are written to a
 //! temporary file, synced, renamed over the old one, and the directory
 //! synced: a crash leaves the old file or the new one, never a torn one.
 //!
@@ -257,11 +260,14 @@ impl Checkpoint {
             ));
         }
         let lock = lock(path)?;
-        let mut text = String::new();
+        let mut bytes = Vec::new();
         File::open(path)
-            .and_then(|f| f.take(MAX_CHECKPOINT).read_to_string(&mut text))
+            .and_then(|f| f.take(MAX_CHECKPOINT).read_to_end(&mut bytes))
             .map_err(|e| what(e.to_string()))?;
-        let v: Value = serde_json::from_str(&text).map_err(|e| what(e.to_string()))?;
+        let text = unseal(&bytes).ok_or_else(|| {
+            what("it was changed or cut (its checksum does not verify), or it is not a checkpoint of this version: nothing is written; resume no further from it until you know why".into())
+        })?;
+        let v: Value = serde_json::from_str(text).map_err(|e| what(e.to_string()))?;
         let str_of = |k: &str| {
             v[k].as_str()
                 .map(str::to_owned)
@@ -391,7 +397,7 @@ impl Checkpoint {
         parts.insert(partition, p);
         let doc = self.document(&parts);
         // Written under the lock: two partitions' updates never cross.
-        write_atomically(&self.path, doc.to_string().as_bytes())
+        write_atomically(&self.path, &seal(&doc))
     }
 
     fn document(&self, parts: &BTreeMap<i32, Progress>) -> Value {
@@ -427,7 +433,7 @@ impl Checkpoint {
             .parts
             .lock()
             .map_err(|_| fail("the checkpoint's lock is poisoned"))?;
-        write_atomically(&self.path, self.document(&parts).to_string().as_bytes())
+        write_atomically(&self.path, &seal(&self.document(&parts)))
     }
 
     /// Whether the run wrote, or was about to write, to any partition.
@@ -550,6 +556,37 @@ impl Checkpoint {
         let _ = std::fs::remove_file(lock_path(&self.path));
         Ok(())
     }
+}
+
+/// The line that ends a checkpoint file, before the hex SHA-256 of all
+/// that comes before it.
+const CHECKPOINT_SEAL: &str = "\nsha256:";
+
+/// A checkpoint file's bytes: the document, then its SHA-256 on a line of
+/// its own.
+fn seal(doc: &Value) -> Vec<u8> {
+    let text = doc.to_string();
+    let digest = sha2::Digest::finalize(sha2::Digest::chain_update(
+        sha2::Sha256::default(),
+        text.as_bytes(),
+    ));
+    let hex: String = digest.iter().map(|b| format!("{b:02x}")).collect();
+    format!("{text}{CHECKPOINT_SEAL}{hex}\n").into_bytes()
+}
+
+/// The document of a checkpoint file, if its checksum verifies: one
+/// changed byte anywhere (the checksum's own included), or a cut, and it
+/// does not.
+fn unseal(bytes: &[u8]) -> Option<&str> {
+    let text = std::str::from_utf8(bytes).ok()?;
+    let (doc, line) = text.rsplit_once(CHECKPOINT_SEAL)?;
+    let hex = line.strip_suffix('\n')?;
+    let digest = sha2::Digest::finalize(sha2::Digest::chain_update(
+        sha2::Sha256::default(),
+        doc.as_bytes(),
+    ));
+    let want: String = digest.iter().map(|b| format!("{b:02x}")).collect();
+    (hex == want).then_some(doc)
 }
 
 /// The first bytes of a journal.
@@ -847,6 +884,50 @@ mod tests {
         back.remove().unwrap();
         assert!(!path.exists());
         assert!(!lock_path(&path).exists());
+        let _ = std::fs::remove_dir_all(&dir);
+    }
+
+    /// A checkpoint as a run leaves it (every field set, two partitions),
+    /// each of its bytes changed in turn (three ways): every change is
+    /// refused with the checksum's error, and the file is left as it was.
+    #[test]
+    fn a_checkpoint_with_any_byte_changed_is_refused() {
+        let dir = std::env::temp_dir().join(format!("tc-ckpt-bytes-{}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&dir);
+        std::fs::create_dir_all(&dir).unwrap();
+        let path = dir.join("run.checkpoint");
+        let c = Checkpoint::create(&path, of(), Some("cluster-1".into())).unwrap();
+        c.set(0, progress(100, 40)).unwrap();
+        c.set(3, progress(2000, 1999)).unwrap();
+        drop(c);
+        let good = std::fs::read(&path).unwrap();
+        assert!(Checkpoint::load(&path, &of()).is_ok());
+        for at in 0..good.len() {
+            for flip in [0x01, 0x80, 0xff] {
+                let mut changed = good.clone();
+                changed[at] ^= flip;
+                std::fs::write(&path, &changed).unwrap();
+                let e = Checkpoint::load(&path, &of()).err();
+                let e = e.unwrap_or_else(|| panic!("byte {at} ^ {flip:#x} was accepted"));
+                assert!(
+                    e.0.contains("its checksum does not verify"),
+                    "byte {at} ^ {flip:#x}: {}",
+                    e.0
+                );
+                assert_eq!(std::fs::read(&path).unwrap(), changed, "nothing written");
+            }
+        }
+        for cut in 0..good.len() {
+            std::fs::write(&path, &good[..cut]).unwrap();
+            assert!(Checkpoint::load(&path, &of()).is_err(), "cut at {cut}");
+        }
+        // The checkpoint as it was still loads: the test changed the file,
+        // not the reader.
+        std::fs::write(&path, &good).unwrap();
+        assert_eq!(
+            Checkpoint::load(&path, &of()).unwrap().progress(3),
+            Some(progress(2000, 1999))
+        );
         let _ = std::fs::remove_dir_all(&dir);
     }
 

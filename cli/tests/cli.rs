@@ -2122,7 +2122,7 @@ fn kill_midway(t: &KeyedTopic, cmd: &str, checkpoint: &str, extra: &[&str], dela
         }
         let progressed = std::fs::read_to_string(checkpoint)
             .ok()
-            .and_then(|text| serde_json::from_str::<Value>(&text).ok())
+            .and_then(|text| first_json(&text))
             .is_some_and(|v| {
                 v["partitions"]
                     .as_object()
@@ -2311,9 +2311,30 @@ fn journal_keys(path: &str, topic: &str, keys: &Keyset) -> Vec<String> {
     names
 }
 
-/// A JSON file.
+/// A JSON file (a checkpoint's document, before the line of its
+/// checksum).
 fn json_of_file(path: &str) -> Value {
-    serde_json::from_str(&std::fs::read_to_string(path).unwrap()).unwrap()
+    first_json(&std::fs::read_to_string(path).unwrap()).unwrap()
+}
+
+/// The JSON value `text` begins with.
+fn first_json(text: &str) -> Option<Value> {
+    serde_json::Deserializer::from_str(text)
+        .into_iter::<Value>()
+        .next()?
+        .ok()
+}
+
+/// Writes `doc` as a checkpoint file, sealed with its checksum as the
+/// command line seals it (`sha256:HEX` on a last line).
+fn write_checkpoint(path: &str, doc: &Value) {
+    use sha2::Digest as _;
+    let text = doc.to_string();
+    let hex: String = sha2::Sha256::digest(text.as_bytes())
+        .iter()
+        .map(|b| format!("{b:02x}"))
+        .collect();
+    std::fs::write(path, format!("{text}\nsha256:{hex}\n")).unwrap();
 }
 
 /// The model test of a resume: `reencrypt --apply`, `repair --apply` and
@@ -2552,9 +2573,20 @@ fn a_resume_elsewhere_refuses_and_keeps_its_files() {
         "the broker gives its id: {other}"
     );
     other["cluster"] = json!("another-cluster");
-    std::fs::write(&ck, other.to_string()).unwrap();
+    write_checkpoint(&ck, &other);
     let err = refused("another cluster");
     assert!(err.contains("cluster another-cluster"), "{err}");
+    // One byte of the real checkpoint changed (its `done` moved on, as
+    // an edit by hand or a disk fault would): refused, nothing written,
+    // the file as it was (every single-byte change: checkpoint.rs's unit
+    // test).
+    let at = original.find("\"done\":").unwrap() + "\"done\":".len();
+    let mut changed = original.clone().into_bytes();
+    changed[at] = if changed[at] == b'9' { b'1' } else { b'9' };
+    std::fs::write(&ck, &changed).unwrap();
+    let err = refused("a changed byte");
+    assert!(err.contains("its checksum does not verify"), "{err}");
+    assert_eq!(std::fs::read(&ck).unwrap(), changed, "the file as it was");
     std::fs::write(&ck, &original).unwrap();
     // The topic deleted and created again: more records than before (the
     // record before the run's first write is another one), then fewer.
