@@ -30,7 +30,7 @@ use tombstone_crypt::kafka::rdkafka::consumer::Consumer as _;
 use tombstone_crypt::kafka::rdkafka::producer::FutureProducer;
 
 use crate::audit::{check_keyset, scan_partition, Pass, Scanned, Upto};
-use crate::checkpoint::{Checkpoint, Mark, Progress, RunOf};
+use crate::checkpoint::{default_lock_dir, Checkpoint, Mark, PartitionLocks, Progress, RunOf};
 use crate::key_state::{Index, KeyHash};
 use crate::plan::{Command, PlanCounts, Planner};
 use crate::read::{consumer, partitions, progress, read_partition, Rec, Setup};
@@ -53,6 +53,9 @@ pub(crate) struct Writing {
     /// The tests' negative control: a resume that writes its journals
     /// before it reads what others wrote (never use it).
     pub(crate) unchecked_resume: bool,
+    /// Where the partition locks are (`--lock-dir`; `None`: the default,
+    /// [`default_lock_dir`]).
+    pub(crate) lock_dir: Option<PathBuf>,
 }
 
 /// What a command did to the partitions it read.
@@ -616,8 +619,9 @@ pub(crate) fn run(
             )));
         }
     }
-    let (checkpoint, producer) = match writing {
-        None => (None, None),
+    // The partition locks live as long as the run.
+    let (checkpoint, producer, _locks) = match writing {
+        None => (None, None, None),
         Some(w) => {
             check_ordered(&from.config)?;
             let producer = producer(to)?;
@@ -634,6 +638,20 @@ pub(crate) fn run(
                 plan: plan_options(from, to, command),
             };
             let cluster = cluster_id(to)?;
+            // One run at a time per partition written, before its
+            // checkpoint is made or taken.
+            let lock_dir = match &w.lock_dir {
+                Some(d) => d.clone(),
+                None => default_lock_dir()?,
+            };
+            let bootstrap = to.config.get("bootstrap.servers").unwrap_or_default();
+            let locks = PartitionLocks::take(
+                &lock_dir,
+                cluster.as_deref().unwrap_or(bootstrap),
+                &to.topic,
+                parts.iter().map(|&(p, _, _)| p),
+                w.resume.as_deref().unwrap_or(&w.checkpoint),
+            )?;
             let ck = match &w.resume {
                 Some(path) => {
                     let ck = Checkpoint::load(path, &of)?;
@@ -650,7 +668,7 @@ pub(crate) fn run(
                 }
                 None => Checkpoint::create(&w.checkpoint, of, cluster)?,
             };
-            (Some(ck), Some(producer))
+            (Some(ck), Some(producer), Some(locks))
         }
     };
     let hash = KeyHash::default();

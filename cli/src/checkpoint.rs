@@ -17,6 +17,10 @@
 //! temporary file, synced, renamed over the old one, and the directory
 //! synced: a crash leaves the old file or the new one, never a torn one.
 //!
+//! One process at a time holds a run (`PATH.lock`), and one run at a time
+//! writes a partition ([`PartitionLocks`]: a file per partition of the
+//! topic's cluster in the lock directory, whatever the checkpoint file).
+//!
 //! A resumed run first writes each journal again whose chunk the
 //! checkpoint does not count as done (a key's records, tombstones then
 //! value, may have landed in part: written again, the key ends as one
@@ -713,6 +717,156 @@ fn lock(path: &Path) -> Result<File, Fail> {
             Err(fail(format!("locking {}: {e}", at.display())))
         }
     }
+}
+
+/// The locks of the partitions a run writes, one file per partition of a
+/// topic of a cluster in a lock directory (`--lock-dir`): two runs that
+/// would write one partition at once, whatever their checkpoint files, do
+/// not both start. Each is locked for the run's life (the system releases
+/// it when the process ends, a kill included) and removed when the run
+/// lets it go.
+pub(crate) struct PartitionLocks {
+    held: Vec<(PathBuf, File)>,
+}
+
+impl PartitionLocks {
+    /// Locks each of `partitions` of `topic` on `cluster` (its id, or its
+    /// bootstrap servers when the broker gives none) in `dir` (created,
+    /// 0700, if missing), naming `checkpoint` in each file for whoever is
+    /// refused. Refuses, holding none, when another run holds one.
+    pub(crate) fn take(
+        dir: &Path,
+        cluster: &str,
+        topic: &str,
+        partitions: impl IntoIterator<Item = i32>,
+        checkpoint: &Path,
+    ) -> Result<PartitionLocks, Fail> {
+        use std::os::unix::fs::DirBuilderExt as _;
+        std::fs::DirBuilder::new()
+            .recursive(true)
+            .mode(0o700)
+            .create(dir)
+            .map_err(|e| {
+                fail(format!(
+                    "creating the lock directory {}: {e}",
+                    dir.display()
+                ))
+            })?;
+        let digest = sha2::Digest::finalize(sha2::Digest::chain_update(
+            sha2::Digest::chain_update(sha2::Sha256::default(), cluster.as_bytes()),
+            [&[0u8][..], topic.as_bytes()].concat(),
+        ));
+        let id: String = digest[..8].iter().map(|b| format!("{b:02x}")).collect();
+        let readable: String = topic
+            .chars()
+            .map(|c| {
+                if c.is_ascii_alphanumeric() || matches!(c, '-' | '_' | '.') {
+                    c
+                } else {
+                    '_'
+                }
+            })
+            .take(100)
+            .collect();
+        let mut locks = PartitionLocks { held: Vec::new() };
+        for p in partitions {
+            let path = dir.join(format!("{readable}-{id}.p{p}.lock"));
+            match lock_partition(&path)? {
+                Some(mut f) => {
+                    // Who holds it, for whoever is refused (best effort).
+                    let _ = f.set_len(0).and_then(|()| {
+                        writeln!(
+                            f,
+                            "pid {}, checkpoint {}",
+                            std::process::id(),
+                            checkpoint.display()
+                        )
+                    });
+                    locks.held.push((path, f));
+                }
+                None => {
+                    let mut holder = String::new();
+                    let _ =
+                        File::open(&path).and_then(|f| f.take(4096).read_to_string(&mut holder));
+                    let holder = holder.trim();
+                    let holder = if holder.is_empty() {
+                        String::new()
+                    } else {
+                        format!(" ({holder})")
+                    };
+                    return Err(fail(format!(
+                        "partition {p} of {topic} is being written by another run{holder}: two runs must not write one partition at once. Let it finish (or stop it), or leave partition {p} out of --partitions (its lock: {})",
+                        path.display()
+                    )));
+                }
+            }
+        }
+        Ok(locks)
+    }
+}
+
+impl Drop for PartitionLocks {
+    fn drop(&mut self) {
+        // Removed while still locked: a run that opened the file meanwhile
+        // finds, once it holds the lock, that the path is no longer its
+        // file, and takes the lock again at a new one.
+        for (path, f) in self.held.drain(..) {
+            let _ = std::fs::remove_file(&path);
+            drop(f);
+        }
+    }
+}
+
+/// Locks the file at `path` (created 0600 if missing, never through a
+/// link); `None` when another process holds it.
+fn lock_partition(path: &Path) -> Result<Option<File>, Fail> {
+    use std::os::unix::fs::{MetadataExt as _, OpenOptionsExt as _};
+    loop {
+        let f = std::fs::OpenOptions::new()
+            .read(true)
+            .write(true)
+            .create(true)
+            .truncate(false)
+            .mode(0o600)
+            .custom_flags(libc::O_NOFOLLOW)
+            .open(path)
+            .map_err(|e| fail(format!("opening the lock {}: {e}", path.display())))?;
+        match f.try_lock() {
+            Ok(()) => {}
+            Err(std::fs::TryLockError::WouldBlock) => return Ok(None),
+            Err(std::fs::TryLockError::Error(e)) => {
+                return Err(fail(format!("locking {}: {e}", path.display())))
+            }
+        }
+        // The holder before may have removed the file between the open and
+        // the lock: the lock counts only on the file at the path now.
+        let ours = f.metadata().ok();
+        let there = std::fs::symlink_metadata(path).ok();
+        if let (Some(a), Some(b)) = (ours, there) {
+            if a.ino() == b.ino() && a.dev() == b.dev() {
+                return Ok(Some(f));
+            }
+        }
+    }
+}
+
+/// The directory of the partition locks when `--lock-dir` is not given:
+/// `$TOMBSTONE_CRYPT_LOCK_DIR`, else `$XDG_RUNTIME_DIR/tombstone-crypt/locks`,
+/// else `$HOME/.cache/tombstone-crypt/locks`.
+pub(crate) fn default_lock_dir() -> Result<PathBuf, Fail> {
+    let var = |k: &str| std::env::var_os(k).filter(|v| !v.is_empty());
+    if let Some(d) = var("TOMBSTONE_CRYPT_LOCK_DIR") {
+        return Ok(PathBuf::from(d));
+    }
+    if let Some(d) = var("XDG_RUNTIME_DIR") {
+        return Ok(PathBuf::from(d).join("tombstone-crypt/locks"));
+    }
+    if let Some(d) = var("HOME") {
+        return Ok(PathBuf::from(d).join(".cache/tombstone-crypt/locks"));
+    }
+    Err(fail(
+        "no directory for the partition locks: set --lock-dir (or TOMBSTONE_CRYPT_LOCK_DIR, XDG_RUNTIME_DIR or HOME); every run that may write the same topic must use the same one",
+    ))
 }
 
 /// A run id: 16 random bytes in hex.

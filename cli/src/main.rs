@@ -551,6 +551,16 @@ struct ProgressArgs {
     /// its value).
     #[arg(long, hide = true, value_name = "N")]
     fail_after_records: Option<u64>,
+    /// Where the partition locks go: one file per partition written (a
+    /// name from the topic and its cluster's id), locked for the run's
+    /// life, so two runs never write one partition at once, whatever their
+    /// checkpoint files (overlapping `--partitions` are refused, naming
+    /// the partition). Every run that may write the topic must use the
+    /// same directory, on one machine (default: `$TOMBSTONE_CRYPT_LOCK_DIR`,
+    /// else `$XDG_RUNTIME_DIR/tombstone-crypt/locks`, else
+    /// `$HOME/.cache/tombstone-crypt/locks`).
+    #[arg(long, value_name = "DIR", requires = "apply")]
+    lock_dir: Option<PathBuf>,
     /// The tests' negative control: `--resume` writes the journals before
     /// it reads what others wrote since the run stopped (a delete made
     /// meanwhile can be undone). Never use it.

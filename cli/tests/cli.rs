@@ -553,6 +553,7 @@ fn inspect_names_each_key_type_and_never_prints_plaintext() {
         assert_eq!(r["kind"], json!(kind));
         // From stdin (`-`), the same.
         let mut child = Command::new(env!("CARGO_BIN_EXE_tombstone-crypt"))
+            .env("TOMBSTONE_CRYPT_LOCK_DIR", common::process::lock_dir())
             .args(["inspect", "--json", "--keyset", &f, "-"])
             .stdin(std::process::Stdio::piped())
             .stdout(std::process::Stdio::piped())
@@ -1434,6 +1435,11 @@ impl KeyedTopic {
     /// `cmd --json` on the topic with both keysets, values bound to the
     /// plaintext key (as every writer binds them), and `extra`.
     fn run(&self, cmd: &str, extra: &[&str]) -> Output {
+        cli(&self.args(cmd, extra))
+    }
+
+    /// The arguments of [`run`](KeyedTopic::run).
+    fn args<'a>(&'a self, cmd: &'a str, extra: &[&'a str]) -> Vec<&'a str> {
         let mut a = vec![
             cmd,
             "--json",
@@ -1454,7 +1460,7 @@ impl KeyedTopic {
         if cmd == "repair" && extra.contains(&"--apply") && !extra.contains(&"--null-marker") {
             a.extend_from_slice(&["--null-marker", "empty"]);
         }
-        cli(&a)
+        a
     }
 
     fn replay(&self) -> State {
@@ -2107,6 +2113,7 @@ fn kill_midway(t: &KeyedTopic, cmd: &str, checkpoint: &str, extra: &[&str], dela
         a.extend_from_slice(&["--null-marker", "empty"]);
     }
     let mut child = Command::new(env!("CARGO_BIN_EXE_tombstone-crypt"))
+        .env("TOMBSTONE_CRYPT_LOCK_DIR", common::process::lock_dir())
         .args(&a)
         .stdout(std::process::Stdio::null())
         .stderr(std::process::Stdio::piped())
@@ -2720,6 +2727,141 @@ fn a_resume_elsewhere_refuses_and_keeps_its_files() {
         ends,
         "nothing written"
     );
+}
+
+/// Two `reencrypt --apply` runs with different checkpoint files on one
+/// topic: one on partitions `0-1` (stopped with SIGSTOP once it holds its
+/// partition locks, so it is mid-run), then one on `1-2`: refused (exit 2)
+/// with an error naming partition 1, nothing written, no checkpoint left;
+/// one on partition `2` alone goes ahead meanwhile. Once the first run
+/// finishes, `1-2` runs.
+#[test]
+fn runs_on_overlapping_partitions_do_not_write_one_partition_at_once() {
+    if bootstrap().is_none() {
+        return;
+    }
+    let dir = Dir::new("partition-locks");
+    let (t, values, keys) = keyed_topic(&dir, "cli-partition-locks", 3);
+    produce_keyed(&t, &values, &keys, &many_keys(300));
+    rotate(&t.values_file);
+    let locks = dir.file("locks");
+    let (a, b, c) = (
+        dir.file("a.checkpoint"),
+        dir.file("b.checkpoint"),
+        dir.file("c.checkpoint"),
+    );
+    let run = |ck: &str, parts: &str| {
+        t.run(
+            "reencrypt",
+            &[
+                "--apply",
+                "--checkpoint",
+                ck,
+                "--partitions",
+                parts,
+                "--lock-dir",
+                &locks,
+            ],
+        )
+    };
+    let signal = |pid: u32, sig: &str| {
+        assert!(Command::new("kill")
+            .args([sig, &pid.to_string()])
+            .status()
+            .unwrap()
+            .success());
+    };
+    // The first run, stopped once it holds partition 1's lock (its file
+    // names the holder once it is locked). A run that finished first
+    // (a fast machine) proves nothing: try again on the next partitions'
+    // worth of time, a few times.
+    let mut stopped = None;
+    for _ in 0..5 {
+        let args = t.args(
+            "reencrypt",
+            &[
+                "--apply",
+                "--checkpoint",
+                &a,
+                "--partitions",
+                "0-1",
+                "--lock-dir",
+                &locks,
+            ],
+        );
+        let mut child = Command::new(env!("CARGO_BIN_EXE_tombstone-crypt"))
+            .args(&args)
+            .stdout(std::process::Stdio::null())
+            .stderr(std::process::Stdio::null())
+            .spawn()
+            .unwrap();
+        let deadline = std::time::Instant::now() + Duration::from_secs(60);
+        let held = loop {
+            let locked = std::fs::read_dir(&locks).ok().is_some_and(|entries| {
+                entries.filter_map(Result::ok).any(|e| {
+                    e.file_name().to_string_lossy().ends_with(".p1.lock")
+                        && std::fs::read_to_string(e.path()).is_ok_and(|h| h.contains("pid"))
+                })
+            });
+            if locked {
+                signal(child.id(), "-STOP");
+                break child.try_wait().unwrap().is_none();
+            }
+            if child.try_wait().unwrap().is_some() || std::time::Instant::now() > deadline {
+                break false;
+            }
+            std::thread::sleep(Duration::from_millis(2));
+        };
+        if held {
+            stopped = Some(child);
+            break;
+        }
+        signal(child.id(), "-CONT");
+        let _ = child.wait();
+        let _ = std::fs::remove_file(&a);
+        produce_keyed(&t, &values, &keys, &many_keys(300));
+        rotate(&t.values_file);
+    }
+    /// The stopped run, let go and ended whatever the test does.
+    struct Stopped(std::process::Child);
+    impl Drop for Stopped {
+        fn drop(&mut self) {
+            let _ = Command::new("kill")
+                .args(["-CONT", &self.0.id().to_string()])
+                .status();
+            let _ = self.0.kill();
+            let _ = self.0.wait();
+        }
+    }
+    let mut first = Stopped(stopped.expect("the first run was never caught holding its locks"));
+    let ends = end_offsets(&t.bootstrap, &t.topic, 3);
+    let out = run(&b, "1-2");
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(code(&out), 2, "an overlapping run: {err}");
+    assert!(
+        err.contains("partition 1 of") && err.contains("being written by another run"),
+        "{err}"
+    );
+    assert!(
+        err.contains(&format!("pid {}", first.0.id())),
+        "names the holder: {err}"
+    );
+    assert!(!std::path::Path::new(&b).exists(), "no checkpoint left");
+    assert_eq!(
+        end_offsets(&t.bootstrap, &t.topic, 3),
+        ends,
+        "nothing written"
+    );
+    // A run on partition 2 alone does not overlap.
+    let out = run(&c, "2");
+    assert_eq!(code(&out), 0, "{}", String::from_utf8_lossy(&out.stderr));
+    signal(first.0.id(), "-CONT");
+    assert!(first.0.wait().unwrap().success(), "the first run finishes");
+    let out = run(&b, "1-2");
+    assert_eq!(code(&out), 0, "{}", String::from_utf8_lossy(&out.stderr));
+    // Nothing left behind: every lock removed as its run let it go.
+    let left: Vec<_> = std::fs::read_dir(&locks).unwrap().collect();
+    assert!(left.is_empty(), "{left:?}");
 }
 
 /// A key with a value in two partitions (as after partitions were added,
