@@ -5,7 +5,10 @@
 //! idempotent with many, and `enable.idempotence=1`), and a model of random
 //! writes whose futures are polled once then dropped, awaited at once or
 //! awaited later out of order, under a queue of two records, ends with
-//! each key's last record equal to its last write started.
+//! each key's last record equal to its last write started: on the plain
+//! broker every write in the order started, on the compacting broker
+//! (`scripts/broker.sh start-compacting`) the one record each key keeps
+//! once compacted.
 #![cfg(feature = "kafka")]
 
 mod common;
@@ -174,13 +177,25 @@ enum Fate {
 /// written has no record.
 async fn the_last_write_started_is_each_keys_last_record(settings: &[(&str, &str)], seeds: u64) {
     let Some(bootstrap) = bootstrap() else { return };
+    model(&bootstrap, false, settings, seeds).await;
+}
+
+/// The model on `bootstrap`; with `compacting` (the compacting broker), on
+/// compacted topics, each key's one record left once the broker has
+/// compacted must be its last write started.
+async fn model(bootstrap: &str, compacting: bool, settings: &[(&str, &str)], seeds: u64) {
+    let bootstrap = bootstrap.to_owned();
     let mut all = vec![("queue.buffering.max.messages", "2"), ("linger.ms", "5")];
     all.extend_from_slice(settings);
     for seed in 1..=seeds {
         let values: Vec<String> = (0..120).map(|i| format!("v{seed}-{i}")).collect();
         let keys: Vec<String> = (0..6).map(|i| format!("key-{i}")).collect();
         let topic = fresh_topic("write-order-model");
-        create_topic(&bootstrap, &topic, 3);
+        if compacting {
+            common::compacting::create_compacted_topic(&bootstrap, &topic, 3);
+        } else {
+            create_topic(&bootstrap, &topic, 3);
+        }
         let producer = producer(&bootstrap, &all);
         let mut rng = Rng(0x9e37_79b9_7f4a_7c15 ^ seed);
         let mut started: BTreeMap<String, Vec<Option<String>>> = BTreeMap::new();
@@ -228,6 +243,29 @@ async fn the_last_write_started_is_each_keys_last_record(settings: &[(&str, &str
             "no future was dropped while pending: the model proves nothing"
         );
         settle(&producer).await;
+        if compacting {
+            let compacted =
+                common::compacting::wait_compacted(&bootstrap, &topic, Duration::from_secs(60));
+            assert!(
+                (compacted.after as i64) < compacted.offsets,
+                "seed {seed}: nothing was compacted: the test proves nothing"
+            );
+            let mut left: BTreeMap<String, Vec<Option<String>>> = BTreeMap::new();
+            for r in &compacted.records {
+                left.entry(String::from_utf8(r.key.clone().unwrap()).unwrap())
+                    .or_default()
+                    .push(r.value.clone().map(|v| String::from_utf8(v).unwrap()));
+            }
+            let want: BTreeMap<String, Vec<Option<String>>> = started
+                .iter()
+                .map(|(k, writes)| (k.clone(), writes.last().cloned().into_iter().collect()))
+                .collect();
+            assert_eq!(
+                left, want,
+                "seed {seed}: after compaction, each key's one record is its last write started"
+            );
+            continue;
+        }
         // Each key's records, in offset order (a key lives in one
         // partition), must be its writes in the order they were started:
         // the last one above all, and none cut or lost.
@@ -285,4 +323,23 @@ async fn the_last_write_started_is_each_keys_last_record_not_idempotent_one_in_f
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_last_write_started_is_each_keys_last_record_not_idempotent_many_in_flight() {
     the_last_write_started_is_each_keys_last_record(&[("enable.idempotence", "false")], 2).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_last_write_started_is_each_keys_record_after_compaction_on_the_compacting_broker() {
+    if bootstrap().is_none() {
+        return;
+    }
+    let compacting = common::compacting::compacting_bootstrap();
+    model(&compacting, true, &[], 3).await;
+    model(
+        &compacting,
+        true,
+        &[
+            ("enable.idempotence", "false"),
+            ("max.in.flight.requests.per.connection", "1"),
+        ],
+        2,
+    )
+    .await;
 }
