@@ -3054,6 +3054,71 @@ fn reencrypt_stopped_between_a_keys_records_resumes_on_a_compacting_broker() {
     }
 }
 
+/// On the compacting broker, a `reencrypt --apply` stopped after its first
+/// chunk; then someone else writes the first ten keys again, and the
+/// broker compacts the run's first and last acknowledged records (the
+/// checkpoint's anchors) away under those newer records of their keys.
+/// That is the partition the run wrote: the resume goes on (exit 0), the
+/// others' writes stand, and the topic equals the model.
+#[test]
+fn a_resume_accepts_its_records_compacted_under_later_ones_on_a_compacting_broker() {
+    let bootstrap = compacting_bootstrap();
+    let dir = Dir::new("resume-anchors-compacted");
+    let topic = fresh_topic("cli-resume-anchors");
+    create_compacted(&bootstrap, &topic, 1);
+    let (values_file, values) = new_keyset(&dir, "values.json");
+    let (keys_file, keys) = new_key_keyset(&dir, "keys.json");
+    let t = KeyedTopic {
+        bootstrap: bootstrap.clone(),
+        topic: topic.clone(),
+        partitions: 1,
+        values_file,
+        keys_file,
+    };
+    let writes = many_keys(40);
+    produce_keyed(&t, &values, &keys, &writes);
+    rotate(&t.values_file);
+    rotate(&t.keys_file);
+    let ck = dir.file("run.checkpoint");
+    let stopped = t.run(
+        "reencrypt",
+        &[
+            "--apply",
+            "--checkpoint",
+            &ck,
+            "--chunk-records",
+            "8",
+            "--parallel",
+            "1",
+            "--fail-after-records",
+            "9",
+        ],
+    );
+    assert!(stopped.status.code().is_none(), "not stopped: {stopped:?}");
+    let progress = json_of_file(&ck)["partitions"]["0"].clone();
+    let anchors: Vec<i64> = ["first", "last"]
+        .iter()
+        .map(|k| progress[*k]["offset"].as_i64().unwrap())
+        .collect();
+    let others: Vec<(String, Option<String>)> = (0..10)
+        .map(|i| (format!("key-{i}"), Some(format!("theirs {i}"))))
+        .collect();
+    produce_keyed(&t, &load(&t.values_file), &load(&t.keys_file), &others);
+    let compacted = wait_compacted(&bootstrap, &topic, Duration::from_secs(60));
+    for a in &anchors {
+        assert!(
+            !compacted.records.iter().any(|r| r.offset == *a),
+            "the run's record at offset {a} is still there: the test proves nothing"
+        );
+    }
+    let resumed = t.run("reencrypt", &["--apply", "--resume", &ck]);
+    let r = json_of(&resumed);
+    assert_eq!(code(&resumed), 0, "{r}");
+    let mut model = model_of(&writes);
+    model.extend(model_of(&others));
+    t.agree(&model, "anchors compacted under others' writes, resumed");
+}
+
 /// `inspect --fields`: a JSON record's encrypted fields by path, with key
 /// ids and, given the keyset and where the record lives, whether each
 /// authenticates at its path (a field moved to another path does not,
