@@ -510,8 +510,9 @@ struct TopicArgs {
     #[arg(long, value_name = "N")]
     parallel: Option<usize>,
     /// Only these partitions (`0-15,32`): several processes can split one
-    /// topic between them, each with its own checkpoint. The report counts
-    /// these partitions only.
+    /// topic between them, each with its own checkpoint (with `--apply`, a
+    /// list that overlaps a live run's is refused: see `--lock-dir`). The
+    /// report counts these partitions only.
     #[arg(long, value_name = "LIST", value_parser = read::parse_partitions)]
     partitions: Option<BTreeSet<i32>>,
     /// Subject keys, for topics written under them.
@@ -532,12 +533,14 @@ struct ProgressArgs {
     /// `tombstone-crypt-COMMAND-TOPIC[-pLIST].checkpoint` in the current
     /// directory). It is removed when the run completes; a run that stops
     /// first (killed, a broker down) leaves it, and `--resume FILE` goes on
-    /// from it. It never holds a plaintext the topic does not hold.
+    /// from it. It never holds a plaintext the topic does not hold, and
+    /// ends with its SHA-256: a checkpoint changed or cut is refused.
     #[arg(long, value_name = "FILE", conflicts_with = "resume")]
     checkpoint: Option<PathBuf>,
     /// Go on from an interrupted `--apply` run's checkpoint: the same
     /// command, topics and keysets. The topic ends as one uninterrupted
-    /// run would leave it.
+    /// run would leave it. A topic (or a copy's source) deleted and
+    /// created again since is refused, written since or not.
     #[arg(long, value_name = "FILE", requires = "apply")]
     resume: Option<PathBuf>,
     /// The most records of a chunk of writes (journaled, then produced and
