@@ -156,11 +156,12 @@ fuzz_run=$!
 
 step "end-to-end suites on the compacting broker: the write and reading rules (${TOMBSTONE_E2E_CASES:-64} cases) and their negative controls, compaction itself, a resumed reencrypt"
 cargo test --workspace --all-features --test writers_model --test compaction -- --test-threads 4
-# The command line's resume across a compaction, with its negative control,
-# and the shredding model with the command line as a second process
+# The command line's resumes across a compaction, with their negative
+# control, the shredding model with the command line as a second process,
+# and the typed producer's write-order model checked after compaction
 # (with the workspace's features, as the first stage: with `-p` alone the
 # library and librdkafka were built again, about 3 minutes; this way 15 s).
-cargo test --workspace --all-features --test cli --test shred -- compacting_broker
+cargo test --workspace --all-features --test cli --test shred --test write_order -- compacting_broker
 
 step "fuzz smoke run's report"
 fuzz_rc=0

@@ -10,7 +10,11 @@
 //! A resumed run checks before it writes ([`since`]): it first reads every
 //! partition it wrote to from its first write there to the partition's
 //! end, checks it is the partition it wrote (the cluster's id, the record
-//! before its first write), and lets each key someone else wrote since
+//! before its first write, the run's first and last acknowledged records
+//! there at their offsets or compacted under a later record of their key;
+//! a copy's source by the record it planned up to: a topic deleted and
+//! created again is refused, written since or not), and lets each key
+//! someone else wrote since
 //! keep that write: the run's journal and plan leave such keys alone.
 //! Only then does it write the rest of its journals and go on.
 //!
@@ -26,10 +30,10 @@ use tombstone_crypt::kafka::rdkafka::consumer::Consumer as _;
 use tombstone_crypt::kafka::rdkafka::producer::FutureProducer;
 
 use crate::audit::{check_keyset, scan_partition, Pass, Scanned, Upto};
-use crate::checkpoint::{Checkpoint, Mark, Progress, RunOf};
+use crate::checkpoint::{default_lock_dir, Checkpoint, Mark, PartitionLocks, Progress, RunOf};
 use crate::key_state::{Index, KeyHash};
 use crate::plan::{Command, PlanCounts, Planner};
-use crate::read::{consumer, partitions, progress, read_partition, Setup};
+use crate::read::{consumer, partitions, progress, read_partition, Rec, Setup};
 use crate::record::{key_of, Write};
 use crate::report::{hex, ranges, Audit, Counts, LISTED};
 use crate::run::for_partitions;
@@ -49,6 +53,9 @@ pub(crate) struct Writing {
     /// The tests' negative control: a resume that writes its journals
     /// before it reads what others wrote (never use it).
     pub(crate) unchecked_resume: bool,
+    /// Where the partition locks are (`--lock-dir`; `None`: the default,
+    /// [`default_lock_dir`]).
+    pub(crate) lock_dir: Option<PathBuf>,
 }
 
 /// What a command did to the partitions it read.
@@ -187,6 +194,13 @@ fn since(
     let mut found = None;
     let mut own = 0u64;
     let run = ck.run.as_bytes();
+    // The run's first and last acknowledged records there.
+    let anchors: Vec<Mark> = match prog.anchors {
+        None => Vec::new(),
+        Some((first, last)) if first == last => vec![first],
+        Some((first, last)) => vec![first, last],
+    };
+    let mut seen = vec![AnchorSeen::default(); anchors.len()];
     let bar = ProgressBar::hidden();
     // Never from past the partition's end (a topic created again can be
     // shorter): a read there would wait for records that never come.
@@ -198,6 +212,11 @@ fn since(
                 found = Some(Mark::of(r.offset, r.timestamp, r.key, r.value));
             }
             return Ok(());
+        }
+        for (a, seen) in anchors.iter().zip(&mut seen) {
+            seen.see(a, r, |r| {
+                r.run == Some(run) && Mark::of(r.offset, None, r.key, r.value) == *a
+            });
         }
         if r.run == Some(run) {
             own += 1;
@@ -243,7 +262,84 @@ fn since(
             )));
         }
     }
+    for (a, seen) in anchors.iter().zip(&seen) {
+        if let Some(why) = seen.refusal(a, end, "the run's acknowledged record") {
+            return Err(elsewhere(why));
+        }
+    }
     Ok(out)
+}
+
+/// What a read saw of a record a checkpoint recorded (an anchor): the
+/// record at its offset, if any, and whether a later record of its key.
+#[derive(Clone, Copy, Default)]
+struct AnchorSeen {
+    /// `Some(true)`: its offset holds the same record; `Some(false)`:
+    /// another one.
+    at: Option<bool>,
+    /// A later record has its key.
+    later_of_its_key: bool,
+}
+
+impl AnchorSeen {
+    fn see(&mut self, a: &Mark, r: &Rec<'_>, same: impl FnOnce(&Rec<'_>) -> bool) {
+        if r.offset == a.offset {
+            self.at = Some(same(r));
+        } else if r.offset > a.offset && a.same_key(r.key) {
+            self.later_of_its_key = true;
+        }
+    }
+
+    /// Why the partition read to `end` is not the one the anchor `a` was
+    /// recorded on, if it is not: an offset keeps its record for ever or,
+    /// compacted, loses it under a later record of its key; and the end
+    /// of a partition never moves back.
+    fn refusal(&self, a: &Mark, end: i64, what: &str) -> Option<String> {
+        if end <= a.offset {
+            return Some(format!(
+                "it ends at offset {end}, before {what} at offset {}",
+                a.offset
+            ));
+        }
+        match (self.at, self.later_of_its_key) {
+            (Some(true), _) | (None, true) => None,
+            (Some(false), _) => Some(format!(
+                "its record at offset {} is not {what}",
+                a.offset
+            )),
+            (None, false) => Some(format!(
+                "{what} at offset {} is gone, and no later record of its key is there (compaction removes a record only under a newer one of its key; the one other way is a tombstone older than the topic's delete.retention.ms: then delete the checkpoint and its journals and run again)",
+                a.offset
+            )),
+        }
+    }
+}
+
+/// Checks, before a resumed copy (`--to-topic`) writes, that partition
+/// `p` of its source is the one it planned from: the record it recorded
+/// just before its planned end is still there, or compacted under a later
+/// record of its key (a source deleted and created again is refused).
+fn same_source(from: &Setup, ck: &Checkpoint, p: i32, prog: Progress) -> Result<(), Fail> {
+    let Some(a) = prog.source else {
+        return Ok(());
+    };
+    let high = watermark(from, p)?;
+    let mut seen = AnchorSeen::default();
+    let bar = ProgressBar::hidden();
+    let next = read_partition(from, &from.topic, p, a.offset.min(high), None, &bar, |r| {
+        seen.see(&a, r, |r| {
+            Mark::of(r.offset, r.timestamp, r.key, r.value) == a
+        });
+        Ok(())
+    })?;
+    match seen.refusal(&a, next.max(high), "the record the run planned up to") {
+        None => Ok(()),
+        Some(why) => Err(fail(format!(
+            "{}/{p} is not the partition the run copied from: {why}. Was the topic deleted and created again? The checkpoint {} and its journals are kept: resume against the topic the run read",
+            from.topic,
+            ck.path().display()
+        ))),
+    }
 }
 
 /// Everything a partition's work needs.
@@ -332,15 +428,15 @@ impl Job<'_> {
                     from: wrote_from,
                     mark,
                     written: progress.map_or(0, |prog| prog.written),
+                    anchors: progress.and_then(|prog| prog.anchors),
+                    // A copy's source, as planned: a resume checks it is
+                    // the same partition.
+                    source: if same { None } else { last },
                 };
                 ck.set(p, prog)?;
-                let n = self.write(index, p, prog, ck, producer)?;
+                let (n, now) = self.write(index, p, prog, ck, producer)?;
                 written += n;
-                progress = Some(Progress {
-                    done: end,
-                    written: prog.written + n,
-                    ..prog
-                });
+                progress = Some(now);
             }
             // A copy reads its source again: what it gained while it was
             // read and written is copied in another round.
@@ -376,7 +472,7 @@ impl Job<'_> {
         prog: Progress,
         ck: &Checkpoint,
         producer: &FutureProducer,
-    ) -> Result<u64, Fail> {
+    ) -> Result<(u64, Progress), Fail> {
         let (from, to) = (self.from, self.to);
         let (start, end) = (prog.done, prog.end);
         let mut sink = Sink::new(to, producer, &to.topic, p, ck, ck.run.as_bytes(), prog)
@@ -412,7 +508,7 @@ impl Job<'_> {
             )));
         }
         sink.flush(end)?;
-        Ok(sink.written)
+        Ok((sink.written, sink.progress()))
     }
 }
 
@@ -441,7 +537,7 @@ fn replay(
             keep.push(w);
         }
     }
-    let n = produce(
+    let offsets = produce(
         producer,
         &to.topic,
         ck.run.as_bytes(),
@@ -454,12 +550,11 @@ fn replay(
             p,
             Progress {
                 done: through,
-                written: prog.written + n,
-                ..prog
+                ..prog.after_writes(&keep, &offsets)
             },
         )?;
     }
-    Ok((n, left.len() as u64))
+    Ok((offsets.len() as u64, left.len() as u64))
 }
 
 /// What the plan of `command` from `from` to `to` depends on besides the
@@ -524,8 +619,9 @@ pub(crate) fn run(
             )));
         }
     }
-    let (checkpoint, producer) = match writing {
-        None => (None, None),
+    // The partition locks live as long as the run.
+    let (checkpoint, producer, _locks) = match writing {
+        None => (None, None, None),
         Some(w) => {
             check_ordered(&from.config)?;
             let producer = producer(to)?;
@@ -542,6 +638,20 @@ pub(crate) fn run(
                 plan: plan_options(from, to, command),
             };
             let cluster = cluster_id(to)?;
+            // One run at a time per partition written, before its
+            // checkpoint is made or taken.
+            let lock_dir = match &w.lock_dir {
+                Some(d) => d.clone(),
+                None => default_lock_dir()?,
+            };
+            let bootstrap = to.config.get("bootstrap.servers").unwrap_or_default();
+            let locks = PartitionLocks::take(
+                &lock_dir,
+                cluster.as_deref().unwrap_or(bootstrap),
+                &to.topic,
+                parts.iter().map(|&(p, _, _)| p),
+                w.resume.as_deref().unwrap_or(&w.checkpoint),
+            )?;
             let ck = match &w.resume {
                 Some(path) => {
                     let ck = Checkpoint::load(path, &of)?;
@@ -558,7 +668,7 @@ pub(crate) fn run(
                 }
                 None => Checkpoint::create(&w.checkpoint, of, cluster)?,
             };
-            (Some(ck), Some(producer))
+            (Some(ck), Some(producer), Some(locks))
         }
     };
     let hash = KeyHash::default();
@@ -577,6 +687,9 @@ pub(crate) fn run(
             // write there, before anything is written.
             for &(p, _, _) in &parts {
                 if let Some(prog) = ck.progress(p) {
+                    if !same {
+                        same_source(from, ck, p, prog)?;
+                    }
                     foreign.insert(p, since(to, ck, p, prog, &hash)?);
                 }
             }

@@ -10,9 +10,16 @@
 //! acknowledged. Each chunk of writes goes first to the partition's
 //! journal (the records exactly as written: wire keys and ciphertexts,
 //! never a plaintext the topic does not hold), then to the broker; once
-//! acknowledged, the checkpoint moves on. Both files are written to a
+//! acknowledged, the checkpoint moves on. The checkpoint ends with the
+//! SHA-256 of the rest of it on a line of its own (`sha256:HEX`), a
+//! journal with the SHA-256 of the rest of it: a file changed or cut
+//! anywhere is refused, and nothing is written. Both files are written to a
 //! temporary file, synced, renamed over the old one, and the directory
 //! synced: a crash leaves the old file or the new one, never a torn one.
+//!
+//! One process at a time holds a run (`PATH.lock`), and one run at a time
+//! writes a partition ([`PartitionLocks`]: a file per partition of the
+//! topic's cluster in the lock directory, whatever the checkpoint file).
 //!
 //! A resumed run first writes each journal again whose chunk the
 //! checkpoint does not count as done (a key's records, tombstones then
@@ -51,6 +58,53 @@ pub(crate) struct Progress {
     /// none of them, and nothing of anyone else's after `from`, is not the
     /// one it wrote.
     pub(crate) written: u64,
+    /// The run's first and last acknowledged records there, values
+    /// rather than tombstones where it wrote any (their marks carry no
+    /// timestamp): on the partition it wrote, an offset holds the
+    /// same record for ever or, once compaction removed it, none, with a
+    /// later record of its key; a topic created again under the same name
+    /// has its end before them, or other records (or none without a later
+    /// record of the key) at their offsets.
+    pub(crate) anchors: Option<(Mark, Mark)>,
+    /// Read from another topic (`--to-topic`): the source partition's
+    /// record just before `end` when the run planned it, checked the same
+    /// way on resume (a source created again is refused).
+    pub(crate) source: Option<Mark>,
+}
+
+impl Progress {
+    /// The progress after `n` more records acknowledged at `offsets` (in
+    /// order), `writes` being those records.
+    pub(crate) fn after_writes(self, writes: &[Write], offsets: &[i64]) -> Progress {
+        let marks = writes
+            .iter()
+            .zip(offsets)
+            .map(|(w, &o)| Mark::of(o, None, Some(&w.key), w.value.as_deref()));
+        // Values rather than tombstones where the run wrote any: a value
+        // leaves the log only under a newer record of its key, a tombstone
+        // also once it is older than delete.retention.ms.
+        let value = |m: &Mark| m.value_len >= 0;
+        let mut anchors = self.anchors;
+        for m in marks {
+            anchors = Some(match anchors {
+                None => (m, m),
+                Some((first, last)) => {
+                    let first = if !value(&first) && value(&m) {
+                        m
+                    } else {
+                        first
+                    };
+                    let later = m.offset > last.offset && (value(&m) || !value(&last));
+                    (first, if later { m } else { last })
+                }
+            });
+        }
+        Progress {
+            written: self.written + offsets.len() as u64,
+            anchors,
+            ..self
+        }
+    }
 }
 
 /// What identifies one record of a partition: its offset, timestamp, and
@@ -85,6 +139,12 @@ impl Mark {
             key_len: len(key),
             value_len: len(value),
         }
+    }
+
+    /// Whether `key` is this record's key (by its hash and length).
+    pub(crate) fn same_key(&self, key: Option<&[u8]>) -> bool {
+        let other = Mark::of(self.offset, None, key, None);
+        other.key == self.key && other.key_len == self.key_len
     }
 
     fn to_json(self) -> Value {
@@ -204,11 +264,14 @@ impl Checkpoint {
             ));
         }
         let lock = lock(path)?;
-        let mut text = String::new();
+        let mut bytes = Vec::new();
         File::open(path)
-            .and_then(|f| f.take(MAX_CHECKPOINT).read_to_string(&mut text))
+            .and_then(|f| f.take(MAX_CHECKPOINT).read_to_end(&mut bytes))
             .map_err(|e| what(e.to_string()))?;
-        let v: Value = serde_json::from_str(&text).map_err(|e| what(e.to_string()))?;
+        let text = unseal(&bytes).ok_or_else(|| {
+            what("it was changed or cut (its checksum does not verify), or it is not a checkpoint of this version: nothing is written; resume no further from it until you know why".into())
+        })?;
+        let v: Value = serde_json::from_str(text).map_err(|e| what(e.to_string()))?;
         let str_of = |k: &str| {
             v[k].as_str()
                 .map(str::to_owned)
@@ -218,8 +281,11 @@ impl Checkpoint {
         if v["format"] == json!(1) {
             return Err(what("written by an earlier version (format 1), which does not check what others wrote before it resumes: finish the run with that version, or delete the checkpoint and its journals and start again".into()));
         }
-        if v["format"] != json!(2) {
-            return Err(what("not a checkpoint of this version (format 2)".into()));
+        if v["format"] == json!(2) {
+            return Err(what("written by an earlier version (format 2), which does not record the run's own records to know the topic again: finish the run with that version, or delete the checkpoint and its journals and start again".into()));
+        }
+        if v["format"] != json!(3) {
+            return Err(what("not a checkpoint of this version (format 3)".into()));
         }
         let run = str_of("run")?;
         if run.len() != 32 || !run.bytes().all(|b| b.is_ascii_hexdigit()) {
@@ -267,6 +333,22 @@ impl Checkpoint {
                         .ok_or_else(|| what(format!("partition {partition}: a bad mark")))?,
                 ),
             };
+            let mark_of = |k: &str| match &p[k] {
+                Value::Null => Ok(None),
+                m => Mark::from_json(m)
+                    .map(Some)
+                    .ok_or_else(|| what(format!("partition {partition}: a bad {k}"))),
+            };
+            let anchors = match (mark_of("first")?, mark_of("last")?) {
+                (None, None) => None,
+                (Some(first), Some(last))
+                    if from.is_some_and(|f| first.offset >= f) && last.offset >= first.offset =>
+                {
+                    Some((first, last))
+                }
+                _ => return Err(what(format!("partition {partition}: bad first and last"))),
+            };
+            let source = mark_of("source")?;
             match (end, done, from, written) {
                 (Some(end), Some(done), Some(from), Some(written))
                     if done <= end && mark.is_none_or(|m| m.offset + 1 == from) =>
@@ -279,6 +361,8 @@ impl Checkpoint {
                             from,
                             mark,
                             written,
+                            anchors,
+                            source,
                         },
                     );
                 }
@@ -317,21 +401,24 @@ impl Checkpoint {
         parts.insert(partition, p);
         let doc = self.document(&parts);
         // Written under the lock: two partitions' updates never cross.
-        write_atomically(&self.path, doc.to_string().as_bytes())
+        write_atomically(&self.path, &seal(&doc))
     }
 
     fn document(&self, parts: &BTreeMap<i32, Progress>) -> Value {
         let ps: serde_json::Map<String, Value> = parts
             .iter()
             .map(|(k, p)| {
-                let mark = p.mark.map_or(Value::Null, Mark::to_json);
+                let json_of = |m: Option<Mark>| m.map_or(Value::Null, Mark::to_json);
                 let progress = json!({"end": p.end, "done": p.done, "from": p.from,
-                    "mark": mark, "written": p.written});
+                    "mark": json_of(p.mark), "written": p.written,
+                    "first": json_of(p.anchors.map(|a| a.0)),
+                    "last": json_of(p.anchors.map(|a| a.1)),
+                    "source": json_of(p.source)});
                 (k.to_string(), progress)
             })
             .collect();
         json!({
-            "format": 2,
+            "format": 3,
             "run": self.run,
             "cluster": self.cluster,
             "command": self.of.command,
@@ -350,7 +437,7 @@ impl Checkpoint {
             .parts
             .lock()
             .map_err(|_| fail("the checkpoint's lock is poisoned"))?;
-        write_atomically(&self.path, self.document(&parts).to_string().as_bytes())
+        write_atomically(&self.path, &seal(&self.document(&parts)))
     }
 
     /// Whether the run wrote, or was about to write, to any partition.
@@ -473,6 +560,37 @@ impl Checkpoint {
         let _ = std::fs::remove_file(lock_path(&self.path));
         Ok(())
     }
+}
+
+/// The line that ends a checkpoint file, before the hex SHA-256 of all
+/// that comes before it.
+const CHECKPOINT_SEAL: &str = "\nsha256:";
+
+/// A checkpoint file's bytes: the document, then its SHA-256 on a line of
+/// its own.
+fn seal(doc: &Value) -> Vec<u8> {
+    let text = doc.to_string();
+    let digest = sha2::Digest::finalize(sha2::Digest::chain_update(
+        sha2::Sha256::default(),
+        text.as_bytes(),
+    ));
+    let hex: String = digest.iter().map(|b| format!("{b:02x}")).collect();
+    format!("{text}{CHECKPOINT_SEAL}{hex}\n").into_bytes()
+}
+
+/// The document of a checkpoint file, if its checksum verifies: one
+/// changed byte anywhere (the checksum's own included), or a cut, and it
+/// does not.
+fn unseal(bytes: &[u8]) -> Option<&str> {
+    let text = std::str::from_utf8(bytes).ok()?;
+    let (doc, line) = text.rsplit_once(CHECKPOINT_SEAL)?;
+    let hex = line.strip_suffix('\n')?;
+    let digest = sha2::Digest::finalize(sha2::Digest::chain_update(
+        sha2::Sha256::default(),
+        doc.as_bytes(),
+    ));
+    let want: String = digest.iter().map(|b| format!("{b:02x}")).collect();
+    (hex == want).then_some(doc)
 }
 
 /// The first bytes of a journal.
@@ -601,6 +719,156 @@ fn lock(path: &Path) -> Result<File, Fail> {
     }
 }
 
+/// The locks of the partitions a run writes, one file per partition of a
+/// topic of a cluster in a lock directory (`--lock-dir`): two runs that
+/// would write one partition at once, whatever their checkpoint files, do
+/// not both start. Each is locked for the run's life (the system releases
+/// it when the process ends, a kill included) and removed when the run
+/// lets it go.
+pub(crate) struct PartitionLocks {
+    held: Vec<(PathBuf, File)>,
+}
+
+impl PartitionLocks {
+    /// Locks each of `partitions` of `topic` on `cluster` (its id, or its
+    /// bootstrap servers when the broker gives none) in `dir` (created,
+    /// 0700, if missing), naming `checkpoint` in each file for whoever is
+    /// refused. Refuses, holding none, when another run holds one.
+    pub(crate) fn take(
+        dir: &Path,
+        cluster: &str,
+        topic: &str,
+        partitions: impl IntoIterator<Item = i32>,
+        checkpoint: &Path,
+    ) -> Result<PartitionLocks, Fail> {
+        use std::os::unix::fs::DirBuilderExt as _;
+        std::fs::DirBuilder::new()
+            .recursive(true)
+            .mode(0o700)
+            .create(dir)
+            .map_err(|e| {
+                fail(format!(
+                    "creating the lock directory {}: {e}",
+                    dir.display()
+                ))
+            })?;
+        let digest = sha2::Digest::finalize(sha2::Digest::chain_update(
+            sha2::Digest::chain_update(sha2::Sha256::default(), cluster.as_bytes()),
+            [&[0u8][..], topic.as_bytes()].concat(),
+        ));
+        let id: String = digest[..8].iter().map(|b| format!("{b:02x}")).collect();
+        let readable: String = topic
+            .chars()
+            .map(|c| {
+                if c.is_ascii_alphanumeric() || matches!(c, '-' | '_' | '.') {
+                    c
+                } else {
+                    '_'
+                }
+            })
+            .take(100)
+            .collect();
+        let mut locks = PartitionLocks { held: Vec::new() };
+        for p in partitions {
+            let path = dir.join(format!("{readable}-{id}.p{p}.lock"));
+            match lock_partition(&path)? {
+                Some(mut f) => {
+                    // Who holds it, for whoever is refused (best effort).
+                    let _ = f.set_len(0).and_then(|()| {
+                        writeln!(
+                            f,
+                            "pid {}, checkpoint {}",
+                            std::process::id(),
+                            checkpoint.display()
+                        )
+                    });
+                    locks.held.push((path, f));
+                }
+                None => {
+                    let mut holder = String::new();
+                    let _ =
+                        File::open(&path).and_then(|f| f.take(4096).read_to_string(&mut holder));
+                    let holder = holder.trim();
+                    let holder = if holder.is_empty() {
+                        String::new()
+                    } else {
+                        format!(" ({holder})")
+                    };
+                    return Err(fail(format!(
+                        "partition {p} of {topic} is being written by another run{holder}: two runs must not write one partition at once. Let it finish (or stop it), or leave partition {p} out of --partitions (its lock: {})",
+                        path.display()
+                    )));
+                }
+            }
+        }
+        Ok(locks)
+    }
+}
+
+impl Drop for PartitionLocks {
+    fn drop(&mut self) {
+        // Removed while still locked: a run that opened the file meanwhile
+        // finds, once it holds the lock, that the path is no longer its
+        // file, and takes the lock again at a new one.
+        for (path, f) in self.held.drain(..) {
+            let _ = std::fs::remove_file(&path);
+            drop(f);
+        }
+    }
+}
+
+/// Locks the file at `path` (created 0600 if missing, never through a
+/// link); `None` when another process holds it.
+fn lock_partition(path: &Path) -> Result<Option<File>, Fail> {
+    use std::os::unix::fs::{MetadataExt as _, OpenOptionsExt as _};
+    loop {
+        let f = std::fs::OpenOptions::new()
+            .read(true)
+            .write(true)
+            .create(true)
+            .truncate(false)
+            .mode(0o600)
+            .custom_flags(libc::O_NOFOLLOW)
+            .open(path)
+            .map_err(|e| fail(format!("opening the lock {}: {e}", path.display())))?;
+        match f.try_lock() {
+            Ok(()) => {}
+            Err(std::fs::TryLockError::WouldBlock) => return Ok(None),
+            Err(std::fs::TryLockError::Error(e)) => {
+                return Err(fail(format!("locking {}: {e}", path.display())))
+            }
+        }
+        // The holder before may have removed the file between the open and
+        // the lock: the lock counts only on the file at the path now.
+        let ours = f.metadata().ok();
+        let there = std::fs::symlink_metadata(path).ok();
+        if let (Some(a), Some(b)) = (ours, there) {
+            if a.ino() == b.ino() && a.dev() == b.dev() {
+                return Ok(Some(f));
+            }
+        }
+    }
+}
+
+/// The directory of the partition locks when `--lock-dir` is not given:
+/// `$TOMBSTONE_CRYPT_LOCK_DIR`, else `$XDG_RUNTIME_DIR/tombstone-crypt/locks`,
+/// else `$HOME/.cache/tombstone-crypt/locks`.
+pub(crate) fn default_lock_dir() -> Result<PathBuf, Fail> {
+    let var = |k: &str| std::env::var_os(k).filter(|v| !v.is_empty());
+    if let Some(d) = var("TOMBSTONE_CRYPT_LOCK_DIR") {
+        return Ok(PathBuf::from(d));
+    }
+    if let Some(d) = var("XDG_RUNTIME_DIR") {
+        return Ok(PathBuf::from(d).join("tombstone-crypt/locks"));
+    }
+    if let Some(d) = var("HOME") {
+        return Ok(PathBuf::from(d).join(".cache/tombstone-crypt/locks"));
+    }
+    Err(fail(
+        "no directory for the partition locks: set --lock-dir (or TOMBSTONE_CRYPT_LOCK_DIR, XDG_RUNTIME_DIR or HOME); every run that may write the same topic must use the same one",
+    ))
+}
+
 /// A run id: 16 random bytes in hex.
 fn run_id() -> Result<String, Fail> {
     let mut b = [0u8; 16];
@@ -675,6 +943,11 @@ mod tests {
             from: end,
             mark: Some(Mark::of(end - 1, Some(5), Some(b"k"), None)),
             written: 7,
+            anchors: Some((
+                Mark::of(end, None, Some(b"a"), Some(b"v")),
+                Mark::of(end + 6, None, Some(b"b"), None),
+            )),
+            source: Some(Mark::of(end - 1, Some(9), Some(b"s"), Some(b""))),
         }
     }
 
@@ -766,6 +1039,83 @@ mod tests {
         assert!(!path.exists());
         assert!(!lock_path(&path).exists());
         let _ = std::fs::remove_dir_all(&dir);
+    }
+
+    /// A checkpoint as a run leaves it (every field set, two partitions),
+    /// each of its bytes changed in turn (three ways): every change is
+    /// refused with the checksum's error, and the file is left as it was.
+    #[test]
+    fn a_checkpoint_with_any_byte_changed_is_refused() {
+        let dir = std::env::temp_dir().join(format!("tc-ckpt-bytes-{}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&dir);
+        std::fs::create_dir_all(&dir).unwrap();
+        let path = dir.join("run.checkpoint");
+        let c = Checkpoint::create(&path, of(), Some("cluster-1".into())).unwrap();
+        c.set(0, progress(100, 40)).unwrap();
+        c.set(3, progress(2000, 1999)).unwrap();
+        drop(c);
+        let good = std::fs::read(&path).unwrap();
+        assert!(Checkpoint::load(&path, &of()).is_ok());
+        for at in 0..good.len() {
+            for flip in [0x01, 0x80, 0xff] {
+                let mut changed = good.clone();
+                changed[at] ^= flip;
+                std::fs::write(&path, &changed).unwrap();
+                let e = Checkpoint::load(&path, &of()).err();
+                let e = e.unwrap_or_else(|| panic!("byte {at} ^ {flip:#x} was accepted"));
+                assert!(
+                    e.0.contains("its checksum does not verify"),
+                    "byte {at} ^ {flip:#x}: {}",
+                    e.0
+                );
+                assert_eq!(std::fs::read(&path).unwrap(), changed, "nothing written");
+            }
+        }
+        for cut in 0..good.len() {
+            std::fs::write(&path, &good[..cut]).unwrap();
+            assert!(Checkpoint::load(&path, &of()).is_err(), "cut at {cut}");
+        }
+        // The checkpoint as it was still loads: the test changed the file,
+        // not the reader.
+        std::fs::write(&path, &good).unwrap();
+        assert_eq!(
+            Checkpoint::load(&path, &of()).unwrap().progress(3),
+            Some(progress(2000, 1999))
+        );
+        let _ = std::fs::remove_dir_all(&dir);
+    }
+
+    #[test]
+    fn anchors_are_the_runs_first_and_last_values_where_it_wrote_any() {
+        let w = |k: &[u8], v: Option<&[u8]>| Write {
+            partition: 0,
+            key: k.to_vec(),
+            value: v.map(<[u8]>::to_vec),
+        };
+        let offsets = |p: Progress| p.anchors.map(|(f, l)| (f.offset, l.offset));
+        let start = Progress {
+            end: 10,
+            done: 0,
+            from: 0,
+            mark: None,
+            written: 0,
+            anchors: None,
+            source: None,
+        };
+        let tombstones = start.after_writes(&[w(b"t", None), w(b"u", None)], &[1, 2]);
+        assert_eq!(offsets(tombstones), Some((1, 2)), "only tombstones");
+        let p = tombstones.after_writes(&[w(b"old", None), w(b"new", Some(b"v"))], &[3, 4]);
+        assert_eq!(p.written, 4);
+        assert_eq!(offsets(p), Some((4, 4)), "a value replaces both");
+        let p = p.after_writes(&[w(b"a", Some(b"x")), w(b"b", None)], &[7, 8]);
+        assert_eq!(
+            offsets(p),
+            Some((4, 7)),
+            "the last value, not the tombstone"
+        );
+        let (first, _) = p.anchors.unwrap();
+        assert!(first.same_key(Some(b"new")) && !first.same_key(Some(b"old")));
+        assert_eq!(first, Mark::of(4, None, Some(b"new"), Some(b"v")));
     }
 
     #[test]

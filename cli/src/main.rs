@@ -510,8 +510,9 @@ struct TopicArgs {
     #[arg(long, value_name = "N")]
     parallel: Option<usize>,
     /// Only these partitions (`0-15,32`): several processes can split one
-    /// topic between them, each with its own checkpoint. The report counts
-    /// these partitions only.
+    /// topic between them, each with its own checkpoint (with `--apply`, a
+    /// list that overlaps a live run's is refused: see `--lock-dir`). The
+    /// report counts these partitions only.
     #[arg(long, value_name = "LIST", value_parser = read::parse_partitions)]
     partitions: Option<BTreeSet<i32>>,
     /// Subject keys, for topics written under them.
@@ -532,12 +533,14 @@ struct ProgressArgs {
     /// `tombstone-crypt-COMMAND-TOPIC[-pLIST].checkpoint` in the current
     /// directory). It is removed when the run completes; a run that stops
     /// first (killed, a broker down) leaves it, and `--resume FILE` goes on
-    /// from it. It never holds a plaintext the topic does not hold.
+    /// from it. It never holds a plaintext the topic does not hold, and
+    /// ends with its SHA-256: a checkpoint changed or cut is refused.
     #[arg(long, value_name = "FILE", conflicts_with = "resume")]
     checkpoint: Option<PathBuf>,
     /// Go on from an interrupted `--apply` run's checkpoint: the same
     /// command, topics and keysets. The topic ends as one uninterrupted
-    /// run would leave it.
+    /// run would leave it. A topic (or a copy's source) deleted and
+    /// created again since is refused, written since or not.
     #[arg(long, value_name = "FILE", requires = "apply")]
     resume: Option<PathBuf>,
     /// The most records of a chunk of writes (journaled, then produced and
@@ -551,6 +554,16 @@ struct ProgressArgs {
     /// its value).
     #[arg(long, hide = true, value_name = "N")]
     fail_after_records: Option<u64>,
+    /// Where the partition locks go: one file per partition written (a
+    /// name from the topic and its cluster's id), locked for the run's
+    /// life, so two runs never write one partition at once, whatever their
+    /// checkpoint files (overlapping `--partitions` are refused, naming
+    /// the partition). Every run that may write the topic must use the
+    /// same directory, on one machine (default: `$TOMBSTONE_CRYPT_LOCK_DIR`,
+    /// else `$XDG_RUNTIME_DIR/tombstone-crypt/locks`, else
+    /// `$HOME/.cache/tombstone-crypt/locks`).
+    #[arg(long, value_name = "DIR", requires = "apply")]
+    lock_dir: Option<PathBuf>,
     /// The tests' negative control: `--resume` writes the journals before
     /// it reads what others wrote since the run stopped (a delete made
     /// meanwhile can be undone). Never use it.

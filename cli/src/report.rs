@@ -424,7 +424,7 @@ impl Audit {
         }
         if c.several > 0 {
             text.push_str(&format!(
-                "finding: {} keys have a value in more than one partition (partitions were added to the topic, or its writers choose partitions differently): a reader of one partition, a store restored from it and compaction each see another value, and a delete reaches one copy only. See the README, \"Adding partitions\".\n",
+                "finding: {} keys have a value in more than one partition (partitions were added to the topic, or its writers choose partitions differently): a reader of one partition, a store restored from it and compaction each see another value, and a delete reaches one copy only. See docs/CLI.md, \"Adding partitions\".\n",
                 c.several
             ));
         }

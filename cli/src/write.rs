@@ -88,7 +88,7 @@ pub(crate) struct Sink<'a> {
     run: &'a [u8],
     /// The checkpoint.
     checkpoint: &'a Checkpoint,
-    /// The partition's progress when the pass began (its `done` moves on).
+    /// The partition's progress, as recorded after each chunk.
     base: Progress,
     /// How long the producer's queue may stay full.
     timeout: Duration,
@@ -160,6 +160,11 @@ impl<'a> Sink<'a> {
         Ok(())
     }
 
+    /// The partition's progress as last recorded.
+    pub(crate) fn progress(&self) -> Progress {
+        self.base
+    }
+
     /// Writes the chunk gathered, if any, and records the partition done
     /// below `through`.
     pub(crate) fn flush(&mut self, through: i64) -> Result<(), Fail> {
@@ -167,7 +172,7 @@ impl<'a> Sink<'a> {
         self.bytes = 0;
         if !chunk.is_empty() {
             self.checkpoint.journal(self.partition, through, &chunk)?;
-            self.written += produce(
+            let offsets = produce(
                 self.producer,
                 self.topic,
                 self.run,
@@ -175,15 +180,14 @@ impl<'a> Sink<'a> {
                 self.timeout,
                 self.fail_after,
             )?;
+            self.written += offsets.len() as u64;
+            self.base = self.base.after_writes(&chunk, &offsets);
         }
-        self.checkpoint.set(
-            self.partition,
-            Progress {
-                done: through,
-                written: self.base.written + self.written,
-                ..self.base
-            },
-        )
+        self.base = Progress {
+            done: through,
+            ..self.base
+        };
+        self.checkpoint.set(self.partition, self.base)
     }
 }
 
@@ -192,6 +196,8 @@ impl<'a> Sink<'a> {
 struct InFlight {
     /// Each record's partition, and its delivery.
     deliveries: VecDeque<(i32, DeliveryFuture)>,
+    /// The offsets acknowledged so far, in order.
+    offsets: Vec<i64>,
 }
 
 impl InFlight {
@@ -199,7 +205,7 @@ impl InFlight {
     fn wait(&mut self, topic: &str) -> Result<(), Fail> {
         while let Some((p, delivery)) = self.deliveries.pop_front() {
             match futures_executor::block_on(delivery) {
-                Ok(Ok(_)) => {}
+                Ok(Ok(d)) => self.offsets.push(d.offset),
                 Ok(Err((e, _))) => {
                     return Err(fail(format!(
                         "writing to {topic}/{p}: {e} (the records before it were acknowledged; run again with --resume to finish)"
@@ -220,7 +226,8 @@ impl InFlight {
 static ACKNOWLEDGED: AtomicU64 = AtomicU64::new(0);
 
 /// Produces `writes` to `topic`, in order, each with the run's header, and
-/// waits for every acknowledgement. Returns how many were written. With
+/// waits for every acknowledgement. Returns the offsets they landed at, in
+/// order. With
 /// `fail_after`, each record is acknowledged before the next is sent, and
 /// the process aborts once that many are (the tests' fixed kill point).
 ///
@@ -238,7 +245,7 @@ pub(crate) fn produce(
     writes: &[Write],
     timeout: Duration,
     fail_after: Option<u64>,
-) -> Result<u64, Fail> {
+) -> Result<Vec<i64>, Fail> {
     let mut in_flight = InFlight::default();
     for w in writes {
         let mut full_since: Option<Instant> = None;
@@ -292,5 +299,5 @@ pub(crate) fn produce(
         }
     }
     in_flight.wait(topic)?;
-    Ok(writes.len() as u64)
+    Ok(in_flight.offsets)
 }

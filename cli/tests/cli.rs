@@ -553,6 +553,7 @@ fn inspect_names_each_key_type_and_never_prints_plaintext() {
         assert_eq!(r["kind"], json!(kind));
         // From stdin (`-`), the same.
         let mut child = Command::new(env!("CARGO_BIN_EXE_tombstone-crypt"))
+            .env("TOMBSTONE_CRYPT_LOCK_DIR", common::process::lock_dir())
             .args(["inspect", "--json", "--keyset", &f, "-"])
             .stdin(std::process::Stdio::piped())
             .stdout(std::process::Stdio::piped())
@@ -1434,6 +1435,11 @@ impl KeyedTopic {
     /// `cmd --json` on the topic with both keysets, values bound to the
     /// plaintext key (as every writer binds them), and `extra`.
     fn run(&self, cmd: &str, extra: &[&str]) -> Output {
+        cli(&self.args(cmd, extra))
+    }
+
+    /// The arguments of [`run`](KeyedTopic::run).
+    fn args<'a>(&'a self, cmd: &'a str, extra: &[&'a str]) -> Vec<&'a str> {
         let mut a = vec![
             cmd,
             "--json",
@@ -1454,7 +1460,7 @@ impl KeyedTopic {
         if cmd == "repair" && extra.contains(&"--apply") && !extra.contains(&"--null-marker") {
             a.extend_from_slice(&["--null-marker", "empty"]);
         }
-        cli(&a)
+        a
     }
 
     fn replay(&self) -> State {
@@ -2107,6 +2113,7 @@ fn kill_midway(t: &KeyedTopic, cmd: &str, checkpoint: &str, extra: &[&str], dela
         a.extend_from_slice(&["--null-marker", "empty"]);
     }
     let mut child = Command::new(env!("CARGO_BIN_EXE_tombstone-crypt"))
+        .env("TOMBSTONE_CRYPT_LOCK_DIR", common::process::lock_dir())
         .args(&a)
         .stdout(std::process::Stdio::null())
         .stderr(std::process::Stdio::piped())
@@ -2122,7 +2129,7 @@ fn kill_midway(t: &KeyedTopic, cmd: &str, checkpoint: &str, extra: &[&str], dela
         }
         let progressed = std::fs::read_to_string(checkpoint)
             .ok()
-            .and_then(|text| serde_json::from_str::<Value>(&text).ok())
+            .and_then(|text| first_json(&text))
             .is_some_and(|v| {
                 v["partitions"]
                     .as_object()
@@ -2311,9 +2318,30 @@ fn journal_keys(path: &str, topic: &str, keys: &Keyset) -> Vec<String> {
     names
 }
 
-/// A JSON file.
+/// A JSON file (a checkpoint's document, before the line of its
+/// checksum).
 fn json_of_file(path: &str) -> Value {
-    serde_json::from_str(&std::fs::read_to_string(path).unwrap()).unwrap()
+    first_json(&std::fs::read_to_string(path).unwrap()).unwrap()
+}
+
+/// The JSON value `text` begins with.
+fn first_json(text: &str) -> Option<Value> {
+    serde_json::Deserializer::from_str(text)
+        .into_iter::<Value>()
+        .next()?
+        .ok()
+}
+
+/// Writes `doc` as a checkpoint file, sealed with its checksum as the
+/// command line seals it (`sha256:HEX` on a last line).
+fn write_checkpoint(path: &str, doc: &Value) {
+    use sha2::Digest as _;
+    let text = doc.to_string();
+    let hex: String = sha2::Sha256::digest(text.as_bytes())
+        .iter()
+        .map(|b| format!("{b:02x}"))
+        .collect();
+    std::fs::write(path, format!("{text}\nsha256:{hex}\n")).unwrap();
 }
 
 /// The model test of a resume: `reencrypt --apply`, `repair --apply` and
@@ -2552,9 +2580,20 @@ fn a_resume_elsewhere_refuses_and_keeps_its_files() {
         "the broker gives its id: {other}"
     );
     other["cluster"] = json!("another-cluster");
-    std::fs::write(&ck, other.to_string()).unwrap();
+    write_checkpoint(&ck, &other);
     let err = refused("another cluster");
     assert!(err.contains("cluster another-cluster"), "{err}");
+    // One byte of the real checkpoint changed (its `done` moved on, as
+    // an edit by hand or a disk fault would): refused, nothing written,
+    // the file as it was (every single-byte change: checkpoint.rs's unit
+    // test).
+    let at = original.find("\"done\":").unwrap() + "\"done\":".len();
+    let mut changed = original.clone().into_bytes();
+    changed[at] = if changed[at] == b'9' { b'1' } else { b'9' };
+    std::fs::write(&ck, &changed).unwrap();
+    let err = refused("a changed byte");
+    assert!(err.contains("its checksum does not verify"), "{err}");
+    assert_eq!(std::fs::read(&ck).unwrap(), changed, "the file as it was");
     std::fs::write(&ck, &original).unwrap();
     // The topic deleted and created again: more records than before (the
     // record before the run's first write is another one), then fewer.
@@ -2615,6 +2654,214 @@ fn a_resume_elsewhere_refuses_and_keeps_its_files() {
     assert_eq!(code(&out), 2, "{err}");
     assert!(err.contains("holds none of the"), "{err}");
     assert!(std::path::Path::new(&ck).exists(), "the checkpoint kept");
+    // The same target once someone wrote there: one record, then more
+    // records than the run had written. Each resume refuses before it
+    // writes (before, both went on from the recorded offset and the
+    // copy's first chunk was never copied).
+    let t2 = KeyedTopic {
+        topic: target.clone(),
+        bootstrap: t.bootstrap.clone(),
+        partitions: 1,
+        values_file: t.values_file.clone(),
+        keys_file: t.keys_file.clone(),
+    };
+    for (n, why) in [
+        (1, "is not the run's acknowledged record"),
+        (60, "is not the run's acknowledged record"),
+    ] {
+        produce_keyed(&t2, &values, &keys, &many_keys(n));
+        let ends = end_offsets(&t.bootstrap, &target, 1);
+        let out = s.run(
+            "reencrypt",
+            &[&["--apply", "--resume", &ck][..], &copy].concat(),
+        );
+        let err = String::from_utf8_lossy(&out.stderr);
+        assert_eq!(code(&out), 2, "a foreign record ({n}): {err}");
+        assert!(err.contains("not the partition the run wrote"), "{err}");
+        assert!(err.contains(why), "{err}");
+        assert!(std::path::Path::new(&ck).exists(), "the checkpoint kept");
+        assert_eq!(
+            end_offsets(&t.bootstrap, &target, 1),
+            ends,
+            "nothing written"
+        );
+    }
+    // A copy whose source is deleted and created again, with as many
+    // records: refused too (a resume would go on from the recorded source
+    // offset, and the new source's records before it would never be
+    // copied).
+    let target = fresh_topic("cli-resume-elsewhere-target2");
+    create_compacted(&t.bootstrap, &target, 1);
+    let ck = dir.file("copy2.checkpoint");
+    let copy = ["--to-topic", target.as_str()];
+    let mut args = vec!["--apply", "--checkpoint", &ck, "--chunk-records", "8"];
+    args.extend_from_slice(&["--fail-after-records", "11"]);
+    args.extend_from_slice(&copy);
+    let stopped = s.run("reencrypt", &args);
+    assert!(stopped.status.code().is_none(), "not stopped: {stopped:?}");
+    for r in
+        futures_executor::block_on(admin.delete_topics(&[&s.topic], &AdminOptions::new())).unwrap()
+    {
+        r.unwrap();
+    }
+    create_compacted(&t.bootstrap, &s.topic, 1);
+    let others: Vec<(String, Option<String>)> = many_keys(60)
+        .into_iter()
+        .map(|(k, v)| (k, v.map(|v| format!("{v} again"))))
+        .collect();
+    produce_keyed(&s, &values, &keys, &others);
+    let ends = end_offsets(&t.bootstrap, &target, 1);
+    let out = s.run(
+        "reencrypt",
+        &[&["--apply", "--resume", &ck][..], &copy].concat(),
+    );
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(code(&out), 2, "a source created again: {err}");
+    assert!(
+        err.contains("not the partition the run copied from"),
+        "{err}"
+    );
+    assert!(std::path::Path::new(&ck).exists(), "the checkpoint kept");
+    assert_eq!(
+        end_offsets(&t.bootstrap, &target, 1),
+        ends,
+        "nothing written"
+    );
+}
+
+/// Two `reencrypt --apply` runs with different checkpoint files on one
+/// topic: one on partitions `0-1` (stopped with SIGSTOP once it holds its
+/// partition locks, so it is mid-run), then one on `1-2`: refused (exit 2)
+/// with an error naming partition 1, nothing written, no checkpoint left;
+/// one on partition `2` alone goes ahead meanwhile. Once the first run
+/// finishes, `1-2` runs.
+#[test]
+fn runs_on_overlapping_partitions_do_not_write_one_partition_at_once() {
+    if bootstrap().is_none() {
+        return;
+    }
+    let dir = Dir::new("partition-locks");
+    let (t, values, keys) = keyed_topic(&dir, "cli-partition-locks", 3);
+    produce_keyed(&t, &values, &keys, &many_keys(300));
+    rotate(&t.values_file);
+    let locks = dir.file("locks");
+    let (a, b, c) = (
+        dir.file("a.checkpoint"),
+        dir.file("b.checkpoint"),
+        dir.file("c.checkpoint"),
+    );
+    let run = |ck: &str, parts: &str| {
+        t.run(
+            "reencrypt",
+            &[
+                "--apply",
+                "--checkpoint",
+                ck,
+                "--partitions",
+                parts,
+                "--lock-dir",
+                &locks,
+            ],
+        )
+    };
+    let signal = |pid: u32, sig: &str| {
+        assert!(Command::new("kill")
+            .args([sig, &pid.to_string()])
+            .status()
+            .unwrap()
+            .success());
+    };
+    // The first run, stopped once it holds partition 1's lock (its file
+    // names the holder once it is locked). A run that finished first
+    // (a fast machine) proves nothing: try again on the next partitions'
+    // worth of time, a few times.
+    let mut stopped = None;
+    for _ in 0..5 {
+        let args = t.args(
+            "reencrypt",
+            &[
+                "--apply",
+                "--checkpoint",
+                &a,
+                "--partitions",
+                "0-1",
+                "--lock-dir",
+                &locks,
+            ],
+        );
+        let mut child = Command::new(env!("CARGO_BIN_EXE_tombstone-crypt"))
+            .args(&args)
+            .stdout(std::process::Stdio::null())
+            .stderr(std::process::Stdio::null())
+            .spawn()
+            .unwrap();
+        let deadline = std::time::Instant::now() + Duration::from_secs(60);
+        let held = loop {
+            let locked = std::fs::read_dir(&locks).ok().is_some_and(|entries| {
+                entries.filter_map(Result::ok).any(|e| {
+                    e.file_name().to_string_lossy().ends_with(".p1.lock")
+                        && std::fs::read_to_string(e.path()).is_ok_and(|h| h.contains("pid"))
+                })
+            });
+            if locked {
+                signal(child.id(), "-STOP");
+                break child.try_wait().unwrap().is_none();
+            }
+            if child.try_wait().unwrap().is_some() || std::time::Instant::now() > deadline {
+                break false;
+            }
+            std::thread::sleep(Duration::from_millis(2));
+        };
+        if held {
+            stopped = Some(child);
+            break;
+        }
+        signal(child.id(), "-CONT");
+        let _ = child.wait();
+        let _ = std::fs::remove_file(&a);
+        produce_keyed(&t, &values, &keys, &many_keys(300));
+        rotate(&t.values_file);
+    }
+    /// The stopped run, let go and ended whatever the test does.
+    struct Stopped(std::process::Child);
+    impl Drop for Stopped {
+        fn drop(&mut self) {
+            let _ = Command::new("kill")
+                .args(["-CONT", &self.0.id().to_string()])
+                .status();
+            let _ = self.0.kill();
+            let _ = self.0.wait();
+        }
+    }
+    let mut first = Stopped(stopped.expect("the first run was never caught holding its locks"));
+    let ends = end_offsets(&t.bootstrap, &t.topic, 3);
+    let out = run(&b, "1-2");
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(code(&out), 2, "an overlapping run: {err}");
+    assert!(
+        err.contains("partition 1 of") && err.contains("being written by another run"),
+        "{err}"
+    );
+    assert!(
+        err.contains(&format!("pid {}", first.0.id())),
+        "names the holder: {err}"
+    );
+    assert!(!std::path::Path::new(&b).exists(), "no checkpoint left");
+    assert_eq!(
+        end_offsets(&t.bootstrap, &t.topic, 3),
+        ends,
+        "nothing written"
+    );
+    // A run on partition 2 alone does not overlap.
+    let out = run(&c, "2");
+    assert_eq!(code(&out), 0, "{}", String::from_utf8_lossy(&out.stderr));
+    signal(first.0.id(), "-CONT");
+    assert!(first.0.wait().unwrap().success(), "the first run finishes");
+    let out = run(&b, "1-2");
+    assert_eq!(code(&out), 0, "{}", String::from_utf8_lossy(&out.stderr));
+    // Nothing left behind: every lock removed as its run let it go.
+    let left: Vec<_> = std::fs::read_dir(&locks).unwrap().collect();
+    assert!(left.is_empty(), "{left:?}");
 }
 
 /// A key with a value in two partitions (as after partitions were added,
@@ -2805,6 +3052,71 @@ fn reencrypt_stopped_between_a_keys_records_resumes_on_a_compacting_broker() {
             );
         }
     }
+}
+
+/// On the compacting broker, a `reencrypt --apply` stopped after its first
+/// chunk; then someone else writes the first ten keys again, and the
+/// broker compacts the run's first and last acknowledged records (the
+/// checkpoint's anchors) away under those newer records of their keys.
+/// That is the partition the run wrote: the resume goes on (exit 0), the
+/// others' writes stand, and the topic equals the model.
+#[test]
+fn a_resume_accepts_its_records_compacted_under_later_ones_on_a_compacting_broker() {
+    let bootstrap = compacting_bootstrap();
+    let dir = Dir::new("resume-anchors-compacted");
+    let topic = fresh_topic("cli-resume-anchors");
+    create_compacted(&bootstrap, &topic, 1);
+    let (values_file, values) = new_keyset(&dir, "values.json");
+    let (keys_file, keys) = new_key_keyset(&dir, "keys.json");
+    let t = KeyedTopic {
+        bootstrap: bootstrap.clone(),
+        topic: topic.clone(),
+        partitions: 1,
+        values_file,
+        keys_file,
+    };
+    let writes = many_keys(40);
+    produce_keyed(&t, &values, &keys, &writes);
+    rotate(&t.values_file);
+    rotate(&t.keys_file);
+    let ck = dir.file("run.checkpoint");
+    let stopped = t.run(
+        "reencrypt",
+        &[
+            "--apply",
+            "--checkpoint",
+            &ck,
+            "--chunk-records",
+            "8",
+            "--parallel",
+            "1",
+            "--fail-after-records",
+            "9",
+        ],
+    );
+    assert!(stopped.status.code().is_none(), "not stopped: {stopped:?}");
+    let progress = json_of_file(&ck)["partitions"]["0"].clone();
+    let anchors: Vec<i64> = ["first", "last"]
+        .iter()
+        .map(|k| progress[*k]["offset"].as_i64().unwrap())
+        .collect();
+    let others: Vec<(String, Option<String>)> = (0..10)
+        .map(|i| (format!("key-{i}"), Some(format!("theirs {i}"))))
+        .collect();
+    produce_keyed(&t, &load(&t.values_file), &load(&t.keys_file), &others);
+    let compacted = wait_compacted(&bootstrap, &topic, Duration::from_secs(60));
+    for a in &anchors {
+        assert!(
+            !compacted.records.iter().any(|r| r.offset == *a),
+            "the run's record at offset {a} is still there: the test proves nothing"
+        );
+    }
+    let resumed = t.run("reencrypt", &["--apply", "--resume", &ck]);
+    let r = json_of(&resumed);
+    assert_eq!(code(&resumed), 0, "{r}");
+    let mut model = model_of(&writes);
+    model.extend(model_of(&others));
+    t.agree(&model, "anchors compacted under others' writes, resumed");
 }
 
 /// `inspect --fields`: a JSON record's encrypted fields by path, with key

@@ -105,12 +105,35 @@ pub type RecordHeaders = Vec<(String, Option<Vec<u8>>)>;
 /// default; see [`with_binding`](TypedProducer::with_binding)).
 ///
 /// Idempotence is on by default (`enable.idempotence=true`, so retries never
-/// reorder a key's records); an explicit setting in the configuration wins,
-/// and [`is_idempotent`](TypedProducer::is_idempotent) says which it is:
-/// with `false`, a retried value may land after its key's tombstone.
+/// reorder a key's records); an explicit setting in the configuration wins
+/// (read as librdkafka reads a boolean: `true`, `t`, `1`, any case), and
+/// [`is_idempotent`](TypedProducer::is_idempotent) says which it is.
 /// `acks` must be `all` (it is set when absent): a configuration with
 /// `acks` or `request.required.acks` set to `0` or `1` is refused, since a
 /// delivery report would then not mean the record is stored.
+///
+/// **Write order.** The writes of one producer reach the broker in the
+/// order they were started (see [`send`](TypedProducer::send)), whatever
+/// the caller does with their futures (awaits them in any order, drops
+/// them, times them out) and whatever the queue does: a write whose
+/// records the queue cannot take now (`queue.buffering.max.messages` or
+/// `queue.buffering.max.kbytes` reached) waits in the producer's line, and
+/// every write started after it goes behind it, never into the queue
+/// directly; one writer thread of the producer's own queues the line, in
+/// order, as the queue drains (for up to 30 s per write, then the write
+/// fails with `QueueFull` and the next goes on). When nothing waits, a
+/// write is queued at once, all its records in one go. Once queued,
+/// librdkafka keeps that order on the broker per partition when the
+/// producer is idempotent or has at most one request in flight
+/// (`max.in.flight.requests.per.connection=1`). A producer with neither
+/// (`enable.idempotence=false` and librdkafka's default of many requests
+/// in flight), whose retries could land a record after a later one, sends
+/// every record alone: the next is queued only once the broker
+/// acknowledged it, across writes too (one round trip per record: set
+/// `max.in.flight.requests.per.connection=1`, or keep idempotence, for
+/// throughput). A write that fails (its future, if still there, says why)
+/// has its records that were delivered stay; later writes still go out in
+/// order after it.
 pub struct TypedProducer<K: ?Sized, V: ?Sized, KS, VS> {
     producer: FutureProducer,
     key_ser: KS,
@@ -120,6 +143,7 @@ pub struct TypedProducer<K: ?Sized, V: ?Sized, KS, VS> {
     binding: KeyBinding,
     rule: WriteRule,
     partitions: Mutex<PartitionCounts>,
+    line: std::sync::Arc<Line>,
     types: PhantomData<fn(&K, &V)>,
 }
 
@@ -127,6 +151,7 @@ impl<K: ?Sized, V: ?Sized, KS, VS> fmt::Debug for TypedProducer<K, V, KS, VS> {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.debug_struct("TypedProducer")
             .field("idempotent", &self.idempotent)
+            .field("release", &self.line.release)
             .finish_non_exhaustive()
     }
 }
@@ -250,18 +275,80 @@ impl Outgoing {
         self.next == self.records.len()
     }
 
-    /// Waits for the queued records' delivery reports, in order, then sends
-    /// the rest one at a time, each acknowledged before the next is queued.
+    /// Waits for the queued records' delivery reports, in order (every
+    /// record of the write is queued: see [`Line`]).
     async fn finish(mut self) -> Result<Delivered, SendFailure> {
         let mut delivered = None;
         for queued in std::mem::take(&mut self.queued) {
             delivered = Some(self.delivery(queued.await)?);
         }
-        while self.next < self.records.len() {
-            let record = self.record(self.next);
-            let result = self.producer.send(record, self.queue_timeout).await;
-            self.next += 1;
-            delivered = Some(self.delivered(result)?);
+        if !self.is_queued() {
+            return Err(SendFailure {
+                error: Error::Kafka {
+                    detail: format!(
+                        "produce to {}: a write's records were not all queued",
+                        self.topic
+                    ),
+                    cause: None,
+                },
+                unknown_partition: false,
+                nothing_queued: false,
+            });
+        }
+        delivered.ok_or_else(|| SendFailure {
+            error: Error::Kafka {
+                detail: format!("produce to {}: no record to send", self.topic),
+                cause: None,
+            },
+            unknown_partition: false,
+            nothing_queued: true,
+        })
+    }
+
+    /// Queues the rest of the write, in order, waiting while the queue is
+    /// full (on the writer thread, never on a runtime's worker), at most
+    /// the producer's queue timeout.
+    fn queue_waiting(&mut self) -> Result<(), SendFailure> {
+        let deadline = Instant::now() + self.queue_timeout;
+        let mut pause = Duration::from_millis(1);
+        loop {
+            self.queue_now()?;
+            if self.is_queued() {
+                return Ok(());
+            }
+            if Instant::now() >= deadline {
+                return Err(
+                    self.failure(KafkaError::MessageProduction(RDKafkaErrorCode::QueueFull))
+                );
+            }
+            std::thread::sleep(pause);
+            pause = (pause * 2).min(Duration::from_millis(50));
+        }
+    }
+
+    /// Sends the write one record at a time, each acknowledged before the
+    /// next is queued (on the writer thread).
+    fn deliver_one_by_one(mut self) -> Result<Delivered, SendFailure> {
+        let mut delivered = None;
+        while !self.is_queued() {
+            let before = self.next;
+            let deadline = Instant::now() + self.queue_timeout;
+            let mut pause = Duration::from_millis(1);
+            while self.next == before {
+                match self.producer.send_result(self.record(self.next)) {
+                    Ok(report) => {
+                        self.next += 1;
+                        delivered = Some(self.delivery(futures_executor::block_on(report))?);
+                    }
+                    Err((KafkaError::MessageProduction(RDKafkaErrorCode::QueueFull), _))
+                        if Instant::now() < deadline =>
+                    {
+                        std::thread::sleep(pause);
+                        pause = (pause * 2).min(Duration::from_millis(50));
+                    }
+                    Err((e, _)) => return Err(self.failure(e)),
+                }
+            }
         }
         delivered.ok_or_else(|| SendFailure {
             error: Error::Kafka {
@@ -308,6 +395,190 @@ impl Outgoing {
     }
 }
 
+/// How a producer's writes reach the broker in the order they were
+/// started.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Release {
+    /// A write is released once all its records are queued: librdkafka
+    /// keeps the queue's order per partition (idempotent, or at most one
+    /// request in flight per connection).
+    Queued,
+    /// A write is released once its records are acknowledged, one at a
+    /// time: a producer that is neither idempotent nor limited to one
+    /// request in flight, whose retries could reorder queued records.
+    Acknowledged,
+}
+
+/// What the writer thread hands a write's future back.
+enum Handed {
+    /// Every record queued: their delivery reports are still to come.
+    Queued(Outgoing),
+    /// Every record acknowledged.
+    Delivered(Delivered),
+}
+
+type Reply = Result<Handed, SendFailure>;
+
+/// A write handed to the producer.
+enum Hand {
+    /// Every record queued at once, nothing ahead of it.
+    Direct(Outgoing),
+    /// Behind earlier writes (or a full queue): the writer thread answers.
+    Behind(futures_channel::oneshot::Receiver<Reply>),
+}
+
+/// A write waiting in the line, with where to answer (nowhere, once its
+/// future is dropped: the write goes on).
+struct Waiting {
+    out: Outgoing,
+    reply: futures_channel::oneshot::Sender<Reply>,
+}
+
+#[derive(Default)]
+struct LineState {
+    /// Writes not yet taken by the writer thread, in the order they were
+    /// handed over.
+    waiting: std::collections::VecDeque<Waiting>,
+    /// A writer thread is working through the line (the write it took from
+    /// the front included): a new write goes behind it.
+    draining: bool,
+    /// Writes handed over so far: a write tried again after an unknown
+    /// partition keeps its place only if none was handed after it.
+    handed: u64,
+}
+
+/// A producer's writes, in the order they were handed over: one writer
+/// thread queues into librdkafka (or, with [`Release::Acknowledged`],
+/// delivers) a write only once every earlier one is released, so a write
+/// that finds the queue full holds back every later one, and a write's
+/// future, dropped or not, changes nothing of that.
+struct Line {
+    release: Release,
+    state: Mutex<LineState>,
+    /// Signalled when the line is empty and no writer thread runs.
+    idle: std::sync::Condvar,
+}
+
+impl Line {
+    fn new(release: Release) -> Self {
+        Line {
+            release,
+            state: Mutex::new(LineState::default()),
+            idle: std::sync::Condvar::new(),
+        }
+    }
+
+    fn lock(&self) -> std::sync::MutexGuard<'_, LineState> {
+        self.state
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+    }
+
+    /// Hands `out` over: queued at once when nothing is ahead of it and the
+    /// queue takes it, else behind the others. With `again` (the ticket of
+    /// its first attempt) it is handed only if no write was handed since.
+    /// Returns its ticket.
+    fn hand(
+        self: &std::sync::Arc<Self>,
+        mut out: Outgoing,
+        again: Option<u64>,
+    ) -> (u64, Result<Hand, SendFailure>) {
+        let mut state = self.lock();
+        if again.is_some_and(|ticket| ticket != state.handed) {
+            let failure = SendFailure {
+                error: Error::Kafka {
+                    detail: format!(
+                        "produce to {}: the partition was unknown, and a later write was started before it could be tried again",
+                        out.topic
+                    ),
+                    cause: None,
+                },
+                unknown_partition: true,
+                nothing_queued: true,
+            };
+            return (state.handed, Err(failure));
+        }
+        state.handed += 1;
+        let ticket = state.handed;
+        if self.release == Release::Queued && !state.draining {
+            // Nothing ahead: queue now, under the lock, so no later write
+            // can pass.
+            if let Err(failure) = out.queue_now() {
+                return (ticket, Err(failure));
+            }
+            if out.is_queued() {
+                return (ticket, Ok(Hand::Direct(out)));
+            }
+        }
+        let (reply, answer) = futures_channel::oneshot::channel();
+        let topic = out.topic.clone();
+        state.waiting.push_back(Waiting { out, reply });
+        if !state.draining {
+            let line = std::sync::Arc::clone(self);
+            let started = std::thread::Builder::new()
+                .name("tombstone-crypt-writer".to_owned())
+                .spawn(move || line.drain());
+            if let Err(e) = started {
+                let nothing_queued = state
+                    .waiting
+                    .pop_back()
+                    .is_none_or(|w| w.out.queued.is_empty() && w.out.next == 0);
+                let failure = SendFailure {
+                    error: kafka_err(&format!("produce to {topic}: start the writer thread"), e),
+                    unknown_partition: false,
+                    nothing_queued,
+                };
+                return (ticket, Err(failure));
+            }
+            state.draining = true;
+        }
+        (ticket, Ok(Hand::Behind(answer)))
+    }
+
+    /// The writer thread: releases the waiting writes one after the other,
+    /// then ends when the line is empty.
+    fn drain(&self) {
+        loop {
+            let next = {
+                let mut state = self.lock();
+                match state.waiting.pop_front() {
+                    Some(w) => w,
+                    None => {
+                        state.draining = false;
+                        self.idle.notify_all();
+                        return;
+                    }
+                }
+            };
+            let Waiting { mut out, reply } = next;
+            let result = match self.release {
+                Release::Queued => out.queue_waiting().map(|()| Handed::Queued(out)),
+                Release::Acknowledged => out.deliver_one_by_one().map(Handed::Delivered),
+            };
+            // A dropped future no longer listens: its write is released all
+            // the same.
+            let _ = reply.send(result);
+        }
+    }
+
+    /// Waits until every write handed over is released (or `deadline`).
+    fn wait_idle(&self, deadline: Instant) -> bool {
+        let mut state = self.lock();
+        while state.draining {
+            let left = deadline.saturating_duration_since(Instant::now());
+            if left.is_zero() {
+                return false;
+            }
+            state = self
+                .idle
+                .wait_timeout(state, left)
+                .unwrap_or_else(std::sync::PoisonError::into_inner)
+                .0;
+        }
+        true
+    }
+}
+
 impl<K, V, KS, VS> TypedProducer<K, V, KS, VS>
 where
     K: ?Sized,
@@ -348,6 +619,16 @@ where
                 true
             }
         };
+        // librdkafka's default is 1,000,000 requests in flight.
+        let one_in_flight = ["max.in.flight.requests.per.connection", "max.in.flight"]
+            .into_iter()
+            .find_map(|name| config.get(name))
+            .is_some_and(|v| v.trim() == "1");
+        let release = if idempotent || one_in_flight {
+            Release::Queued
+        } else {
+            Release::Acknowledged
+        };
         let refresh = config
             .get("topic.metadata.refresh.interval.ms")
             .and_then(|ms| ms.trim().parse::<u64>().ok())
@@ -365,6 +646,7 @@ where
             binding: KeyBinding::default(),
             rule: WriteRule::default(),
             partitions: Mutex::new(PartitionCounts::new(refresh)),
+            line: std::sync::Arc::new(Line::new(release)),
             types: PhantomData,
         })
     }
@@ -452,7 +734,9 @@ where
         self.idempotent
     }
 
-    /// The rdkafka producer underneath (to flush it, say).
+    /// The rdkafka producer underneath (its metadata, say). To wait for
+    /// every write, use [`flush`](TypedProducer::flush): this producer's
+    /// own flush does not see writes still in the line.
     pub fn producer(&self) -> &FutureProducer {
         &self.producer
     }
@@ -462,20 +746,20 @@ where
     /// with an encrypted key under a rotated key keyset, the tombstones of
     /// its older forms first): the result is where the record landed.
     ///
-    /// **A dropped future.** Once a write's records are handed to the
-    /// producer they are all delivered, in order, whether or not the future
-    /// is still polled: on an idempotent producer every record of the write
-    /// is queued at once, in order, before anything is awaited (librdkafka
-    /// then delivers them whatever happens to the future); when the queue is
-    /// full, or on a producer that is not idempotent (whose records go one
-    /// at a time, each acknowledged before the next), the rest of the write
-    /// runs in a tokio task of its own, which a dropped future does not
-    /// stop. A future dropped before that point (while a KMS call or the
-    /// partition count is awaited) has sent nothing. What no dropped future
-    /// survives: the runtime shutting down, or the process ending, before
-    /// the task is done; outside a tokio runtime there is no task, and a
-    /// non-idempotent write dropped between its records is left cut (the
-    /// key may be left deleted; send it again).
+    /// **Order.** Writes are queued into librdkafka in the order they were
+    /// started, whatever happens to their futures (see the type's docs). A
+    /// write is started when its records are handed to the producer: in
+    /// its first poll, unless a KMS call or a read of the partition count
+    /// is awaited first. A future never polled has started nothing, so a
+    /// later write polled first goes first.
+    ///
+    /// **A dropped future.** Once a write is started, it goes out whole and
+    /// in its place, whether or not its future is still polled: a dropped
+    /// future (a timeout, a `select!`) cancels nothing and reorders
+    /// nothing; to know it landed, [`flush`](TypedProducer::flush). A
+    /// future dropped before its write started (while a KMS call or the
+    /// partition count is awaited) has sent nothing. What no write survives:
+    /// the process ending before its records are queued and delivered.
     ///
     /// # Errors
     /// A serializer failed, or [`Error::Kafka`] if a record was not
@@ -523,7 +807,7 @@ where
         // The partition count chooses an encrypted key's partition; an
         // explicit partition wins over it (and needs no lookup).
         let counted = partition.is_none() && forms.is_encrypted();
-        let mut tried_again = false;
+        let mut first_ticket = None;
         loop {
             let partitions = if counted {
                 self.partition_count(topic).await?
@@ -538,25 +822,26 @@ where
                 &self.value_ser,
                 value,
             )?;
-            let result = self
-                .deliver(Outgoing {
-                    producer: self.producer.clone(),
-                    topic: topic.to_owned(),
-                    records,
-                    partition,
-                    headers: headers.clone(),
-                    queue_timeout: self.queue_timeout,
-                    queued: Vec::new(),
-                    next: 0,
-                })
-                .await;
+            let out = Outgoing {
+                producer: self.producer.clone(),
+                topic: topic.to_owned(),
+                records,
+                partition,
+                headers: headers.clone(),
+                queue_timeout: self.queue_timeout,
+                queued: Vec::new(),
+                next: 0,
+            };
+            let (ticket, result) = self.deliver(out, first_ticket).await;
             match result {
                 Ok(delivered) => return Ok(delivered),
                 Err(failure) => {
                     if failure.unknown_partition {
                         self.forget_partition_count(topic);
-                        if counted && failure.nothing_queued && !tried_again {
-                            tried_again = true;
+                        // Tried again once, and only in its place: the line
+                        // refuses it if a later write was handed over since.
+                        if counted && failure.nothing_queued && first_ticket.is_none() {
+                            first_ticket = Some(ticket);
                             continue;
                         }
                     }
@@ -566,29 +851,59 @@ where
         }
     }
 
-    /// Hands a write's records to the producer so that a dropped future
-    /// does not cut the write (see [`send`](TypedProducer::send)).
-    async fn deliver(&self, mut out: Outgoing) -> Result<Delivered, SendFailure> {
-        if self.idempotent {
-            // No await between the records of a write: all are queued, in
-            // order, in this one poll.
-            out.queue_now()?;
-            if out.is_queued() {
-                return out.finish().await;
-            }
-        }
-        // A full queue, or one record at a time: the rest runs on its own.
-        match tokio::runtime::Handle::try_current() {
-            Ok(runtime) => match runtime.spawn(out.finish()).await {
-                Ok(result) => result,
-                Err(e) => Err(SendFailure {
-                    error: kafka_err("the task sending a write's records ended", e),
+    /// Hands a write's records to the producer's line (see
+    /// [`send`](TypedProducer::send)); the ticket it was handed with.
+    async fn deliver(
+        &self,
+        out: Outgoing,
+        again: Option<u64>,
+    ) -> (u64, Result<Delivered, SendFailure>) {
+        let (ticket, hand) = self.line.hand(out, again);
+        let result = match hand {
+            Err(failure) => Err(failure),
+            Ok(Hand::Direct(out)) => out.finish().await,
+            Ok(Hand::Behind(answer)) => match answer.await {
+                Ok(Ok(Handed::Queued(out))) => out.finish().await,
+                Ok(Ok(Handed::Delivered(delivered))) => Ok(delivered),
+                Ok(Err(failure)) => Err(failure),
+                Err(_) => Err(SendFailure {
+                    error: Error::Kafka {
+                        detail: "the producer's writer thread ended before the write was released"
+                            .to_owned(),
+                        cause: None,
+                    },
                     unknown_partition: false,
                     nothing_queued: false,
                 }),
             },
-            Err(_) => out.finish().await,
+        };
+        (ticket, result)
+    }
+
+    /// Waits until every write handed over so far is queued (writes still
+    /// in the line behind a full queue included), then flushes the
+    /// producer: when it returns `Ok`, every write started before the call
+    /// was acknowledged, futures dropped or not. Blocks the calling thread
+    /// (as rdkafka's `flush`): from async code, call it on a blocking task.
+    ///
+    /// Flushing [`producer`](TypedProducer::producer) directly does not
+    /// wait for writes still in the line.
+    ///
+    /// # Errors
+    /// [`Error::Kafka`] if `timeout` passed first, or the flush failed.
+    pub fn flush(&self, timeout: Duration) -> Result<(), Error> {
+        let deadline = Instant::now() + timeout;
+        if !self.line.wait_idle(deadline) {
+            return Err(Error::Kafka {
+                detail: format!(
+                    "flush: writes were still waiting for the producer's queue after {timeout:?}"
+                ),
+                cause: None,
+            });
         }
+        self.producer
+            .flush(deadline.saturating_duration_since(Instant::now()))
+            .map_err(|e| kafka_err("flush", e))
     }
 }
 

@@ -13,6 +13,16 @@
 //!   compacted topic, for [`ChangeLoggingStore`](crate::store::ChangeLoggingStore)
 //!   and restores.
 //!
+//! **Write order.** A [`TypedProducer`]'s writes reach the broker in the
+//! order they were started, whatever the caller does with their futures
+//! (drops them, times them out, awaits them out of order) and whatever the
+//! queue does: a write the full queue cannot take holds back every later
+//! one, and a dropped future still sends its write, whole and in its
+//! place ([`TypedProducer::flush`] waits for it). librdkafka keeps that
+//! order per partition on an idempotent producer (the default) or one
+//! request in flight; a producer with neither sends one record at a time,
+//! each acknowledged before the next (see [`TypedProducer`]).
+//!
 //! A tombstone reaches the broker as a record **with no payload at all**
 //! (Kafka's null value), never as an empty payload; a consumed record
 //! without a payload is `None` without calling the value deserializer.

@@ -9,9 +9,17 @@ use std::process::{Command, Output};
 use serde_json::Value;
 use tombstone_crypt::Keyset;
 
+/// The partition locks of the command lines the tests run (not the
+/// user's own directory), unless the environment names one.
+pub fn lock_dir() -> PathBuf {
+    std::env::var_os("TOMBSTONE_CRYPT_LOCK_DIR")
+        .map_or_else(|| std::env::temp_dir().join("tc-cli-locks"), PathBuf::from)
+}
+
 pub fn cli(args: &[&str]) -> Output {
     let out = Command::new(env!("CARGO_BIN_EXE_tombstone-crypt"))
         .args(args)
+        .env("TOMBSTONE_CRYPT_LOCK_DIR", lock_dir())
         .output()
         .expect("run tombstone-crypt");
     let stderr = String::from_utf8_lossy(&out.stderr);
