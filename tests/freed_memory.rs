@@ -897,3 +897,37 @@ fn confluent_records_leave_no_plaintext_in_freed_memory() {
         assert_clean(&s.finish(), &format!("{format} {rule}"));
     }
 }
+
+/// A Schema Registry's credentials (in its URL, as basic authentication)
+/// leave no copy of this crate's in freed memory: the URL split, the
+/// `user:password` pair, its base64 and the header, as the client is made
+/// and dropped.
+#[cfg(feature = "confluent")]
+#[test]
+fn registry_credentials_leave_nothing_in_freed_memory() {
+    use tombstone_crypt::confluent::Registry;
+
+    // A password of 32 letters and digits: its bytes are the needles, and
+    // so is the base64 of `u:PASSWORD` (the pair's base64 holds the base64
+    // of the password's bytes at the offsets watched).
+    const ALPHABET: &[u8] = b"ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789";
+    let mut secret = random_key();
+    for b in secret.iter_mut() {
+        *b = ALPHABET[usize::from(*b) % ALPHABET.len()];
+    }
+    let password = std::str::from_utf8(&secret[..]).unwrap();
+    // The caller's own copy of the URL, wiped by the caller.
+    let mut url = Zeroizing::new(String::with_capacity(64));
+    url.push_str("http://u:");
+    url.push_str(password);
+    url.push_str("@127.0.0.1:1/");
+    let s = session();
+    watch(&secret);
+    let registry = Registry::new(&url).unwrap();
+    assert!(!format!("{registry:?}").contains(password));
+    // Not a request: the HTTP client (ureq) copies the header into its own
+    // request, which it frees unwiped (found here through
+    // `ureq_proto::client::amended::AmendedRequest`; SECURITY.md says so).
+    drop(registry);
+    assert_clean(&s.finish(), "registry credentials");
+}
