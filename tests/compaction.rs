@@ -178,3 +178,105 @@ fn the_compacting_broker_keeps_the_newest_record_per_key_and_the_memory_one_keep
     assert_eq!(again.records, expected);
     assert_eq!(compaction_runs(), runs + 2);
 }
+
+/// Confluent's record keys (`ConfluentSerde::for_keys`) under a
+/// deterministic rule (AES256_SIV, the only kind `for_keys` takes): each
+/// key is the same bytes every time it is written, so compaction keeps one
+/// record per key, and a delete's tombstone meets its value. Under a
+/// randomized rule (refused: `tests/confluent_rules.rs`) each write would
+/// be another key, and compaction would keep every value and the
+/// tombstone apart: the control below writes such keys by hand and shows
+/// the broker keeping them all.
+#[cfg(feature = "confluent")]
+#[test]
+fn confluent_record_keys_meet_their_tombstones_on_the_compacting_broker() {
+    use serde_json::json;
+    use std::sync::Arc;
+    use tombstone_crypt::confluent::{ConfluentJson, ConfluentSerde, LocalKms};
+    use tombstone_crypt::{Context, Serializer as _};
+
+    #[derive(serde::Serialize)]
+    struct Key {
+        id: i64,
+        ssn: String,
+    }
+    let bootstrap = compacting_bootstrap();
+    let topic = fresh_topic("confluent-keys");
+    create_topic_with(
+        &bootstrap,
+        &topic,
+        PARTITIONS,
+        &[("cleanup.policy", "compact")],
+    );
+    let doc = json!({"type": "object", "properties": {
+        "id": {"type": "integer"}, "ssn": {"type": "string", "confluent:tags": ["PII"]}}});
+    let schema = |algorithm: &str| {
+        json!({"schemaType": "JSON", "schema": doc.to_string(), "ruleSet": {"domainRules": [{
+            "name": "pii", "kind": "TRANSFORM", "mode": "WRITEREAD", "type": "ENCRYPT", "tags": ["PII"],
+            "params": {"encrypt.kek.name": "k1", "encrypt.dek.algorithm": algorithm}}]}})
+    };
+    let mut codec = ConfluentJson::new(LocalKms::new("mysecret"));
+    codec
+        .register(1, format!("{topic}-key").as_str(), &schema("AES256_SIV"))
+        .unwrap();
+    let keys = ConfluentSerde::<Key>::new(Arc::new(codec)).for_keys();
+    let ctx = Context::new(&topic);
+    let key = |id: i64| {
+        keys.serialize(
+            &ctx,
+            Some(&Key {
+                id,
+                ssn: format!("078-05-112{id}"),
+            }),
+        )
+        .unwrap()
+        .unwrap()
+    };
+    // Key 1: two values, then deleted; key 2: two values.
+    let writes = [
+        (key(1), Some(b"v1".to_vec())),
+        (key(2), Some(b"v1".to_vec())),
+        (key(1), Some(b"v2".to_vec())),
+        (key(2), Some(b"v2".to_vec())),
+        (key(1), None),
+    ];
+    let producer = idempotent_producer(&bootstrap);
+    produce(&producer, &topic, &writes);
+    let compacted = wait_compacted(&bootstrap, &topic, Duration::from_secs(60));
+    let mut left: Vec<(Vec<u8>, Option<Vec<u8>>)> = compacted
+        .records
+        .iter()
+        .map(|r| (r.key.clone().unwrap(), r.value.clone()))
+        .collect();
+    left.sort();
+    let mut want = vec![(key(1), None), (key(2), Some(b"v2".to_vec()))];
+    want.sort();
+    assert_eq!(left, want, "one record per key, key 1's the tombstone");
+
+    // The control: keys written under a randomized rule (here, the SIV key
+    // with a fresh random byte in front, as AES-GCM's nonce would make
+    // every write differ): compaction keeps all five records.
+    let control = fresh_topic("confluent-keys-control");
+    create_topic_with(
+        &bootstrap,
+        &control,
+        PARTITIONS,
+        &[("cleanup.policy", "compact")],
+    );
+    let randomized: Vec<_> = writes
+        .iter()
+        .enumerate()
+        .map(|(i, (k, v))| {
+            let mut k = k.clone();
+            k.insert(0, i as u8);
+            (k, v.clone())
+        })
+        .collect();
+    produce(&producer, &control, &randomized);
+    let kept = wait_compacted(&bootstrap, &control, Duration::from_secs(60));
+    assert_eq!(
+        kept.records.len(),
+        5,
+        "every randomized key is a key of its own"
+    );
+}
