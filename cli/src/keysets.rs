@@ -262,8 +262,11 @@ pub(crate) fn run(cmd: KeysetCommand, out: &Output) -> Result<Outcome, Fail> {
             }
             save_and_list(&keyset, &file, o, out)?;
         }
-        KeysetCommand::List { file } => {
-            let keyset = load(&file.input, file.decrypt_with.as_deref())?;
+        KeysetCommand::List {
+            input,
+            decrypt_with,
+        } => {
+            let keyset = load(&input, decrypt_with.as_deref())?;
             let (text, json) = listing(&keyset);
             out.print(&text, &json)?;
         }

@@ -58,7 +58,9 @@ struct Cli {
     /// Print JSON on stdout (for scripts) instead of text.
     #[arg(long, global = true)]
     json: bool,
-    /// No progress bar (it is also hidden when stderr is not a terminal).
+    /// No progress bar on stderr (`audit`, `repair`, `reencrypt` and
+    /// `consume` show one when stderr is a terminal; the other commands
+    /// have none, and ignore it).
     #[arg(long, short, global = true)]
     quiet: bool,
     /// Log more to stderr: `-v` info (a span per command and per KMS call),
@@ -84,6 +86,9 @@ enum Command {
     /// Read a topic to its end and count tombstones, live keys, broken
     /// tombstones (deletes written as values), split keys (another form of
     /// the key still holds a value), undecryptable and plaintext values.
+    /// Under subject keys (`--subject-kek`), a shredded subject's value
+    /// counts as a broken delete (`shredded_values`; `repair` writes its
+    /// key's tombstone), unless `--strict`.
     Audit(AuditArgs),
     /// Write every broken tombstone `audit` finds as a real delete, and
     /// every split key's newest state again, through the write rule (a
@@ -217,7 +222,7 @@ pub(crate) struct ConsumeArgs {
     #[arg(short = 'X', value_name = "KEY=VALUE")]
     pub(crate) config: Vec<String>,
     /// Give up when no record arrives for this many seconds.
-    #[arg(long, default_value_t = 30)]
+    #[arg(long, value_name = "SECONDS", default_value_t = 30)]
     pub(crate) timeout: u64,
     /// Only these partitions (`0-15,32`).
     #[arg(long, value_name = "LIST", value_parser = read::parse_partitions)]
@@ -248,7 +253,7 @@ enum KeysetCommand {
         template: Template,
         /// For `kms-envelope`: the KMS key that wraps the data keys
         /// (`aws-kms://arn:...`, `hcvault://host/transit/keys/name`).
-        #[arg(long)]
+        #[arg(long, value_name = "URI")]
         kek_uri: Option<String>,
         /// Where the keyset goes.
         #[command(flatten)]
@@ -263,8 +268,9 @@ enum KeysetCommand {
         /// The new key's type (default: the primary's).
         #[arg(long, value_enum)]
         template: Option<Template>,
-        /// For a `kms-envelope` template: the KMS key.
-        #[arg(long)]
+        /// For a `kms-envelope` template: the KMS key that wraps the new
+        /// key's data keys.
+        #[arg(long, value_name = "URI")]
         kek_uri: Option<String>,
         /// Where the keyset goes.
         #[command(flatten)]
@@ -272,9 +278,13 @@ enum KeysetCommand {
     },
     /// Key ids, statuses, types and the primary (never key material).
     List {
-        /// The keyset file.
-        #[command(flatten)]
-        file: InArgs,
+        /// The keyset file (Tink JSON, cleartext or encrypted).
+        #[arg(long = "in", value_name = "FILE")]
+        input: PathBuf,
+        /// The KMS key the keyset file is encrypted with (Tink's encrypted
+        /// keyset).
+        #[arg(long, value_name = "URI")]
+        decrypt_with: Option<String>,
     },
     /// Let a disabled key decrypt again.
     Enable(KeyOp),
@@ -293,7 +303,8 @@ struct InArgs {
     #[arg(long = "in", value_name = "FILE")]
     input: PathBuf,
     /// The KMS key the keyset file is encrypted with (Tink's encrypted
-    /// keyset); the result is written encrypted with it too.
+    /// keyset); the changed keyset is written encrypted with it too,
+    /// unless `--encrypt-with` names another.
     #[arg(long, value_name = "URI")]
     decrypt_with: Option<String>,
 }
@@ -301,8 +312,10 @@ struct InArgs {
 /// Where a `keyset` command writes the keyset.
 #[derive(Args, Debug)]
 struct OutArgs {
-    /// Where to write the keyset (default: stdout for `new`, the input
-    /// file for the others). An existing file is replaced atomically.
+    /// Where to write the keyset (readable by its owner only). `new`:
+    /// default stdout, and an existing file is refused (its keys would be
+    /// lost). The others: default the input file, and an existing file is
+    /// replaced atomically.
     #[arg(long, value_name = "FILE")]
     out: Option<PathBuf>,
     /// Write Tink's encrypted keyset, encrypted with this KMS key.
@@ -346,7 +359,7 @@ struct InspectArgs {
     #[arg(long, requires = "fields")]
     topic: Option<String>,
     /// With `--fields`: the record key, as text.
-    #[arg(long, requires = "fields")]
+    #[arg(long, value_name = "KEY", requires = "fields")]
     record_key: Option<String>,
 }
 
@@ -436,11 +449,9 @@ enum ValueKey {
 /// their store.
 #[derive(Args, Debug, Clone)]
 pub(crate) struct SubjectKeyArgs {
-    /// The keyset that wraps the subject keys (their KEK); values written
-    /// under subject keys (first byte 0x53) are read with them, and a
-    /// value whose subject was shredded reads as a delete: `audit` counts
-    /// it as a broken delete (`shredded_values`: `repair` writes its key's
-    /// tombstone), `consume` prints it as `null` with `"shredded": true`.
+    /// The keyset that wraps the subject keys (their KEK, a keyset file).
+    /// Values written under subject keys (first byte 0x53) are read with
+    /// them; a shredded subject's value reads as a delete.
     #[arg(long, value_name = "FILE")]
     pub(crate) subject_kek: Option<PathBuf>,
     /// The subject keys' store: a redb file.
@@ -465,8 +476,9 @@ struct TopicArgs {
     /// The topic.
     #[arg(long)]
     topic: String,
-    /// The values' keyset file (required, except for `audit
-    /// --schema-registry`).
+    /// The values' keyset file (required unless every value is under
+    /// subject keys, `--subject-kek`, or, for `audit`, with
+    /// `--schema-registry`).
     #[arg(long, value_name = "FILE")]
     keyset: Option<PathBuf>,
     /// The KMS key the keyset files are encrypted with.
@@ -503,7 +515,7 @@ struct TopicArgs {
     #[arg(short = 'X', value_name = "KEY=VALUE")]
     config: Vec<String>,
     /// Give up when no record arrives for this many seconds.
-    #[arg(long, default_value_t = 30)]
+    #[arg(long, value_name = "SECONDS", default_value_t = 30)]
     timeout: u64,
     /// How many partitions to read at once, each by its own reader
     /// (default: the number of cores).

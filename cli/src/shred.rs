@@ -99,6 +99,11 @@ fn shown(subject: &[u8], hex_input: bool) -> String {
 /// says how many were shredded before it (run it again: a shred is
 /// idempotent).
 pub(crate) fn shred(args: &ShredArgs, out: &Output) -> Result<Outcome, Fail> {
+    if args.keys.subject_kek.is_none() {
+        return Err(fail(
+            "--subject-kek FILE is required (the subject keys' KEK)",
+        ));
+    }
     let list = if args.rewrap || args.check || args.create_key_store {
         Vec::new()
     } else {
@@ -141,7 +146,10 @@ pub(crate) fn shred(args: &ShredArgs, out: &Output) -> Result<Outcome, Fail> {
             .rewrap()
             .map_err(|e| fail(format!("rewrap: {}", crate::chain(&e))))?;
         out.print(
-            &format!("{n} key-store records wrapped under the KEK's primary key\n"),
+            &format!(
+                "{} wrapped under the KEK's primary key\n",
+                counted(n, "key-store record")
+            ),
             &json!({"rewrapped": n}),
         )?;
         return Ok(Outcome::Clean);
@@ -152,8 +160,8 @@ pub(crate) fn shred(args: &ShredArgs, out: &Output) -> Result<Outcome, Fail> {
     for (done, subject) in list.iter().enumerate() {
         let found = keys.shred(subject).map_err(|e| {
             fail(format!(
-                "{done} of {} subjects shredded, then: {}",
-                list.len(),
+                "{done} of {} shredded, then: {}",
+                subjects_n(list.len()),
                 crate::chain(&e)
             ))
         })?;
@@ -181,8 +189,8 @@ pub(crate) fn shred(args: &ShredArgs, out: &Output) -> Result<Outcome, Fail> {
         report.push(json!({"subject": name, "state": state, "deks": found.removed()}));
     }
     text.push_str(&format!(
-        "{} subjects: {shredded} shredded, {before} shredded before, {no_key} without a key\n",
-        list.len()
+        "{}: {shredded} shredded, {before} shredded before, {no_key} without a key\n",
+        subjects_n(list.len())
     ));
     out.print(
         &text,
@@ -193,6 +201,16 @@ pub(crate) fn shred(args: &ShredArgs, out: &Output) -> Result<Outcome, Fail> {
     } else {
         Outcome::Findings
     })
+}
+
+/// `n subjects`, or `1 subject`.
+fn subjects_n(n: usize) -> String {
+    counted(n, "subject")
+}
+
+/// `n` and `noun`, in the plural unless `n` is 1.
+fn counted(n: usize, noun: &str) -> String {
+    format!("{n} {noun}{}", if n == 1 { "" } else { "s" })
 }
 
 /// Hex of a subject tag.
@@ -258,15 +276,15 @@ fn check(
         report["topic"] = counts;
     }
     let text = format!(
-        "{} subjects, {} DEKs, {} naming keys, {} subjects shredded ({} DEKs); {} subjects with several DEKs, {} records that do not open, {} records of shreds that do not open, {} not under the KEK's primary key\n",
-        c.subjects,
-        c.deks,
-        c.naming_keys,
-        c.shredded_subjects,
-        c.shredded_deks,
-        c.several_deks.len(),
-        c.not_opening.len(),
-        c.shreds_not_opening.len(),
+        "{}, {}, {}, {} shredded ({}); {} with several DEKs, {} that do not open, {} of shreds that do not open, {} not under the KEK's primary key\n",
+        counted(c.subjects, "subject"),
+        counted(c.deks, "DEK"),
+        counted(c.naming_keys, "naming key"),
+        counted(c.shredded_subjects, "subject"),
+        counted(c.shredded_deks, "DEK"),
+        counted(c.several_deks.len(), "subject"),
+        counted(c.not_opening.len(), "record"),
+        counted(c.shreds_not_opening.len(), "record"),
         c.not_under_primary
     );
     out.print(&text, &report)?;
