@@ -46,8 +46,11 @@ use std::io::Write as _;
 use std::path::PathBuf;
 use std::process::ExitCode;
 
-use clap::{Args, Parser, Subcommand, ValueEnum};
+use clap::{ArgGroup, Args, Parser, Subcommand, ValueEnum};
 use tombstone_crypt::{AadPolicy, Error, KeyId, Keyset};
+
+/// The heading of the options every command takes.
+const GLOBAL: &str = "Global options";
 
 /// Keysets, ciphertexts and Kafka topics encrypted with tombstone-crypt
 /// (Tink's formats): find and repair the deletes a broken layer wrote as
@@ -56,18 +59,18 @@ use tombstone_crypt::{AadPolicy, Error, KeyId, Keyset};
 #[command(name = "tombstone-crypt", version)]
 struct Cli {
     /// Print JSON on stdout (for scripts) instead of text.
-    #[arg(long, global = true)]
+    #[arg(long, global = true, help_heading = GLOBAL)]
     json: bool,
     /// No progress bar on stderr (`audit`, `repair`, `reencrypt` and
     /// `consume` show one when stderr is a terminal; the other commands
     /// have none, and ignore it).
-    #[arg(long, short, global = true)]
+    #[arg(long, short, global = true, help_heading = GLOBAL)]
     quiet: bool,
     /// Log more to stderr: `-v` info (a span per command and per KMS call),
     /// `-vv` debug (DEKs made and unwrapped), `-vvv` trace. Without it,
     /// warnings only (a KMS retry, a failed KMS call). `RUST_LOG` (a level,
     /// or `target=level,...`) overrides it.
-    #[arg(long, short, global = true, action = clap::ArgAction::Count)]
+    #[arg(long, short, global = true, action = clap::ArgAction::Count, help_heading = GLOBAL)]
     verbose: u8,
     /// The command.
     #[command(subcommand)]
@@ -119,6 +122,15 @@ enum Command {
 
 /// `shred`'s arguments.
 #[derive(Args, Debug)]
+#[command(
+    mut_arg("subject_kek", |a| a.required(true)),
+    group(
+        ArgGroup::new("what")
+            .args(["subject", "subjects", "create_key_store", "rewrap", "check"])
+            .required(true)
+            .multiple(true)
+    )
+)]
 pub(crate) struct ShredArgs {
     /// The subject keys' KEK and store (`--subject-kek` is required).
     #[command(flatten)]
@@ -174,6 +186,12 @@ pub(crate) struct ShredArgs {
 
 /// `consume`'s arguments.
 #[derive(Args, Debug)]
+#[command(group(
+    ArgGroup::new("values")
+        .args(["keyset", "subject_kek", "schema_registry"])
+        .required(true)
+        .multiple(true)
+))]
 pub(crate) struct ConsumeArgs {
     /// The brokers (`host:port,...`).
     #[arg(long, value_name = "SERVERS")]
@@ -448,11 +466,12 @@ enum ValueKey {
 /// Subject keys (crypto-shredding, `tombstone_crypt::shred`): their KEK and
 /// their store.
 #[derive(Args, Debug, Clone)]
+#[command(group(ArgGroup::new("subject_store").args(["subject_key_store", "subject_key_topic"])))]
 pub(crate) struct SubjectKeyArgs {
     /// The keyset that wraps the subject keys (their KEK, a keyset file).
     /// Values written under subject keys (first byte 0x53) are read with
     /// them; a shredded subject's value reads as a delete.
-    #[arg(long, value_name = "FILE")]
+    #[arg(long, value_name = "FILE", requires = "subject_store")]
     pub(crate) subject_kek: Option<PathBuf>,
     /// The subject keys' store: a redb file.
     #[arg(
@@ -601,6 +620,12 @@ impl ProgressArgs {
 
 /// The arguments of `audit`.
 #[derive(Args, Debug)]
+#[command(group(
+    ArgGroup::new("values")
+        .args(["keyset", "subject_kek", "schema_registry"])
+        .required(true)
+        .multiple(true)
+))]
 struct AuditArgs {
     /// The topic and how to read it.
     #[command(flatten)]
@@ -622,6 +647,12 @@ struct AuditArgs {
 
 /// The arguments of `repair`.
 #[derive(Args, Debug)]
+#[command(group(
+    ArgGroup::new("values")
+        .args(["keyset", "subject_kek"])
+        .required(true)
+        .multiple(true)
+))]
 struct RepairArgs {
     /// The topic and how to read it.
     #[command(flatten)]
@@ -652,6 +683,12 @@ enum UnencryptedArg {
 
 /// The arguments of `reencrypt`.
 #[derive(Args, Debug)]
+#[command(group(
+    ArgGroup::new("values")
+        .args(["keyset", "subject_kek"])
+        .required(true)
+        .multiple(true)
+))]
 struct ReencryptArgs {
     /// The topic and how to read it.
     #[command(flatten)]

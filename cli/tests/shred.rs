@@ -258,7 +258,7 @@ fn shred_then_audit_and_repair_a_topic_under_subject_keys_in_a_redb_file() {
     assert_eq!(code(&out), 2);
     let out = cli(&["shred", "--subject-kek", &kek_path, "--subject", "x"]);
     assert_eq!(code(&out), 2);
-    assert!(String::from_utf8_lossy(&out.stderr).contains("key store"));
+    assert!(String::from_utf8_lossy(&out.stderr).contains("--subject-key-store"));
 }
 
 #[test]
