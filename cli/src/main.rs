@@ -89,7 +89,7 @@ enum Command {
     /// Read a topic to its end and count tombstones, live keys, broken
     /// tombstones (deletes written as values), split keys (another form of
     /// the key still holds a value), undecryptable and plaintext values.
-    /// Under subject keys (`--subject-kek`), a shredded subject's value
+    /// Under subject keys (`--subject-keyset`), a shredded subject's value
     /// counts as a broken delete (`shredded_values`; `repair` writes its
     /// key's tombstone), unless `--strict`.
     Audit(AuditArgs),
@@ -106,7 +106,7 @@ enum Command {
     /// Print a topic's records as JSON lines, `{"partition", "offset",
     /// "key", "value"}`, decrypted, a delete as `"value": null`: in this
     /// library's format with `--keyset`, under subject keys with
-    /// `--subject-kek` (a shredded subject's value as `null` with
+    /// `--subject-keyset` (a shredded subject's value as `null` with
     /// `"shredded": true`), in Confluent's (CSFLE fields, CSPE payloads of
     /// JSON Schema records) with `--schema-registry`.
     Consume(ConsumeArgs),
@@ -132,11 +132,11 @@ enum Command {
     )
 )]
 pub(crate) struct ShredArgs {
-    /// The subject keys' KEK and store (`--subject-kek` is required).
+    /// The subject keys' KEK and store (`--subject-keyset` is required).
     #[command(flatten)]
     pub(crate) keys: SubjectKeyArgs,
     /// The KMS key the KEK keyset file is encrypted with.
-    #[arg(long, value_name = "URI")]
+    #[arg(long = "keyset-kms-uri", alias = "decrypt-with", value_name = "URI")]
     pub(crate) decrypt_with: Option<String>,
     /// The brokers (`host:port,...`), for `--subject-key-topic`.
     #[arg(long, value_name = "SERVERS")]
@@ -203,7 +203,7 @@ pub(crate) struct ConsumeArgs {
     #[arg(long, value_name = "FILE", conflicts_with = "schema_registry")]
     pub(crate) keyset: Option<PathBuf>,
     /// The KMS key the keyset file is encrypted with.
-    #[arg(long, value_name = "URI")]
+    #[arg(long = "keyset-kms-uri", alias = "decrypt-with", value_name = "URI")]
     pub(crate) decrypt_with: Option<String>,
     /// The values' associated data (this library's format; values under
     /// subject keys are always bound to the topic, or --aad-name, and the
@@ -226,7 +226,7 @@ pub(crate) struct ConsumeArgs {
     /// `"shredded": true` (a delete, exit 0).
     #[command(flatten)]
     pub(crate) subject: SubjectKeyArgs,
-    /// With `--subject-kek`: a value whose subject was shredded is an
+    /// With `--subject-keyset`: a value whose subject was shredded is an
     /// error line (exit 1), not a delete (the library's
     /// `SubjectKeys::strict`).
     #[arg(long, requires = "subject_kek")]
@@ -247,17 +247,26 @@ pub(crate) struct ConsumeArgs {
     pub(crate) partitions: Option<BTreeSet<i32>>,
 }
 
-/// Key templates for `keyset new` and `keyset rotate`.
+/// Key templates for `keyset new` and `keyset rotate`: a key's type as
+/// `keyset list` and `inspect` name it (`aes-gcm`, `aes-siv`,
+/// `kms-envelope`), and `aes128-gcm` for the shorter AES-GCM key. Tink's
+/// template names (`AES256_GCM`) and the sized spellings (`aes256-gcm`,
+/// `AES-256-GCM`) are accepted too, in any case.
 #[derive(ValueEnum, Clone, Copy, Debug, PartialEq, Eq)]
 enum Template {
-    /// AES-256-GCM (values).
+    /// AES-GCM with a 256-bit key (values).
+    #[value(name = "aes-gcm", aliases = ["aes256-gcm", "aes-256-gcm", "aes256_gcm"])]
     Aes256Gcm,
-    /// AES-128-GCM (values).
+    /// AES-GCM with a 128-bit key (values).
+    #[value(name = "aes128-gcm", aliases = ["aes-128-gcm", "aes128_gcm"])]
     Aes128Gcm,
-    /// AES-256-SIV, deterministic (record keys).
+    /// AES-SIV with a 512-bit key (two AES-256 keys), deterministic
+    /// (record keys).
+    #[value(name = "aes-siv", aliases = ["aes256-siv", "aes-256-siv", "aes256_siv"])]
     Aes256Siv,
-    /// Envelope encryption under a KMS key (`--kek-uri`), AES-256-GCM
-    /// data keys (values).
+    /// Envelope encryption under a KMS key (`--envelope-kms-uri`), AES-GCM
+    /// data keys with 256-bit keys (values).
+    #[value(name = "kms-envelope", aliases = ["kms_envelope"])]
     KmsEnvelope,
 }
 
@@ -267,11 +276,11 @@ enum KeysetCommand {
     /// A new keyset with one key.
     New {
         /// The key type.
-        #[arg(long, value_enum, default_value = "aes256-gcm")]
+        #[arg(long, value_enum, ignore_case = true, default_value = "aes-gcm")]
         template: Template,
         /// For `kms-envelope`: the KMS key that wraps the data keys
         /// (`aws-kms://arn:...`, `hcvault://host/transit/keys/name`).
-        #[arg(long, value_name = "URI")]
+        #[arg(long = "envelope-kms-uri", alias = "kek-uri", value_name = "URI")]
         kek_uri: Option<String>,
         /// Where the keyset goes.
         #[command(flatten)]
@@ -284,11 +293,11 @@ enum KeysetCommand {
         #[command(flatten)]
         file: InArgs,
         /// The new key's type (default: the primary's).
-        #[arg(long, value_enum)]
+        #[arg(long, value_enum, ignore_case = true)]
         template: Option<Template>,
         /// For a `kms-envelope` template: the KMS key that wraps the new
         /// key's data keys.
-        #[arg(long, value_name = "URI")]
+        #[arg(long = "envelope-kms-uri", alias = "kek-uri", value_name = "URI")]
         kek_uri: Option<String>,
         /// Where the keyset goes.
         #[command(flatten)]
@@ -297,11 +306,11 @@ enum KeysetCommand {
     /// Key ids, statuses, types and the primary (never key material).
     List {
         /// The keyset file (Tink JSON, cleartext or encrypted).
-        #[arg(long = "in", value_name = "FILE")]
+        #[arg(long = "keyset", alias = "in", value_name = "FILE")]
         input: PathBuf,
         /// The KMS key the keyset file is encrypted with (Tink's encrypted
         /// keyset).
-        #[arg(long, value_name = "URI")]
+        #[arg(long = "keyset-kms-uri", alias = "decrypt-with", value_name = "URI")]
         decrypt_with: Option<String>,
     },
     /// Let a disabled key decrypt again.
@@ -318,12 +327,12 @@ enum KeysetCommand {
 #[derive(Args, Debug)]
 struct InArgs {
     /// The keyset file (Tink JSON, cleartext or encrypted).
-    #[arg(long = "in", value_name = "FILE")]
+    #[arg(long = "keyset", alias = "in", value_name = "FILE")]
     input: PathBuf,
     /// The KMS key the keyset file is encrypted with (Tink's encrypted
     /// keyset); the changed keyset is written encrypted with it too,
-    /// unless `--encrypt-with` names another.
-    #[arg(long, value_name = "URI")]
+    /// unless `--out-keyset-kms-uri` names another.
+    #[arg(long = "keyset-kms-uri", alias = "decrypt-with", value_name = "URI")]
     decrypt_with: Option<String>,
 }
 
@@ -334,10 +343,14 @@ struct OutArgs {
     /// default stdout, and an existing file is refused (its keys would be
     /// lost). The others: default the input file, and an existing file is
     /// replaced atomically.
-    #[arg(long, value_name = "FILE")]
+    #[arg(long = "out-keyset", alias = "out", value_name = "FILE")]
     out: Option<PathBuf>,
     /// Write Tink's encrypted keyset, encrypted with this KMS key.
-    #[arg(long, value_name = "URI")]
+    #[arg(
+        long = "out-keyset-kms-uri",
+        alias = "encrypt-with",
+        value_name = "URI"
+    )]
     encrypt_with: Option<String>,
 }
 
@@ -364,7 +377,7 @@ struct InspectArgs {
     #[arg(long, value_name = "FILE")]
     keyset: Option<PathBuf>,
     /// The KMS key the keyset file is encrypted with.
-    #[arg(long, value_name = "URI")]
+    #[arg(long = "keyset-kms-uri", alias = "decrypt-with", value_name = "URI")]
     decrypt_with: Option<String>,
     /// The input is a JSON record (its text, not hex): list each of its
     /// encrypted fields (`tombstone_crypt::field`) by path, with its key id
@@ -471,7 +484,12 @@ pub(crate) struct SubjectKeyArgs {
     /// The keyset that wraps the subject keys (their KEK, a keyset file).
     /// Values written under subject keys (first byte 0x53) are read with
     /// them; a shredded subject's value reads as a delete.
-    #[arg(long, value_name = "FILE", requires = "subject_store")]
+    #[arg(
+        long = "subject-keyset",
+        alias = "subject-kek",
+        value_name = "FILE",
+        requires = "subject_store"
+    )]
     pub(crate) subject_kek: Option<PathBuf>,
     /// The subject keys' store: a redb file.
     #[arg(
@@ -496,12 +514,12 @@ struct TopicArgs {
     #[arg(long)]
     topic: String,
     /// The values' keyset file (required unless every value is under
-    /// subject keys, `--subject-kek`, or, for `audit`, with
+    /// subject keys, `--subject-keyset`, or, for `audit`, with
     /// `--schema-registry`).
     #[arg(long, value_name = "FILE")]
     keyset: Option<PathBuf>,
     /// The KMS key the keyset files are encrypted with.
-    #[arg(long, value_name = "URI")]
+    #[arg(long = "keyset-kms-uri", alias = "decrypt-with", value_name = "URI")]
     decrypt_with: Option<String>,
     /// The plaintext a broken layer wrote for a delete: `empty`,
     /// `json-null` (the four bytes `null`), `hex:HEX`, or `none` (no value
@@ -549,7 +567,7 @@ struct TopicArgs {
     /// Subject keys, for topics written under them.
     #[command(flatten)]
     subject: SubjectKeyArgs,
-    /// With `--subject-kek`: a value whose subject was shredded is not a
+    /// With `--subject-keyset`: a value whose subject was shredded is not a
     /// delete but a finding (counted in `shredded_values`, undecryptable;
     /// `repair` leaves it), the library's `SubjectKeys::strict`.
     #[arg(long, requires = "subject_kek")]

@@ -67,7 +67,7 @@ pub(crate) struct Setup {
     /// Confluent's format (`audit --schema-registry`): the values are read
     /// with this codec, subject `{topic}-value`, and `keyset` is unused.
     pub(crate) confluent: Option<Arc<ConfluentJson>>,
-    /// Subject keys (`--subject-kek`): values written under them are read
+    /// Subject keys (`--subject-keyset`): values written under them are read
     /// with these.
     pub(crate) subjects: Option<Arc<SubjectValues>>,
 }
@@ -75,7 +75,7 @@ pub(crate) struct Setup {
 /// Values under subject keys, read as bytes.
 pub(crate) type SubjectValues = SubjectEncrypting<Bytes, [u8]>;
 
-/// The subject keys `a` names (`None` without `--subject-kek`): the KEK
+/// The subject keys `a` names (`None` without `--subject-keyset`): the KEK
 /// keyset, and the redb file or the compacted topic (on `config`'s
 /// brokers) that keeps them. The store must exist and hold a naming key
 /// the KEK opens (a mistyped path or topic is an error, never an empty
@@ -138,7 +138,7 @@ pub(crate) fn subject_keys(
             }
             (None, None) => {
                 return Err(fail(
-                    "--subject-kek needs the key store: --subject-key-store FILE or --subject-key-topic TOPIC",
+                    "--subject-keyset needs the key store: --subject-key-store FILE or --subject-key-topic TOPIC",
                 ))
             }
         };

@@ -101,7 +101,7 @@ fn shown(subject: &[u8], hex_input: bool) -> String {
 pub(crate) fn shred(args: &ShredArgs, out: &Output) -> Result<Outcome, Fail> {
     if args.keys.subject_kek.is_none() {
         return Err(fail(
-            "--subject-kek FILE is required (the subject keys' KEK)",
+            "--subject-keyset FILE is required (the subject keys' KEK)",
         ));
     }
     let list = if args.rewrap || args.check || args.create_key_store {
@@ -130,7 +130,7 @@ pub(crate) fn shred(args: &ShredArgs, out: &Output) -> Result<Outcome, Fail> {
         args.create_key_store,
         false,
     )?
-    .ok_or_else(|| fail("--subject-kek FILE is required (the subject keys' KEK)"))?;
+    .ok_or_else(|| fail("--subject-keyset FILE is required (the subject keys' KEK)"))?;
     if args.create_key_store {
         out.print(
             "key store made, with its naming key under the KEK\n",

@@ -404,7 +404,7 @@ fn consume_prints_a_shredded_subjects_values_as_null_and_shredded() {
         if v.is_some() {
             assert!(line.get("value").is_none(), "{line}");
             assert!(
-                line["error"].as_str().unwrap().contains("--subject-kek"),
+                line["error"].as_str().unwrap().contains("--subject-keyset"),
                 "{line}"
             );
         } else {
