@@ -110,8 +110,9 @@ enum Command {
     /// `"shredded": true`), in Confluent's (CSFLE fields, CSPE payloads of
     /// JSON Schema records) with `--schema-registry`.
     Consume(ConsumeArgs),
-    /// Shred data subjects (`tombstone_crypt::shred`): remove each one's
-    /// subject key from the key store, with a record of the shred, so that
+    /// Shred data subjects (`tombstone_crypt::shred`), or `check`,
+    /// `rewrap` or `create-key-store` the key store: remove each subject's
+    /// key from the key store, with a record of the shred, so that
     /// every copy of its values, on the topic and off it, reads as a
     /// delete. Says per subject whether it had a key (exit 1 when one had
     /// none: a subject spelled otherwise than when it was written, or the
@@ -120,18 +121,60 @@ enum Command {
     Shred(ShredArgs),
 }
 
-/// `shred`'s arguments.
+/// `shred`'s arguments: subjects to shred, or a subcommand for the key
+/// store itself.
 #[derive(Args, Debug)]
+// The usage is written out: the hidden flags that spelled the subcommands
+// before would otherwise show in the group of what is required (subjects,
+// or one of them), and a missing subject is said by `shred` itself.
 #[command(
-    mut_arg("subject_kek", |a| a.required(true)),
-    group(
-        ArgGroup::new("what")
-            .args(["subject", "subjects", "create_key_store", "rewrap", "check"])
-            .required(true)
-            .multiple(true)
-    )
+    args_conflicts_with_subcommands = true,
+    subcommand_negates_reqs = true,
+    override_usage = "tombstone-crypt shred [OPTIONS] --subject-keyset <FILE> \
+        <--subject-key-store <FILE>|--subject-key-topic <TOPIC>> \
+        <--subject <SUBJECT>|--subjects <FILE>>...\n       \
+        tombstone-crypt shred <COMMAND>"
 )]
 pub(crate) struct ShredArgs {
+    /// What to do with the key store instead of shredding.
+    #[command(subcommand)]
+    pub(crate) mode: Option<ShredMode>,
+    /// The key store and its KEK.
+    #[command(flatten)]
+    pub(crate) store: KeyStoreArgs,
+    /// A subject to shred (its bytes, as the record key or the value names
+    /// it, exactly: no trimming); repeatable.
+    #[arg(long, value_name = "SUBJECT")]
+    pub(crate) subject: Vec<String>,
+    /// A file of subjects to shred, one per line (`-`: standard input, so
+    /// that they never stand on the command line), each line exactly the
+    /// subject's bytes, ended by LF or CRLF; empty lines are skipped. A
+    /// file that starts with a byte-order mark, a line with a space or tab
+    /// at either end, or a line that is not UTF-8 is refused before
+    /// anything is shredded (give such subjects in hex with `--hex`).
+    #[arg(long, value_name = "FILE")]
+    pub(crate) subjects: Option<PathBuf>,
+    /// `--subject` and the lines of `--subjects` are the subjects' bytes
+    /// in hex (for subjects that are not UTF-8, or have spaces at an end).
+    #[arg(long)]
+    pub(crate) hex: bool,
+    /// `shred create-key-store`, as it was spelled before (hidden; for one
+    /// release).
+    #[arg(long, hide = true, conflicts_with_all = ["subject", "subjects"])]
+    pub(crate) create_key_store: bool,
+    /// `shred rewrap`, as it was spelled before (hidden; for one release).
+    #[arg(long, hide = true, conflicts_with_all = ["subject", "subjects", "create_key_store"])]
+    pub(crate) rewrap: bool,
+    /// `shred check`, as it was spelled before (hidden; for one release).
+    #[arg(long, hide = true, conflicts_with_all = ["subject", "subjects", "rewrap", "create_key_store"])]
+    pub(crate) check: bool,
+}
+
+/// The key store of subject keys, its KEK, and how to reach a key-store
+/// topic.
+#[derive(Args, Debug, Clone)]
+#[command(mut_arg("subject_kek", |a| a.required(true)))]
+pub(crate) struct KeyStoreArgs {
     /// The subject keys' KEK and store (`--subject-keyset` is required).
     #[command(flatten)]
     pub(crate) keys: SubjectKeyArgs,
@@ -144,44 +187,28 @@ pub(crate) struct ShredArgs {
     /// An rdkafka setting, `key=value`; repeatable.
     #[arg(short = 'X', value_name = "KEY=VALUE")]
     pub(crate) config: Vec<String>,
-    /// A subject to shred (its bytes, as the record key or the value names
-    /// it, exactly: no trimming); repeatable.
-    #[arg(long, value_name = "SUBJECT")]
-    pub(crate) subject: Vec<String>,
-    /// A file of subjects to shred, one per line (`-`: standard input),
-    /// each line exactly the subject's bytes, ended by LF or CRLF; empty
-    /// lines are skipped. A file that starts with a byte-order mark, a line
-    /// with a space or tab at either end, or a line that is not UTF-8 is
-    /// refused before anything is shredded (give such subjects in hex
-    /// with `--hex`).
-    #[arg(long, value_name = "FILE")]
-    pub(crate) subjects: Option<PathBuf>,
-    /// `--subject` and the lines of `--subjects` are the subjects' bytes
-    /// in hex (for subjects that are not UTF-8, or have spaces at an end).
-    #[arg(long)]
-    pub(crate) hex: bool,
-    /// Instead of shredding: make a new key store (a redb file, created
-    /// exclusively and 0600, or a compacted topic) with its naming key
-    /// under the KEK. Every other command needs a key store that exists
-    /// and refuses a missing one.
-    #[arg(long, conflicts_with_all = ["subject", "subjects"])]
-    pub(crate) create_key_store: bool,
-    /// Instead of shredding: wrap every record of the key store again
-    /// under the KEK keyset's primary key (after `keyset rotate` of the
-    /// KEK; then `keyset destroy` the old keys, and a copy of the key store
-    /// made before opens nothing).
-    #[arg(long, conflicts_with_all = ["subject", "subjects", "create_key_store"])]
-    pub(crate) rewrap: bool,
-    /// Instead of shredding: read the whole key store and open every
-    /// record under the KEK (the key store's audit): subjects, DEKs,
-    /// subjects with two DEKs, records that do not open, records not yet
-    /// under the KEK's primary key; on a key-store topic also its records,
-    /// tombstones, shred markers and records not of a key store. Exit 1
-    /// when a record or a record of a shred does not open, a subject has
-    /// two DEKs, the store holds no naming key or two, or the topic holds
-    /// foreign records.
-    #[arg(long, conflicts_with_all = ["subject", "subjects", "rewrap", "create_key_store"])]
-    pub(crate) check: bool,
+}
+
+/// `shred`'s subcommands: the key store itself.
+#[derive(Subcommand, Debug)]
+pub(crate) enum ShredMode {
+    /// Read the whole key store and open every record under the KEK (the
+    /// key store's audit): subjects, DEKs, subjects with two DEKs, records
+    /// that do not open, records not yet under the KEK's primary key; on a
+    /// key-store topic also its records, tombstones, shred markers and
+    /// records not of a key store. Exit 1 when a record or a record of a
+    /// shred does not open, a subject has two DEKs, the store holds no
+    /// naming key or two, or the topic holds foreign records.
+    Check(KeyStoreArgs),
+    /// Wrap every record of the key store again under the KEK keyset's
+    /// primary key (after `keyset rotate` of the KEK; then `keyset destroy`
+    /// the old keys, and a copy of the key store made before opens
+    /// nothing).
+    Rewrap(KeyStoreArgs),
+    /// Make a new key store (a redb file, created exclusively and 0600, or
+    /// a compacted topic) with its naming key under the KEK. Every other
+    /// command needs a key store that exists and refuses a missing one.
+    CreateKeyStore(KeyStoreArgs),
 }
 
 /// `consume`'s arguments.

@@ -79,7 +79,7 @@ pub(crate) type SubjectValues = SubjectEncrypting<Bytes, [u8]>;
 /// keyset, and the redb file or the compacted topic (on `config`'s
 /// brokers) that keeps them. The store must exist and hold a naming key
 /// the KEK opens (a mistyped path or topic is an error, never an empty
-/// store), unless `create` (`shred --create-key-store`), which makes it.
+/// store), unless `create` (`shred create-key-store`), which makes it.
 ///
 /// # Errors
 /// A keyset that does not load, a store that does not exist (or, with

@@ -8,7 +8,20 @@ use serde_json::json;
 use tombstone_crypt::shred::Shred;
 
 use crate::read::subject_keys;
-use crate::{fail, Fail, Outcome, Output, ShredArgs};
+use crate::{fail, Fail, KeyStoreArgs, Outcome, Output, ShredArgs, ShredMode};
+
+/// What `shred` does.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Mode {
+    /// Shred the subjects given.
+    Shred,
+    /// `shred check`.
+    Check,
+    /// `shred rewrap`.
+    Rewrap,
+    /// `shred create-key-store`.
+    Create,
+}
 
 /// A subject given in hex.
 fn unhex(text: &str, at: &str) -> Result<Vec<u8>, Fail> {
@@ -99,21 +112,31 @@ fn shown(subject: &[u8], hex_input: bool) -> String {
 /// says how many were shredded before it (run it again: a shred is
 /// idempotent).
 pub(crate) fn shred(args: &ShredArgs, out: &Output) -> Result<Outcome, Fail> {
-    if args.keys.subject_kek.is_none() {
+    // The subcommand, or the flags that spelled it before.
+    let (store, mode) = match &args.mode {
+        Some(ShredMode::Check(s)) => (s, Mode::Check),
+        Some(ShredMode::Rewrap(s)) => (s, Mode::Rewrap),
+        Some(ShredMode::CreateKeyStore(s)) => (s, Mode::Create),
+        None if args.check => (&args.store, Mode::Check),
+        None if args.rewrap => (&args.store, Mode::Rewrap),
+        None if args.create_key_store => (&args.store, Mode::Create),
+        None => (&args.store, Mode::Shred),
+    };
+    if store.keys.subject_kek.is_none() {
         return Err(fail(
             "--subject-keyset FILE is required (the subject keys' KEK)",
         ));
     }
-    let list = if args.rewrap || args.check || args.create_key_store {
-        Vec::new()
-    } else {
+    let list = if mode == Mode::Shred {
         subjects(args)?
+    } else {
+        Vec::new()
     };
-    let config = match &args.bootstrap {
+    let config = match &store.bootstrap {
         Some(b) => {
             let mut c = tombstone_crypt::kafka::rdkafka::ClientConfig::new();
             c.set("bootstrap.servers", b);
-            for kv in &args.config {
+            for kv in &store.config {
                 let (k, v) = kv
                     .split_once('=')
                     .ok_or_else(|| fail(format!("-X {kv}: expected key=value")))?;
@@ -124,35 +147,36 @@ pub(crate) fn shred(args: &ShredArgs, out: &Output) -> Result<Outcome, Fail> {
         None => None,
     };
     let keys = subject_keys(
-        &args.keys,
-        args.decrypt_with.as_deref(),
+        &store.keys,
+        store.decrypt_with.as_deref(),
         config.as_ref(),
-        args.create_key_store,
+        mode == Mode::Create,
         false,
     )?
     .ok_or_else(|| fail("--subject-keyset FILE is required (the subject keys' KEK)"))?;
-    if args.create_key_store {
-        out.print(
-            "key store made, with its naming key under the KEK\n",
-            &json!({"created": true}),
-        )?;
-        return Ok(Outcome::Clean);
-    }
-    if args.check {
-        return check(args, &keys, config.as_ref(), out);
-    }
-    if args.rewrap {
-        let n = keys
-            .rewrap()
-            .map_err(|e| fail(format!("rewrap: {}", crate::chain(&e))))?;
-        out.print(
-            &format!(
-                "{} wrapped under the KEK's primary key\n",
-                counted(n, "key-store record")
-            ),
-            &json!({"rewrapped": n}),
-        )?;
-        return Ok(Outcome::Clean);
+    match mode {
+        Mode::Create => {
+            out.print(
+                "key store made, with its naming key under the KEK\n",
+                &json!({"created": true}),
+            )?;
+            return Ok(Outcome::Clean);
+        }
+        Mode::Check => return check(store, &keys, config.as_ref(), out),
+        Mode::Rewrap => {
+            let n = keys
+                .rewrap()
+                .map_err(|e| fail(format!("rewrap: {}", crate::chain(&e))))?;
+            out.print(
+                &format!(
+                    "{} wrapped under the KEK's primary key\n",
+                    counted(n, "key-store record")
+                ),
+                &json!({"rewrapped": n}),
+            )?;
+            return Ok(Outcome::Clean);
+        }
+        Mode::Shred => {}
     }
     let mut text = String::new();
     let mut report = Vec::with_capacity(list.len());
@@ -243,9 +267,9 @@ fn topic_counts(
     }))
 }
 
-/// `shred --check`: the key store read whole, every record opened.
+/// `shred check`: the key store read whole, every record opened.
 fn check(
-    args: &ShredArgs,
+    args: &KeyStoreArgs,
     keys: &tombstone_crypt::shred::SubjectKeys,
     config: Option<&tombstone_crypt::kafka::rdkafka::ClientConfig>,
     out: &Output,
