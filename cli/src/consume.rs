@@ -222,7 +222,7 @@ pub(crate) fn consume(a: &ConsumeArgs, out: &Output) -> Result<Outcome, Fail> {
     let s = Setup::for_reading(
         &a.topic,
         &a.bootstrap,
-        &a.config,
+        &a.client,
         a.timeout,
         a.partitions.clone(),
     )?;

@@ -184,9 +184,9 @@ pub(crate) struct KeyStoreArgs {
     /// The brokers (`host:port,...`), for `--subject-key-topic`.
     #[arg(long, value_name = "SERVERS")]
     pub(crate) bootstrap: Option<String>,
-    /// An rdkafka setting, `key=value`; repeatable.
-    #[arg(short = 'X', value_name = "KEY=VALUE")]
-    pub(crate) config: Vec<String>,
+    /// How to reach the brokers.
+    #[command(flatten)]
+    pub(crate) client: ClientArgs,
 }
 
 /// `shred`'s subcommands: the key store itself.
@@ -263,9 +263,9 @@ pub(crate) struct ConsumeArgs {
     /// whose plaintext is it prints with `"broken_delete": true`.
     #[arg(long, value_parser = parse_marker)]
     pub(crate) null_marker: Option<NullMarker>,
-    /// An rdkafka setting, `key=value`; repeatable.
-    #[arg(short = 'X', value_name = "KEY=VALUE")]
-    pub(crate) config: Vec<String>,
+    /// How to reach the brokers.
+    #[command(flatten)]
+    pub(crate) client: ClientArgs,
     /// Give up when no record arrives for this many seconds.
     #[arg(long, value_name = "SECONDS", default_value_t = 30)]
     pub(crate) timeout: u64,
@@ -531,6 +531,21 @@ pub(crate) struct SubjectKeyArgs {
     pub(crate) subject_key_topic: Option<String>,
 }
 
+/// How every command that talks to the brokers reaches them, beyond
+/// `--bootstrap`.
+#[derive(Args, Debug, Clone)]
+pub(crate) struct ClientArgs {
+    /// An rdkafka setting, `key=value` (as kcat's `-X`); repeatable.
+    #[arg(short = 'X', value_name = "KEY=VALUE")]
+    pub(crate) config: Vec<String>,
+    /// How long the brokers have to answer a first metadata request, in
+    /// seconds, before the command gives up (exit 2); also the default of
+    /// `socket.connection.setup.timeout.ms`. `--timeout` is how long a
+    /// read may then go without a record.
+    #[arg(long, value_name = "SECONDS", default_value_t = 5)]
+    pub(crate) connect_timeout: u64,
+}
+
 /// What the topic commands share.
 #[derive(Args, Debug)]
 struct TopicArgs {
@@ -575,9 +590,9 @@ struct TopicArgs {
     /// The record keys' keyset (AES-SIV), when keys are encrypted too.
     #[arg(long, value_name = "FILE")]
     key_keyset: Option<PathBuf>,
-    /// An rdkafka setting, `key=value` (as kcat's `-X`); repeatable.
-    #[arg(short = 'X', value_name = "KEY=VALUE")]
-    config: Vec<String>,
+    /// How to reach the brokers.
+    #[command(flatten)]
+    client: ClientArgs,
     /// Give up when no record arrives for this many seconds.
     #[arg(long, value_name = "SECONDS", default_value_t = 30)]
     timeout: u64,

@@ -23,7 +23,7 @@ use tombstone_crypt::{AadPolicy, Bytes, KeyStatus, Keyset};
 
 use crate::fields::FieldKeys;
 use crate::key_state::MAX_FORMS;
-use crate::{fail, keysets, Fail, NullMarker, SubjectKeyArgs, TopicArgs, ValueKey};
+use crate::{fail, keysets, ClientArgs, Fail, NullMarker, SubjectKeyArgs, TopicArgs, ValueKey};
 
 /// The header every record the commands write carries: the run's id, so
 /// that a resumed run tells its own records from anyone else's.
@@ -183,6 +183,56 @@ pub(crate) fn confluent_codec(url: &str) -> Result<ConfluentJson, Fail> {
     Ok(codec.with_registry(registry).avro_bytes_as_base64())
 }
 
+/// The client configuration `--bootstrap` and `client` give: the
+/// brokers, then each `-X` setting in order (a later one wins), and
+/// `socket.connection.setup.timeout.ms` from `--connect-timeout` unless a
+/// setting names it.
+///
+/// # Errors
+/// A `-X` without `=`.
+pub(crate) fn client_config(bootstrap: &str, client: &ClientArgs) -> Result<ClientConfig, Fail> {
+    let mut config = ClientConfig::new();
+    config.set("bootstrap.servers", bootstrap);
+    for kv in &client.config {
+        let (k, v) = kv
+            .split_once('=')
+            .ok_or_else(|| fail(format!("-X {kv}: expected key=value")))?;
+        config.set(k.trim(), v.trim());
+    }
+    if config.get("socket.connection.setup.timeout.ms").is_none() {
+        // librdkafka's least is one second.
+        let ms = client.connect_timeout.clamp(1, 3600) * 1000;
+        config.set("socket.connection.setup.timeout.ms", ms.to_string());
+    }
+    Ok(config)
+}
+
+/// Asks the brokers for `topic`'s metadata, giving them
+/// `--connect-timeout`: a broker that is down, unreachable or not Kafka
+/// fails the command here, within seconds, with the brokers named, before
+/// any read (whose metadata requests wait `--timeout`).
+///
+/// # Errors
+/// No answer in time, or a client that cannot be made of the settings.
+pub(crate) fn reach(config: &ClientConfig, topic: &str, client: &ClientArgs) -> Result<(), Fail> {
+    let secs = client.connect_timeout.max(1);
+    let brokers = config
+        .get("bootstrap.servers")
+        .unwrap_or_default()
+        .to_owned();
+    let probe: BaseConsumer = config
+        .create()
+        .map_err(|e| fail(format!("the Kafka client settings: {e}")))?;
+    probe
+        .fetch_metadata(Some(topic), Duration::from_secs(secs))
+        .map(drop)
+        .map_err(|e| {
+            fail(format!(
+                "no answer from the brokers at {brokers} within {secs} s (--connect-timeout): {e}"
+            ))
+        })
+}
+
 /// Loads the keysets and builds the client configuration of a topic
 /// command.
 ///
@@ -241,14 +291,8 @@ pub(crate) fn setup_with(a: &TopicArgs, confluent: Option<ConfluentJson>) -> Res
         Some(n) => n,
         None => std::thread::available_parallelism().map_or(1, usize::from),
     };
-    let mut config = ClientConfig::new();
-    config.set("bootstrap.servers", &a.bootstrap);
-    for kv in &a.config {
-        let (k, v) = kv
-            .split_once('=')
-            .ok_or_else(|| fail(format!("-X {kv}: expected key=value")))?;
-        config.set(k.trim(), v.trim());
-    }
+    let config = client_config(&a.bootstrap, &a.client)?;
+    reach(&config, &a.topic, &a.client)?;
     let subjects = subject_keys(
         &a.subject,
         a.decrypt_with.as_deref(),
@@ -287,18 +331,12 @@ impl Setup {
     pub(crate) fn for_reading(
         topic: &str,
         bootstrap: &str,
-        settings: &[String],
+        client: &ClientArgs,
         timeout: u64,
         only: Option<BTreeSet<i32>>,
     ) -> Result<Setup, Fail> {
-        let mut config = ClientConfig::new();
-        config.set("bootstrap.servers", bootstrap);
-        for kv in settings {
-            let (k, v) = kv
-                .split_once('=')
-                .ok_or_else(|| fail(format!("-X {kv}: expected key=value")))?;
-            config.set(k.trim(), v.trim());
-        }
+        let config = client_config(bootstrap, client)?;
+        reach(&config, topic, client)?;
         Ok(Setup {
             topic: topic.to_owned(),
             name: topic.to_owned(),

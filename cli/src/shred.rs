@@ -134,13 +134,9 @@ pub(crate) fn shred(args: &ShredArgs, out: &Output) -> Result<Outcome, Fail> {
     };
     let config = match &store.bootstrap {
         Some(b) => {
-            let mut c = tombstone_crypt::kafka::rdkafka::ClientConfig::new();
-            c.set("bootstrap.servers", b);
-            for kv in &store.config {
-                let (k, v) = kv
-                    .split_once('=')
-                    .ok_or_else(|| fail(format!("-X {kv}: expected key=value")))?;
-                c.set(k.trim(), v.trim());
+            let c = crate::read::client_config(b, &store.client)?;
+            if let Some(topic) = &store.keys.subject_key_topic {
+                crate::read::reach(&c, topic, &store.client)?;
             }
             Some(c)
         }
