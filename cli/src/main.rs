@@ -535,9 +535,20 @@ pub(crate) struct SubjectKeyArgs {
 /// `--bootstrap`.
 #[derive(Args, Debug, Clone)]
 pub(crate) struct ClientArgs {
-    /// An rdkafka setting, `key=value` (as kcat's `-X`); repeatable.
+    /// An rdkafka setting, `key=value` (as kcat's `-X`); repeatable; over
+    /// `--client-config` and the environment. Not for secrets: the
+    /// command line is in the process list and the shell's history.
     #[arg(short = 'X', value_name = "KEY=VALUE")]
     pub(crate) config: Vec<String>,
+    /// A file of rdkafka settings, one `key=value` a line (Java
+    /// properties as Kafka's clients take them: `#` or `!` starts a
+    /// comment line, blank lines skipped, space around the key and before
+    /// the value ignored; no escapes, no continued lines), for secrets
+    /// (`sasl.password`). Then `TOMBSTONE_CRYPT_KAFKA_<SETTING>` variables
+    /// (`TOMBSTONE_CRYPT_KAFKA_SASL_PASSWORD` is `sasl.password`), then
+    /// `-X`: a later one wins.
+    #[arg(long, value_name = "FILE")]
+    pub(crate) client_config: Option<PathBuf>,
     /// How long the brokers have to answer a first metadata request, in
     /// seconds, before the command gives up (exit 2); also the default of
     /// `socket.connection.setup.timeout.ms`. `--timeout` is how long a

@@ -183,16 +183,96 @@ pub(crate) fn confluent_codec(url: &str) -> Result<ConfluentJson, Fail> {
     Ok(codec.with_registry(registry).avro_bytes_as_base64())
 }
 
+/// The prefix of the environment variables that hold rdkafka settings:
+/// `TOMBSTONE_CRYPT_KAFKA_SASL_PASSWORD` is `sasl.password`.
+pub(crate) const ENV_PREFIX: &str = "TOMBSTONE_CRYPT_KAFKA_";
+
+/// The most bytes a `--client-config` file may have.
+const MAX_CLIENT_CONFIG: u64 = 1 << 20;
+
+/// The settings of a `--client-config` file: Java properties as Kafka's
+/// clients read them, one `key=value` (or `key:value`) a line, `#` and `!`
+/// comment lines, blank lines skipped, space around the key and before the
+/// value ignored (after it kept, but for a CR). An error names the line,
+/// never its text (it may hold a secret).
+fn properties(path: &std::path::Path) -> Result<Vec<(String, String)>, Fail> {
+    let at = |e: &dyn std::fmt::Display| fail(format!("--client-config {}: {e}", path.display()));
+    let file = std::fs::File::open(path).map_err(|e| at(&e))?;
+    let mut text = zeroize::Zeroizing::new(String::new());
+    std::io::Read::read_to_string(
+        &mut std::io::Read::take(file, MAX_CLIENT_CONFIG + 1),
+        &mut text,
+    )
+    .map_err(|e| at(&e))?;
+    if text.len() as u64 > MAX_CLIENT_CONFIG {
+        return Err(at(&format!("larger than {MAX_CLIENT_CONFIG} bytes")));
+    }
+    let mut settings = Vec::new();
+    for (n, line) in text.lines().enumerate() {
+        let line = line.trim_start();
+        if line.is_empty() || line.starts_with(['#', '!']) {
+            continue;
+        }
+        if line.ends_with('\\') {
+            return Err(at(&format!(
+                "line {}: ends with a backslash (continued lines and escapes are not read)",
+                n + 1
+            )));
+        }
+        let Some((key, value)) = line.split_once(['=', ':']) else {
+            return Err(at(&format!("line {}: expected key=value", n + 1)));
+        };
+        let key = key.trim();
+        if key.is_empty() {
+            return Err(at(&format!("line {}: no key before the =", n + 1)));
+        }
+        settings.push((key.to_owned(), value.trim_start().to_owned()));
+    }
+    Ok(settings)
+}
+
+/// The settings of the `TOMBSTONE_CRYPT_KAFKA_*` variables, in the order
+/// of their names: the name after the prefix in lower case, `_` for `.`.
+fn env_settings() -> Result<Vec<(String, String)>, Fail> {
+    let mut settings = Vec::new();
+    for (name, value) in std::env::vars_os() {
+        let Some(name) = name.to_str().and_then(|n| n.strip_prefix(ENV_PREFIX)) else {
+            continue;
+        };
+        if name.is_empty() {
+            return Err(fail(format!(
+                "{ENV_PREFIX}: no setting named after the prefix"
+            )));
+        }
+        let value = value
+            .into_string()
+            .map_err(|_| fail(format!("{ENV_PREFIX}{name}: not UTF-8")))?;
+        settings.push((name.to_ascii_lowercase().replace('_', "."), value));
+    }
+    settings.sort();
+    Ok(settings)
+}
+
 /// The client configuration `--bootstrap` and `client` give: the
-/// brokers, then each `-X` setting in order (a later one wins), and
-/// `socket.connection.setup.timeout.ms` from `--connect-timeout` unless a
-/// setting names it.
+/// brokers, then the settings of `--client-config`, of the
+/// `TOMBSTONE_CRYPT_KAFKA_*` variables and of each `-X`, in that order (a
+/// later one wins), and `socket.connection.setup.timeout.ms` from
+/// `--connect-timeout` unless one of them names it.
 ///
 /// # Errors
-/// A `-X` without `=`.
+/// A `--client-config` that cannot be read or has a line that is not a
+/// setting, a variable that is not UTF-8, a `-X` without `=`.
 pub(crate) fn client_config(bootstrap: &str, client: &ClientArgs) -> Result<ClientConfig, Fail> {
     let mut config = ClientConfig::new();
     config.set("bootstrap.servers", bootstrap);
+    if let Some(path) = &client.client_config {
+        for (k, v) in properties(path)? {
+            config.set(k, v);
+        }
+    }
+    for (k, v) in env_settings()? {
+        config.set(k, v);
+    }
     for kv in &client.config {
         let (k, v) = kv
             .split_once('=')
@@ -220,9 +300,18 @@ pub(crate) fn reach(config: &ClientConfig, topic: &str, client: &ClientArgs) -> 
         .get("bootstrap.servers")
         .unwrap_or_default()
         .to_owned();
-    let probe: BaseConsumer = config
-        .create()
-        .map_err(|e| fail(format!("the Kafka client settings: {e}")))?;
+    let probe: BaseConsumer = config.create().map_err(|e| match e {
+        // librdkafka's text may hold the value, which may be a secret.
+        KafkaError::ClientConfig(_, desc, key, value) => {
+            let desc = if value.is_empty() {
+                desc
+            } else {
+                desc.replace(&value, "(the value)")
+            };
+            fail(format!("the Kafka client setting {key}: {desc}"))
+        }
+        e => fail(format!("the Kafka client settings: {e}")),
+    })?;
     probe
         .fetch_metadata(Some(topic), Duration::from_secs(secs))
         .map(drop)
