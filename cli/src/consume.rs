@@ -100,6 +100,7 @@ impl Reader {
                     &a.subject,
                     a.decrypt_with.as_deref(),
                     Some(&s.config),
+                    s.connect_timeout,
                     false,
                     a.strict,
                 )?

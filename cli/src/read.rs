@@ -54,6 +54,8 @@ pub(crate) struct Setup {
     pub(crate) config: ClientConfig,
     /// How long a read may go without a record (`--timeout`).
     pub(crate) timeout: Duration,
+    /// How long the brokers have to answer at first (`--connect-timeout`).
+    pub(crate) connect_timeout: Duration,
     /// The key ids of the key keyset, enabled or not, in its order: a
     /// form of a key is the position of its key here.
     pub(crate) form_ids: Vec<u32>,
@@ -89,6 +91,7 @@ pub(crate) fn subject_keys(
     a: &SubjectKeyArgs,
     decrypt_with: Option<&str>,
     config: Option<&ClientConfig>,
+    connect: Duration,
     create: bool,
     strict: bool,
 ) -> Result<Option<Arc<SubjectKeys>>, Fail> {
@@ -113,6 +116,7 @@ pub(crate) fn subject_keys(
                 let config = config
                     .cloned()
                     .ok_or_else(|| fail("--subject-key-topic needs --bootstrap"))?;
+                reach(&config, topic, connect)?;
                 let log = if create {
                     // A new key store: a topic that exists and holds
                     // records is another topic (or another key store).
@@ -289,13 +293,14 @@ pub(crate) fn client_config(bootstrap: &str, client: &ClientArgs) -> Result<Clie
 
 /// Asks the brokers for `topic`'s metadata, giving them
 /// `--connect-timeout`: a broker that is down, unreachable or not Kafka
-/// fails the command here, within seconds, with the brokers named, before
-/// any read (whose metadata requests wait `--timeout`).
+/// fails the command here, within seconds, with the brokers named. The
+/// first thing done with the brokers (before a topic's partitions are
+/// read, a key-store topic opened), after every check that needs none.
 ///
 /// # Errors
 /// No answer in time, or a client that cannot be made of the settings.
-pub(crate) fn reach(config: &ClientConfig, topic: &str, client: &ClientArgs) -> Result<(), Fail> {
-    let secs = client.connect_timeout.max(1);
+pub(crate) fn reach(config: &ClientConfig, topic: &str, connect: Duration) -> Result<(), Fail> {
+    let secs = connect.as_secs().max(1);
     let brokers = config
         .get("bootstrap.servers")
         .unwrap_or_default()
@@ -313,7 +318,7 @@ pub(crate) fn reach(config: &ClientConfig, topic: &str, client: &ClientArgs) -> 
         e => fail(format!("the Kafka client settings: {e}")),
     })?;
     probe
-        .fetch_metadata(Some(topic), Duration::from_secs(secs))
+        .fetch_metadata(Some(topic), connect)
         .map(drop)
         .map_err(|e| {
             fail(format!(
@@ -381,11 +386,11 @@ pub(crate) fn setup_with(a: &TopicArgs, confluent: Option<ConfluentJson>) -> Res
         None => std::thread::available_parallelism().map_or(1, usize::from),
     };
     let config = client_config(&a.bootstrap, &a.client)?;
-    reach(&config, &a.topic, &a.client)?;
     let subjects = subject_keys(
         &a.subject,
         a.decrypt_with.as_deref(),
         Some(&config),
+        Duration::from_secs(a.client.connect_timeout.max(1)),
         false,
         a.strict,
     )?
@@ -401,6 +406,7 @@ pub(crate) fn setup_with(a: &TopicArgs, confluent: Option<ConfluentJson>) -> Res
         aad: a.aad.into(),
         config,
         timeout: Duration::from_secs(a.timeout.max(1)),
+        connect_timeout: Duration::from_secs(a.client.connect_timeout.max(1)),
         form_ids,
         only: a.partitions.clone(),
         parallel,
@@ -425,7 +431,6 @@ impl Setup {
         only: Option<BTreeSet<i32>>,
     ) -> Result<Setup, Fail> {
         let config = client_config(bootstrap, client)?;
-        reach(&config, topic, client)?;
         Ok(Setup {
             topic: topic.to_owned(),
             name: topic.to_owned(),
@@ -437,6 +442,7 @@ impl Setup {
             aad: AadPolicy::TopicAndKey,
             config,
             timeout: Duration::from_secs(timeout.max(1)),
+            connect_timeout: Duration::from_secs(client.connect_timeout.max(1)),
             form_ids: Vec::new(),
             only,
             parallel: 1,
@@ -575,8 +581,10 @@ pub(crate) type Partitions = Vec<(i32, i64, i64)>;
 /// partition count.
 ///
 /// # Errors
-/// A partition asked for that the topic lacks; the metadata unread.
+/// No answer from the brokers within `--connect-timeout`; a partition
+/// asked for that the topic lacks; the metadata unread.
 pub(crate) fn partitions(s: &Setup) -> Result<(Partitions, usize), Fail> {
+    reach(&s.config, &s.topic, s.connect_timeout)?;
     let all = end_offsets(&consumer(s)?, s)?;
     let count = all.len();
     let Some(only) = &s.only else {

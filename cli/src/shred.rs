@@ -133,19 +133,14 @@ pub(crate) fn shred(args: &ShredArgs, out: &Output) -> Result<Outcome, Fail> {
         Vec::new()
     };
     let config = match &store.bootstrap {
-        Some(b) => {
-            let c = crate::read::client_config(b, &store.client)?;
-            if let Some(topic) = &store.keys.subject_key_topic {
-                crate::read::reach(&c, topic, &store.client)?;
-            }
-            Some(c)
-        }
+        Some(b) => Some(crate::read::client_config(b, &store.client)?),
         None => None,
     };
     let keys = subject_keys(
         &store.keys,
         store.decrypt_with.as_deref(),
         config.as_ref(),
+        std::time::Duration::from_secs(store.client.connect_timeout.max(1)),
         mode == Mode::Create,
         false,
     )?
