@@ -110,14 +110,14 @@ enum Command {
     /// `"shredded": true`), in Confluent's (CSFLE fields, CSPE payloads of
     /// JSON Schema records) with `--schema-registry`.
     Consume(ConsumeArgs),
-    /// Shred data subjects (`tombstone_crypt::shred`), or `check`,
-    /// `rewrap` or `create-key-store` the key store: remove each subject's
-    /// key from the key store, with a record of the shred, so that
+    /// Shred data subjects (`tombstone_crypt::shred`): remove each one's
+    /// subject key from the key store, with a record of the shred, so that
     /// every copy of its values, on the topic and off it, reads as a
     /// delete. Says per subject whether it had a key (exit 1 when one had
     /// none: a subject spelled otherwise than when it was written, or the
     /// wrong key store). Running it again over the same list is safe (and
-    /// shreds what was written for those subjects since).
+    /// shreds what was written for those subjects since). Its subcommands
+    /// `check`, `rewrap` and `create-key-store` work on the key store.
     Shred(ShredArgs),
 }
 
@@ -526,7 +526,8 @@ pub(crate) struct SubjectKeyArgs {
         conflicts_with = "subject_key_topic"
     )]
     pub(crate) subject_key_store: Option<PathBuf>,
-    /// The subject keys' store: a compacted topic on the same brokers.
+    /// The subject keys' store: a compacted topic on the brokers of
+    /// `--bootstrap`.
     #[arg(long, value_name = "TOPIC", requires = "subject_kek")]
     pub(crate) subject_key_topic: Option<String>,
 }
