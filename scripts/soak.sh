@@ -128,7 +128,7 @@ PY
         for readers in $READERS; do
             topic="soak-commands-$records-$keys-$readers-$stamp"
             values="$work/values-$records-$keys-$readers.json"
-            "$cli" keyset new --out "$values" >/dev/null
+            "$cli" keyset new --out-keyset "$values" >/dev/null
             echo "writing $topic ($records records over $keys keys, values of $min-$max bytes)" >&2
             "$gen" "$boot" "$topic" "$CMD_PARTITIONS" "$records" "$keys" "$SEED" "$min" "$max" "$values" >&2
             args=(--quiet --json --bootstrap "$boot" --topic "$topic" --keyset "$values" --parallel "$readers")
@@ -136,7 +136,7 @@ PY
             timed "audit, $readers reader(s)" "$records" "$live" "$cli" audit "${args[@]}"
             timed "repair --apply, $readers reader(s)" "$records" "$live" \
                 "$cli" repair "${args[@]}" --apply --null-marker empty --checkpoint "$work/repair.ck"
-            "$cli" keyset rotate --in "$values" >/dev/null
+            "$cli" keyset rotate --keyset "$values" >/dev/null
             now="$(python3 -c 'import json,sys; print(json.load(sys.stdin)["records"])' < <("$cli" audit "${args[@]}" || true))"
             timed "reencrypt --apply, $readers reader(s)" "$now" "$live" \
                 "$cli" reencrypt "${args[@]}" --apply --checkpoint "$work/reencrypt.ck"

@@ -232,7 +232,7 @@ fn model_processes_starting_together_shredding_and_rewrapping_agree_on_every_val
 /// A rewrap's record for a DEK, written after the shred's marker (the
 /// race: the rewrap read the view before the marker and wrote after it),
 /// made deterministic: a fresh reader still reads the value as a delete,
-/// and `shred --check` sees one subject shredded; under the control (the
+/// and `shred check` sees one subject shredded; under the control (the
 /// rule before: a marker covers the records below it only) the value reads
 /// again.
 #[test]

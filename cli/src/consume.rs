@@ -1,6 +1,6 @@
 //! `consume`: a topic's records as JSON lines, decrypted, tombstones as
 //! `null`: from this library's format with `--keyset`, values under subject
-//! keys (`tombstone_crypt::shred`) with `--subject-kek` (a shredded
+//! keys (`tombstone_crypt::shred`) with `--subject-keyset` (a shredded
 //! subject's value as `null` with `"shredded": true`), from Confluent's
 //! (CSFLE fields, CSPE payloads, JSON Schema) with `--schema-registry`.
 
@@ -18,7 +18,7 @@ use crate::{fail, keysets, ConsumeArgs, Fail, NullMarker, Outcome, Output};
 /// What the values are read with.
 enum Reader {
     /// This library's format: values under a keyset (`--keyset`), values
-    /// under subject keys (`--subject-kek`), or both; the name values are
+    /// under subject keys (`--subject-keyset`), or both; the name values are
     /// bound to.
     Ours {
         keyset: Option<DecryptingDeserializer<Bytes>>,
@@ -82,11 +82,11 @@ impl Reader {
         match (&a.keyset, &a.schema_registry) {
             (Some(_), Some(_)) => Err(fail("give one of --keyset and --schema-registry")),
             (None, Some(_)) if subject_kek => Err(fail(
-                "--subject-kek reads this library's format: not with --schema-registry",
+                "--subject-keyset reads this library's format: not with --schema-registry",
             )),
             (None, Some(url)) => Ok(Reader::Confluent(Box::new(read::confluent_codec(url)?))),
             (None, None) if !subject_kek => Err(fail(
-                "give --keyset, --subject-kek (values under subject keys) or --schema-registry",
+                "give --keyset, --subject-keyset (values under subject keys) or --schema-registry",
             )),
             (keyset, None) => {
                 let keyset = match keyset {
@@ -100,6 +100,7 @@ impl Reader {
                     &a.subject,
                     a.decrypt_with.as_deref(),
                     Some(&s.config),
+                    s.connect_timeout,
                     false,
                     a.strict,
                 )?
@@ -136,7 +137,7 @@ impl Reader {
                     (Some(v), _, _) if v.first() == Some(&tombstone_crypt::shred::FORMAT) => {
                         let Some(subjects) = subjects else {
                             return Err(Unread::Value(
-                                "the value is under subject keys (first byte 0x53): give --subject-kek and its key store (--subject-key-store or --subject-key-topic)".into(),
+                                "the value is under subject keys (first byte 0x53): give --subject-keyset and its key store (--subject-key-store or --subject-key-topic)".into(),
                             ));
                         };
                         match subjects.deserialize(&ctx, Some(v)) {
@@ -222,7 +223,7 @@ pub(crate) fn consume(a: &ConsumeArgs, out: &Output) -> Result<Outcome, Fail> {
     let s = Setup::for_reading(
         &a.topic,
         &a.bootstrap,
-        &a.config,
+        &a.client,
         a.timeout,
         a.partitions.clone(),
     )?;

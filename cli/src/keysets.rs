@@ -159,7 +159,7 @@ fn tmp_path(path: &Path) -> PathBuf {
     path.with_file_name(name)
 }
 
-/// The key template of `--template` (and `--kek-uri`, for
+/// The key template of `--template` (and `--envelope-kms-uri`, for
 /// `kms-envelope` only).
 fn template(t: Template, kek_uri: Option<&str>) -> Result<KeyTemplate, Fail> {
     match (t, kek_uri) {
@@ -168,10 +168,10 @@ fn template(t: Template, kek_uri: Option<&str>) -> Result<KeyTemplate, Fail> {
         (Template::Aes256Siv, None) => Ok(KeyTemplate::aes256_siv()),
         (Template::KmsEnvelope, Some(uri)) => Ok(KeyTemplate::kms_envelope(uri)),
         (Template::KmsEnvelope, None) => {
-            Err(fail("the kms-envelope template needs --kek-uri URI"))
+            Err(fail("the kms-envelope template needs --envelope-kms-uri URI"))
         }
         (_, Some(_)) => Err(fail(
-            "--kek-uri is for the kms-envelope template (to encrypt the keyset file, use --encrypt-with)",
+            "--envelope-kms-uri is for the kms-envelope template (to encrypt the keyset file, use --out-keyset-kms-uri)",
         )),
     }
 }
@@ -254,7 +254,7 @@ pub(crate) fn run(cmd: KeysetCommand, out: &Output) -> Result<Outcome, Fail> {
                     keyset.rotate_with(template(t, kek_uri.as_deref())?)?;
                 }
                 None if kek_uri.is_some() => {
-                    return Err(fail("--kek-uri needs --template kms-envelope"))
+                    return Err(fail("--envelope-kms-uri needs --template kms-envelope"))
                 }
                 None => {
                     keyset.rotate();
@@ -262,8 +262,11 @@ pub(crate) fn run(cmd: KeysetCommand, out: &Output) -> Result<Outcome, Fail> {
             }
             save_and_list(&keyset, &file, o, out)?;
         }
-        KeysetCommand::List { file } => {
-            let keyset = load(&file.input, file.decrypt_with.as_deref())?;
+        KeysetCommand::List {
+            input,
+            decrypt_with,
+        } => {
+            let keyset = load(&input, decrypt_with.as_deref())?;
             let (text, json) = listing(&keyset);
             out.print(&text, &json)?;
         }
@@ -275,7 +278,7 @@ pub(crate) fn run(cmd: KeysetCommand, out: &Output) -> Result<Outcome, Fail> {
     Ok(Outcome::Clean)
 }
 
-/// Loads `--in`, applies `f` to `--key-id`, writes the keyset back and
+/// Loads `--keyset`, applies `f` to `--key-id`, writes the keyset back and
 /// lists it.
 fn key_op(
     op: KeyOp,
@@ -287,8 +290,8 @@ fn key_op(
     save_and_list(&keyset, &op.file, op.out, out)
 }
 
-/// Writes the changed keyset (back to `--in` unless `--out`; encrypted
-/// again with the key it was read with unless `--encrypt-with`) and lists
+/// Writes the changed keyset (back to `--keyset` unless `--out-keyset`; encrypted
+/// again with the key it was read with unless `--out-keyset-kms-uri`) and lists
 /// it.
 fn save_and_list(keyset: &Keyset, file: &InArgs, o: OutArgs, out: &Output) -> Result<(), Fail> {
     let o = OutArgs {

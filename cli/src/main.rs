@@ -46,8 +46,11 @@ use std::io::Write as _;
 use std::path::PathBuf;
 use std::process::ExitCode;
 
-use clap::{Args, Parser, Subcommand, ValueEnum};
+use clap::{ArgGroup, Args, Parser, Subcommand, ValueEnum};
 use tombstone_crypt::{AadPolicy, Error, KeyId, Keyset};
+
+/// The heading of the options every command takes.
+const GLOBAL: &str = "Global options";
 
 /// Keysets, ciphertexts and Kafka topics encrypted with tombstone-crypt
 /// (Tink's formats): find and repair the deletes a broken layer wrote as
@@ -56,16 +59,18 @@ use tombstone_crypt::{AadPolicy, Error, KeyId, Keyset};
 #[command(name = "tombstone-crypt", version)]
 struct Cli {
     /// Print JSON on stdout (for scripts) instead of text.
-    #[arg(long, global = true)]
+    #[arg(long, global = true, help_heading = GLOBAL)]
     json: bool,
-    /// No progress bar (it is also hidden when stderr is not a terminal).
-    #[arg(long, short, global = true)]
+    /// No progress bar on stderr (`audit`, `repair`, `reencrypt` and
+    /// `consume` show one when stderr is a terminal; the other commands
+    /// have none, and ignore it).
+    #[arg(long, short, global = true, help_heading = GLOBAL)]
     quiet: bool,
     /// Log more to stderr: `-v` info (a span per command and per KMS call),
     /// `-vv` debug (DEKs made and unwrapped), `-vvv` trace. Without it,
     /// warnings only (a KMS retry, a failed KMS call). `RUST_LOG` (a level,
     /// or `target=level,...`) overrides it.
-    #[arg(long, short, global = true, action = clap::ArgAction::Count)]
+    #[arg(long, short, global = true, action = clap::ArgAction::Count, help_heading = GLOBAL)]
     verbose: u8,
     /// The command.
     #[command(subcommand)]
@@ -84,6 +89,9 @@ enum Command {
     /// Read a topic to its end and count tombstones, live keys, broken
     /// tombstones (deletes written as values), split keys (another form of
     /// the key still holds a value), undecryptable and plaintext values.
+    /// Under subject keys (`--subject-keyset`), a shredded subject's value
+    /// counts as a broken delete (`shredded_values`; `repair` writes its
+    /// key's tombstone), unless `--strict`.
     Audit(AuditArgs),
     /// Write every broken tombstone `audit` finds as a real delete, and
     /// every split key's newest state again, through the write rule (a
@@ -98,7 +106,7 @@ enum Command {
     /// Print a topic's records as JSON lines, `{"partition", "offset",
     /// "key", "value"}`, decrypted, a delete as `"value": null`: in this
     /// library's format with `--keyset`, under subject keys with
-    /// `--subject-kek` (a shredded subject's value as `null` with
+    /// `--subject-keyset` (a shredded subject's value as `null` with
     /// `"shredded": true`), in Confluent's (CSFLE fields, CSPE payloads of
     /// JSON Schema records) with `--schema-registry`.
     Consume(ConsumeArgs),
@@ -108,67 +116,109 @@ enum Command {
     /// delete. Says per subject whether it had a key (exit 1 when one had
     /// none: a subject spelled otherwise than when it was written, or the
     /// wrong key store). Running it again over the same list is safe (and
-    /// shreds what was written for those subjects since).
+    /// shreds what was written for those subjects since). Its subcommands
+    /// `check`, `rewrap` and `create-key-store` work on the key store.
     Shred(ShredArgs),
 }
 
-/// `shred`'s arguments.
+/// `shred`'s arguments: subjects to shred, or a subcommand for the key
+/// store itself.
 #[derive(Args, Debug)]
+// The usage is written out: the hidden flags that spelled the subcommands
+// before would otherwise show in the group of what is required (subjects,
+// or one of them), and a missing subject is said by `shred` itself.
+#[command(
+    args_conflicts_with_subcommands = true,
+    subcommand_negates_reqs = true,
+    override_usage = "tombstone-crypt shred [OPTIONS] --subject-keyset <FILE> \
+        <--subject-key-store <FILE>|--subject-key-topic <TOPIC>> \
+        <--subject <SUBJECT>|--subjects <FILE>>...\n       \
+        tombstone-crypt shred <COMMAND>"
+)]
 pub(crate) struct ShredArgs {
-    /// The subject keys' KEK and store (`--subject-kek` is required).
+    /// What to do with the key store instead of shredding.
+    #[command(subcommand)]
+    pub(crate) mode: Option<ShredMode>,
+    /// The key store and its KEK.
     #[command(flatten)]
-    pub(crate) keys: SubjectKeyArgs,
-    /// The KMS key the KEK keyset file is encrypted with.
-    #[arg(long, value_name = "URI")]
-    pub(crate) decrypt_with: Option<String>,
-    /// The brokers (`host:port,...`), for `--subject-key-topic`.
-    #[arg(long, value_name = "SERVERS")]
-    pub(crate) bootstrap: Option<String>,
-    /// An rdkafka setting, `key=value`; repeatable.
-    #[arg(short = 'X', value_name = "KEY=VALUE")]
-    pub(crate) config: Vec<String>,
+    pub(crate) store: KeyStoreArgs,
     /// A subject to shred (its bytes, as the record key or the value names
     /// it, exactly: no trimming); repeatable.
     #[arg(long, value_name = "SUBJECT")]
     pub(crate) subject: Vec<String>,
-    /// A file of subjects to shred, one per line (`-`: standard input),
-    /// each line exactly the subject's bytes, ended by LF or CRLF; empty
-    /// lines are skipped. A file that starts with a byte-order mark, a line
-    /// with a space or tab at either end, or a line that is not UTF-8 is
-    /// refused before anything is shredded (give such subjects in hex
-    /// with `--hex`).
+    /// A file of subjects to shred, one per line (`-`: standard input, so
+    /// that they never stand on the command line), each line exactly the
+    /// subject's bytes, ended by LF or CRLF; empty lines are skipped. A
+    /// file that starts with a byte-order mark, a line with a space or tab
+    /// at either end, or a line that is not UTF-8 is refused before
+    /// anything is shredded (give such subjects in hex with `--hex`).
     #[arg(long, value_name = "FILE")]
     pub(crate) subjects: Option<PathBuf>,
     /// `--subject` and the lines of `--subjects` are the subjects' bytes
     /// in hex (for subjects that are not UTF-8, or have spaces at an end).
     #[arg(long)]
     pub(crate) hex: bool,
-    /// Instead of shredding: make a new key store (a redb file, created
-    /// exclusively and 0600, or a compacted topic) with its naming key
-    /// under the KEK. Every other command needs a key store that exists
-    /// and refuses a missing one.
-    #[arg(long, conflicts_with_all = ["subject", "subjects"])]
+    /// `shred create-key-store`, as it was spelled before (hidden; for one
+    /// release).
+    #[arg(long, hide = true, conflicts_with_all = ["subject", "subjects"])]
     pub(crate) create_key_store: bool,
-    /// Instead of shredding: wrap every record of the key store again
-    /// under the KEK keyset's primary key (after `keyset rotate` of the
-    /// KEK; then `keyset destroy` the old keys, and a copy of the key store
-    /// made before opens nothing).
-    #[arg(long, conflicts_with_all = ["subject", "subjects", "create_key_store"])]
+    /// `shred rewrap`, as it was spelled before (hidden; for one release).
+    #[arg(long, hide = true, conflicts_with_all = ["subject", "subjects", "create_key_store"])]
     pub(crate) rewrap: bool,
-    /// Instead of shredding: read the whole key store and open every
-    /// record under the KEK (the key store's audit): subjects, DEKs,
-    /// subjects with two DEKs, records that do not open, records not yet
-    /// under the KEK's primary key; on a key-store topic also its records,
-    /// tombstones, shred markers and records not of a key store. Exit 1
-    /// when a record or a record of a shred does not open, a subject has
-    /// two DEKs, the store holds no naming key or two, or the topic holds
-    /// foreign records.
-    #[arg(long, conflicts_with_all = ["subject", "subjects", "rewrap", "create_key_store"])]
+    /// `shred check`, as it was spelled before (hidden; for one release).
+    #[arg(long, hide = true, conflicts_with_all = ["subject", "subjects", "rewrap", "create_key_store"])]
     pub(crate) check: bool,
+}
+
+/// The key store of subject keys, its KEK, and how to reach a key-store
+/// topic.
+#[derive(Args, Debug, Clone)]
+#[command(mut_arg("subject_kek", |a| a.required(true)))]
+pub(crate) struct KeyStoreArgs {
+    /// The subject keys' KEK and store (`--subject-keyset` is required).
+    #[command(flatten)]
+    pub(crate) keys: SubjectKeyArgs,
+    /// The KMS key the KEK keyset file is encrypted with.
+    #[arg(long = "keyset-kms-uri", alias = "decrypt-with", value_name = "URI")]
+    pub(crate) decrypt_with: Option<String>,
+    /// The brokers (`host:port,...`), for `--subject-key-topic`.
+    #[arg(long, value_name = "SERVERS")]
+    pub(crate) bootstrap: Option<String>,
+    /// How to reach the brokers.
+    #[command(flatten)]
+    pub(crate) client: ClientArgs,
+}
+
+/// `shred`'s subcommands: the key store itself.
+#[derive(Subcommand, Debug)]
+pub(crate) enum ShredMode {
+    /// Read the whole key store and open every record under the KEK (the
+    /// key store's audit): subjects, DEKs, subjects with two DEKs, records
+    /// that do not open, records not yet under the KEK's primary key; on a
+    /// key-store topic also its records, tombstones, shred markers and
+    /// records not of a key store. Exit 1 when a record or a record of a
+    /// shred does not open, a subject has two DEKs, the store holds no
+    /// naming key or two, or the topic holds foreign records.
+    Check(KeyStoreArgs),
+    /// Wrap every record of the key store again under the KEK keyset's
+    /// primary key (after `keyset rotate` of the KEK; then `keyset destroy`
+    /// the old keys, and a copy of the key store made before opens
+    /// nothing).
+    Rewrap(KeyStoreArgs),
+    /// Make a new key store (a redb file, created exclusively and 0600, or
+    /// a compacted topic) with its naming key under the KEK. Every other
+    /// command needs a key store that exists and refuses a missing one.
+    CreateKeyStore(KeyStoreArgs),
 }
 
 /// `consume`'s arguments.
 #[derive(Args, Debug)]
+#[command(group(
+    ArgGroup::new("values")
+        .args(["keyset", "subject_kek", "schema_registry"])
+        .required(true)
+        .multiple(true)
+))]
 pub(crate) struct ConsumeArgs {
     /// The brokers (`host:port,...`).
     #[arg(long, value_name = "SERVERS")]
@@ -180,7 +230,7 @@ pub(crate) struct ConsumeArgs {
     #[arg(long, value_name = "FILE", conflicts_with = "schema_registry")]
     pub(crate) keyset: Option<PathBuf>,
     /// The KMS key the keyset file is encrypted with.
-    #[arg(long, value_name = "URI")]
+    #[arg(long = "keyset-kms-uri", alias = "decrypt-with", value_name = "URI")]
     pub(crate) decrypt_with: Option<String>,
     /// The values' associated data (this library's format; values under
     /// subject keys are always bound to the topic, or --aad-name, and the
@@ -203,7 +253,7 @@ pub(crate) struct ConsumeArgs {
     /// `"shredded": true` (a delete, exit 0).
     #[command(flatten)]
     pub(crate) subject: SubjectKeyArgs,
-    /// With `--subject-kek`: a value whose subject was shredded is an
+    /// With `--subject-keyset`: a value whose subject was shredded is an
     /// error line (exit 1), not a delete (the library's
     /// `SubjectKeys::strict`).
     #[arg(long, requires = "subject_kek")]
@@ -213,28 +263,37 @@ pub(crate) struct ConsumeArgs {
     /// whose plaintext is it prints with `"broken_delete": true`.
     #[arg(long, value_parser = parse_marker)]
     pub(crate) null_marker: Option<NullMarker>,
-    /// An rdkafka setting, `key=value`; repeatable.
-    #[arg(short = 'X', value_name = "KEY=VALUE")]
-    pub(crate) config: Vec<String>,
+    /// How to reach the brokers.
+    #[command(flatten)]
+    pub(crate) client: ClientArgs,
     /// Give up when no record arrives for this many seconds.
-    #[arg(long, default_value_t = 30)]
+    #[arg(long, value_name = "SECONDS", default_value_t = 30)]
     pub(crate) timeout: u64,
     /// Only these partitions (`0-15,32`).
     #[arg(long, value_name = "LIST", value_parser = read::parse_partitions)]
     pub(crate) partitions: Option<BTreeSet<i32>>,
 }
 
-/// Key templates for `keyset new` and `keyset rotate`.
+/// Key templates for `keyset new` and `keyset rotate`: a key's type as
+/// `keyset list` and `inspect` name it (`aes-gcm`, `aes-siv`,
+/// `kms-envelope`), and `aes128-gcm` for the shorter AES-GCM key. Tink's
+/// template names (`AES256_GCM`) and the sized spellings (`aes256-gcm`,
+/// `AES-256-GCM`) are accepted too, in any case.
 #[derive(ValueEnum, Clone, Copy, Debug, PartialEq, Eq)]
 enum Template {
-    /// AES-256-GCM (values).
+    /// AES-GCM with a 256-bit key (values).
+    #[value(name = "aes-gcm", aliases = ["aes256-gcm", "aes-256-gcm", "aes256_gcm"])]
     Aes256Gcm,
-    /// AES-128-GCM (values).
+    /// AES-GCM with a 128-bit key (values).
+    #[value(name = "aes128-gcm", aliases = ["aes-128-gcm", "aes128_gcm"])]
     Aes128Gcm,
-    /// AES-256-SIV, deterministic (record keys).
+    /// AES-SIV with a 512-bit key (two AES-256 keys), deterministic
+    /// (record keys).
+    #[value(name = "aes-siv", aliases = ["aes256-siv", "aes-256-siv", "aes256_siv"])]
     Aes256Siv,
-    /// Envelope encryption under a KMS key (`--kek-uri`), AES-256-GCM
-    /// data keys (values).
+    /// Envelope encryption under a KMS key (`--envelope-kms-uri`), AES-GCM
+    /// data keys with 256-bit keys (values).
+    #[value(name = "kms-envelope", aliases = ["kms_envelope"])]
     KmsEnvelope,
 }
 
@@ -244,11 +303,11 @@ enum KeysetCommand {
     /// A new keyset with one key.
     New {
         /// The key type.
-        #[arg(long, value_enum, default_value = "aes256-gcm")]
+        #[arg(long, value_enum, ignore_case = true, default_value = "aes-gcm")]
         template: Template,
         /// For `kms-envelope`: the KMS key that wraps the data keys
         /// (`aws-kms://arn:...`, `hcvault://host/transit/keys/name`).
-        #[arg(long)]
+        #[arg(long = "envelope-kms-uri", alias = "kek-uri", value_name = "URI")]
         kek_uri: Option<String>,
         /// Where the keyset goes.
         #[command(flatten)]
@@ -261,10 +320,11 @@ enum KeysetCommand {
         #[command(flatten)]
         file: InArgs,
         /// The new key's type (default: the primary's).
-        #[arg(long, value_enum)]
+        #[arg(long, value_enum, ignore_case = true)]
         template: Option<Template>,
-        /// For a `kms-envelope` template: the KMS key.
-        #[arg(long)]
+        /// For a `kms-envelope` template: the KMS key that wraps the new
+        /// key's data keys.
+        #[arg(long = "envelope-kms-uri", alias = "kek-uri", value_name = "URI")]
         kek_uri: Option<String>,
         /// Where the keyset goes.
         #[command(flatten)]
@@ -272,9 +332,13 @@ enum KeysetCommand {
     },
     /// Key ids, statuses, types and the primary (never key material).
     List {
-        /// The keyset file.
-        #[command(flatten)]
-        file: InArgs,
+        /// The keyset file (Tink JSON, cleartext or encrypted).
+        #[arg(long = "keyset", alias = "in", value_name = "FILE")]
+        input: PathBuf,
+        /// The KMS key the keyset file is encrypted with (Tink's encrypted
+        /// keyset).
+        #[arg(long = "keyset-kms-uri", alias = "decrypt-with", value_name = "URI")]
+        decrypt_with: Option<String>,
     },
     /// Let a disabled key decrypt again.
     Enable(KeyOp),
@@ -290,23 +354,30 @@ enum KeysetCommand {
 #[derive(Args, Debug)]
 struct InArgs {
     /// The keyset file (Tink JSON, cleartext or encrypted).
-    #[arg(long = "in", value_name = "FILE")]
+    #[arg(long = "keyset", alias = "in", value_name = "FILE")]
     input: PathBuf,
     /// The KMS key the keyset file is encrypted with (Tink's encrypted
-    /// keyset); the result is written encrypted with it too.
-    #[arg(long, value_name = "URI")]
+    /// keyset); the changed keyset is written encrypted with it too,
+    /// unless `--out-keyset-kms-uri` names another.
+    #[arg(long = "keyset-kms-uri", alias = "decrypt-with", value_name = "URI")]
     decrypt_with: Option<String>,
 }
 
 /// Where a `keyset` command writes the keyset.
 #[derive(Args, Debug)]
 struct OutArgs {
-    /// Where to write the keyset (default: stdout for `new`, the input
-    /// file for the others). An existing file is replaced atomically.
-    #[arg(long, value_name = "FILE")]
+    /// Where to write the keyset (readable by its owner only). `new`:
+    /// default stdout, and an existing file is refused (its keys would be
+    /// lost). The others: default the input file, and an existing file is
+    /// replaced atomically.
+    #[arg(long = "out-keyset", alias = "out", value_name = "FILE")]
     out: Option<PathBuf>,
     /// Write Tink's encrypted keyset, encrypted with this KMS key.
-    #[arg(long, value_name = "URI")]
+    #[arg(
+        long = "out-keyset-kms-uri",
+        alias = "encrypt-with",
+        value_name = "URI"
+    )]
     encrypt_with: Option<String>,
 }
 
@@ -333,7 +404,7 @@ struct InspectArgs {
     #[arg(long, value_name = "FILE")]
     keyset: Option<PathBuf>,
     /// The KMS key the keyset file is encrypted with.
-    #[arg(long, value_name = "URI")]
+    #[arg(long = "keyset-kms-uri", alias = "decrypt-with", value_name = "URI")]
     decrypt_with: Option<String>,
     /// The input is a JSON record (its text, not hex): list each of its
     /// encrypted fields (`tombstone_crypt::field`) by path, with its key id
@@ -346,7 +417,7 @@ struct InspectArgs {
     #[arg(long, requires = "fields")]
     topic: Option<String>,
     /// With `--fields`: the record key, as text.
-    #[arg(long, requires = "fields")]
+    #[arg(long, value_name = "KEY", requires = "fields")]
     record_key: Option<String>,
 }
 
@@ -435,13 +506,17 @@ enum ValueKey {
 /// Subject keys (crypto-shredding, `tombstone_crypt::shred`): their KEK and
 /// their store.
 #[derive(Args, Debug, Clone)]
+#[command(group(ArgGroup::new("subject_store").args(["subject_key_store", "subject_key_topic"])))]
 pub(crate) struct SubjectKeyArgs {
-    /// The keyset that wraps the subject keys (their KEK); values written
-    /// under subject keys (first byte 0x53) are read with them, and a
-    /// value whose subject was shredded reads as a delete: `audit` counts
-    /// it as a broken delete (`shredded_values`: `repair` writes its key's
-    /// tombstone), `consume` prints it as `null` with `"shredded": true`.
-    #[arg(long, value_name = "FILE")]
+    /// The keyset that wraps the subject keys (their KEK, a keyset file).
+    /// Values written under subject keys (first byte 0x53) are read with
+    /// them; a shredded subject's value reads as a delete.
+    #[arg(
+        long = "subject-keyset",
+        alias = "subject-kek",
+        value_name = "FILE",
+        requires = "subject_store"
+    )]
     pub(crate) subject_kek: Option<PathBuf>,
     /// The subject keys' store: a redb file.
     #[arg(
@@ -451,9 +526,36 @@ pub(crate) struct SubjectKeyArgs {
         conflicts_with = "subject_key_topic"
     )]
     pub(crate) subject_key_store: Option<PathBuf>,
-    /// The subject keys' store: a compacted topic on the same brokers.
+    /// The subject keys' store: a compacted topic on the brokers of
+    /// `--bootstrap`.
     #[arg(long, value_name = "TOPIC", requires = "subject_kek")]
     pub(crate) subject_key_topic: Option<String>,
+}
+
+/// How every command that talks to the brokers reaches them, beyond
+/// `--bootstrap`.
+#[derive(Args, Debug, Clone)]
+pub(crate) struct ClientArgs {
+    /// An rdkafka setting, `key=value` (as kcat's `-X`); repeatable; over
+    /// `--client-config` and the environment. Not for secrets: the
+    /// command line is in the process list and the shell's history.
+    #[arg(short = 'X', value_name = "KEY=VALUE")]
+    pub(crate) config: Vec<String>,
+    /// A file of rdkafka settings, one `key=value` a line (Java
+    /// properties as Kafka's clients take them: `#` or `!` starts a
+    /// comment line, blank lines skipped, space around the key and before
+    /// the value ignored; no escapes, no continued lines), for secrets
+    /// (`sasl.password`). Then `TOMBSTONE_CRYPT_KAFKA_<SETTING>` variables
+    /// (`TOMBSTONE_CRYPT_KAFKA_SASL_PASSWORD` is `sasl.password`), then
+    /// `-X`: a later one wins.
+    #[arg(long, value_name = "FILE")]
+    pub(crate) client_config: Option<PathBuf>,
+    /// How long the brokers have to answer a first metadata request, in
+    /// seconds, before the command gives up (exit 2); also the default of
+    /// `socket.connection.setup.timeout.ms`. `--timeout` is how long a
+    /// read may then go without a record.
+    #[arg(long, value_name = "SECONDS", default_value_t = 5)]
+    pub(crate) connect_timeout: u64,
 }
 
 /// What the topic commands share.
@@ -465,12 +567,13 @@ struct TopicArgs {
     /// The topic.
     #[arg(long)]
     topic: String,
-    /// The values' keyset file (required, except for `audit
-    /// --schema-registry`).
+    /// The values' keyset file (required unless every value is under
+    /// subject keys, `--subject-keyset`, or, for `audit`, with
+    /// `--schema-registry`).
     #[arg(long, value_name = "FILE")]
     keyset: Option<PathBuf>,
     /// The KMS key the keyset files are encrypted with.
-    #[arg(long, value_name = "URI")]
+    #[arg(long = "keyset-kms-uri", alias = "decrypt-with", value_name = "URI")]
     decrypt_with: Option<String>,
     /// The plaintext a broken layer wrote for a delete: `empty`,
     /// `json-null` (the four bytes `null`), `hex:HEX`, or `none` (no value
@@ -499,11 +602,11 @@ struct TopicArgs {
     /// The record keys' keyset (AES-SIV), when keys are encrypted too.
     #[arg(long, value_name = "FILE")]
     key_keyset: Option<PathBuf>,
-    /// An rdkafka setting, `key=value` (as kcat's `-X`); repeatable.
-    #[arg(short = 'X', value_name = "KEY=VALUE")]
-    config: Vec<String>,
+    /// How to reach the brokers.
+    #[command(flatten)]
+    client: ClientArgs,
     /// Give up when no record arrives for this many seconds.
-    #[arg(long, default_value_t = 30)]
+    #[arg(long, value_name = "SECONDS", default_value_t = 30)]
     timeout: u64,
     /// How many partitions to read at once, each by its own reader
     /// (default: the number of cores).
@@ -518,7 +621,7 @@ struct TopicArgs {
     /// Subject keys, for topics written under them.
     #[command(flatten)]
     subject: SubjectKeyArgs,
-    /// With `--subject-kek`: a value whose subject was shredded is not a
+    /// With `--subject-keyset`: a value whose subject was shredded is not a
     /// delete but a finding (counted in `shredded_values`, undecryptable;
     /// `repair` leaves it), the library's `SubjectKeys::strict`.
     #[arg(long, requires = "subject_kek")]
@@ -589,6 +692,12 @@ impl ProgressArgs {
 
 /// The arguments of `audit`.
 #[derive(Args, Debug)]
+#[command(group(
+    ArgGroup::new("values")
+        .args(["keyset", "subject_kek", "schema_registry"])
+        .required(true)
+        .multiple(true)
+))]
 struct AuditArgs {
     /// The topic and how to read it.
     #[command(flatten)]
@@ -610,6 +719,12 @@ struct AuditArgs {
 
 /// The arguments of `repair`.
 #[derive(Args, Debug)]
+#[command(group(
+    ArgGroup::new("values")
+        .args(["keyset", "subject_kek"])
+        .required(true)
+        .multiple(true)
+))]
 struct RepairArgs {
     /// The topic and how to read it.
     #[command(flatten)]
@@ -640,6 +755,12 @@ enum UnencryptedArg {
 
 /// The arguments of `reencrypt`.
 #[derive(Args, Debug)]
+#[command(group(
+    ArgGroup::new("values")
+        .args(["keyset", "subject_kek"])
+        .required(true)
+        .multiple(true)
+))]
 struct ReencryptArgs {
     /// The topic and how to read it.
     #[command(flatten)]

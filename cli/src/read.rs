@@ -23,7 +23,7 @@ use tombstone_crypt::{AadPolicy, Bytes, KeyStatus, Keyset};
 
 use crate::fields::FieldKeys;
 use crate::key_state::MAX_FORMS;
-use crate::{fail, keysets, Fail, NullMarker, SubjectKeyArgs, TopicArgs, ValueKey};
+use crate::{fail, keysets, ClientArgs, Fail, NullMarker, SubjectKeyArgs, TopicArgs, ValueKey};
 
 /// The header every record the commands write carries: the run's id, so
 /// that a resumed run tells its own records from anyone else's.
@@ -54,6 +54,8 @@ pub(crate) struct Setup {
     pub(crate) config: ClientConfig,
     /// How long a read may go without a record (`--timeout`).
     pub(crate) timeout: Duration,
+    /// How long the brokers have to answer at first (`--connect-timeout`).
+    pub(crate) connect_timeout: Duration,
     /// The key ids of the key keyset, enabled or not, in its order: a
     /// form of a key is the position of its key here.
     pub(crate) form_ids: Vec<u32>,
@@ -67,7 +69,7 @@ pub(crate) struct Setup {
     /// Confluent's format (`audit --schema-registry`): the values are read
     /// with this codec, subject `{topic}-value`, and `keyset` is unused.
     pub(crate) confluent: Option<Arc<ConfluentJson>>,
-    /// Subject keys (`--subject-kek`): values written under them are read
+    /// Subject keys (`--subject-keyset`): values written under them are read
     /// with these.
     pub(crate) subjects: Option<Arc<SubjectValues>>,
 }
@@ -75,11 +77,11 @@ pub(crate) struct Setup {
 /// Values under subject keys, read as bytes.
 pub(crate) type SubjectValues = SubjectEncrypting<Bytes, [u8]>;
 
-/// The subject keys `a` names (`None` without `--subject-kek`): the KEK
+/// The subject keys `a` names (`None` without `--subject-keyset`): the KEK
 /// keyset, and the redb file or the compacted topic (on `config`'s
 /// brokers) that keeps them. The store must exist and hold a naming key
 /// the KEK opens (a mistyped path or topic is an error, never an empty
-/// store), unless `create` (`shred --create-key-store`), which makes it.
+/// store), unless `create` (`shred create-key-store`), which makes it.
 ///
 /// # Errors
 /// A keyset that does not load, a store that does not exist (or, with
@@ -89,6 +91,7 @@ pub(crate) fn subject_keys(
     a: &SubjectKeyArgs,
     decrypt_with: Option<&str>,
     config: Option<&ClientConfig>,
+    connect: Duration,
     create: bool,
     strict: bool,
 ) -> Result<Option<Arc<SubjectKeys>>, Fail> {
@@ -113,6 +116,7 @@ pub(crate) fn subject_keys(
                 let config = config
                     .cloned()
                     .ok_or_else(|| fail("--subject-key-topic needs --bootstrap"))?;
+                reach(&config, topic, connect)?;
                 let log = if create {
                     // A new key store: a topic that exists and holds
                     // records is another topic (or another key store).
@@ -138,7 +142,7 @@ pub(crate) fn subject_keys(
             }
             (None, None) => {
                 return Err(fail(
-                    "--subject-kek needs the key store: --subject-key-store FILE or --subject-key-topic TOPIC",
+                    "--subject-keyset needs the key store: --subject-key-store FILE or --subject-key-topic TOPIC",
                 ))
             }
         };
@@ -181,6 +185,146 @@ pub(crate) fn confluent_codec(url: &str) -> Result<ConfluentJson, Fail> {
     }
     // Avro bytes print as base64 (not arrays of numbers).
     Ok(codec.with_registry(registry).avro_bytes_as_base64())
+}
+
+/// The prefix of the environment variables that hold rdkafka settings:
+/// `TOMBSTONE_CRYPT_KAFKA_SASL_PASSWORD` is `sasl.password`.
+pub(crate) const ENV_PREFIX: &str = "TOMBSTONE_CRYPT_KAFKA_";
+
+/// The most bytes a `--client-config` file may have.
+const MAX_CLIENT_CONFIG: u64 = 1 << 20;
+
+/// The settings of a `--client-config` file: Java properties as Kafka's
+/// clients read them, one `key=value` (or `key:value`) a line, `#` and `!`
+/// comment lines, blank lines skipped, space around the key and before the
+/// value ignored (after it kept, but for a CR). An error names the line,
+/// never its text (it may hold a secret).
+fn properties(path: &std::path::Path) -> Result<Vec<(String, String)>, Fail> {
+    let at = |e: &dyn std::fmt::Display| fail(format!("--client-config {}: {e}", path.display()));
+    let file = std::fs::File::open(path).map_err(|e| at(&e))?;
+    let mut text = zeroize::Zeroizing::new(String::new());
+    std::io::Read::read_to_string(
+        &mut std::io::Read::take(file, MAX_CLIENT_CONFIG + 1),
+        &mut text,
+    )
+    .map_err(|e| at(&e))?;
+    if text.len() as u64 > MAX_CLIENT_CONFIG {
+        return Err(at(&format!("larger than {MAX_CLIENT_CONFIG} bytes")));
+    }
+    let mut settings = Vec::new();
+    for (n, line) in text.lines().enumerate() {
+        let line = line.trim_start();
+        if line.is_empty() || line.starts_with(['#', '!']) {
+            continue;
+        }
+        if line.ends_with('\\') {
+            return Err(at(&format!(
+                "line {}: ends with a backslash (continued lines and escapes are not read)",
+                n + 1
+            )));
+        }
+        let Some((key, value)) = line.split_once(['=', ':']) else {
+            return Err(at(&format!("line {}: expected key=value", n + 1)));
+        };
+        let key = key.trim();
+        if key.is_empty() {
+            return Err(at(&format!("line {}: no key before the =", n + 1)));
+        }
+        settings.push((key.to_owned(), value.trim_start().to_owned()));
+    }
+    Ok(settings)
+}
+
+/// The settings of the `TOMBSTONE_CRYPT_KAFKA_*` variables, in the order
+/// of their names: the name after the prefix in lower case, `_` for `.`.
+fn env_settings() -> Result<Vec<(String, String)>, Fail> {
+    let mut settings = Vec::new();
+    for (name, value) in std::env::vars_os() {
+        let Some(name) = name.to_str().and_then(|n| n.strip_prefix(ENV_PREFIX)) else {
+            continue;
+        };
+        if name.is_empty() {
+            return Err(fail(format!(
+                "{ENV_PREFIX}: no setting named after the prefix"
+            )));
+        }
+        let value = value
+            .into_string()
+            .map_err(|_| fail(format!("{ENV_PREFIX}{name}: not UTF-8")))?;
+        settings.push((name.to_ascii_lowercase().replace('_', "."), value));
+    }
+    settings.sort();
+    Ok(settings)
+}
+
+/// The client configuration `--bootstrap` and `client` give: the
+/// brokers, then the settings of `--client-config`, of the
+/// `TOMBSTONE_CRYPT_KAFKA_*` variables and of each `-X`, in that order (a
+/// later one wins), and `socket.connection.setup.timeout.ms` from
+/// `--connect-timeout` unless one of them names it.
+///
+/// # Errors
+/// A `--client-config` that cannot be read or has a line that is not a
+/// setting, a variable that is not UTF-8, a `-X` without `=`.
+pub(crate) fn client_config(bootstrap: &str, client: &ClientArgs) -> Result<ClientConfig, Fail> {
+    let mut config = ClientConfig::new();
+    config.set("bootstrap.servers", bootstrap);
+    if let Some(path) = &client.client_config {
+        for (k, v) in properties(path)? {
+            config.set(k, v);
+        }
+    }
+    for (k, v) in env_settings()? {
+        config.set(k, v);
+    }
+    for kv in &client.config {
+        let (k, v) = kv
+            .split_once('=')
+            .ok_or_else(|| fail(format!("-X {kv}: expected key=value")))?;
+        config.set(k.trim(), v.trim());
+    }
+    if config.get("socket.connection.setup.timeout.ms").is_none() {
+        // librdkafka's least is one second.
+        let ms = client.connect_timeout.clamp(1, 3600) * 1000;
+        config.set("socket.connection.setup.timeout.ms", ms.to_string());
+    }
+    Ok(config)
+}
+
+/// Asks the brokers for `topic`'s metadata, giving them
+/// `--connect-timeout`: a broker that is down, unreachable or not Kafka
+/// fails the command here, within seconds, with the brokers named. The
+/// first thing done with the brokers (before a topic's partitions are
+/// read, a key-store topic opened), after every check that needs none.
+///
+/// # Errors
+/// No answer in time, or a client that cannot be made of the settings.
+pub(crate) fn reach(config: &ClientConfig, topic: &str, connect: Duration) -> Result<(), Fail> {
+    let secs = connect.as_secs().max(1);
+    let brokers = config
+        .get("bootstrap.servers")
+        .unwrap_or_default()
+        .to_owned();
+    let probe: BaseConsumer = config.create().map_err(|e| match e {
+        // librdkafka's text may hold the value, which may be a secret.
+        KafkaError::ClientConfig(_, desc, key, value) => {
+            let desc = if value.is_empty() {
+                desc
+            } else {
+                desc.replace(&value, "(the value)")
+            };
+            fail(format!("the Kafka client setting {key}: {desc}"))
+        }
+        e => fail(format!("the Kafka client settings: {e}")),
+    })?;
+    probe
+        .fetch_metadata(Some(topic), connect)
+        .map(drop)
+        .map_err(|e| {
+            fail(format!(
+                "no answer from the brokers at {brokers} within {secs} s (--connect-timeout): {e}"
+            ))
+        })
 }
 
 /// Loads the keysets and builds the client configuration of a topic
@@ -241,18 +385,12 @@ pub(crate) fn setup_with(a: &TopicArgs, confluent: Option<ConfluentJson>) -> Res
         Some(n) => n,
         None => std::thread::available_parallelism().map_or(1, usize::from),
     };
-    let mut config = ClientConfig::new();
-    config.set("bootstrap.servers", &a.bootstrap);
-    for kv in &a.config {
-        let (k, v) = kv
-            .split_once('=')
-            .ok_or_else(|| fail(format!("-X {kv}: expected key=value")))?;
-        config.set(k.trim(), v.trim());
-    }
+    let config = client_config(&a.bootstrap, &a.client)?;
     let subjects = subject_keys(
         &a.subject,
         a.decrypt_with.as_deref(),
         Some(&config),
+        Duration::from_secs(a.client.connect_timeout.max(1)),
         false,
         a.strict,
     )?
@@ -268,6 +406,7 @@ pub(crate) fn setup_with(a: &TopicArgs, confluent: Option<ConfluentJson>) -> Res
         aad: a.aad.into(),
         config,
         timeout: Duration::from_secs(a.timeout.max(1)),
+        connect_timeout: Duration::from_secs(a.client.connect_timeout.max(1)),
         form_ids,
         only: a.partitions.clone(),
         parallel,
@@ -287,18 +426,11 @@ impl Setup {
     pub(crate) fn for_reading(
         topic: &str,
         bootstrap: &str,
-        settings: &[String],
+        client: &ClientArgs,
         timeout: u64,
         only: Option<BTreeSet<i32>>,
     ) -> Result<Setup, Fail> {
-        let mut config = ClientConfig::new();
-        config.set("bootstrap.servers", bootstrap);
-        for kv in settings {
-            let (k, v) = kv
-                .split_once('=')
-                .ok_or_else(|| fail(format!("-X {kv}: expected key=value")))?;
-            config.set(k.trim(), v.trim());
-        }
+        let config = client_config(bootstrap, client)?;
         Ok(Setup {
             topic: topic.to_owned(),
             name: topic.to_owned(),
@@ -310,6 +442,7 @@ impl Setup {
             aad: AadPolicy::TopicAndKey,
             config,
             timeout: Duration::from_secs(timeout.max(1)),
+            connect_timeout: Duration::from_secs(client.connect_timeout.max(1)),
             form_ids: Vec::new(),
             only,
             parallel: 1,
@@ -448,8 +581,10 @@ pub(crate) type Partitions = Vec<(i32, i64, i64)>;
 /// partition count.
 ///
 /// # Errors
-/// A partition asked for that the topic lacks; the metadata unread.
+/// No answer from the brokers within `--connect-timeout`; a partition
+/// asked for that the topic lacks; the metadata unread.
 pub(crate) fn partitions(s: &Setup) -> Result<(Partitions, usize), Fail> {
+    reach(&s.config, &s.topic, s.connect_timeout)?;
     let all = end_offsets(&consumer(s)?, s)?;
     let count = all.len();
     let Some(only) = &s.only else {

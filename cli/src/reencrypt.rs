@@ -60,7 +60,7 @@ pub(crate) fn reencrypt(args: &ReencryptArgs, out: &Output) -> Result<Outcome, F
     let mut s = setup(&args.topic)?;
     if s.subjects.is_some() {
         return Err(fail(
-            "reencrypt does not rewrite values under subject keys (--subject-kek): they stay under their subjects' keys",
+            "reencrypt does not rewrite values under subject keys (--subject-keyset): they stay under their subjects' keys",
         ));
     }
     s.fields = field_keys(args, &s)?;

@@ -33,7 +33,7 @@ pub(crate) struct Counts {
     /// Values under subject keys whose DEK the key store neither holds nor
     /// records as shredded.
     pub(crate) unknown_subject_keys: u64,
-    /// Values of the subject-key format read without `--subject-kek`.
+    /// Values of the subject-key format read without `--subject-keyset`.
     pub(crate) subject_values_unread: u64,
     /// Records whose key does not decrypt under the key keyset.
     pub(crate) undecryptable_record_keys: u64,
@@ -368,7 +368,7 @@ impl Audit {
         }
         if c.subject_values_unread > 0 {
             text.push_str(&format!(
-                "subject-key values {} (of the subject-key format, first byte 0x53: give --subject-kek and its key store to read them; undecryptable until then)\n",
+                "subject-key values {} (of the subject-key format, first byte 0x53: give --subject-keyset and its key store to read them; undecryptable until then)\n",
                 c.subject_values_unread
             ));
         }

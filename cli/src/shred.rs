@@ -8,7 +8,20 @@ use serde_json::json;
 use tombstone_crypt::shred::Shred;
 
 use crate::read::subject_keys;
-use crate::{fail, Fail, Outcome, Output, ShredArgs};
+use crate::{fail, Fail, KeyStoreArgs, Outcome, Output, ShredArgs, ShredMode};
+
+/// What `shred` does.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Mode {
+    /// Shred the subjects given.
+    Shred,
+    /// `shred check`.
+    Check,
+    /// `shred rewrap`.
+    Rewrap,
+    /// `shred create-key-store`.
+    Create,
+}
 
 /// A subject given in hex.
 fn unhex(text: &str, at: &str) -> Result<Vec<u8>, Fail> {
@@ -99,52 +112,62 @@ fn shown(subject: &[u8], hex_input: bool) -> String {
 /// says how many were shredded before it (run it again: a shred is
 /// idempotent).
 pub(crate) fn shred(args: &ShredArgs, out: &Output) -> Result<Outcome, Fail> {
-    let list = if args.rewrap || args.check || args.create_key_store {
-        Vec::new()
-    } else {
-        subjects(args)?
+    // The subcommand, or the flags that spelled it before.
+    let (store, mode) = match &args.mode {
+        Some(ShredMode::Check(s)) => (s, Mode::Check),
+        Some(ShredMode::Rewrap(s)) => (s, Mode::Rewrap),
+        Some(ShredMode::CreateKeyStore(s)) => (s, Mode::Create),
+        None if args.check => (&args.store, Mode::Check),
+        None if args.rewrap => (&args.store, Mode::Rewrap),
+        None if args.create_key_store => (&args.store, Mode::Create),
+        None => (&args.store, Mode::Shred),
     };
-    let config = match &args.bootstrap {
-        Some(b) => {
-            let mut c = tombstone_crypt::kafka::rdkafka::ClientConfig::new();
-            c.set("bootstrap.servers", b);
-            for kv in &args.config {
-                let (k, v) = kv
-                    .split_once('=')
-                    .ok_or_else(|| fail(format!("-X {kv}: expected key=value")))?;
-                c.set(k.trim(), v.trim());
-            }
-            Some(c)
-        }
+    if store.keys.subject_kek.is_none() {
+        return Err(fail(
+            "--subject-keyset FILE is required (the subject keys' KEK)",
+        ));
+    }
+    let list = if mode == Mode::Shred {
+        subjects(args)?
+    } else {
+        Vec::new()
+    };
+    let config = match &store.bootstrap {
+        Some(b) => Some(crate::read::client_config(b, &store.client)?),
         None => None,
     };
     let keys = subject_keys(
-        &args.keys,
-        args.decrypt_with.as_deref(),
+        &store.keys,
+        store.decrypt_with.as_deref(),
         config.as_ref(),
-        args.create_key_store,
+        std::time::Duration::from_secs(store.client.connect_timeout.max(1)),
+        mode == Mode::Create,
         false,
     )?
-    .ok_or_else(|| fail("--subject-kek FILE is required (the subject keys' KEK)"))?;
-    if args.create_key_store {
-        out.print(
-            "key store made, with its naming key under the KEK\n",
-            &json!({"created": true}),
-        )?;
-        return Ok(Outcome::Clean);
-    }
-    if args.check {
-        return check(args, &keys, config.as_ref(), out);
-    }
-    if args.rewrap {
-        let n = keys
-            .rewrap()
-            .map_err(|e| fail(format!("rewrap: {}", crate::chain(&e))))?;
-        out.print(
-            &format!("{n} key-store records wrapped under the KEK's primary key\n"),
-            &json!({"rewrapped": n}),
-        )?;
-        return Ok(Outcome::Clean);
+    .ok_or_else(|| fail("--subject-keyset FILE is required (the subject keys' KEK)"))?;
+    match mode {
+        Mode::Create => {
+            out.print(
+                "key store made, with its naming key under the KEK\n",
+                &json!({"created": true}),
+            )?;
+            return Ok(Outcome::Clean);
+        }
+        Mode::Check => return check(store, &keys, config.as_ref(), out),
+        Mode::Rewrap => {
+            let n = keys
+                .rewrap()
+                .map_err(|e| fail(format!("rewrap: {}", crate::chain(&e))))?;
+            out.print(
+                &format!(
+                    "{} wrapped under the KEK's primary key\n",
+                    counted(n, "key-store record")
+                ),
+                &json!({"rewrapped": n}),
+            )?;
+            return Ok(Outcome::Clean);
+        }
+        Mode::Shred => {}
     }
     let mut text = String::new();
     let mut report = Vec::with_capacity(list.len());
@@ -152,8 +175,8 @@ pub(crate) fn shred(args: &ShredArgs, out: &Output) -> Result<Outcome, Fail> {
     for (done, subject) in list.iter().enumerate() {
         let found = keys.shred(subject).map_err(|e| {
             fail(format!(
-                "{done} of {} subjects shredded, then: {}",
-                list.len(),
+                "{done} of {} shredded, then: {}",
+                subjects_n(list.len()),
                 crate::chain(&e)
             ))
         })?;
@@ -181,8 +204,8 @@ pub(crate) fn shred(args: &ShredArgs, out: &Output) -> Result<Outcome, Fail> {
         report.push(json!({"subject": name, "state": state, "deks": found.removed()}));
     }
     text.push_str(&format!(
-        "{} subjects: {shredded} shredded, {before} shredded before, {no_key} without a key\n",
-        list.len()
+        "{}: {shredded} shredded, {before} shredded before, {no_key} without a key\n",
+        subjects_n(list.len())
     ));
     out.print(
         &text,
@@ -193,6 +216,16 @@ pub(crate) fn shred(args: &ShredArgs, out: &Output) -> Result<Outcome, Fail> {
     } else {
         Outcome::Findings
     })
+}
+
+/// `n subjects`, or `1 subject`.
+fn subjects_n(n: usize) -> String {
+    counted(n, "subject")
+}
+
+/// `n` and `noun`, in the plural unless `n` is 1.
+fn counted(n: usize, noun: &str) -> String {
+    format!("{n} {noun}{}", if n == 1 { "" } else { "s" })
 }
 
 /// Hex of a subject tag.
@@ -225,9 +258,9 @@ fn topic_counts(
     }))
 }
 
-/// `shred --check`: the key store read whole, every record opened.
+/// `shred check`: the key store read whole, every record opened.
 fn check(
-    args: &ShredArgs,
+    args: &KeyStoreArgs,
     keys: &tombstone_crypt::shred::SubjectKeys,
     config: Option<&tombstone_crypt::kafka::rdkafka::ClientConfig>,
     out: &Output,
@@ -258,15 +291,15 @@ fn check(
         report["topic"] = counts;
     }
     let text = format!(
-        "{} subjects, {} DEKs, {} naming keys, {} subjects shredded ({} DEKs); {} subjects with several DEKs, {} records that do not open, {} records of shreds that do not open, {} not under the KEK's primary key\n",
-        c.subjects,
-        c.deks,
-        c.naming_keys,
-        c.shredded_subjects,
-        c.shredded_deks,
-        c.several_deks.len(),
-        c.not_opening.len(),
-        c.shreds_not_opening.len(),
+        "{}, {}, {}, {} shredded ({}); {} with several DEKs, {} that do not open, {} of shreds that do not open, {} not under the KEK's primary key\n",
+        counted(c.subjects, "subject"),
+        counted(c.deks, "DEK"),
+        counted(c.naming_keys, "naming key"),
+        counted(c.shredded_subjects, "subject"),
+        counted(c.shredded_deks, "DEK"),
+        counted(c.several_deks.len(), "subject"),
+        counted(c.not_opening.len(), "record"),
+        counted(c.shreds_not_opening.len(), "record"),
         c.not_under_primary
     );
     out.print(&text, &report)?;

@@ -258,7 +258,7 @@ fn shred_then_audit_and_repair_a_topic_under_subject_keys_in_a_redb_file() {
     assert_eq!(code(&out), 2);
     let out = cli(&["shred", "--subject-kek", &kek_path, "--subject", "x"]);
     assert_eq!(code(&out), 2);
-    assert!(String::from_utf8_lossy(&out.stderr).contains("key store"));
+    assert!(String::from_utf8_lossy(&out.stderr).contains("--subject-key-store"));
 }
 
 #[test]
@@ -404,7 +404,7 @@ fn consume_prints_a_shredded_subjects_values_as_null_and_shredded() {
         if v.is_some() {
             assert!(line.get("value").is_none(), "{line}");
             assert!(
-                line["error"].as_str().unwrap().contains("--subject-kek"),
+                line["error"].as_str().unwrap().contains("--subject-keyset"),
                 "{line}"
             );
         } else {

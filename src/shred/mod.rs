@@ -622,7 +622,7 @@ impl SubjectKeys {
         }
         let record = self.store.get(&NAMING_ID)?.ok_or_else(|| {
             Error::store(
-                "the key store holds no naming key: not a store of subject keys (a mistyped path or topic?), or one never created (SubjectKeys::create, `shred --create-key-store`)",
+                "the key store holds no naming key: not a store of subject keys (a mistyped path or topic?), or one never created (SubjectKeys::create, `shred create-key-store`)",
                 "no naming key",
             )
         })?;

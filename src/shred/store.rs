@@ -408,7 +408,7 @@ mod redb_store {
             if !path.exists() {
                 return Err(Error::store(
                     format!(
-                        "redb: no key store at {} (make one with RedbKeyStore::create, or `shred --create-key-store`)",
+                        "redb: no key store at {} (make one with RedbKeyStore::create, or `shred create-key-store`)",
                         path.display()
                     ),
                     "not found",
