@@ -1,8 +1,9 @@
-//! docs/CLI.md's shredding walkthrough runs as pasted and prints what the
-//! text after it says: its shell block is read from the file and each line
-//! run with bash (the broker given to the tests in place of
+//! The walkthroughs run as pasted and print what the text after them says:
+//! docs/CLI.md's shredding walkthrough, and the README's demos (the state
+//! store, Kafka, the command line). Each shell block is read from its file
+//! and each line run with bash (the broker given to the tests in place of
 //! `scripts/broker.sh`, a directory of the test's in place of `/tmp`, a
-//! fresh topic in place of `profiles`, the example run as built for the
+//! fresh topic in place of the text's, the examples run as built for the
 //! tests, the command line the one built here); the outputs are checked
 //! against the snippets the text quotes, each of which must still be in the
 //! text.
@@ -30,6 +31,119 @@ fn squeeze(s: &str) -> String {
     s.split_whitespace().collect::<Vec<_>>().join(" ")
 }
 
+/// What one line printed: the line, its exit code, stdout, stderr.
+type Ran = (String, Option<i32>, String, String);
+
+/// Runs a walkthrough's lines (see the module docs), `topic` in place of
+/// `their_topic`.
+fn run_lines(
+    script: &str,
+    bootstrap: &str,
+    dir: &std::path::Path,
+    their_topic: &str,
+    topic: &str,
+) -> Vec<Ran> {
+    let root = common::root::repo_root();
+    let binary = env!("CARGO_BIN_EXE_tombstone-crypt");
+    let mut outputs = Vec::new();
+    for line in script.lines().filter(|l| !l.trim().is_empty()) {
+        let line = line.replace("/tmp/", &format!("{}/", dir.display()));
+        let line = line.replace(&format!(" {their_topic} "), &format!(" {topic} "));
+        let command = if line.starts_with("BOOTSTRAP=$(scripts/broker.sh start")
+            || line.starts_with("scripts/broker.sh stop")
+            || line.starts_with("cargo install --locked --path cli")
+        {
+            continue; // the tests' broker, as $BOOTSTRAP; the command line as built here
+        } else if let Some(rest) = line.strip_prefix("cargo run ") {
+            // As built for the tests (the workspace's features), in debug.
+            let rest = rest
+                .replace("--release ", "")
+                .replace("--features kafka ", "");
+            format!(
+                "cargo run --quiet --manifest-path {}/Cargo.toml -p tombstone-crypt --all-features {rest}",
+                root.display()
+            )
+        } else if let Some(rest) = line.strip_prefix("tombstone-crypt ") {
+            format!("{binary} {rest}")
+        } else {
+            panic!("a line this test does not know how to run: {line}");
+        };
+        let out = Command::new("bash")
+            .arg("-c")
+            .arg(&command)
+            .env("BOOTSTRAP", bootstrap)
+            .current_dir(&root)
+            .output()
+            .unwrap();
+        let stdout = String::from_utf8_lossy(&out.stdout).into_owned();
+        let stderr = String::from_utf8_lossy(&out.stderr).into_owned();
+        assert!(!stderr.contains("panicked"), "{line}: {stderr}");
+        outputs.push((line, out.status.code(), stdout, stderr));
+    }
+    outputs
+}
+
+/// Asserts that `prose` quotes `snippet` and that `ran` printed it, and
+/// exited with `code`.
+fn says(prose: &str, snippet: &str, ran: &Ran, code: i32) {
+    assert!(
+        prose.contains(&squeeze(snippet)),
+        "the text no longer says {snippet:?}"
+    );
+    let printed = squeeze(&format!("{}\n{}", ran.2, ran.3));
+    assert!(
+        printed.contains(&squeeze(snippet)),
+        "{}: no {snippet:?} in {printed}",
+        ran.0
+    );
+    assert_eq!(ran.1, Some(code), "{}: {printed}", ran.0);
+}
+
+#[test]
+fn the_readmes_demos_run_as_pasted() {
+    let Some(bootstrap) = bootstrap() else { return };
+    let root = common::root::repo_root();
+    let readme = std::fs::read_to_string(root.join("README.md")).unwrap();
+    let prose = squeeze(&readme);
+    let dir = std::env::temp_dir().join(format!("walkthrough-readme-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&dir);
+    std::fs::create_dir_all(&dir).unwrap();
+
+    // The state store: the main demo, the first set-up command.
+    let store = run_lines("cargo run --example state_store", &bootstrap, &dir, "", "");
+    assert!(readme.contains("cargo run --example state_store"));
+    says(
+        &prose,
+        "resurrected: naive=12 tombstone-crypt=0",
+        &store[0],
+        0,
+    );
+
+    // Kafka.
+    let kafka = run_lines(block(&readme, "**Kafka.**", "sh"), &bootstrap, &dir, "", "");
+    let [roundtrip] = &kafka[..] else {
+        panic!("one command: {kafka:?}")
+    };
+    assert_eq!(roundtrip.1, Some(0), "{roundtrip:?}");
+
+    // The command line on the naive topic.
+    let topic = fresh_topic("naive-demo");
+    let cli = run_lines(
+        block(&readme, "## The command line", "sh"),
+        &bootstrap,
+        &dir,
+        "naive-demo",
+        &topic,
+    );
+    let [naive, audit, repair] = &cli[..] else {
+        panic!("three commands: {cli:?}")
+    };
+    assert_eq!(naive.1, Some(0), "{naive:?}");
+    says(&prose, "broken tombstones  12", audit, 1);
+    says(&prose, "broken tombstones  0", repair, 0);
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
 #[test]
 fn the_shredding_walkthrough_runs_as_pasted() {
     let Some(bootstrap) = bootstrap() else { return };
@@ -42,71 +156,23 @@ fn the_shredding_walkthrough_runs_as_pasted() {
     let _ = std::fs::remove_dir_all(&dir);
     std::fs::create_dir_all(&dir).unwrap();
     let topic = fresh_topic("walkthrough");
-    let binary = env!("CARGO_BIN_EXE_tombstone-crypt");
-
-    let mut outputs = Vec::new();
-    for line in script.lines().filter(|l| !l.trim().is_empty()) {
-        let line = line.replace("/tmp/", &format!("{}/", dir.display()));
-        let line = line.replace(" profiles ", &format!(" {topic} "));
-        let command = if line.starts_with("BOOTSTRAP=$(scripts/broker.sh start") {
-            continue; // the tests' broker, as $BOOTSTRAP
-        } else if line.starts_with("scripts/broker.sh stop") {
-            continue; // not ours to stop
-        } else if let Some(rest) =
-            line.strip_prefix("cargo run --release --example subject_topic --features kafka -- ")
-        {
-            // As built for the tests (the workspace's features), in debug.
-            format!(
-                "cargo run --quiet --manifest-path {}/Cargo.toml -p tombstone-crypt --all-features --example subject_topic -- {rest}",
-                root.display()
-            )
-        } else if let Some(rest) = line.strip_prefix("tombstone-crypt ") {
-            format!("{binary} {rest}")
-        } else {
-            panic!("a line this test does not know how to run: {line}");
-        };
-        let out = Command::new("bash")
-            .arg("-c")
-            .arg(&command)
-            .env("BOOTSTRAP", &bootstrap)
-            .current_dir(&root)
-            .output()
-            .unwrap();
-        let stdout = String::from_utf8_lossy(&out.stdout).into_owned();
-        let stderr = String::from_utf8_lossy(&out.stderr).into_owned();
-        assert!(!stderr.contains("panicked"), "{line}: {stderr}");
-        outputs.push((line, out.status.code(), stdout, stderr));
-    }
+    let outputs = run_lines(script, &bootstrap, &dir, "profiles", &topic);
     let [example, shred, audit, consume, repair, check] = &outputs[..] else {
         panic!("six commands, not {}: {outputs:?}", outputs.len());
     };
     assert_eq!(example.1, Some(0), "{example:?}");
 
-    // Each snippet the text quotes is in the text, and in what the command
-    // printed.
-    let says = |snippet: &str, what: &(String, Option<i32>, String, String), code: i32| {
-        assert!(
-            prose.contains(&squeeze(snippet)),
-            "docs/CLI.md no longer says {snippet:?}"
-        );
-        let printed = squeeze(&format!("{}\n{}", what.2, what.3));
-        assert!(
-            printed.contains(&squeeze(snippet)),
-            "{}: no {snippet:?} in {printed}",
-            what.0
-        );
-        assert_eq!(what.1, Some(code), "{}: {printed}", what.0);
-    };
-    says("shredded          customer-2 (1 key)", shred, 0);
-    says("broken tombstones  1", audit, 1);
-    says("shredded values    1", audit, 1);
+    says(&prose, "shredded          customer-2 (1 key)", shred, 0);
+    says(&prose, "broken tombstones  1", audit, 1);
+    says(&prose, "shredded values    1", audit, 1);
     says(
+        &prose,
         "wrote 1 tombstones and 0 values for 1 broken and 0 split keys",
         repair,
         0,
     );
-    says("broken tombstones  0", repair, 0);
-    says("3 subjects, 3 DEKs, 1 naming key, 1 subject shredded (1 DEK); 0 subjects with several DEKs", check, 0);
+    says(&prose, "broken tombstones  0", repair, 0);
+    says(&prose, "3 subjects, 3 DEKs, 1 naming key, 1 subject shredded (1 DEK); 0 subjects with several DEKs", check, 0);
 
     // consume prints the lines the text shows.
     let shown: Vec<Value> = block(&doc, heading, "text")
