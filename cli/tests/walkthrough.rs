@@ -145,6 +145,70 @@ fn the_readmes_demos_run_as_pasted() {
 }
 
 #[test]
+fn the_cli_docs_audit_walkthrough_prints_what_it_shows() {
+    let Some(bootstrap) = bootstrap() else { return };
+    let root = common::root::repo_root();
+    let doc = std::fs::read_to_string(root.join("docs/CLI.md")).unwrap();
+    let heading = "`tombstone-crypt` finds them and writes the missing tombstones.";
+    let dir = std::env::temp_dir().join(format!("walkthrough-audit-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&dir);
+    std::fs::create_dir_all(&dir).unwrap();
+    let topic = fresh_topic("naive-demo");
+    let ran = run_lines(
+        block(&doc, heading, "sh"),
+        &bootstrap,
+        &dir,
+        "naive-demo",
+        &topic,
+    );
+    let [naive, audit] = &ran[..] else {
+        panic!("two commands: {ran:?}")
+    };
+    assert_eq!(naive.1, Some(0), "{naive:?}");
+    assert_eq!(audit.1, Some(1), "{audit:?}");
+    // The report, line for line, but for the topic's name and the key id
+    // (each run makes its keyset).
+    let shown = block(&doc, heading, "text").replace("naive-demo", &topic);
+    let id = |s: &str| {
+        s.lines()
+            .find_map(|l| l.split_once(" under key ").map(|(_, id)| id.to_owned()))
+            .unwrap_or_default()
+    };
+    let printed = audit.2.replace(&id(&audit.2), &id(&shown));
+    assert_eq!(printed.trim_end(), shown.trim_end(), "audit's report");
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+#[test]
+fn the_kms_walkthrough_runs_as_pasted() {
+    // The KMS servers' environment, as the test command exports it
+    // (`source "$(scripts/kms.sh start | tail -n 1)"`).
+    if std::env::var_os("VAULT_ADDR").is_none() {
+        assert!(
+            std::env::var_os("CI").is_none(),
+            "VAULT_ADDR is not set: the test command starts the KMS servers"
+        );
+        return;
+    }
+    let Some(bootstrap) = bootstrap() else { return };
+    let root = common::root::repo_root();
+    let guide = std::fs::read_to_string(root.join("src/guide/kms.md")).unwrap();
+    let script: String = block(&guide, "does the same against a real OpenBao", "sh")
+        .lines()
+        .filter(|l| !l.starts_with("source ") && !l.starts_with("scripts/kms.sh stop"))
+        .map(|l| format!("{l}\n"))
+        .collect();
+    let dir = std::env::temp_dir().join(format!("walkthrough-kms-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let ran = run_lines(&script, &bootstrap, &dir, "", "");
+    let [example] = &ran[..] else {
+        panic!("one command: {ran:?}")
+    };
+    assert_eq!(example.1, Some(0), "{example:?}");
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+#[test]
 fn the_shredding_walkthrough_runs_as_pasted() {
     let Some(bootstrap) = bootstrap() else { return };
     let root = common::root::repo_root();
