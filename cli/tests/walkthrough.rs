@@ -109,6 +109,17 @@ fn the_readmes_demos_run_as_pasted() {
     let _ = std::fs::remove_dir_all(&dir);
     std::fs::create_dir_all(&dir).unwrap();
 
+    // The Quick start (the README's block is the example, checked by
+    // scripts/doc-links.py), run.
+    let quick = run_lines("cargo run --example quickstart", &bootstrap, &dir, "", "");
+    assert!(readme.contains("run --example quickstart"));
+    says(
+        &prose,
+        "round trip, tombstone, binding and rotation",
+        &quick[0],
+        0,
+    );
+
     // The state store: the main demo, the first set-up command.
     let store = run_lines("cargo run --example state_store", &bootstrap, &dir, "", "");
     assert!(readme.contains("cargo run --example state_store"));
