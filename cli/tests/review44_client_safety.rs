@@ -1,0 +1,174 @@
+//! Review 44 (break it): client settings that get past the write-safety
+//! checks (`check_ordered`) or print part of a value. Each case runs
+//! against a broker that is not there (127.0.0.1:1): a configuration the
+//! commands refuse is refused before any broker is asked, so reaching
+//! the connect probe ("no answer from the brokers") means it was
+//! accepted and the producer would be made with it.
+
+use std::path::{Path, PathBuf};
+use std::process::{Command, Output, Stdio};
+
+fn run(dir: &Path, args: &[&str], env: &[(&str, &str)]) -> Output {
+    let mut c = Command::new(env!("CARGO_BIN_EXE_tombstone-crypt"));
+    c.args(args)
+        .current_dir(dir)
+        .stdin(Stdio::null())
+        .env("TOMBSTONE_CRYPT_LOCK_DIR", dir.join("locks"));
+    for (k, v) in env {
+        c.env(k, v);
+    }
+    let out = c.output().expect("run tombstone-crypt");
+    assert_ne!(out.status.code(), Some(101), "{args:?} panicked");
+    out
+}
+
+fn stderr(out: &Output) -> String {
+    String::from_utf8_lossy(&out.stderr).into_owned()
+}
+
+struct Dir(PathBuf);
+
+impl Dir {
+    fn new(name: &str) -> Dir {
+        let d = std::env::temp_dir().join(format!("tc-review44-{name}-{}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&d);
+        std::fs::create_dir_all(&d).unwrap();
+        let dir = Dir(d);
+        let keyset = dir.file("values.json");
+        let out = run(&dir.0, &["keyset", "new", "--out-keyset", &keyset], &[]);
+        assert_eq!(out.status.code(), Some(0), "{}", stderr(&out));
+        dir
+    }
+
+    fn file(&self, name: &str) -> String {
+        self.0.join(name).to_str().unwrap().to_owned()
+    }
+}
+
+impl Drop for Dir {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_dir_all(&self.0);
+    }
+}
+
+const NOBODY: &str = "127.0.0.1:1";
+
+/// `repair --apply` (or `reencrypt --apply`) on the broker that is not
+/// there, with `extra` arguments and `env`.
+fn apply(dir: &Dir, command: &str, extra: &[&str], env: &[(&str, &str)]) -> Output {
+    let keyset = dir.file("values.json");
+    let mut args = vec![
+        command,
+        "--apply",
+        "--bootstrap",
+        NOBODY,
+        "--topic",
+        "t",
+        "--keyset",
+        &keyset,
+        "--connect-timeout",
+        "1",
+    ];
+    if command == "repair" {
+        args.extend(["--null-marker", "empty"]);
+    }
+    args.extend_from_slice(extra);
+    run(&dir.0, &args, env)
+}
+
+/// librdkafka strips a `topic.` prefix from a topic property
+/// (`rd_kafka_topic_conf_set`): `topic.acks=1` IS `acks=1`, and
+/// `topic.request.required.acks=0` is `acks=0`. `check_ordered` looks
+/// only at `acks` and `request.required.acks`, so with idempotence off
+/// and one request in flight (the combination it allows), repair and
+/// reencrypt write with acks=1 or 0: the checkpoint moves on after a
+/// chunk the broker never stored.
+#[test]
+fn a_topic_prefixed_acks_is_refused_like_acks() {
+    let dir = Dir::new("topic-acks");
+    let unsafe_x = [
+        "-X",
+        "enable.idempotence=false",
+        "-X",
+        "max.in.flight=1",
+        "-X",
+        "topic.acks=1",
+    ];
+    for command in ["repair", "reencrypt"] {
+        let err = stderr(&apply(&dir, command, &unsafe_x, &[]));
+        assert!(
+            !err.contains("no answer from the brokers") && err.contains("acks"),
+            "{command} --apply -X topic.acks=1 was accepted: {err}"
+        );
+    }
+    // The same from the environment.
+    let env = [
+        ("TOMBSTONE_CRYPT_KAFKA_ENABLE_IDEMPOTENCE", "false"),
+        ("TOMBSTONE_CRYPT_KAFKA_MAX_IN_FLIGHT", "1"),
+        ("TOMBSTONE_CRYPT_KAFKA_TOPIC_REQUEST_REQUIRED_ACKS", "0"),
+    ];
+    let err = stderr(&apply(&dir, "repair", &[], &env));
+    assert!(
+        !err.contains("no answer from the brokers") && err.contains("acks"),
+        "repair --apply with TOMBSTONE_CRYPT_KAFKA_TOPIC_REQUEST_REQUIRED_ACKS=0 was accepted: {err}"
+    );
+}
+
+/// `max.in.flight` and `max.in.flight.requests.per.connection` are one
+/// librdkafka setting under two names. `check_ordered` accepts idempotence
+/// off when EITHER name says 1, but rdkafka's ClientConfig is a HashMap:
+/// both names reach librdkafka in an order that varies per process, so
+/// the producer runs with 5 requests in flight, not idempotent, about half
+/// the time. The "later one wins" precedence of --client-config, the
+/// environment and -X does not hold across the two names either: a
+/// client-config file with `max.in.flight=5`, and the `-X
+/// max.in.flight.requests.per.connection=1` the refusal itself advises.
+#[test]
+fn two_names_of_max_in_flight_that_disagree_are_refused() {
+    let dir = Dir::new("in-flight");
+    let config = dir.file("client.properties");
+    std::fs::write(&config, "enable.idempotence=false\nmax.in.flight=5\n").unwrap();
+    let err = stderr(&apply(
+        &dir,
+        "repair",
+        &[
+            "--client-config",
+            &config,
+            "-X",
+            "max.in.flight.requests.per.connection=1",
+        ],
+        &[],
+    ));
+    assert!(
+        !err.contains("no answer from the brokers"),
+        "idempotence off with max.in.flight=5 and max.in.flight.requests.per.connection=1 was accepted: {err}"
+    );
+}
+
+/// An invalid setting's error should never show its value; for a list
+/// setting librdkafka names only the bad item, which `reach`'s
+/// replace-the-whole-value does not find, so the item is printed.
+#[test]
+fn an_invalid_list_setting_shows_no_part_of_its_value() {
+    let dir = Dir::new("list-leak");
+    let keyset = dir.file("values.json");
+    let out = run(
+        &dir.0,
+        &[
+            "audit",
+            "--bootstrap",
+            NOBODY,
+            "--topic",
+            "t",
+            "--keyset",
+            &keyset,
+            "--connect-timeout",
+            "1",
+        ],
+        &[("TOMBSTONE_CRYPT_KAFKA_DEBUG", "broker,hunter2-secret")],
+    );
+    let err = stderr(&out);
+    assert_eq!(out.status.code(), Some(2), "{err}");
+    assert!(err.contains("debug"), "{err}");
+    assert!(!err.contains("hunter2"), "{err}");
+}
