@@ -172,3 +172,97 @@ fn an_invalid_list_setting_shows_no_part_of_its_value() {
     assert!(err.contains("debug"), "{err}");
     assert!(!err.contains("hunter2"), "{err}");
 }
+
+/// `--bootstrap` is required, but a `bootstrap.servers` in the
+/// `--client-config` file (where Java client.properties files keep it) or
+/// in `TOMBSTONE_CRYPT_KAFKA_BOOTSTRAP_SERVERS` replaces it silently ("a
+/// later one wins"): `repair --apply --bootstrap staging:9092
+/// --client-config prod.properties` reads and WRITES the cluster of the
+/// file. (Run by hand on the local broker: `repair --apply --bootstrap
+/// 127.0.0.1:1 --client-config F` with `bootstrap.servers=<broker>` in F
+/// wrote 12 tombstones there.)
+#[test]
+fn a_bootstrap_in_the_client_settings_does_not_replace_the_one_named() {
+    let dir = Dir::new("bootstrap");
+    let keyset = dir.file("values.json");
+    let config = dir.file("client.properties");
+    std::fs::write(
+        &config,
+        "security.protocol=PLAINTEXT\nbootstrap.servers=127.0.0.2:1\n",
+    )
+    .unwrap();
+    let audit = |extra: &[&str], env: &[(&str, &str)]| {
+        let args = [
+            &[
+                "audit",
+                "--bootstrap",
+                NOBODY,
+                "--topic",
+                "t",
+                "--keyset",
+                &keyset,
+                "--connect-timeout",
+                "1",
+            ][..],
+            extra,
+        ]
+        .concat();
+        stderr(&run(&dir.0, &args, env))
+    };
+    let err = audit(&["--client-config", &config], &[]);
+    assert!(
+        !err.contains("brokers at 127.0.0.2:1"),
+        "the file's bootstrap.servers replaced --bootstrap: {err}"
+    );
+    let err = audit(&[], &[("TOMBSTONE_CRYPT_KAFKA_BOOTSTRAP_SERVERS", "127.0.0.2:1")]);
+    assert!(
+        !err.contains("brokers at 127.0.0.2:1"),
+        "TOMBSTONE_CRYPT_KAFKA_BOOTSTRAP_SERVERS replaced --bootstrap: {err}"
+    );
+}
+
+/// `metadata.broker.list` is librdkafka's other name of
+/// `bootstrap.servers`: both reach librdkafka in HashMap order, so which
+/// cluster a command talks to changes from run to run (and may differ
+/// between the probe, the consumers and the producer of one run, whose
+/// configurations are different maps). With `--bootstrap` naming nobody
+/// and the variable naming the test broker, every run should fail (or be
+/// refused); some reach the broker. Needs TOMBSTONE_KAFKA_BOOTSTRAP.
+#[test]
+fn metadata_broker_list_does_not_race_bootstrap() {
+    let Some(broker) = std::env::var("TOMBSTONE_KAFKA_BOOTSTRAP")
+        .ok()
+        .filter(|b| !b.is_empty())
+    else {
+        eprintln!("skipped: TOMBSTONE_KAFKA_BOOTSTRAP is not set");
+        return;
+    };
+    let dir = Dir::new("broker-list");
+    let keyset = dir.file("values.json");
+    let mut outcomes = Vec::new();
+    for _ in 0..8 {
+        let out = run(
+            &dir.0,
+            &[
+                "audit",
+                "--bootstrap",
+                NOBODY,
+                "--topic",
+                "review44-nothing",
+                "--keyset",
+                &keyset,
+                "--connect-timeout",
+                "1",
+                "--timeout",
+                "2",
+            ],
+            &[("TOMBSTONE_CRYPT_KAFKA_METADATA_BROKER_LIST", &broker)],
+        );
+        outcomes.push(stderr(&out).lines().next().unwrap_or("").to_owned());
+    }
+    assert!(
+        outcomes.iter().all(|l| l.contains("no answer from the brokers at 127.0.0.1:1")
+            || l.contains("metadata.broker.list")),
+        "with --bootstrap {NOBODY}, runs went past the probe to {broker}: {outcomes:#?}"
+    );
+}
