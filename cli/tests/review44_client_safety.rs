@@ -266,3 +266,41 @@ fn metadata_broker_list_does_not_race_bootstrap() {
         "with --bootstrap {NOBODY}, runs went past the probe to {broker}: {outcomes:#?}"
     );
 }
+
+/// Java properties (which `--client-config` says it reads) also separate
+/// a key from its value by whitespace: `sasl.password c2VjcmV0Cg==` is
+/// `sasl.password`. The file reader splits at the first `=` or `:`
+/// instead, so the key becomes `sasl.password c2VjcmV0Cg`, and
+/// librdkafka's "No such configuration property" error, printed with the
+/// key, shows the password (all of it but the base64 padding).
+#[test]
+fn a_whitespace_separated_secret_in_the_client_config_is_not_printed() {
+    let dir = Dir::new("ws-separator");
+    let keyset = dir.file("values.json");
+    let config = dir.file("client.properties");
+    for line in [
+        "sasl.password hunter2c2VjcmV0Cg==",
+        "sasl.password\thunter2:rest",
+    ] {
+        std::fs::write(&config, format!("security.protocol=SASL_SSL\n{line}\n")).unwrap();
+        let out = run(
+            &dir.0,
+            &[
+                "audit",
+                "--bootstrap",
+                NOBODY,
+                "--topic",
+                "t",
+                "--keyset",
+                &keyset,
+                "--client-config",
+                &config,
+                "--connect-timeout",
+                "1",
+            ],
+            &[],
+        );
+        let err = stderr(&out);
+        assert!(!err.contains("hunter2"), "{line:?}: {err}");
+    }
+}
