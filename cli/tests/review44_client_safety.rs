@@ -305,3 +305,33 @@ fn a_whitespace_separated_secret_in_the_client_config_is_not_printed() {
         assert!(!err.contains("hunter2"), "{line:?}: {err}");
     }
 }
+
+/// `produce` keeps a key's records in the write rule's order because
+/// "librdkafka keeps the enqueue order within a partition on an
+/// idempotent producer (or one with a single request in flight)". Not
+/// with `queuing.strategy=lifo` (a topic setting librdkafka still takes):
+/// with idempotence off and one request in flight, `check_ordered`
+/// accepts it and the records queued together land newest first (the
+/// value under a key's new form after the tombstones of its old forms
+/// becomes the reverse). Run by hand on the local broker: `repair --apply
+/// -X enable.idempotence=false -X max.in.flight=1 -X
+/// queuing.strategy=lifo` wrote its 12 tombstones.
+#[test]
+fn a_lifo_queue_is_refused_when_order_rests_on_one_request_in_flight() {
+    let dir = Dir::new("lifo");
+    let x = [
+        "-X",
+        "enable.idempotence=false",
+        "-X",
+        "max.in.flight=1",
+        "-X",
+        "queuing.strategy=lifo",
+    ];
+    for command in ["repair", "reencrypt"] {
+        let err = stderr(&apply(&dir, command, &x, &[]));
+        assert!(
+            !err.contains("no answer from the brokers"),
+            "{command} --apply with queuing.strategy=lifo was accepted: {err}"
+        );
+    }
+}
