@@ -223,14 +223,24 @@ fn properties(path: &std::path::Path) -> Result<Vec<(String, String)>, Fail> {
                 n + 1
             )));
         }
-        let Some((key, value)) = line.split_once(['=', ':']) else {
-            return Err(at(&format!("line {}: expected key=value", n + 1)));
-        };
-        let key = key.trim();
+        // As Java's Properties: the key ends at the first `=`, `:` or
+        // white space; then white space, one `=` or `:`, white space, and
+        // the value.
+        let is_space = |c: char| matches!(c, ' ' | '\t' | '\x0c');
+        let end = line
+            .find(|c: char| c == '=' || c == ':' || is_space(c))
+            .unwrap_or(line.len());
+        let (key, rest) = line.split_at(end);
+        let rest = rest.trim_start_matches(is_space);
+        let rest = rest.strip_prefix(['=', ':']).unwrap_or(rest);
+        let value = rest.trim_start_matches(is_space);
         if key.is_empty() {
             return Err(at(&format!("line {}: no key before the =", n + 1)));
         }
-        settings.push((key.to_owned(), value.trim_start().to_owned()));
+        if value.is_empty() && end == line.len() {
+            return Err(at(&format!("line {}: expected key=value", n + 1)));
+        }
+        settings.push((key.to_owned(), value.to_owned()));
     }
     Ok(settings)
 }
@@ -269,19 +279,20 @@ fn env_settings() -> Result<Vec<(String, String)>, Fail> {
 pub(crate) fn client_config(bootstrap: &str, client: &ClientArgs) -> Result<ClientConfig, Fail> {
     let mut config = ClientConfig::new();
     config.set("bootstrap.servers", bootstrap);
+    let mut named = std::collections::HashMap::new();
     if let Some(path) = &client.client_config {
         for (k, v) in properties(path)? {
-            config.set(k, v);
+            put(&mut config, &mut named, &k, v)?;
         }
     }
     for (k, v) in env_settings()? {
-        config.set(k, v);
+        put(&mut config, &mut named, &k, v)?;
     }
     for kv in &client.config {
         let (k, v) = kv
             .split_once('=')
             .ok_or_else(|| fail(format!("-X {kv}: expected key=value")))?;
-        config.set(k.trim(), v.trim());
+        put(&mut config, &mut named, k, v.trim().to_owned())?;
     }
     if config.get("socket.connection.setup.timeout.ms").is_none() {
         // librdkafka's least is one second.
@@ -289,6 +300,72 @@ pub(crate) fn client_config(bootstrap: &str, client: &ClientArgs) -> Result<Clie
         config.set("socket.connection.setup.timeout.ms", ms.to_string());
     }
     Ok(config)
+}
+
+/// Sets a client setting under the one name this tool reads it by:
+/// librdkafka's aliases (`request.required.acks` for `acks`,
+/// `max.in.flight` for `max.in.flight.requests.per.connection`, a
+/// topic-level setting with the `topic.` prefix) would otherwise reach it
+/// beside the name checked, in no set order, and either could win. The
+/// brokers come from `--bootstrap` alone. One name given again (in a later
+/// source) replaces its value; two names of one setting with different
+/// values are refused (`named`: each setting's name as given).
+///
+/// # Errors
+/// `bootstrap.servers` or `metadata.broker.list`; two names of one setting
+/// that disagree.
+fn put(
+    config: &mut ClientConfig,
+    named: &mut std::collections::HashMap<String, String>,
+    key: &str,
+    value: String,
+) -> Result<(), Fail> {
+    let key = key.trim();
+    let lower = key.to_ascii_lowercase();
+    let name = match lower.as_str() {
+        "bootstrap.servers" | "metadata.broker.list" => {
+            return Err(fail(format!(
+                "the Kafka client setting {key}: the brokers are --bootstrap's (named once: a second list could send the writes elsewhere)"
+            )))
+        }
+        "request.required.acks" | "topic.acks" | "topic.request.required.acks" => "acks",
+        "max.in.flight" => "max.in.flight.requests.per.connection",
+        "topic.queuing.strategy" => "queuing.strategy",
+        "topic.auto.offset.reset" | "topic.auto.commit.enable" => {
+            return Err(fail(format!(
+                "the Kafka client setting {key}: set by this tool for its readers"
+            )))
+        }
+        _ => key,
+    };
+    if let Some(before) = named.get(name) {
+        if before != key && config.get(name).is_some_and(|v| v.trim() != value.trim()) {
+            return Err(fail(format!(
+                "the Kafka client settings {before} and {key}: two names of one setting with different values; give one"
+            )));
+        }
+    }
+    named.insert(name.to_owned(), key.to_owned());
+    config.set(name, value);
+    Ok(())
+}
+
+/// A librdkafka configuration error, its value (and each item of a list
+/// value) left out: the value may be a secret.
+fn config_error(e: KafkaError) -> Fail {
+    match e {
+        KafkaError::ClientConfig(_, desc, key, value) => {
+            let mut desc = desc;
+            if !value.is_empty() {
+                desc = desc.replace(&value, "(the value)");
+                for item in value.split([',', ' ']).filter(|i| i.len() >= 3) {
+                    desc = desc.replace(item, "(part of the value)");
+                }
+            }
+            fail(format!("the Kafka client setting {key}: {desc}"))
+        }
+        e => fail(format!("the Kafka client settings: {e}")),
+    }
 }
 
 /// Asks the brokers for `topic`'s metadata, giving them
@@ -305,18 +382,8 @@ pub(crate) fn reach(config: &ClientConfig, topic: &str, connect: Duration) -> Re
         .get("bootstrap.servers")
         .unwrap_or_default()
         .to_owned();
-    let probe: BaseConsumer = config.create().map_err(|e| match e {
-        // librdkafka's text may hold the value, which may be a secret.
-        KafkaError::ClientConfig(_, desc, key, value) => {
-            let desc = if value.is_empty() {
-                desc
-            } else {
-                desc.replace(&value, "(the value)")
-            };
-            fail(format!("the Kafka client setting {key}: {desc}"))
-        }
-        e => fail(format!("the Kafka client settings: {e}")),
-    })?;
+    // librdkafka's text may hold the value, which may be a secret.
+    let probe: BaseConsumer = config.create().map_err(config_error)?;
     probe
         .fetch_metadata(Some(topic), connect)
         .map(drop)

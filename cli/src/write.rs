@@ -45,6 +45,15 @@ pub(crate) fn check_ordered(config: &ClientConfig) -> Result<(), Fail> {
             }
         }
     }
+    // The order of a partition's records rests on librdkafka's queue being
+    // first in, first out.
+    if let Some(v) = config.get("queuing.strategy") {
+        if !v.trim().eq_ignore_ascii_case("fifo") {
+            return Err(fail(format!(
+                "queuing.strategy={v}: the commands write each key's records in order, which needs the queue first in, first out; leave it out"
+            )));
+        }
+    }
     if idempotent || one_in_flight {
         return Ok(());
     }

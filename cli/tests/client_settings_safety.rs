@@ -1,4 +1,4 @@
-//! Review 44 (break it): client settings that get past the write-safety
+//! Client settings that could get past the write-safety checks
 //! checks (`check_ordered`) or print part of a value. Each case runs
 //! against a broker that is not there (127.0.0.1:1): a configuration the
 //! commands refuse is refused before any broker is asked, so reaching
@@ -30,7 +30,8 @@ struct Dir(PathBuf);
 
 impl Dir {
     fn new(name: &str) -> Dir {
-        let d = std::env::temp_dir().join(format!("tc-review44-{name}-{}", std::process::id()));
+        let d =
+            std::env::temp_dir().join(format!("tc-client-safety-{name}-{}", std::process::id()));
         let _ = std::fs::remove_dir_all(&d);
         std::fs::create_dir_all(&d).unwrap();
         let dir = Dir(d);
@@ -214,7 +215,10 @@ fn a_bootstrap_in_the_client_settings_does_not_replace_the_one_named() {
         !err.contains("brokers at 127.0.0.2:1"),
         "the file's bootstrap.servers replaced --bootstrap: {err}"
     );
-    let err = audit(&[], &[("TOMBSTONE_CRYPT_KAFKA_BOOTSTRAP_SERVERS", "127.0.0.2:1")]);
+    let err = audit(
+        &[],
+        &[("TOMBSTONE_CRYPT_KAFKA_BOOTSTRAP_SERVERS", "127.0.0.2:1")],
+    );
     assert!(
         !err.contains("brokers at 127.0.0.2:1"),
         "TOMBSTONE_CRYPT_KAFKA_BOOTSTRAP_SERVERS replaced --bootstrap: {err}"
@@ -248,7 +252,7 @@ fn metadata_broker_list_does_not_race_bootstrap() {
                 "--bootstrap",
                 NOBODY,
                 "--topic",
-                "review44-nothing",
+                "client-safety-nothing",
                 "--keyset",
                 &keyset,
                 "--connect-timeout",
@@ -261,8 +265,10 @@ fn metadata_broker_list_does_not_race_bootstrap() {
         outcomes.push(stderr(&out).lines().next().unwrap_or("").to_owned());
     }
     assert!(
-        outcomes.iter().all(|l| l.contains("no answer from the brokers at 127.0.0.1:1")
-            || l.contains("metadata.broker.list")),
+        outcomes
+            .iter()
+            .all(|l| l.contains("no answer from the brokers at 127.0.0.1:1")
+                || l.contains("metadata.broker.list")),
         "with --bootstrap {NOBODY}, runs went past the probe to {broker}: {outcomes:#?}"
     );
 }
@@ -282,7 +288,11 @@ fn a_whitespace_separated_secret_in_the_client_config_is_not_printed() {
         "sasl.password hunter2c2VjcmV0Cg==",
         "sasl.password\thunter2:rest",
     ] {
-        std::fs::write(&config, format!("security.protocol=SASL_PLAINTEXT\nsasl.mechanism=PLAIN\n{line}\n")).unwrap();
+        std::fs::write(
+            &config,
+            format!("security.protocol=SASL_PLAINTEXT\nsasl.mechanism=PLAIN\n{line}\n"),
+        )
+        .unwrap();
         let out = run(
             &dir.0,
             &[
