@@ -31,9 +31,13 @@ fn is_true(value: &str) -> bool {
 /// other than `all`). Order per key is the write rule.
 pub(crate) fn check_ordered(config: &ClientConfig) -> Result<(), Fail> {
     let idempotent = config.get("enable.idempotence").is_none_or(is_true);
-    let one_in_flight = ["max.in.flight.requests.per.connection", "max.in.flight"]
+    // `max.in.flight` is librdkafka's alias of the other: given both,
+    // either may win, so every one given must be 1.
+    let in_flight: Vec<&str> = ["max.in.flight.requests.per.connection", "max.in.flight"]
         .iter()
-        .any(|k| config.get(k).is_some_and(|v| v.trim() == "1"));
+        .filter_map(|k| config.get(k))
+        .collect();
+    let one_in_flight = !in_flight.is_empty() && in_flight.iter().all(|v| v.trim() == "1");
     // A delivery report means the record is stored only with acks=all: a
     // checkpoint that moved on after acks=1 (or 0) could lose a chunk.
     for k in ["acks", "request.required.acks"] {

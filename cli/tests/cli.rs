@@ -3210,3 +3210,42 @@ fn inspect_lists_a_json_records_encrypted_fields_and_where_they_authenticate() {
     let out = cli(&a.iter().map(String::as_str).collect::<Vec<_>>());
     assert_eq!(code(&out), 1);
 }
+
+/// `max.in.flight` is librdkafka's alias of
+/// `max.in.flight.requests.per.connection`: given both, librdkafka keeps
+/// whichever rdkafka's map hands it last (a HashMap's order, random per
+/// process), so `=1` and `max.in.flight=5` with idempotence off may run
+/// with 5 requests in flight, where a retry can land a value after its
+/// key's later tombstone. Every one given must be 1: else the command
+/// refuses (exit 2) as it refuses idempotence off with more than one in
+/// flight, and writes nothing.
+#[test]
+fn both_in_flight_aliases_with_different_values_are_refused() {
+    if bootstrap().is_none() {
+        return;
+    }
+    let dir = Dir::new("in-flight-aliases");
+    let (t, values, keys) = keyed_topic(&dir, "in-flight-aliases", 1);
+    produce_keyed(&t, &values, &keys, &many_keys(6));
+    rotate(&t.values_file);
+    let ends = end_offsets(&t.bootstrap, &t.topic, 1);
+    let out = t.run(
+        "reencrypt",
+        &[
+            "--apply",
+            "-X",
+            "enable.idempotence=false",
+            "-X",
+            "max.in.flight.requests.per.connection=1",
+            "-X",
+            "max.in.flight=5",
+        ],
+    );
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(
+        code(&out),
+        2,
+        "written under an unordered producer: {stderr}"
+    );
+    assert_eq!(end_offsets(&t.bootstrap, &t.topic, 1), ends);
+}

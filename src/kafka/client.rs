@@ -729,10 +729,13 @@ where
             }
         };
         // librdkafka's default is 1,000,000 requests in flight.
-        let one_in_flight = ["max.in.flight.requests.per.connection", "max.in.flight"]
+        // `max.in.flight` is librdkafka's alias of the other: given both,
+        // either may win, so every one given must be 1.
+        let in_flight: Vec<&str> = ["max.in.flight.requests.per.connection", "max.in.flight"]
             .into_iter()
-            .find_map(|name| config.get(name))
-            .is_some_and(|v| v.trim() == "1");
+            .filter_map(|name| config.get(name))
+            .collect();
+        let one_in_flight = !in_flight.is_empty() && in_flight.iter().all(|v| v.trim() == "1");
         let release = if idempotent || one_in_flight {
             Release::Queued
         } else {
