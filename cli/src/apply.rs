@@ -201,12 +201,20 @@ fn since(
         Some((first, last)) => vec![first, last],
     };
     let mut seen = vec![AnchorSeen::default(); anchors.len()];
+    // The record just before the run's first write: at its offset as it
+    // was, or gone under a later record of its key.
+    let mut mark_seen = AnchorSeen::default();
     let bar = ProgressBar::hidden();
     // Never from past the partition's end (a topic created again can be
     // shorter): a read there would wait for records that never come.
     let high = watermark(to, p)?;
     let start = (prog.from - 1).max(0).min(high);
     let next = read_partition(to, &to.topic, p, start, None, &bar, |r| {
+        if let Some(m) = &prog.mark {
+            mark_seen.see(m, r, |r| {
+                Mark::of(r.offset, r.timestamp, r.key, r.value) == *m
+            });
+        }
         if r.offset < prog.from {
             if prog.mark.is_some_and(|m| m.offset == r.offset) {
                 found = Some(Mark::of(r.offset, r.timestamp, r.key, r.value));
@@ -262,10 +270,34 @@ fn since(
             )));
         }
     }
+    if let Some(m) = &prog.mark {
+        if let Some(why) = mark_seen.refusal(m, end, "the record before the run's first write") {
+            return Err(elsewhere(why));
+        }
+    }
     for (a, seen) in anchors.iter().zip(&seen) {
         if let Some(why) = seen.refusal(a, end, "the run's acknowledged record") {
             return Err(elsewhere(why));
         }
+    }
+    // None of the run's acknowledged records is there (all compacted under
+    // later records of their keys, or never written here) and no record
+    // from before its first write is there as it was: nothing tells the
+    // partition it wrote from one created again whose writer wrote the
+    // same keys (topic ids would; librdkafka's Rust binding gives none).
+    // Refused rather than risk writing a journal or a plan into another
+    // topic.
+    let mark_there = prog.mark.is_some() && prog.mark == found;
+    if prog.written > 0 && own == 0 && !mark_there {
+        return Err(elsewhere(format!(
+            "none of the {} records the run wrote there is left (each gone under a later record of its key, or never written here){}, so nothing shows it is the partition the run wrote and not one created again, whose journal written into it could bring back a key deleted there. A resume cannot tell them apart and writes nothing; if you know it is the partition the run wrote, delete the checkpoint and its journals and run again (a key the stopped run left between its records may then be lost)",
+            prog.written,
+            if prog.mark.is_some() {
+                ", and the record before its first write is not there as it was"
+            } else {
+                ", and the partition was empty before it"
+            }
+        )));
     }
     Ok(out)
 }
