@@ -461,6 +461,7 @@ impl Job<'_> {
                     mark,
                     written: progress.map_or(0, |prog| prog.written),
                     anchors: progress.and_then(|prog| prog.anchors),
+                    journal: progress.and_then(|prog| prog.journal),
                     // A copy's source, as planned: a resume checks it is
                     // the same partition.
                     source: if same { None } else { last },
@@ -582,6 +583,7 @@ fn replay(
             p,
             Progress {
                 done: through,
+                journal: Some(through),
                 ..prog.after_writes(&keep, &offsets)
             },
         )?;

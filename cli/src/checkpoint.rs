@@ -70,6 +70,13 @@ pub(crate) struct Progress {
     /// record just before `end` when the run planned it, checked the same
     /// way on resume (a source created again is refused).
     pub(crate) source: Option<Mark>,
+    /// The partition's journal: `None` before the run journaled a chunk
+    /// there (recorded before the first is written); then the offset the
+    /// last acknowledged chunk ends below, -1 before one is. A journal is
+    /// never removed before the run completes, so one missing is refused,
+    /// and a journal ending there is done even when `done` moved past it
+    /// (records after it that the run leaves alone).
+    pub(crate) journal: Option<i64>,
 }
 
 impl Progress {
@@ -349,6 +356,14 @@ impl Checkpoint {
                 _ => return Err(what(format!("partition {partition}: bad first and last"))),
             };
             let source = mark_of("source")?;
+            let journal = match &p["journal"] {
+                Value::Null => None,
+                j => Some(
+                    j.as_i64()
+                        .filter(|j| *j >= -1)
+                        .ok_or_else(|| what(format!("partition {partition}: a bad journal")))?,
+                ),
+            };
             match (end, done, from, written) {
                 (Some(end), Some(done), Some(from), Some(written))
                     if done <= end && mark.is_none_or(|m| m.offset + 1 == from) =>
@@ -363,6 +378,7 @@ impl Checkpoint {
                             written,
                             anchors,
                             source,
+                            journal,
                         },
                     );
                 }
@@ -413,7 +429,7 @@ impl Checkpoint {
                     "mark": json_of(p.mark), "written": p.written,
                     "first": json_of(p.anchors.map(|a| a.0)),
                     "last": json_of(p.anchors.map(|a| a.1)),
-                    "source": json_of(p.source)});
+                    "source": json_of(p.source), "journal": p.journal});
                 (k.to_string(), progress)
             })
             .collect();
@@ -499,7 +515,22 @@ impl Checkpoint {
         let path = self.journal_path(partition);
         let bytes = match std::fs::read(&path) {
             Ok(b) => b,
-            Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(None),
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
+                // The checkpoint records that the run journaled a chunk
+                // there: the journal (of a chunk maybe not acknowledged) is
+                // gone, and with it what a key cut between its records
+                // needs.
+                if self
+                    .progress(partition)
+                    .is_some_and(|p| p.journal.is_some())
+                {
+                    return Err(fail(format!(
+                        "{} is missing, and the checkpoint records that the run journaled writes of partition {partition}: its last chunk may hold a key cut between its records, which only the journal can finish. Nothing is written; put the journal back (or, knowing that such a key may be lost, delete the checkpoint and start again)",
+                        path.display()
+                    )));
+                }
+                return Ok(None);
+            }
             Err(e) => return Err(fail(format!("reading {}: {e}", path.display()))),
         };
         let (run, p, through, writes) = parse_journal(&bytes).ok_or_else(|| {
@@ -520,8 +551,9 @@ impl Checkpoint {
                 path.display()
             )));
         };
-        // Its chunk done (the journal not yet replaced by the next's).
-        if through == progress.done {
+        // Its chunk done (the journal not yet replaced by the next's), and
+        // maybe records after it that the run leaves alone.
+        if through == progress.done || progress.journal == Some(through) {
             return Ok(None);
         }
         // A chunk that ends before what is done: no run writes one.
@@ -668,9 +700,18 @@ fn journals_of(path: &Path) -> Vec<PathBuf> {
         .filter(|p| {
             p.file_name()
                 .and_then(|n| n.to_str())
-                .is_some_and(|n| n.starts_with(&prefix) && n.ends_with(".journal"))
+                .is_some_and(|n| is_journal_name(n, &prefix))
         })
         .collect()
+}
+
+/// Whether `name` is `PREFIX` then a partition number then `.journal`
+/// (`PATH.p` then `N.journal`): never the journal of another checkpoint
+/// whose name starts with this one's (`ck` and `ck.part2`).
+fn is_journal_name(name: &str, prefix: &str) -> bool {
+    name.strip_prefix(prefix)
+        .and_then(|rest| rest.strip_suffix(".journal"))
+        .is_some_and(|n| !n.is_empty() && n.bytes().all(|b| b.is_ascii_digit()))
 }
 
 /// Creates `path`, which must not exist (`O_EXCL`: a link there is not
@@ -948,6 +989,7 @@ mod tests {
                 Mark::of(end + 6, None, Some(b"b"), None),
             )),
             source: Some(Mark::of(end - 1, Some(9), Some(b"s"), Some(b""))),
+            journal: Some(-1),
         }
     }
 
@@ -1101,6 +1143,7 @@ mod tests {
             written: 0,
             anchors: None,
             source: None,
+            journal: None,
         };
         let tombstones = start.after_writes(&[w(b"t", None), w(b"u", None)], &[1, 2]);
         assert_eq!(offsets(tombstones), Some((1, 2)), "only tombstones");
@@ -1134,6 +1177,16 @@ mod tests {
         assert!(Checkpoint::create(&path, of(), None).is_err());
         assert_eq!(std::fs::read(&target).unwrap(), b"untouched");
         let _ = std::fs::remove_dir_all(&dir);
+    }
+
+    #[test]
+    fn a_checkpoints_journals_are_its_own_never_those_of_a_longer_name() {
+        assert!(is_journal_name("ck.p0.journal", "ck.p"));
+        assert!(is_journal_name("ck.p17.journal", "ck.p"));
+        assert!(!is_journal_name("ck.part2.p0.journal", "ck.p"));
+        assert!(!is_journal_name("ck.p.journal", "ck.p"));
+        assert!(!is_journal_name("ck.p0.journal.tmp", "ck.p"));
+        assert!(!is_journal_name("ck.p-1.journal", "ck.p"));
     }
 
     #[test]

@@ -175,6 +175,15 @@ impl<'a> Sink<'a> {
         let chunk = std::mem::take(&mut self.chunk);
         self.bytes = 0;
         if !chunk.is_empty() {
+            if self.base.journal.is_none() {
+                // Recorded before the partition's first journal is
+                // written: a resume then knows one must be there.
+                self.base = Progress {
+                    journal: Some(-1),
+                    ..self.base
+                };
+                self.checkpoint.set(self.partition, self.base)?;
+            }
             self.checkpoint.journal(self.partition, through, &chunk)?;
             let offsets = produce(
                 self.producer,
@@ -185,7 +194,10 @@ impl<'a> Sink<'a> {
                 self.fail_after,
             )?;
             self.written += offsets.len() as u64;
-            self.base = self.base.after_writes(&chunk, &offsets);
+            self.base = Progress {
+                journal: Some(through),
+                ..self.base.after_writes(&chunk, &offsets)
+            };
         }
         self.base = Progress {
             done: through,

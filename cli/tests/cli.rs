@@ -2988,8 +2988,8 @@ fn two_processes_split_a_topic_with_partitions() {
 /// second never sent), then compacted: the old form's value is gone from
 /// the topic, and only the journal still holds the key's re-encrypted
 /// value. Resumed, the topic equals the model. The negative control
-/// deletes the journal before the resume, as a resume without one would
-/// be: the key stays deleted.
+/// deletes the journal before the resume: the resume refuses (exit 2) and
+/// writes nothing, rather than leave the key deleted.
 #[test]
 fn reencrypt_stopped_between_a_keys_records_resumes_on_a_compacting_broker() {
     let bootstrap = compacting_bootstrap();
@@ -3034,17 +3034,19 @@ fn reencrypt_stopped_between_a_keys_records_resumes_on_a_compacting_broker() {
             std::fs::remove_file(format!("{ck}.p0.journal")).unwrap();
         }
         let resumed = t.run("reencrypt", &["--apply", "--resume", &ck]);
-        let r = json_of(&resumed);
-        assert_eq!(code(&resumed), 0, "{r}");
         if control {
+            // Without the journal the cut key would be lost: refused.
+            let err = String::from_utf8_lossy(&resumed.stderr);
+            assert_eq!(code(&resumed), 2, "{err}");
+            assert!(err.contains("is missing"), "{err}");
             let got = t.replay();
-            let lost: Vec<_> = model
-                .iter()
-                .filter(|(k, v)| got.get(*k) != Some(v))
-                .map(|(k, _)| String::from_utf8_lossy(k).into_owned())
-                .collect();
-            assert_eq!(lost, ["key-5"], "without the journal, the cut key is lost");
+            assert!(
+                got.get(&b"key-5"[..]).cloned().flatten().is_none(),
+                "nothing written: {err}"
+            );
         } else {
+            let r = json_of(&resumed);
+            assert_eq!(code(&resumed), 0, "{r}");
             assert_eq!(r["written_again"], json!(8), "{r}");
             t.agree(
                 &model,
@@ -3516,5 +3518,227 @@ fn a_resume_into_the_topic_created_again_never_brings_back_a_deleted_key_on_a_co
         "the resume into the topic created again went on (exit {:?}) and key-14, deleted there, is live again: {:?}",
         code(&out),
         back.map(|v| String::from_utf8_lossy(&v).into_owned())
+    );
+}
+
+/// Two partitions, each ending
+/// with a tombstone (a deleted key's, which `reencrypt` leaves alone);
+/// `reencrypt --apply --chunk-records 1 --parallel 1` stopped two records
+/// before its end, so the first partition read is finished: its last chunk
+/// was journaled through the offset after its last live key, and the
+/// final flush recorded it done through the partition's end (after the
+/// trailing tombstone) without a new journal. The resume reads that
+/// finished partition's journal, whose chunk ends before what is done:
+/// the checkpoint records that chunk as the last one acknowledged, so the
+/// journal is done and the resume goes on (it was refused as "not this
+/// run's journal as it wrote it").
+#[test]
+fn a_run_stopped_after_a_partition_ending_in_a_tombstone_resumes() {
+    if bootstrap().is_none() {
+        return;
+    }
+    let dir = Dir::new("finished-partition");
+    let (t, values, keys) = keyed_topic(&dir, "finished-partition", 2);
+    let writes = many_keys(60);
+    produce_keyed(&t, &values, &keys, &writes);
+    // Every deleted key deleted again: both partitions end on a tombstone.
+    let again: Vec<(String, Option<String>)> = writes
+        .iter()
+        .filter(|(_, v)| v.is_none())
+        .cloned()
+        .collect();
+    produce_keyed(&t, &values, &keys, &again);
+    let model = model_of(&writes);
+    rotate(&t.values_file);
+    let live = writes.iter().filter(|(_, v)| v.is_some()).count();
+    let ck = dir.file("run.checkpoint");
+    let stop_at = (live - 2).to_string();
+    let stopped = t.run(
+        "reencrypt",
+        &[
+            "--apply",
+            "--checkpoint",
+            &ck,
+            "--chunk-records",
+            "1",
+            "--parallel",
+            "1",
+            "--fail-after-records",
+            &stop_at,
+        ],
+    );
+    assert!(stopped.status.code().is_none(), "not stopped: {stopped:?}");
+    let resumed = t.run("reencrypt", &["--apply", "--resume", &ck]);
+    assert_eq!(
+        code(&resumed),
+        0,
+        "{}",
+        String::from_utf8_lossy(&resumed.stderr)
+    );
+    t.agree(&model, "stopped after a finished partition, resumed");
+}
+
+/// A run's journals are found by name: `PATH.pN.journal` beside its
+/// checkpoint `PATH`, never another checkpoint's whose name starts with
+/// this one's. Run A (`--checkpoint DIR/ck`, on a
+/// topic of the plain broker, stopped with SIGSTOP once it has begun)
+/// counts as its own the journal of run B (`--checkpoint DIR/ck.part2`,
+/// on the compacting broker: `DIR/ck.part2.p0.journal`), which B left when
+/// it stopped between key-5's old-form tombstone and its value (then
+/// compacted: the journal alone holds key-5's value). A finishes and
+/// removes its journals, never B's: B's resume finishes key-5.
+#[test]
+fn a_finished_run_never_removes_another_runs_journal_on_a_compacting_broker() {
+    let Some(plain) = bootstrap() else {
+        return;
+    };
+    let compacting = compacting_bootstrap();
+    let dir = Dir::new("journal-names");
+    // Run A: long enough to be stopped once begun.
+    let (a, a_values, a_keys) = keyed_topic(&dir, "journal-names-a", 1);
+    assert_eq!(a.bootstrap, plain);
+    produce_keyed(&a, &a_values, &a_keys, &many_keys(3000));
+    rotate(&a.values_file);
+    // Run B's topic, on the compacting broker.
+    let topic = fresh_topic("journal-names-b");
+    create_compacted(&compacting, &topic, 1);
+    let (values_file, values) = new_keyset(&dir, "b-values.json");
+    let (keys_file, keys) = new_key_keyset(&dir, "b-keys.json");
+    let b = KeyedTopic {
+        bootstrap: compacting.clone(),
+        topic: topic.clone(),
+        partitions: 1,
+        values_file,
+        keys_file,
+    };
+    let writes = many_keys(40);
+    produce_keyed(&b, &values, &keys, &writes);
+    let model: State = model_of(&writes);
+    rotate(&b.values_file);
+    rotate(&b.keys_file);
+    let ck_a = dir.file("ck");
+    let ck_b = dir.file("ck.part2");
+    let mut child = Command::new(env!("CARGO_BIN_EXE_tombstone-crypt"))
+        .args(a.args("reencrypt", &["--apply", "--checkpoint", &ck_a, "--quiet"]))
+        .env("TOMBSTONE_CRYPT_LOCK_DIR", common::process::lock_dir())
+        .stdout(std::process::Stdio::null())
+        .stderr(std::process::Stdio::null())
+        .spawn()
+        .unwrap();
+    let deadline = std::time::Instant::now() + Duration::from_secs(60);
+    while !std::path::Path::new(&ck_a).exists() {
+        assert!(std::time::Instant::now() < deadline, "run A never began");
+        assert!(child.try_wait().unwrap().is_none(), "run A ended first");
+        std::thread::sleep(Duration::from_millis(1));
+    }
+    let signal = |sig: &str| {
+        assert!(Command::new("kill")
+            .args([sig, &child.id().to_string()])
+            .status()
+            .unwrap()
+            .success());
+    };
+    signal("-STOP");
+    let stopped = b.run(
+        "reencrypt",
+        &[
+            "--apply",
+            "--checkpoint",
+            &ck_b,
+            "--chunk-records",
+            "8",
+            "--parallel",
+            "1",
+            "--fail-after-records",
+            "9",
+        ],
+    );
+    signal("-CONT");
+    assert!(
+        stopped.status.code().is_none(),
+        "B not stopped: {stopped:?}"
+    );
+    let journal = format!("{ck_b}.p0.journal");
+    assert!(std::path::Path::new(&journal).exists());
+    wait_compacted(&compacting, &topic, Duration::from_secs(60));
+    assert!(child.wait().unwrap().success(), "run A failed");
+    let removed = !std::path::Path::new(&journal).exists();
+    let resumed = b.run("reencrypt", &["--apply", "--resume", &ck_b]);
+    let got = b.replay();
+    let lost: Vec<String> = model
+        .iter()
+        .filter(|(k, v)| v.is_some() && got.get(*k) != Some(v))
+        .map(|(k, _)| String::from_utf8_lossy(k).into_owned())
+        .collect();
+    assert!(
+        !removed && lost.is_empty(),
+        "run A, finished, removed run B's journal {journal}: {removed}; B's resume (exit {:?}) lost {lost:?}",
+        code(&resumed)
+    );
+}
+
+/// A journal changed or cut anywhere is refused, and so is one that is
+/// not there at all when the checkpoint records that the run journaled
+/// writes of the partition. On the compacting broker, a run stopped between key-5's old-form tombstone and its value,
+/// compacted, its journal lost (a cleanup of `*.journal`, a copy of the
+/// checkpoint alone to another machine): the resume refuses (exit 2), as
+/// it refuses a journal cut to 0 bytes, rather than lose key-5.
+#[test]
+fn a_resume_whose_unfinished_journal_is_missing_is_refused_on_a_compacting_broker() {
+    let bootstrap = compacting_bootstrap();
+    let dir = Dir::new("journal-missing");
+    let topic = fresh_topic("journal-missing");
+    create_compacted(&bootstrap, &topic, 1);
+    let (values_file, values) = new_keyset(&dir, "values.json");
+    let (keys_file, keys) = new_key_keyset(&dir, "keys.json");
+    let t = KeyedTopic {
+        bootstrap: bootstrap.clone(),
+        topic: topic.clone(),
+        partitions: 1,
+        values_file,
+        keys_file,
+    };
+    let writes = many_keys(40);
+    produce_keyed(&t, &values, &keys, &writes);
+    let model: State = model_of(&writes);
+    rotate(&t.values_file);
+    rotate(&t.keys_file);
+    let ck = dir.file("run.checkpoint");
+    let stopped = t.run(
+        "reencrypt",
+        &[
+            "--apply",
+            "--checkpoint",
+            &ck,
+            "--chunk-records",
+            "8",
+            "--parallel",
+            "1",
+            "--fail-after-records",
+            "9",
+        ],
+    );
+    assert!(stopped.status.code().is_none(), "not stopped: {stopped:?}");
+    wait_compacted(&bootstrap, &topic, Duration::from_secs(60));
+    let journal = format!("{ck}.p0.journal");
+    // Cut to nothing: refused.
+    let kept = std::fs::read(&journal).unwrap();
+    std::fs::write(&journal, b"").unwrap();
+    let cut = t.run("reencrypt", &["--apply", "--resume", &ck]);
+    assert_eq!(code(&cut), 2, "{}", String::from_utf8_lossy(&cut.stderr));
+    // Gone: taken as nothing to finish.
+    std::fs::remove_file(&journal).unwrap();
+    drop(kept);
+    let resumed = t.run("reencrypt", &["--apply", "--resume", &ck]);
+    let got = t.replay();
+    let lost: Vec<String> = model
+        .iter()
+        .filter(|(k, v)| v.is_some() && got.get(*k) != Some(v))
+        .map(|(k, _)| String::from_utf8_lossy(k).into_owned())
+        .collect();
+    assert!(
+        code(&resumed) == 2 || lost.is_empty(),
+        "the resume without its unfinished journal went on (exit {:?}) and lost {lost:?}",
+        code(&resumed)
     );
 }
