@@ -30,7 +30,9 @@ use tombstone_crypt::kafka::rdkafka::consumer::Consumer as _;
 use tombstone_crypt::kafka::rdkafka::producer::FutureProducer;
 
 use crate::audit::{check_keyset, scan_partition, Pass, Scanned, Upto};
-use crate::checkpoint::{default_lock_dir, Checkpoint, Mark, PartitionLocks, Progress, RunOf};
+use crate::checkpoint::{
+    default_lock_dirs, Checkpoint, LockDir, Mark, PartitionLocks, Progress, RunOf,
+};
 use crate::key_state::{Index, KeyHash};
 use crate::plan::{Command, PlanCounts, Planner};
 use crate::read::{consumer, partitions, progress, read_partition, Rec, Setup};
@@ -674,18 +676,26 @@ pub(crate) fn run(
             let cluster = cluster_id(to)?;
             // One run at a time per partition written, before its
             // checkpoint is made or taken.
-            let lock_dir = match &w.lock_dir {
-                Some(d) => d.clone(),
-                None => default_lock_dir()?,
+            let lock_dirs = match &w.lock_dir {
+                Some(d) => vec![LockDir {
+                    path: d.clone(),
+                    shared: false,
+                }],
+                None => default_lock_dirs()?,
             };
             let bootstrap = to.config.get("bootstrap.servers").unwrap_or_default();
-            let locks = PartitionLocks::take(
-                &lock_dir,
-                cluster.as_deref().unwrap_or(bootstrap),
-                &to.topic,
-                parts.iter().map(|&(p, _, _)| p),
-                w.resume.as_deref().unwrap_or(&w.checkpoint),
-            )?;
+            let locks = lock_dirs
+                .iter()
+                .map(|dir| {
+                    PartitionLocks::take(
+                        dir,
+                        cluster.as_deref().unwrap_or(bootstrap),
+                        &to.topic,
+                        parts.iter().map(|&(p, _, _)| p),
+                        w.resume.as_deref().unwrap_or(&w.checkpoint),
+                    )
+                })
+                .collect::<Result<Vec<_>, _>>()?;
             let ck = match &w.resume {
                 Some(path) => {
                     let ck = Checkpoint::load(path, &of)?;

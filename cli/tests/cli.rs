@@ -3742,3 +3742,152 @@ fn a_resume_whose_unfinished_journal_is_missing_is_refused_on_a_compacting_broke
         code(&resumed)
     );
 }
+
+/// On the compacting broker, a
+/// `reencrypt --apply` stopped between a key's old-form tombstone and its
+/// value (as `reencrypt_stopped_between_a_keys_records_...` stops it), then
+/// compacted: only its journal holds key-5's value. A new run with
+/// another checkpoint file (`--checkpoint`, or the default name in another
+/// directory) on the same partition: the stopped run's partition lock is
+/// still in the lock directory, naming its checkpoint. A new run planning
+/// from the topic, where key-5 is deleted, would lose key-5, which nobody
+/// deleted: it refuses (exit 2) while the checkpoint named there is.
+#[test]
+fn a_new_run_beside_a_stopped_runs_lock_does_not_lose_its_cut_key_on_a_compacting_broker() {
+    let bootstrap = compacting_bootstrap();
+    let dir = Dir::new("stale-lock");
+    let topic = fresh_topic("stale-lock");
+    create_compacted(&bootstrap, &topic, 1);
+    let (values_file, values) = new_keyset(&dir, "values.json");
+    let (keys_file, keys) = new_key_keyset(&dir, "keys.json");
+    let t = KeyedTopic {
+        bootstrap: bootstrap.clone(),
+        topic: topic.clone(),
+        partitions: 1,
+        values_file,
+        keys_file,
+    };
+    let writes = many_keys(40);
+    produce_keyed(&t, &values, &keys, &writes);
+    let model: State = model_of(&writes);
+    rotate(&t.values_file);
+    rotate(&t.keys_file);
+    let locks = dir.file("locks");
+    let ck = dir.file("run.checkpoint");
+    let stopped = t.run(
+        "reencrypt",
+        &[
+            "--apply",
+            "--checkpoint",
+            &ck,
+            "--chunk-records",
+            "8",
+            "--parallel",
+            "1",
+            "--fail-after-records",
+            "9",
+            "--lock-dir",
+            &locks,
+        ],
+    );
+    assert!(stopped.status.code().is_none(), "not stopped: {stopped:?}");
+    wait_compacted(&bootstrap, &topic, Duration::from_secs(60));
+    let held: Vec<String> = std::fs::read_dir(&locks)
+        .unwrap()
+        .filter_map(Result::ok)
+        .map(|e| std::fs::read_to_string(e.path()).unwrap_or_default())
+        .collect();
+    assert!(
+        held.iter().any(|h| h.contains("run.checkpoint")),
+        "the stopped run's lock names its checkpoint: {held:?}"
+    );
+    let other = dir.file("other.checkpoint");
+    let out = t.run(
+        "reencrypt",
+        &["--apply", "--checkpoint", &other, "--lock-dir", &locks],
+    );
+    let got = t.replay();
+    let lost: Vec<String> = model
+        .iter()
+        .filter(|(k, v)| v.is_some() && got.get(*k) != Some(v))
+        .map(|(k, _)| String::from_utf8_lossy(k).into_owned())
+        .collect();
+    assert!(
+        code(&out) == 2 || lost.is_empty(),
+        "a new run beside the stopped one went on (exit {:?}) and lost {lost:?}",
+        code(&out)
+    );
+}
+
+/// Two users' runs on one machine, each with their own HOME (the user's
+/// default lock directory differs: cron and sudo see other ones too), on
+/// overlapping partitions: the second is refused (exit 2) while the first
+/// holds partition 1, by the machine's lock directory that runs take
+/// beside their own when none is given.
+#[test]
+fn runs_of_two_users_on_one_machine_do_not_write_one_partition_at_once() {
+    if bootstrap().is_none() {
+        return;
+    }
+    let dir = Dir::new("two-homes");
+    let (t, values, keys) = keyed_topic(&dir, "two-homes", 3);
+    produce_keyed(&t, &values, &keys, &many_keys(3000));
+    rotate(&t.values_file);
+    let (home_a, home_b) = (dir.file("home-a"), dir.file("home-b"));
+    let user = |home: &str, ck: &str, parts: &str| {
+        let mut c = Command::new(env!("CARGO_BIN_EXE_tombstone-crypt"));
+        c.args(t.args(
+            "reencrypt",
+            &[
+                "--apply",
+                "--quiet",
+                "--checkpoint",
+                ck,
+                "--partitions",
+                parts,
+            ],
+        ))
+        .env_remove("TOMBSTONE_CRYPT_LOCK_DIR")
+        .env_remove("XDG_RUNTIME_DIR")
+        .env("HOME", home);
+        c
+    };
+    let (ck_a, ck_b) = (dir.file("a.checkpoint"), dir.file("b.checkpoint"));
+    let mut first = user(&home_a, &ck_a, "0-1")
+        .stdout(std::process::Stdio::null())
+        .stderr(std::process::Stdio::null())
+        .spawn()
+        .unwrap();
+    let locks = format!("{home_a}/.cache/tombstone-crypt/locks");
+    let deadline = std::time::Instant::now() + Duration::from_secs(60);
+    loop {
+        let held = std::fs::read_dir(&locks).ok().is_some_and(|entries| {
+            entries.filter_map(Result::ok).any(|e| {
+                e.file_name().to_string_lossy().ends_with(".p1.lock")
+                    && std::fs::read_to_string(e.path()).is_ok_and(|h| h.contains("pid"))
+            })
+        });
+        if held {
+            break;
+        }
+        assert!(
+            first.try_wait().unwrap().is_none(),
+            "the first run ended first"
+        );
+        assert!(std::time::Instant::now() < deadline, "never held its locks");
+        std::thread::sleep(Duration::from_millis(2));
+    }
+    let signal = |pid: u32, sig: &str| {
+        let _ = Command::new("kill").args([sig, &pid.to_string()]).status();
+    };
+    signal(first.id(), "-STOP");
+    let second = user(&home_b, &ck_b, "1-2").output().unwrap();
+    signal(first.id(), "-CONT");
+    let _ = first.wait();
+    assert_eq!(
+        code(&second),
+        2,
+        "the second user's run wrote partition 1 while the first's held it: {}",
+        String::from_utf8_lossy(&second.stderr)
+    );
+}
