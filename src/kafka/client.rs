@@ -899,7 +899,16 @@ where
             next: 0,
             choose,
         };
-        self.deliver(out).await.map_err(|failure| failure.error)
+        self.deliver(out).await.map_err(|failure| {
+            // A delivery report saying the partition is unknown: the count
+            // is read again for the next write.
+            if failure.unknown_partition {
+                if let Ok(mut counts) = self.partitions.lock() {
+                    counts.forget(topic);
+                }
+            }
+            failure.error
+        })
     }
 
     /// Hands a write's records to the producer's line (see
