@@ -30,7 +30,9 @@ use tombstone_crypt::kafka::rdkafka::consumer::Consumer as _;
 use tombstone_crypt::kafka::rdkafka::producer::FutureProducer;
 
 use crate::audit::{check_keyset, scan_partition, Pass, Scanned, Upto};
-use crate::checkpoint::{default_lock_dir, Checkpoint, Mark, PartitionLocks, Progress, RunOf};
+use crate::checkpoint::{
+    default_lock_dirs, Checkpoint, LockDir, Mark, PartitionLocks, Progress, RunOf,
+};
 use crate::key_state::{Index, KeyHash};
 use crate::plan::{Command, PlanCounts, Planner};
 use crate::read::{consumer, partitions, progress, read_partition, Rec, Setup};
@@ -201,12 +203,20 @@ fn since(
         Some((first, last)) => vec![first, last],
     };
     let mut seen = vec![AnchorSeen::default(); anchors.len()];
+    // The record just before the run's first write: at its offset as it
+    // was, or gone under a later record of its key.
+    let mut mark_seen = AnchorSeen::default();
     let bar = ProgressBar::hidden();
     // Never from past the partition's end (a topic created again can be
     // shorter): a read there would wait for records that never come.
     let high = watermark(to, p)?;
     let start = (prog.from - 1).max(0).min(high);
     let next = read_partition(to, &to.topic, p, start, None, &bar, |r| {
+        if let Some(m) = &prog.mark {
+            mark_seen.see(m, r, |r| {
+                Mark::of(r.offset, r.timestamp, r.key, r.value) == *m
+            });
+        }
         if r.offset < prog.from {
             if prog.mark.is_some_and(|m| m.offset == r.offset) {
                 found = Some(Mark::of(r.offset, r.timestamp, r.key, r.value));
@@ -262,10 +272,34 @@ fn since(
             )));
         }
     }
+    if let Some(m) = &prog.mark {
+        if let Some(why) = mark_seen.refusal(m, end, "the record before the run's first write") {
+            return Err(elsewhere(why));
+        }
+    }
     for (a, seen) in anchors.iter().zip(&seen) {
         if let Some(why) = seen.refusal(a, end, "the run's acknowledged record") {
             return Err(elsewhere(why));
         }
+    }
+    // None of the run's acknowledged records is there (all compacted under
+    // later records of their keys, or never written here) and no record
+    // from before its first write is there as it was: nothing tells the
+    // partition it wrote from one created again whose writer wrote the
+    // same keys (topic ids would; librdkafka's Rust binding gives none).
+    // Refused rather than risk writing a journal or a plan into another
+    // topic.
+    let mark_there = prog.mark.is_some() && prog.mark == found;
+    if prog.written > 0 && own == 0 && !mark_there {
+        return Err(elsewhere(format!(
+            "none of the {} records the run wrote there is left (each gone under a later record of its key, or never written here){}, so nothing shows it is the partition the run wrote and not one created again, whose journal written into it could bring back a key deleted there. A resume cannot tell them apart and writes nothing; if you know it is the partition the run wrote, delete the checkpoint and its journals and run again (a key the stopped run left between its records may then be lost)",
+            prog.written,
+            if prog.mark.is_some() {
+                ", and the record before its first write is not there as it was"
+            } else {
+                ", and the partition was empty before it"
+            }
+        )));
     }
     Ok(out)
 }
@@ -429,6 +463,7 @@ impl Job<'_> {
                     mark,
                     written: progress.map_or(0, |prog| prog.written),
                     anchors: progress.and_then(|prog| prog.anchors),
+                    journal: progress.and_then(|prog| prog.journal),
                     // A copy's source, as planned: a resume checks it is
                     // the same partition.
                     source: if same { None } else { last },
@@ -550,6 +585,7 @@ fn replay(
             p,
             Progress {
                 done: through,
+                journal: Some(through),
                 ..prog.after_writes(&keep, &offsets)
             },
         )?;
@@ -640,18 +676,26 @@ pub(crate) fn run(
             let cluster = cluster_id(to)?;
             // One run at a time per partition written, before its
             // checkpoint is made or taken.
-            let lock_dir = match &w.lock_dir {
-                Some(d) => d.clone(),
-                None => default_lock_dir()?,
+            let lock_dirs = match &w.lock_dir {
+                Some(d) => vec![LockDir {
+                    path: d.clone(),
+                    shared: false,
+                }],
+                None => default_lock_dirs()?,
             };
             let bootstrap = to.config.get("bootstrap.servers").unwrap_or_default();
-            let locks = PartitionLocks::take(
-                &lock_dir,
-                cluster.as_deref().unwrap_or(bootstrap),
-                &to.topic,
-                parts.iter().map(|&(p, _, _)| p),
-                w.resume.as_deref().unwrap_or(&w.checkpoint),
-            )?;
+            let locks = lock_dirs
+                .iter()
+                .map(|dir| {
+                    PartitionLocks::take(
+                        dir,
+                        cluster.as_deref().unwrap_or(bootstrap),
+                        &to.topic,
+                        parts.iter().map(|&(p, _, _)| p),
+                        w.resume.as_deref().unwrap_or(&w.checkpoint),
+                    )
+                })
+                .collect::<Result<Vec<_>, _>>()?;
             let ck = match &w.resume {
                 Some(path) => {
                     let ck = Checkpoint::load(path, &of)?;

@@ -30,7 +30,7 @@
 
 use std::collections::BTreeMap;
 use std::fs::File;
-use std::io::{Read as _, Write as _};
+use std::io::{Read as _, Seek as _, Write as _};
 use std::path::{Path, PathBuf};
 use std::sync::Mutex;
 
@@ -70,6 +70,13 @@ pub(crate) struct Progress {
     /// record just before `end` when the run planned it, checked the same
     /// way on resume (a source created again is refused).
     pub(crate) source: Option<Mark>,
+    /// The partition's journal: `None` before the run journaled a chunk
+    /// there (recorded before the first is written); then the offset the
+    /// last acknowledged chunk ends below, -1 before one is. A journal is
+    /// never removed before the run completes, so one missing is refused,
+    /// and a journal ending there is done even when `done` moved past it
+    /// (records after it that the run leaves alone).
+    pub(crate) journal: Option<i64>,
 }
 
 impl Progress {
@@ -349,6 +356,14 @@ impl Checkpoint {
                 _ => return Err(what(format!("partition {partition}: bad first and last"))),
             };
             let source = mark_of("source")?;
+            let journal = match &p["journal"] {
+                Value::Null => None,
+                j => Some(
+                    j.as_i64()
+                        .filter(|j| *j >= -1)
+                        .ok_or_else(|| what(format!("partition {partition}: a bad journal")))?,
+                ),
+            };
             match (end, done, from, written) {
                 (Some(end), Some(done), Some(from), Some(written))
                     if done <= end && mark.is_none_or(|m| m.offset + 1 == from) =>
@@ -363,6 +378,7 @@ impl Checkpoint {
                             written,
                             anchors,
                             source,
+                            journal,
                         },
                     );
                 }
@@ -413,7 +429,7 @@ impl Checkpoint {
                     "mark": json_of(p.mark), "written": p.written,
                     "first": json_of(p.anchors.map(|a| a.0)),
                     "last": json_of(p.anchors.map(|a| a.1)),
-                    "source": json_of(p.source)});
+                    "source": json_of(p.source), "journal": p.journal});
                 (k.to_string(), progress)
             })
             .collect();
@@ -499,7 +515,22 @@ impl Checkpoint {
         let path = self.journal_path(partition);
         let bytes = match std::fs::read(&path) {
             Ok(b) => b,
-            Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(None),
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
+                // The checkpoint records that the run journaled a chunk
+                // there: the journal (of a chunk maybe not acknowledged) is
+                // gone, and with it what a key cut between its records
+                // needs.
+                if self
+                    .progress(partition)
+                    .is_some_and(|p| p.journal.is_some())
+                {
+                    return Err(fail(format!(
+                        "{} is missing, and the checkpoint records that the run journaled writes of partition {partition}: its last chunk may hold a key cut between its records, which only the journal can finish. Nothing is written; put the journal back (or, knowing that such a key may be lost, delete the checkpoint and start again)",
+                        path.display()
+                    )));
+                }
+                return Ok(None);
+            }
             Err(e) => return Err(fail(format!("reading {}: {e}", path.display()))),
         };
         let (run, p, through, writes) = parse_journal(&bytes).ok_or_else(|| {
@@ -520,8 +551,9 @@ impl Checkpoint {
                 path.display()
             )));
         };
-        // Its chunk done (the journal not yet replaced by the next's).
-        if through == progress.done {
+        // Its chunk done (the journal not yet replaced by the next's), and
+        // maybe records after it that the run leaves alone.
+        if through == progress.done || progress.journal == Some(through) {
             return Ok(None);
         }
         // A chunk that ends before what is done: no run writes one.
@@ -668,9 +700,18 @@ fn journals_of(path: &Path) -> Vec<PathBuf> {
         .filter(|p| {
             p.file_name()
                 .and_then(|n| n.to_str())
-                .is_some_and(|n| n.starts_with(&prefix) && n.ends_with(".journal"))
+                .is_some_and(|n| is_journal_name(n, &prefix))
         })
         .collect()
+}
+
+/// Whether `name` is `PREFIX` then a partition number then `.journal`
+/// (`PATH.p` then `N.journal`): never the journal of another checkpoint
+/// whose name starts with this one's (`ck` and `ck.part2`).
+fn is_journal_name(name: &str, prefix: &str) -> bool {
+    name.strip_prefix(prefix)
+        .and_then(|rest| rest.strip_suffix(".journal"))
+        .is_some_and(|n| !n.is_empty() && n.bytes().all(|b| b.is_ascii_digit()))
 }
 
 /// Creates `path`, which must not exist (`O_EXCL`: a link there is not
@@ -727,6 +768,20 @@ fn lock(path: &Path) -> Result<File, Fail> {
 /// lets it go.
 pub(crate) struct PartitionLocks {
     held: Vec<(PathBuf, File)>,
+    /// The run's checkpoint, as the lock files name it (absolute).
+    checkpoint: PathBuf,
+}
+
+/// The checkpoint a partition lock file names (`pid N, checkpoint PATH`).
+fn checkpoint_named(holder: &str) -> Option<PathBuf> {
+    let (_, path) = holder.trim_end_matches('\n').split_once(", checkpoint ")?;
+    (!path.is_empty()).then(|| PathBuf::from(path))
+}
+
+/// `path` made absolute (from the current directory), as a lock file
+/// names it.
+fn absolute(path: &Path) -> PathBuf {
+    std::path::absolute(path).unwrap_or_else(|_| path.to_owned())
 }
 
 impl PartitionLocks {
@@ -735,23 +790,29 @@ impl PartitionLocks {
     /// 0700, if missing), naming `checkpoint` in each file for whoever is
     /// refused. Refuses, holding none, when another run holds one.
     pub(crate) fn take(
-        dir: &Path,
+        dir: &LockDir,
         cluster: &str,
         topic: &str,
         partitions: impl IntoIterator<Item = i32>,
         checkpoint: &Path,
     ) -> Result<PartitionLocks, Fail> {
         use std::os::unix::fs::DirBuilderExt as _;
-        std::fs::DirBuilder::new()
-            .recursive(true)
-            .mode(0o700)
-            .create(dir)
-            .map_err(|e| {
-                fail(format!(
-                    "creating the lock directory {}: {e}",
-                    dir.display()
-                ))
-            })?;
+        let shared = dir.shared;
+        let dir = &dir.path;
+        if shared {
+            machine_dir(dir)?;
+        } else {
+            std::fs::DirBuilder::new()
+                .recursive(true)
+                .mode(0o700)
+                .create(dir)
+                .map_err(|e| {
+                    fail(format!(
+                        "creating the lock directory {}: {e}",
+                        dir.display()
+                    ))
+                })?;
+        }
         let digest = sha2::Digest::finalize(sha2::Digest::chain_update(
             sha2::Digest::chain_update(sha2::Sha256::default(), cluster.as_bytes()),
             [&[0u8][..], topic.as_bytes()].concat(),
@@ -768,13 +829,40 @@ impl PartitionLocks {
             })
             .take(100)
             .collect();
-        let mut locks = PartitionLocks { held: Vec::new() };
+        let checkpoint = absolute(checkpoint);
+        let mut locks = PartitionLocks {
+            held: Vec::new(),
+            checkpoint: checkpoint.clone(),
+        };
         for p in partitions {
             let path = dir.join(format!("{readable}-{id}.p{p}.lock"));
-            match lock_partition(&path)? {
+            match lock_partition(&path, shared)? {
                 Some(mut f) => {
+                    // A run that stopped before it finished leaves its lock
+                    // file, naming its checkpoint: while that checkpoint is
+                    // there, its journal may hold a key cut between its
+                    // records, which a new run planning from the topic
+                    // would lose.
+                    let mut before = String::new();
+                    let _ = (&f).take(4096).read_to_string(&mut before);
+                    if let Some(theirs) = checkpoint_named(&before) {
+                        // Another user's that this one cannot see: taken
+                        // as there.
+                        let there = theirs.try_exists().unwrap_or(true);
+                        let same = theirs == checkpoint
+                            || std::fs::canonicalize(&theirs).ok()
+                                == std::fs::canonicalize(&checkpoint).ok()
+                                && there;
+                        if !same && there {
+                            return Err(fail(format!(
+                                "partition {p} of {topic} was being written by a run that stopped before it finished: its checkpoint {} is still there, and its journal may hold writes only it can finish. Resume that run first (--resume {0}), or leave partition {p} out of --partitions; to drop that run, delete its checkpoint and journals (a key it left between its records may then be lost) (the lock: {})",
+                                theirs.display(),
+                                path.display()
+                            )));
+                        }
+                    }
                     // Who holds it, for whoever is refused (best effort).
-                    let _ = f.set_len(0).and_then(|()| {
+                    let _ = f.set_len(0).and_then(|()| f.rewind()).and_then(|()| {
                         writeln!(
                             f,
                             "pid {}, checkpoint {}",
@@ -807,11 +895,17 @@ impl PartitionLocks {
 
 impl Drop for PartitionLocks {
     fn drop(&mut self) {
-        // Removed while still locked: a run that opened the file meanwhile
-        // finds, once it holds the lock, that the path is no longer its
-        // file, and takes the lock again at a new one.
+        // Kept, naming the checkpoint, while the run's checkpoint is there
+        // (stopped before it finished): a run of another checkpoint is
+        // refused those partitions until this one is resumed and done.
+        // Else removed while still locked: a run that opened the file
+        // meanwhile finds, once it holds the lock, that the path is no
+        // longer its file, and takes the lock again at a new one.
+        let unfinished = self.checkpoint.exists();
         for (path, f) in self.held.drain(..) {
-            let _ = std::fs::remove_file(&path);
+            if !unfinished {
+                let _ = std::fs::remove_file(&path);
+            }
             drop(f);
         }
     }
@@ -819,18 +913,28 @@ impl Drop for PartitionLocks {
 
 /// Locks the file at `path` (created 0600 if missing, never through a
 /// link); `None` when another process holds it.
-fn lock_partition(path: &Path) -> Result<Option<File>, Fail> {
+fn lock_partition(path: &Path, shared: bool) -> Result<Option<File>, Fail> {
     use std::os::unix::fs::{MetadataExt as _, OpenOptionsExt as _};
     loop {
-        let f = std::fs::OpenOptions::new()
-            .read(true)
-            .write(true)
-            .create(true)
-            .truncate(false)
-            .mode(0o600)
-            .custom_flags(libc::O_NOFOLLOW)
-            .open(path)
-            .map_err(|e| fail(format!("opening the lock {}: {e}", path.display())))?;
+        let open = |write: bool| {
+            std::fs::OpenOptions::new()
+                .read(true)
+                .write(write)
+                .create(write)
+                .truncate(false)
+                // In the machine's directory, readable by every user (to
+                // lock it), written by its owner only.
+                .mode(if shared { 0o644 } else { 0o600 })
+                .custom_flags(libc::O_NOFOLLOW)
+                .open(path)
+        };
+        let f = match open(true) {
+            // Another user's, in the machine's directory: locked all the
+            // same (a lock needs no write access).
+            Err(e) if shared && e.kind() == std::io::ErrorKind::PermissionDenied => open(false),
+            other => other,
+        }
+        .map_err(|e| fail(format!("opening the lock {}: {e}", path.display())))?;
         match f.try_lock() {
             Ok(()) => {}
             Err(std::fs::TryLockError::WouldBlock) => return Ok(None),
@@ -850,23 +954,81 @@ fn lock_partition(path: &Path) -> Result<Option<File>, Fail> {
     }
 }
 
-/// The directory of the partition locks when `--lock-dir` is not given:
-/// `$TOMBSTONE_CRYPT_LOCK_DIR`, else `$XDG_RUNTIME_DIR/tombstone-crypt/locks`,
-/// else `$HOME/.cache/tombstone-crypt/locks`.
-pub(crate) fn default_lock_dir() -> Result<PathBuf, Fail> {
+/// A directory of partition locks.
+pub(crate) struct LockDir {
+    pub(crate) path: PathBuf,
+    /// The machine's, shared by every user ([`MACHINE_LOCK_DIR`]).
+    pub(crate) shared: bool,
+}
+
+/// The machine's directory of partition locks, which every user's runs
+/// take beside their own when no directory is given: two users' runs (each
+/// with their own `HOME` and `XDG_RUNTIME_DIR`) on one machine never
+/// write one partition at once.
+pub(crate) const MACHINE_LOCK_DIR: &str = "/tmp/tombstone-crypt-locks";
+
+/// The directories of the partition locks when `--lock-dir` is not given:
+/// `$TOMBSTONE_CRYPT_LOCK_DIR` alone; else the user's,
+/// `$XDG_RUNTIME_DIR/tombstone-crypt/locks` or
+/// `$HOME/.cache/tombstone-crypt/locks`, and the machine's
+/// ([`MACHINE_LOCK_DIR`]).
+pub(crate) fn default_lock_dirs() -> Result<Vec<LockDir>, Fail> {
     let var = |k: &str| std::env::var_os(k).filter(|v| !v.is_empty());
+    let own = |path: PathBuf| LockDir {
+        path,
+        shared: false,
+    };
     if let Some(d) = var("TOMBSTONE_CRYPT_LOCK_DIR") {
-        return Ok(PathBuf::from(d));
+        return Ok(vec![own(PathBuf::from(d))]);
     }
-    if let Some(d) = var("XDG_RUNTIME_DIR") {
-        return Ok(PathBuf::from(d).join("tombstone-crypt/locks"));
+    let user = if let Some(d) = var("XDG_RUNTIME_DIR") {
+        PathBuf::from(d).join("tombstone-crypt/locks")
+    } else if let Some(d) = var("HOME") {
+        PathBuf::from(d).join(".cache/tombstone-crypt/locks")
+    } else {
+        return Err(fail(
+            "no directory for the partition locks: set --lock-dir (or TOMBSTONE_CRYPT_LOCK_DIR, XDG_RUNTIME_DIR or HOME); every run that may write the same topic must use the same one",
+        ));
+    };
+    Ok(vec![
+        own(user),
+        LockDir {
+            path: PathBuf::from(MACHINE_LOCK_DIR),
+            shared: true,
+        },
+    ])
+}
+
+/// Makes the machine's lock directory (mode 1777: every user creates
+/// locks there, and removes only their own), or checks the one there: a
+/// directory, not a link, writable by all with the sticky bit.
+fn machine_dir(dir: &Path) -> Result<(), Fail> {
+    use std::os::unix::fs::{DirBuilderExt as _, PermissionsExt as _};
+    let refused = |why: String| {
+        fail(format!(
+            "the machine's lock directory {}: {why}. Give every run that may write the topic the same --lock-dir (or TOMBSTONE_CRYPT_LOCK_DIR)",
+            dir.display()
+        ))
+    };
+    match std::fs::DirBuilder::new().mode(0o700).create(dir) {
+        Ok(()) => {
+            std::fs::set_permissions(dir, std::fs::Permissions::from_mode(0o1777))
+                .map_err(|e| refused(e.to_string()))?;
+        }
+        Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists => {}
+        Err(e) => return Err(refused(e.to_string())),
     }
-    if let Some(d) = var("HOME") {
-        return Ok(PathBuf::from(d).join(".cache/tombstone-crypt/locks"));
+    let md = std::fs::symlink_metadata(dir).map_err(|e| refused(e.to_string()))?;
+    if !md.is_dir() {
+        return Err(refused("not a directory (a link or a file)".into()));
     }
-    Err(fail(
-        "no directory for the partition locks: set --lock-dir (or TOMBSTONE_CRYPT_LOCK_DIR, XDG_RUNTIME_DIR or HOME); every run that may write the same topic must use the same one",
-    ))
+    if md.permissions().mode() & 0o1777 != 0o1777 {
+        return Err(refused(format!(
+            "its mode is {:o}, not 1777 (writable by every user, with the sticky bit)",
+            md.permissions().mode() & 0o7777
+        )));
+    }
+    Ok(())
 }
 
 /// A run id: 16 random bytes in hex.
@@ -948,6 +1110,7 @@ mod tests {
                 Mark::of(end + 6, None, Some(b"b"), None),
             )),
             source: Some(Mark::of(end - 1, Some(9), Some(b"s"), Some(b""))),
+            journal: Some(-1),
         }
     }
 
@@ -1101,6 +1264,7 @@ mod tests {
             written: 0,
             anchors: None,
             source: None,
+            journal: None,
         };
         let tombstones = start.after_writes(&[w(b"t", None), w(b"u", None)], &[1, 2]);
         assert_eq!(offsets(tombstones), Some((1, 2)), "only tombstones");
@@ -1134,6 +1298,16 @@ mod tests {
         assert!(Checkpoint::create(&path, of(), None).is_err());
         assert_eq!(std::fs::read(&target).unwrap(), b"untouched");
         let _ = std::fs::remove_dir_all(&dir);
+    }
+
+    #[test]
+    fn a_checkpoints_journals_are_its_own_never_those_of_a_longer_name() {
+        assert!(is_journal_name("ck.p0.journal", "ck.p"));
+        assert!(is_journal_name("ck.p17.journal", "ck.p"));
+        assert!(!is_journal_name("ck.part2.p0.journal", "ck.p"));
+        assert!(!is_journal_name("ck.p.journal", "ck.p"));
+        assert!(!is_journal_name("ck.p0.journal.tmp", "ck.p"));
+        assert!(!is_journal_name("ck.p-1.journal", "ck.p"));
     }
 
     #[test]

@@ -661,10 +661,13 @@ struct ProgressArgs {
     /// name from the topic and its cluster's id), locked for the run's
     /// life, so two runs never write one partition at once, whatever their
     /// checkpoint files (overlapping `--partitions` are refused, naming
-    /// the partition). Every run that may write the topic must use the
-    /// same directory, on one machine (default: `$TOMBSTONE_CRYPT_LOCK_DIR`,
-    /// else `$XDG_RUNTIME_DIR/tombstone-crypt/locks`, else
-    /// `$HOME/.cache/tombstone-crypt/locks`).
+    /// the partition), and a stopped run's partitions stay its own while
+    /// its checkpoint is there. Every run that may write the topic must use
+    /// the same directory, on one machine (default:
+    /// `$TOMBSTONE_CRYPT_LOCK_DIR`, else both the user's,
+    /// `$XDG_RUNTIME_DIR/tombstone-crypt/locks` or
+    /// `$HOME/.cache/tombstone-crypt/locks`, and the machine's,
+    /// `/tmp/tombstone-crypt-locks`, shared by every user).
     #[arg(long, value_name = "DIR", requires = "apply")]
     lock_dir: Option<PathBuf>,
     /// The tests' negative control: `--resume` writes the journals before

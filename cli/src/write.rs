@@ -31,9 +31,13 @@ fn is_true(value: &str) -> bool {
 /// other than `all`). Order per key is the write rule.
 pub(crate) fn check_ordered(config: &ClientConfig) -> Result<(), Fail> {
     let idempotent = config.get("enable.idempotence").is_none_or(is_true);
-    let one_in_flight = ["max.in.flight.requests.per.connection", "max.in.flight"]
+    // `max.in.flight` is librdkafka's alias of the other: given both,
+    // either may win, so every one given must be 1.
+    let in_flight: Vec<&str> = ["max.in.flight.requests.per.connection", "max.in.flight"]
         .iter()
-        .any(|k| config.get(k).is_some_and(|v| v.trim() == "1"));
+        .filter_map(|k| config.get(k))
+        .collect();
+    let one_in_flight = !in_flight.is_empty() && in_flight.iter().all(|v| v.trim() == "1");
     // A delivery report means the record is stored only with acks=all: a
     // checkpoint that moved on after acks=1 (or 0) could lose a chunk.
     for k in ["acks", "request.required.acks"] {
@@ -180,6 +184,15 @@ impl<'a> Sink<'a> {
         let chunk = std::mem::take(&mut self.chunk);
         self.bytes = 0;
         if !chunk.is_empty() {
+            if self.base.journal.is_none() {
+                // Recorded before the partition's first journal is
+                // written: a resume then knows one must be there.
+                self.base = Progress {
+                    journal: Some(-1),
+                    ..self.base
+                };
+                self.checkpoint.set(self.partition, self.base)?;
+            }
             self.checkpoint.journal(self.partition, through, &chunk)?;
             let offsets = produce(
                 self.producer,
@@ -190,7 +203,10 @@ impl<'a> Sink<'a> {
                 self.fail_after,
             )?;
             self.written += offsets.len() as u64;
-            self.base = self.base.after_writes(&chunk, &offsets);
+            self.base = Progress {
+                journal: Some(through),
+                ..self.base.after_writes(&chunk, &offsets)
+            };
         }
         self.base = Progress {
             done: through,

@@ -93,9 +93,10 @@ pub type RecordHeaders = Vec<(String, Option<Vec<u8>>)>;
 /// `topic.metadata.refresh.interval.ms` (librdkafka's interval for the
 /// metadata its own partitioner uses; 300 s when unset), or
 /// [`with_partition_refresh`](TypedProducer::with_partition_refresh). A
-/// delivery error saying the partition is unknown forgets it at once (and,
-/// on an idempotent producer, a write refused before any of its records
-/// was queued is tried again, once, with the count read again). Until a producer reads the new count it keeps
+/// delivery error saying the partition is unknown forgets it at once (and
+/// a write refused before any of its records was queued is tried again,
+/// once, in its place, with the count read again). The count is read when
+/// a write's turn comes, never before the write has taken its place. Until a producer reads the new count it keeps
 /// the old modulus: after partitions are added, a writer may put a key in
 /// its old partition for up to that interval, and the records a key had
 /// before stay where they were (see the [guide's Kafka chapter](crate::guide::kafka),
@@ -142,7 +143,7 @@ pub struct TypedProducer<K: ?Sized, V: ?Sized, KS, VS> {
     queue_timeout: Duration,
     binding: KeyBinding,
     rule: WriteRule,
-    partitions: Mutex<PartitionCounts>,
+    partitions: std::sync::Arc<Mutex<PartitionCounts>>,
     line: std::sync::Arc<Line>,
     types: PhantomData<fn(&K, &V)>,
 }
@@ -228,6 +229,21 @@ struct Outgoing {
     queued: Vec<DeliveryFuture>,
     /// The next record to queue.
     next: usize,
+    /// An encrypted key's partition, still to be chosen from the topic's
+    /// partition count (read when the write's turn comes, never awaited
+    /// before the write is handed over).
+    choose: Option<Choose>,
+}
+
+/// How an encrypted key's partition is chosen once the partition count is
+/// known: the murmur2 hash of its plaintext (positive), modulo the count.
+struct Choose {
+    hash: u32,
+    counts: std::sync::Arc<Mutex<PartitionCounts>>,
+    /// Chosen already: the count it was chosen from.
+    chosen: Option<u32>,
+    /// Chosen again after the partition was unknown (once at most).
+    retried: bool,
 }
 
 impl Outgoing {
@@ -246,6 +262,105 @@ impl Outgoing {
         future
     }
 
+    fn choose_with(&mut self, n: u32) {
+        if let Some(choose) = &mut self.choose {
+            let partition = i32::try_from(choose.hash % n).unwrap_or(0);
+            for record in &mut self.records {
+                record.partition = Some(partition);
+            }
+            choose.chosen = Some(n);
+        }
+    }
+
+    /// Whether the partition is chosen (or needs no choosing), from a
+    /// partition count kept fresh if need be; never waits.
+    fn choose_now(&mut self) -> bool {
+        let Some(choose) = &self.choose else {
+            return true;
+        };
+        if choose.chosen.is_some() {
+            return true;
+        }
+        let fresh = choose
+            .counts
+            .lock()
+            .ok()
+            .and_then(|m| m.fresh(&self.topic, Instant::now()));
+        match fresh {
+            Some(n) => {
+                self.choose_with(n);
+                true
+            }
+            None => false,
+        }
+    }
+
+    /// Chooses the partition, reading the partition count from the broker
+    /// when the one kept is not fresh (on the writer thread).
+    fn choose_waiting(&mut self) -> Result<(), SendFailure> {
+        if self.choose_now() {
+            return Ok(());
+        }
+        let nothing = |detail: String| SendFailure {
+            error: Error::Kafka {
+                detail,
+                cause: None,
+            },
+            unknown_partition: false,
+            nothing_queued: true,
+        };
+        let md = self
+            .producer
+            .client()
+            .fetch_metadata(Some(&self.topic), self.queue_timeout)
+            .map_err(|e| SendFailure {
+                error: kafka_err(&format!("read the partitions of {}", self.topic), e),
+                unknown_partition: false,
+                nothing_queued: true,
+            })?;
+        let n = md
+            .topics()
+            .iter()
+            .find(|t| t.name() == self.topic)
+            .filter(|t| t.error().is_none())
+            .map_or(0, |t| t.partitions().len());
+        let n = u32::try_from(n).unwrap_or(0);
+        if n == 0 {
+            return Err(nothing(format!(
+                "the topic {} has no partitions the broker reports (create it first): an encrypted key's partition is chosen from the partition count",
+                self.topic
+            )));
+        }
+        if let Some(choose) = &self.choose {
+            if let Ok(mut m) = choose.counts.lock() {
+                m.record(&self.topic, n, Instant::now());
+            }
+        }
+        self.choose_with(n);
+        Ok(())
+    }
+
+    /// Whether `failure` (an unknown partition, nothing of the write
+    /// queued) lets the write choose its partition again from a count read
+    /// anew, once: in its place, on the writer thread. Forgets the count.
+    fn choose_again(&mut self, failure: &SendFailure) -> bool {
+        if !(failure.unknown_partition && failure.nothing_queued) {
+            return false;
+        }
+        let Some(choose) = &mut self.choose else {
+            return false;
+        };
+        if let Ok(mut m) = choose.counts.lock() {
+            m.forget(&self.topic);
+        }
+        if choose.retried {
+            return false;
+        }
+        choose.retried = true;
+        choose.chosen = None;
+        true
+    }
+
     fn failure(&self, error: KafkaError) -> SendFailure {
         SendFailure {
             unknown_partition: is_unknown_partition(&error),
@@ -258,6 +373,11 @@ impl Outgoing {
     /// a full queue. On an idempotent producer the records then go out in
     /// this order whatever happens to any future.
     fn queue_now(&mut self) -> Result<(), SendFailure> {
+        if !self.choose_now() {
+            // The partition count is to be read first: on the writer
+            // thread, in the write's place.
+            return Ok(());
+        }
         while self.next < self.records.len() {
             match self.producer.send_result(self.record(self.next)) {
                 Ok(delivery) => {
@@ -312,7 +432,12 @@ impl Outgoing {
         let deadline = Instant::now() + self.queue_timeout;
         let mut pause = Duration::from_millis(1);
         loop {
-            self.queue_now()?;
+            self.choose_waiting()?;
+            match self.queue_now() {
+                Ok(()) => {}
+                Err(failure) if self.choose_again(&failure) => continue,
+                Err(failure) => return Err(failure),
+            }
             if self.is_queued() {
                 return Ok(());
             }
@@ -330,6 +455,7 @@ impl Outgoing {
     /// next is queued (on the writer thread).
     fn deliver_one_by_one(mut self) -> Result<Delivered, SendFailure> {
         let mut delivered = None;
+        self.choose_waiting()?;
         while !self.is_queued() {
             let before = self.next;
             let deadline = Instant::now() + self.queue_timeout;
@@ -346,7 +472,14 @@ impl Outgoing {
                         std::thread::sleep(pause);
                         pause = (pause * 2).min(Duration::from_millis(50));
                     }
-                    Err((e, _)) => return Err(self.failure(e)),
+                    Err((e, _)) => {
+                        let failure = self.failure(e);
+                        if self.choose_again(&failure) {
+                            self.choose_waiting()?;
+                        } else {
+                            return Err(failure);
+                        }
+                    }
                 }
             }
         }
@@ -442,9 +575,6 @@ struct LineState {
     /// A writer thread is working through the line (the write it took from
     /// the front included): a new write goes behind it.
     draining: bool,
-    /// Writes handed over so far: a write tried again after an unknown
-    /// partition keeps its place only if none was handed after it.
-    handed: u64,
 }
 
 /// A producer's writes, in the order they were handed over: one writer
@@ -474,40 +604,20 @@ impl Line {
             .unwrap_or_else(std::sync::PoisonError::into_inner)
     }
 
-    /// Hands `out` over: queued at once when nothing is ahead of it and the
-    /// queue takes it, else behind the others. With `again` (the ticket of
-    /// its first attempt) it is handed only if no write was handed since.
-    /// Returns its ticket.
-    fn hand(
-        self: &std::sync::Arc<Self>,
-        mut out: Outgoing,
-        again: Option<u64>,
-    ) -> (u64, Result<Hand, SendFailure>) {
+    /// Hands `out` over: queued at once when nothing is ahead of it, its
+    /// partition is known and the queue takes it, else behind the others.
+    fn hand(self: &std::sync::Arc<Self>, mut out: Outgoing) -> Result<Hand, SendFailure> {
         let mut state = self.lock();
-        if again.is_some_and(|ticket| ticket != state.handed) {
-            let failure = SendFailure {
-                error: Error::Kafka {
-                    detail: format!(
-                        "produce to {}: the partition was unknown, and a later write was started before it could be tried again",
-                        out.topic
-                    ),
-                    cause: None,
-                },
-                unknown_partition: true,
-                nothing_queued: true,
-            };
-            return (state.handed, Err(failure));
-        }
-        state.handed += 1;
-        let ticket = state.handed;
         if self.release == Release::Queued && !state.draining {
             // Nothing ahead: queue now, under the lock, so no later write
             // can pass.
-            if let Err(failure) = out.queue_now() {
-                return (ticket, Err(failure));
-            }
-            if out.is_queued() {
-                return (ticket, Ok(Hand::Direct(out)));
+            match out.queue_now() {
+                Ok(()) if out.is_queued() => return Ok(Hand::Direct(out)),
+                Ok(()) => {}
+                // Its partition chosen again from a count read anew, on
+                // the writer thread, in its place.
+                Err(failure) if out.choose_again(&failure) => {}
+                Err(failure) => return Err(failure),
             }
         }
         let (reply, answer) = futures_channel::oneshot::channel();
@@ -523,16 +633,15 @@ impl Line {
                     .waiting
                     .pop_back()
                     .is_none_or(|w| w.out.queued.is_empty() && w.out.next == 0);
-                let failure = SendFailure {
+                return Err(SendFailure {
                     error: kafka_err(&format!("produce to {topic}: start the writer thread"), e),
                     unknown_partition: false,
                     nothing_queued,
-                };
-                return (ticket, Err(failure));
+                });
             }
             state.draining = true;
         }
-        (ticket, Ok(Hand::Behind(answer)))
+        Ok(Hand::Behind(answer))
     }
 
     /// The writer thread: releases the waiting writes one after the other,
@@ -620,10 +729,13 @@ where
             }
         };
         // librdkafka's default is 1,000,000 requests in flight.
-        let one_in_flight = ["max.in.flight.requests.per.connection", "max.in.flight"]
+        // `max.in.flight` is librdkafka's alias of the other: given both,
+        // either may win, so every one given must be 1.
+        let in_flight: Vec<&str> = ["max.in.flight.requests.per.connection", "max.in.flight"]
             .into_iter()
-            .find_map(|name| config.get(name))
-            .is_some_and(|v| v.trim() == "1");
+            .filter_map(|name| config.get(name))
+            .collect();
+        let one_in_flight = !in_flight.is_empty() && in_flight.iter().all(|v| v.trim() == "1");
         let release = if idempotent || one_in_flight {
             Release::Queued
         } else {
@@ -645,7 +757,7 @@ where
             queue_timeout: Duration::from_secs(30),
             binding: KeyBinding::default(),
             rule: WriteRule::default(),
-            partitions: Mutex::new(PartitionCounts::new(refresh)),
+            partitions: std::sync::Arc::new(Mutex::new(PartitionCounts::new(refresh))),
             line: std::sync::Arc::new(Line::new(release)),
             types: PhantomData,
         })
@@ -667,7 +779,7 @@ where
     /// librdkafka with the count it refreshes at that interval.
     #[must_use]
     pub fn with_partition_refresh(self, interval: Duration) -> Self {
-        let partitions = Mutex::new(PartitionCounts::new(interval));
+        let partitions = std::sync::Arc::new(Mutex::new(PartitionCounts::new(interval)));
         TypedProducer { partitions, ..self }
     }
 
@@ -678,55 +790,6 @@ where
     #[must_use]
     pub fn with_write_rule(self, rule: WriteRule) -> Self {
         TypedProducer { rule, ..self }
-    }
-
-    fn forget_partition_count(&self, topic: &str) {
-        if let Ok(mut counts) = self.partitions.lock() {
-            counts.forget(topic);
-        }
-    }
-
-    /// The partition count of `topic`, read from the broker when the one
-    /// kept is older than the refresh interval.
-    async fn partition_count(&self, topic: &str) -> Result<u32, Error> {
-        if let Some(n) = self
-            .partitions
-            .lock()
-            .ok()
-            .and_then(|m| m.fresh(topic, Instant::now()))
-        {
-            return Ok(n);
-        }
-        let client = self.producer.clone();
-        let name = topic.to_owned();
-        let timeout = self.queue_timeout;
-        let md = blocking(move || {
-            client
-                .client()
-                .fetch_metadata(Some(&name), timeout)
-                .map_err(|e| kafka_err(&format!("read the partitions of {name}"), e))
-        })
-        .await
-        .map_err(|e| kafka_err("the metadata task ended", e))??;
-        let n = md
-            .topics()
-            .iter()
-            .find(|t| t.name() == topic)
-            .filter(|t| t.error().is_none())
-            .map_or(0, |t| t.partitions().len());
-        let n = u32::try_from(n).unwrap_or(0);
-        if n == 0 {
-            return Err(Error::Kafka {
-                detail: format!(
-                    "the topic {topic} has no partitions the broker reports (create it first): an encrypted key's partition is chosen from the partition count"
-                ),
-                cause: None,
-            });
-        }
-        if let Ok(mut m) = self.partitions.lock() {
-            m.record(topic, n, Instant::now());
-        }
-        Ok(n)
     }
 
     /// Whether the producer is idempotent (see the type's docs).
@@ -749,16 +812,20 @@ where
     /// **Order.** Writes are queued into librdkafka in the order they were
     /// started, whatever happens to their futures (see the type's docs). A
     /// write is started when its records are handed to the producer: in
-    /// its first poll, unless a KMS call or a read of the partition count
-    /// is awaited first. A future never polled has started nothing, so a
-    /// later write polled first goes first.
+    /// its first poll, before anything is awaited, unless a KMS call (a
+    /// new data key) is awaited first. An encrypted key's partition count
+    /// is never awaited there: when the count kept is older than the
+    /// refresh interval, the write takes its place first and the count is
+    /// read when its turn comes (holding every later write behind it). A
+    /// future never polled has started nothing, so a later write polled
+    /// first goes first.
     ///
     /// **A dropped future.** Once a write is started, it goes out whole and
     /// in its place, whether or not its future is still polled: a dropped
     /// future (a timeout, a `select!`) cancels nothing and reorders
     /// nothing; to know it landed, [`flush`](TypedProducer::flush). A
-    /// future dropped before its write started (while a KMS call or the
-    /// partition count is awaited) has sent nothing. What no write survives:
+    /// future dropped before its write started (while a KMS call is
+    /// awaited) has sent nothing. What no write survives:
     /// the process ending before its records are queued and delivered.
     ///
     /// # Errors
@@ -805,61 +872,49 @@ where
             h
         });
         // The partition count chooses an encrypted key's partition; an
-        // explicit partition wins over it (and needs no lookup).
+        // explicit partition wins over it (and needs no lookup). The count
+        // is read (when the one kept is not fresh) once the write's turn
+        // comes, never awaited here: the write takes its place in the
+        // producer's order now, in this poll.
         let counted = partition.is_none() && forms.is_encrypted();
-        let mut first_ticket = None;
-        loop {
-            let partitions = if counted {
-                self.partition_count(topic).await?
-            } else {
-                1
-            };
-            let records = encode_forms(
-                topic,
-                partitions,
-                self.binding,
-                &forms,
-                &self.value_ser,
-                value,
-            )?;
-            let out = Outgoing {
-                producer: self.producer.clone(),
-                topic: topic.to_owned(),
-                records,
-                partition,
-                headers: headers.clone(),
-                queue_timeout: self.queue_timeout,
-                queued: Vec::new(),
-                next: 0,
-            };
-            let (ticket, result) = self.deliver(out, first_ticket).await;
-            match result {
-                Ok(delivered) => return Ok(delivered),
-                Err(failure) => {
-                    if failure.unknown_partition {
-                        self.forget_partition_count(topic);
-                        // Tried again once, and only in its place: the line
-                        // refuses it if a later write was handed over since.
-                        if counted && failure.nothing_queued && first_ticket.is_none() {
-                            first_ticket = Some(ticket);
-                            continue;
-                        }
-                    }
-                    return Err(failure.error);
+        let records = encode_forms(topic, 1, self.binding, &forms, &self.value_ser, value)?;
+        let choose = counted.then(|| Choose {
+            // The positive murmur2 hash itself: below 2^31.
+            hash: forms
+                .partition(u32::MAX)
+                .and_then(|p| u32::try_from(p).ok())
+                .unwrap_or(0),
+            counts: std::sync::Arc::clone(&self.partitions),
+            chosen: None,
+            retried: false,
+        });
+        let out = Outgoing {
+            producer: self.producer.clone(),
+            topic: topic.to_owned(),
+            records,
+            partition,
+            headers,
+            queue_timeout: self.queue_timeout,
+            queued: Vec::new(),
+            next: 0,
+            choose,
+        };
+        self.deliver(out).await.map_err(|failure| {
+            // A delivery report saying the partition is unknown: the count
+            // is read again for the next write.
+            if failure.unknown_partition {
+                if let Ok(mut counts) = self.partitions.lock() {
+                    counts.forget(topic);
                 }
             }
-        }
+            failure.error
+        })
     }
 
     /// Hands a write's records to the producer's line (see
-    /// [`send`](TypedProducer::send)); the ticket it was handed with.
-    async fn deliver(
-        &self,
-        out: Outgoing,
-        again: Option<u64>,
-    ) -> (u64, Result<Delivered, SendFailure>) {
-        let (ticket, hand) = self.line.hand(out, again);
-        let result = match hand {
+    /// [`send`](TypedProducer::send)).
+    async fn deliver(&self, out: Outgoing) -> Result<Delivered, SendFailure> {
+        match self.line.hand(out) {
             Err(failure) => Err(failure),
             Ok(Hand::Direct(out)) => out.finish().await,
             Ok(Hand::Behind(answer)) => match answer.await {
@@ -876,8 +931,7 @@ where
                     nothing_queued: false,
                 }),
             },
-        };
-        (ticket, result)
+        }
     }
 
     /// Waits until every write handed over so far is queued (writes still

@@ -14,7 +14,10 @@
 //!   and restores.
 //!
 //! **Write order.** A [`TypedProducer`]'s writes reach the broker in the
-//! order they were started, whatever the caller does with their futures
+//! order they were started (first polled: nothing is awaited before a
+//! write takes its place but a KMS call for a new data key; an encrypted
+//! key's partition count is read in that place), whatever the caller does
+//! with their futures
 //! (drops them, times them out, awaits them out of order) and whatever the
 //! queue does: a write the full queue cannot take holds back every later
 //! one, and a dropped future still sends its write, whole and in its
