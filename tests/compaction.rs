@@ -137,7 +137,9 @@ fn the_compacting_broker_keeps_the_newest_record_per_key_and_the_memory_one_keep
     };
     assert_eq!(c.records, expected);
     assert_eq!(c.offsets, writes.len() as i64, "every write took an offset");
-    assert_eq!(compaction_runs(), runs + 1);
+    // A compaction was seen (other tests of this binary, run beside it,
+    // count theirs too).
+    assert!(compaction_runs() > runs);
     eprintln!(
         "compacted {} records to {} within {latency:?} of the last produce ({} reads, first one \
          {} records, {} repeated records dropped)",
@@ -176,7 +178,7 @@ fn the_compacting_broker_keeps_the_newest_record_per_key_and_the_memory_one_keep
     expected.push(rec(pb, 5, &beta, Some(b"b5")));
     expected.sort_by_key(|r| (r.partition, r.offset));
     assert_eq!(again.records, expected);
-    assert_eq!(compaction_runs(), runs + 2);
+    assert!(compaction_runs() >= runs + 2);
 }
 
 /// Confluent's record keys (`ConfluentSerde::for_keys`) under a
