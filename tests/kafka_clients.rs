@@ -3,7 +3,7 @@
 //! Google Tink and by `TypedConsumer`; headers on tombstones; a wrong
 //! keyset is an error naming each record; plaintext migration from a topic a
 //! Python producer wrote; a consumer group of two splitting the partitions;
-//! KMS calls kept off the runtime's worker; a dropped `send` future still
+//! KMS calls that leave the runtime to its other tasks; a dropped `send` future still
 //! completes its write; `acks` other than `all` is refused.
 #![cfg(feature = "kafka")]
 
@@ -521,9 +521,14 @@ async fn a_consumer_group_of_two_splits_the_partitions_and_sees_each_record_once
     );
 }
 
-/// The longest pause a ticking task saw while `work` ran, on the current
-/// (single-threaded) runtime: how long something held up the only worker.
-async fn longest_stall<F: std::future::Future>(work: F) -> (F::Output, Duration) {
+/// The longest pause a ticking task saw while `work` ran, as a task of its
+/// own beside the ticker on the current runtime (one worker, or the
+/// current thread): how long something held up the worker.
+async fn longest_stall<F>(work: F) -> (F::Output, Duration)
+where
+    F: std::future::Future + Send + 'static,
+    F::Output: Send + 'static,
+{
     use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
     use std::sync::Arc;
     let stop = Arc::new(AtomicBool::new(false));
@@ -541,18 +546,12 @@ async fn longest_stall<F: std::future::Future>(work: F) -> (F::Output, Duration)
     });
     // Let the ticker start before the work does.
     tokio::time::sleep(Duration::from_millis(20)).await;
-    let out = work.await;
+    let out = tokio::spawn(work).await.unwrap();
     stop.store(true, Ordering::SeqCst);
     ticker.await.unwrap();
     (out, Duration::from_millis(longest.load(Ordering::SeqCst)))
 }
 
-/// Nothing blocks a tokio worker: with a KMS that takes 400 ms per call, a
-/// producer whose envelope key needs new data keys, and a consumer whose
-/// cache lacks them, leave a current-thread runtime free to run other tasks
-/// (the calls go to the blocking pool). The control: the same KMS call made
-/// inline, as a synchronous serializer does, stalls the runtime for the
-/// whole call, so the ticker would see a blocked worker.
 /// A producer whose values go through an envelope keyset over an
 /// in-process counting KMS, with a new data key every `max_values`.
 fn envelope_producer(
@@ -599,54 +598,114 @@ fn outside_a_tokio_runtime_the_kms_call_runs_inline() {
     assert_eq!(kms.encrypt_calls(), 2, "3 values, 2 per data key");
 }
 
-#[tokio::test(flavor = "current_thread")]
-async fn kms_calls_run_off_the_runtime_worker() {
+/// A producer's KMS calls leave the runtime to its other tasks: on a
+/// multi-thread runtime of **one** worker, with a KMS that takes 400 ms
+/// per call and a new data key every 4 values, a ticking task beside the
+/// sending one keeps ticking (the call runs in `block_in_place`, in the
+/// write's first poll, so the write keeps its place). The control: the
+/// same KMS call made inline in a task, as a synchronous serializer does,
+/// stalls the one worker for the whole call.
+#[tokio::test(flavor = "multi_thread", worker_threads = 1)]
+async fn a_producers_kms_calls_leave_the_one_worker_to_its_other_tasks() {
+    use std::sync::Arc;
     use tombstone_crypt::kms::DekPolicy;
     use tombstone_crypt::{Context, Serializer as _};
     let Some(bootstrap) = bootstrap() else { return };
-    let topic = fresh_topic("kms-async");
+    let topic = fresh_topic("kms-producer-worker");
     create_topic(&bootstrap, &topic, 1);
-    let (kms, keyset, producer) = envelope_producer(&bootstrap, "fake-kms://async", 4);
+    let (kms, keyset, producer) = envelope_producer(&bootstrap, "fake-kms://producer-worker", 4);
+    let producer = Arc::new(producer);
     // Warm the producer's connection first: its first send waits for
     // metadata, which is not what is measured.
     producer.send(&topic, "warm", None).await.unwrap();
     kms.set_delay(Duration::from_millis(400));
 
     // 10 values, 4 per data key: 3 new keys, 3 KMS calls of 400 ms.
-    let (sent, stall) = longest_stall(async {
-        for i in 0..10 {
-            producer
-                .send(&topic, &format!("k{i}"), Some(b"v"))
-                .await
-                .unwrap();
+    let (sent, stall) = longest_stall({
+        let (producer, topic) = (Arc::clone(&producer), topic.clone());
+        async move {
+            for i in 0..10 {
+                producer
+                    .send(&topic, &format!("k{i}"), Some(b"v"))
+                    .await
+                    .unwrap();
+            }
         }
-        producer.send(&topic, "k0", None).await.unwrap()
     })
     .await;
+    let () = sent;
     assert_eq!(kms.encrypt_calls(), 3);
     assert!(
         stall < Duration::from_millis(200),
-        "the producer held the runtime for {stall:?}"
+        "the producer held the one worker for {stall:?}"
     );
+
+    // The control: a new data key made inline, in a task, blocks the one
+    // worker.
+    let ser = EncryptingSerializer::new(
+        Bytes,
+        keyset.with_dek_policy(DekPolicy::default().with_max_values(4)),
+    );
+    let ((), stall) = longest_stall(async move {
+        ser.serialize(&Context::new(&topic), Some(&b"v"[..]))
+            .unwrap();
+    })
+    .await;
+    assert!(
+        stall >= Duration::from_millis(350),
+        "an inline KMS call should stall the one worker, saw {stall:?}"
+    );
+}
+
+/// A consumer's KMS calls run off the runtime's worker: with a KMS that
+/// takes 400 ms per call and a reader whose cache lacks the data keys, a
+/// current-thread runtime stays free to run other tasks (the calls go to
+/// the blocking pool). The control: the same KMS call made inline stalls
+/// the runtime for the whole call.
+#[tokio::test(flavor = "current_thread")]
+async fn a_consumers_kms_calls_run_off_the_runtime_worker() {
+    use std::sync::Arc;
+    use tombstone_crypt::kms::DekPolicy;
+    use tombstone_crypt::{Context, Serializer as _};
+    let Some(bootstrap) = bootstrap() else { return };
+    let topic = fresh_topic("kms-async");
+    create_topic(&bootstrap, &topic, 1);
+    let (kms, keyset, producer) = envelope_producer(&bootstrap, "fake-kms://async", 4);
+    // 10 values, 4 per data key: 3 new keys (made inline: this runtime
+    // has one thread).
+    for i in 0..10 {
+        producer
+            .send(&topic, &format!("k{i}"), Some(b"v"))
+            .await
+            .unwrap();
+    }
+    let sent = producer.send(&topic, "k0", None).await.unwrap();
+    assert_eq!(kms.encrypt_calls(), 3);
+    kms.set_delay(Duration::from_millis(400));
 
     // A reader with an empty cache: 3 data keys to unwrap.
     let reader = keyset.clone().with_dek_policy(DekPolicy::default());
-    let c: ConsumerOf = {
+    let c: Arc<ConsumerOf> = {
         let mut config = client_config(&bootstrap);
         config.set("group.id", format!("async-{topic}"));
-        TypedConsumer::new(&config, Utf8, DecryptingDeserializer::new(Bytes, reader)).unwrap()
+        Arc::new(
+            TypedConsumer::new(&config, Utf8, DecryptingDeserializer::new(Bytes, reader)).unwrap(),
+        )
     };
     assign_all(&c, &topic, 1);
-    let (read, stall) = longest_stall(async {
-        let mut values = 0;
-        loop {
-            let r = tokio::time::timeout(Duration::from_secs(30), c.recv())
-                .await
-                .unwrap()
-                .unwrap();
-            values += usize::from(r.value.is_some());
-            if r.offset == sent.offset {
-                return values;
+    let (read, stall) = longest_stall({
+        let c = Arc::clone(&c);
+        async move {
+            let mut values = 0;
+            loop {
+                let r = tokio::time::timeout(Duration::from_secs(30), c.recv())
+                    .await
+                    .unwrap()
+                    .unwrap();
+                values += usize::from(r.value.is_some());
+                if r.offset == sent.offset {
+                    return values;
+                }
             }
         }
     })
@@ -662,7 +721,7 @@ async fn kms_calls_run_off_the_runtime_worker() {
         Bytes,
         keyset.with_dek_policy(DekPolicy::default().with_max_values(4)),
     );
-    let ((), stall) = longest_stall(async {
+    let ((), stall) = longest_stall(async move {
         ser.serialize(&Context::new(&topic), Some(&b"v"[..]))
             .unwrap();
     })

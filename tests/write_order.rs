@@ -8,7 +8,8 @@
 //! each key's last record equal to its last write started: on the plain
 //! broker every write in the order started, on the compacting broker
 //! (`scripts/broker.sh start-compacting`) the one record each key keeps
-//! once compacted.
+//! once compacted. A put whose value needs a new data key from the KMS,
+//! polled once before its key's delete, never lands after the delete.
 #![cfg(feature = "kafka")]
 
 mod common;
@@ -159,6 +160,109 @@ async fn a_dropped_put_never_lands_after_the_later_delete_not_idempotent_many_in
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_dropped_put_never_lands_after_the_later_delete_idempotence_1() {
     a_dropped_put_never_lands_after_the_later_delete(&[("enable.idempotence", "1")]).await;
+}
+
+/// Whether the last record of each key of `topic` (one partition) is a
+/// value (`true`) or a tombstone.
+fn last_is_value(bootstrap: &str, topic: &str) -> BTreeMap<String, bool> {
+    let consumer: BaseConsumer = client_config(bootstrap)
+        .set("group.id", format!("read-{topic}"))
+        .set("enable.partition.eof", "true")
+        .set("enable.auto.commit", "false")
+        .create()
+        .unwrap();
+    let mut tpl = TopicPartitionList::new();
+    tpl.add_partition_offset(topic, 0, Offset::Beginning)
+        .unwrap();
+    consumer.assign(&tpl).unwrap();
+    let mut out = BTreeMap::new();
+    let deadline = std::time::Instant::now() + Duration::from_secs(30);
+    loop {
+        assert!(std::time::Instant::now() < deadline, "reading {topic}");
+        match consumer.poll(Duration::from_millis(200)) {
+            None => {}
+            Some(Err(KafkaError::PartitionEOF(_))) => return out,
+            Some(Err(e)) => panic!("consume {topic}: {e}"),
+            Some(Ok(m)) => {
+                let key = String::from_utf8(m.key().unwrap().to_vec()).unwrap();
+                out.insert(key, m.payload().is_some());
+            }
+        }
+    }
+}
+
+/// Six keys, each: `send(k, Some(v))` whose value needs a new data key (an
+/// envelope key over a KMS that takes 150 ms a call, a new data key for
+/// every value), polled once, then `send(k, None)` awaited, then the put
+/// awaited, or dropped (every other key). Each key must end on its
+/// tombstone: the put's KMS call runs in its first poll, so the put takes
+/// its place before the delete starts. Awaiting the KMS call on the
+/// blocking pool instead let the delete go first and the put land after it.
+async fn a_put_whose_data_key_is_due_never_lands_after_the_later_delete() {
+    use tombstone_crypt::kms::{DekPolicy, KmsClients};
+    use tombstone_crypt::{EncryptingSerializer, KeyTemplate, Keyset};
+    let Some(bootstrap) = bootstrap() else { return };
+    let topic = fresh_topic("kms-put-then-delete");
+    create_topic(&bootstrap, &topic, 1);
+    let kms = tombstone_crypt::__fuzz::FakeKms::new();
+    let keyset = Keyset::generate_with(
+        KeyTemplate::kms_envelope("fake-kms://put-then-delete")
+            .with_kms_clients(KmsClients::new().with(kms.clone()))
+            .with_dek_policy(DekPolicy::default().with_max_values(1)),
+    )
+    .unwrap();
+    let producer: TypedProducer<str, [u8], Utf8, EncryptingSerializer<Bytes>> = TypedProducer::new(
+        &client_config(&bootstrap),
+        Utf8,
+        EncryptingSerializer::new(Bytes, keyset),
+    )
+    .unwrap();
+    producer.send(&topic, "warm", None).await.unwrap();
+    kms.set_delay(Duration::from_millis(150));
+    let keys: Vec<String> = (0..6).map(|i| format!("k{i}")).collect();
+    for (i, key) in keys.iter().enumerate() {
+        let mut put = Box::pin(producer.send(&topic, key, Some(b"value")));
+        let first = poll_once(&mut put).await;
+        producer.send(&topic, key, None).await.unwrap();
+        if i % 2 == 0 {
+            match first {
+                Poll::Ready(done) => {
+                    done.unwrap();
+                }
+                Poll::Pending => {
+                    put.await.unwrap();
+                }
+            }
+        } else {
+            drop(put);
+        }
+    }
+    // Blocks this thread: the writes go out on librdkafka's own threads
+    // and the producer's writer thread.
+    producer.flush(Duration::from_secs(60)).unwrap();
+    let last = last_is_value(&bootstrap, &topic);
+    let live: Vec<&String> = keys.iter().filter(|k| last[*k]).collect();
+    assert!(
+        live.is_empty(),
+        "{} of {} deleted keys end live (the put landed after the delete): {live:?}",
+        live.len(),
+        keys.len()
+    );
+    assert!(
+        kms.encrypt_calls() >= keys.len(),
+        "the puts made {} KMS calls: the test proves nothing",
+        kms.encrypt_calls()
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_put_whose_data_key_is_due_never_lands_after_the_later_delete_multi_thread() {
+    a_put_whose_data_key_is_due_never_lands_after_the_later_delete().await;
+}
+
+#[tokio::test(flavor = "current_thread")]
+async fn a_put_whose_data_key_is_due_never_lands_after_the_later_delete_current_thread() {
+    a_put_whose_data_key_is_due_never_lands_after_the_later_delete().await;
 }
 
 /// What the model does with a write's future once it has started it.

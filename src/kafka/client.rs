@@ -44,6 +44,22 @@ async fn off_the_worker(work: BlockingWork) -> Result<(), Error> {
         .map_err(|e| Error::kms("the blocking task of a KMS call ended", e))?
 }
 
+/// Runs a write's `work` where it stands, before the write takes its place:
+/// on a multi-thread tokio runtime in `block_in_place` (the worker hands
+/// its other tasks to another thread for the call), on a current-thread
+/// runtime or outside tokio inline (the runtime waits for the KMS call,
+/// once per data key). Never awaited: a write that awaited its KMS call
+/// would be overtaken by a later write polled meanwhile.
+fn in_place(work: BlockingWork) -> Result<(), Error> {
+    use tokio::runtime::{Handle, RuntimeFlavor};
+    match Handle::try_current() {
+        Ok(runtime) if runtime.runtime_flavor() == RuntimeFlavor::MultiThread => {
+            tokio::task::block_in_place(|| work.run())
+        }
+        _ => work.run(),
+    }
+}
+
 /// Runs `f` on tokio's blocking pool, or inline outside a tokio runtime.
 async fn blocking<T: Send + 'static>(
     f: impl FnOnce() -> T + Send + 'static,
@@ -812,8 +828,12 @@ where
     /// **Order.** Writes are queued into librdkafka in the order they were
     /// started, whatever happens to their futures (see the type's docs). A
     /// write is started when its records are handed to the producer: in
-    /// its first poll, before anything is awaited, unless a KMS call (a
-    /// new data key) is awaited first. An encrypted key's partition count
+    /// its first poll, before anything is awaited. A KMS call it needs (a
+    /// new data key) runs in that poll too, never awaited: on a
+    /// multi-thread tokio runtime in `block_in_place` (the worker's other
+    /// tasks move to another thread meanwhile); on a current-thread runtime
+    /// or another executor inline, holding up that runtime for the call,
+    /// once per data key. An encrypted key's partition count
     /// is never awaited there: when the count kept is older than the
     /// refresh interval, the write takes its place first and the count is
     /// read when its turn comes (holding every later write behind it). A
@@ -824,8 +844,8 @@ where
     /// in its place, whether or not its future is still polled: a dropped
     /// future (a timeout, a `select!`) cancels nothing and reorders
     /// nothing; to know it landed, [`flush`](TypedProducer::flush). A
-    /// future dropped before its write started (while a KMS call is
-    /// awaited) has sent nothing. What no write survives:
+    /// future dropped before its first poll has sent nothing. What no
+    /// write survives:
     /// the process ending before its records are queued and delivered.
     ///
     /// # Errors
@@ -851,11 +871,15 @@ where
         partition: Option<i32>,
         headers: &[(&str, Option<&[u8]>)],
     ) -> Result<Delivered, Error> {
-        // A KMS call for a new data key runs on tokio's blocking pool, never
-        // on this task's worker; the encryption below then finds the key.
+        // A KMS call for a new data key runs here, in this poll, so that the
+        // write takes its place in the producer's order before anything is
+        // awaited (awaited on the blocking pool, a later write polled
+        // meanwhile would go first): on a multi-thread runtime in
+        // `block_in_place` (the worker's other tasks move on), elsewhere
+        // inline. The encryption below then finds the key.
         let value_work = value.and_then(|_| self.value_ser.blocking_work());
         if let Some(work) = BlockingWork::both(self.key_ser.blocking_work(), value_work) {
-            off_the_worker(work).await?;
+            in_place(work)?;
         }
         let forms = self
             .key_ser

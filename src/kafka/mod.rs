@@ -7,16 +7,18 @@
 //!   partition of the key's plaintext) and a consumed message back to a key
 //!   and a value, sans IO, for any producer or consumer;
 //! - [`TypedProducer`] / [`TypedConsumer`]: rdkafka's `FutureProducer` and
-//!   `StreamConsumer` with serdes on both sides; KMS calls run on tokio's
-//!   blocking pool;
+//!   `StreamConsumer` with serdes on both sides; a consumer's KMS calls run
+//!   on tokio's blocking pool, a producer's in `block_in_place` on a
+//!   multi-thread runtime (inline elsewhere), in the write's first poll;
 //! - [`KafkaChangelog`]: a [`Changelog`](crate::store::Changelog) on a
 //!   compacted topic, for [`ChangeLoggingStore`](crate::store::ChangeLoggingStore)
 //!   and restores.
 //!
 //! **Write order.** A [`TypedProducer`]'s writes reach the broker in the
 //! order they were started (first polled: nothing is awaited before a
-//! write takes its place but a KMS call for a new data key; an encrypted
-//! key's partition count is read in that place), whatever the caller does
+//! write takes its place; a KMS call for a new data key runs in that first
+//! poll, and an encrypted key's partition count is read in the write's
+//! place), whatever the caller does
 //! with their futures
 //! (drops them, times them out, awaits them out of order) and whatever the
 //! queue does: a write the full queue cannot take holds back every later
