@@ -2,17 +2,23 @@
 //! nonces of values from a generator that stays apart across `fork()`.
 //!
 //! Nonces come from a ChaCha12 generator per thread (`rand`'s `StdRng`),
-//! seeded from the OS, that knows the process it was seeded in: when the
-//! process id is not that one (a child made by `fork()`, which copies the
-//! parent's memory, generator state included), it is seeded again from the
-//! OS before it gives a byte. A parent and a child that go on encrypting
-//! under one key after `fork()` never draw the same nonce
-//! (`tests/fork_nonces.rs`). `rand`'s `ThreadRng`, used before, is not
-//! reseeded on `fork()`: a child repeated its parent's nonces.
+//! seeded from the OS, that knows whether the process forked since it was
+//! seeded: a `pthread_atfork` child handler (the `forkguard` crate's)
+//! bumps a process-wide counter in a child made by `fork()`, which copies
+//! the parent's memory, generator state included; a generator that sees
+//! the counter changed is seeded again from the OS before it gives a
+//! byte. A parent and a child that go on encrypting under one key after
+//! `fork()` never draw the same nonce (`tests/fork_nonces.rs`). `rand`'s
+//! `ThreadRng`, used before, is not reseeded on `fork()`: a child repeated
+//! its parent's nonces.
 //!
-//! The check costs one `getpid` per nonce (about 80 ns measured here, a
-//! system call), where aws-lc's own generator, fork-safe too, took about
-//! 400 ns per 12 bytes and the OS's `getrandom` about 230 ns.
+//! The check is one relaxed atomic load per nonce. A `getpid` per nonce,
+//! the check before it, cost about 80 ns (a system call); aws-lc's own
+//! generator, fork-safe too, took about 400 ns per 12 bytes and the OS's
+//! `getrandom` about 230 ns. What the handler does not see: a child made
+//! by a raw `clone` system call without `CLONE_VM` (not `fork()`, not
+//! `posix_spawn`) that goes on running this process's code without `exec`.
+//! Such a child must not encrypt with the parent's keys.
 
 use std::cell::RefCell;
 
@@ -33,33 +39,39 @@ pub(crate) fn fill_from_os(out: &mut [u8]) {
 }
 
 thread_local! {
-    /// This thread's nonce generator and the process it was seeded in.
-    static NONCES: RefCell<Option<(u32, StdRng)>> = const { RefCell::new(None) };
+    /// This thread's nonce generator, and the fork guard of the process it
+    /// was seeded in.
+    static NONCES: RefCell<Option<(forkguard::Guard, StdRng)>> = const { RefCell::new(None) };
 }
 
 /// Fills `out` with a fresh nonce (see the module docs: fork-safe).
 ///
 /// # Panics
-/// If the operating system cannot provide randomness to seed it.
+/// If the operating system cannot provide randomness to seed it, or the
+/// fork handler cannot be registered.
 #[inline]
 pub(crate) fn nonce(out: &mut [u8]) {
-    let pid = std::process::id();
     NONCES.with(|cell| {
         let mut slot = cell.borrow_mut();
-        match &mut *slot {
-            Some((seeded_in, rng)) if *seeded_in == pid => rng.fill_bytes(out),
-            slot => {
-                let mut seed = [0u8; 32];
-                // Never from another user-space generator: its state may be
-                // the parent's.
-                if rand::rngs::SysRng.try_fill_bytes(&mut seed).is_err() {
-                    panic!("no randomness from the operating system to seed the nonces");
-                }
-                let mut rng = StdRng::from_seed(seed);
-                zeroize::Zeroize::zeroize(&mut seed);
+        if let Some((guard, rng)) = &mut *slot {
+            if !guard.detected_fork() {
                 rng.fill_bytes(out);
-                *slot = Some((pid, rng));
+                return;
             }
         }
+        // None yet, or the process forked since: a generator of this
+        // process's own. The guard first: a fork after it is seen.
+        let guard = forkguard::Guard::try_new()
+            .unwrap_or_else(|e| panic!("no fork detection for the nonces' generator: {e}"));
+        let mut seed = [0u8; 32];
+        // Never from another user-space generator: its state may be the
+        // parent's.
+        if rand::rngs::SysRng.try_fill_bytes(&mut seed).is_err() {
+            panic!("no randomness from the operating system to seed the nonces");
+        }
+        let mut rng = StdRng::from_seed(seed);
+        zeroize::Zeroize::zeroize(&mut seed);
+        rng.fill_bytes(out);
+        *slot = Some((guard, rng));
     });
 }
