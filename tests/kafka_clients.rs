@@ -920,3 +920,24 @@ fn a_producer_without_acks_all_is_refused() {
     }
     make(&[]).unwrap();
 }
+
+/// librdkafka's topic-level names of `acks` (`topic.acks`,
+/// `topic.request.required.acks`) set the same property: on a producer
+/// that is not idempotent, `topic.acks=1` beside the `acks=all` the
+/// producer adds is applied in no set order, and may win (a delivery
+/// report that does not mean the record is stored). Refused like `acks=1`.
+#[test]
+fn a_producer_with_topic_acks_not_all_is_refused() {
+    for name in ["topic.acks", "topic.request.required.acks"] {
+        for value in ["0", "1"] {
+            let mut config = client_config("127.0.0.1:1");
+            config.set(name, value).set("enable.idempotence", "false");
+            let made = TypedProducer::<str, [u8], _, _>::new(
+                &config,
+                Utf8,
+                EncryptingSerializer::new(Bytes, Keyset::generate()),
+            );
+            assert!(made.is_err(), "{name}={value} accepted");
+        }
+    }
+}

@@ -447,3 +447,59 @@ async fn the_last_write_started_is_each_keys_record_after_compaction_on_the_comp
     )
     .await;
 }
+
+/// `queuing.strategy=lifo` (or `topic.queuing.strategy`), not idempotent
+/// with one request in flight (librdkafka refuses LIFO only with
+/// idempotence): ten keys, each `send(k, Some(v))` then `send(k, None)`,
+/// both queued within one linger. A LIFO queue sends the newer record
+/// first: the put lands after the delete. The producer must refuse the
+/// setting (as the command line does) or keep the order.
+async fn a_lifo_queue_never_puts_a_value_after_its_delete(name: &str) {
+    let Some(bootstrap) = bootstrap() else { return };
+    let topic = fresh_topic("lifo");
+    create_topic(&bootstrap, &topic, 1);
+    let mut config = client_config(&bootstrap);
+    for (k, v) in [
+        ("enable.idempotence", "false"),
+        ("max.in.flight.requests.per.connection", "1"),
+        ("linger.ms", "200"),
+        (name, "lifo"),
+    ] {
+        config.set(k, v);
+    }
+    let Ok(producer) = TypedProducer::<str, [u8], Utf8, Bytes>::new(&config, Utf8, Bytes) else {
+        return; // refused: nothing can be reordered
+    };
+    let keys: Vec<String> = (0..10).map(|i| format!("k{i}")).collect();
+    let mut futures = Vec::new();
+    for key in &keys {
+        let mut put = Box::pin(producer.send(&topic, key, Some(b"value")));
+        let _ = poll_once(&mut put).await;
+        let mut delete = Box::pin(producer.send(&topic, key, None));
+        let _ = poll_once(&mut delete).await;
+        futures.push(put);
+        futures.push(delete);
+    }
+    for f in futures {
+        f.await.unwrap();
+    }
+    settle(&producer).await;
+    let last = last_is_value(&bootstrap, &topic);
+    let live: Vec<&String> = keys.iter().filter(|k| last[*k]).collect();
+    assert!(
+        live.is_empty(),
+        "{} of {} deleted keys end live under {name}=lifo (the put landed after the delete): {live:?}",
+        live.len(),
+        keys.len()
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_lifo_queue_never_puts_a_value_after_its_delete_queuing_strategy() {
+    a_lifo_queue_never_puts_a_value_after_its_delete("queuing.strategy").await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_lifo_queue_never_puts_a_value_after_its_delete_topic_queuing_strategy() {
+    a_lifo_queue_never_puts_a_value_after_its_delete("topic.queuing.strategy").await;
+}

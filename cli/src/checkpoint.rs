@@ -772,10 +772,24 @@ pub(crate) struct PartitionLocks {
     checkpoint: PathBuf,
 }
 
-/// The checkpoint a partition lock file names (`pid N, checkpoint PATH`).
-fn checkpoint_named(holder: &str) -> Option<PathBuf> {
-    let (_, path) = holder.trim_end_matches('\n').split_once(", checkpoint ")?;
-    (!path.is_empty()).then(|| PathBuf::from(path))
+/// What a partition lock file's holder line starts the checkpoint with.
+const HOLDER_CHECKPOINT: &[u8] = b", checkpoint ";
+
+/// The most bytes of a partition lock file read: its holder line with a
+/// path of up to `PATH_MAX` bytes.
+const MAX_HOLDER: u64 = 8192;
+
+/// The checkpoint a partition lock file names (`pid N, checkpoint PATH`
+/// and a newline, the path's bytes as they are: a path that is not UTF-8
+/// is named exactly).
+fn checkpoint_named(holder: &[u8]) -> Option<PathBuf> {
+    use std::os::unix::ffi::OsStrExt as _;
+    let line = holder.strip_suffix(b"\n").unwrap_or(holder);
+    let at = line
+        .windows(HOLDER_CHECKPOINT.len())
+        .position(|w| w == HOLDER_CHECKPOINT)?;
+    let path = &line[at + HOLDER_CHECKPOINT.len()..];
+    (!path.is_empty()).then(|| PathBuf::from(std::ffi::OsStr::from_bytes(path)))
 }
 
 /// `path` made absolute (from the current directory), as a lock file
@@ -843,8 +857,8 @@ impl PartitionLocks {
                     // there, its journal may hold a key cut between its
                     // records, which a new run planning from the topic
                     // would lose.
-                    let mut before = String::new();
-                    let _ = (&f).take(4096).read_to_string(&mut before);
+                    let mut before = Vec::new();
+                    let _ = (&f).take(MAX_HOLDER).read_to_end(&mut before);
                     if let Some(theirs) = checkpoint_named(&before) {
                         // Another user's that this one cannot see: taken
                         // as there.
@@ -863,19 +877,20 @@ impl PartitionLocks {
                     }
                     // Who holds it, for whoever is refused (best effort).
                     let _ = f.set_len(0).and_then(|()| f.rewind()).and_then(|()| {
-                        writeln!(
-                            f,
-                            "pid {}, checkpoint {}",
-                            std::process::id(),
-                            checkpoint.display()
-                        )
+                        use std::os::unix::ffi::OsStrExt as _;
+                        let mut line = format!("pid {}", std::process::id()).into_bytes();
+                        line.extend_from_slice(HOLDER_CHECKPOINT);
+                        line.extend_from_slice(checkpoint.as_os_str().as_bytes());
+                        line.push(b'\n');
+                        f.write_all(&line)
                     });
                     locks.held.push((path, f));
                 }
                 None => {
-                    let mut holder = String::new();
+                    let mut holder = Vec::new();
                     let _ =
-                        File::open(&path).and_then(|f| f.take(4096).read_to_string(&mut holder));
+                        File::open(&path).and_then(|f| f.take(MAX_HOLDER).read_to_end(&mut holder));
+                    let holder = String::from_utf8_lossy(&holder);
                     let holder = holder.trim();
                     let holder = if holder.is_empty() {
                         String::new()

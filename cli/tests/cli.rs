@@ -3891,3 +3891,58 @@ fn runs_of_two_users_on_one_machine_do_not_write_one_partition_at_once() {
         String::from_utf8_lossy(&second.stderr)
     );
 }
+
+/// A stopped run whose checkpoint's path is not UTF-8 (`run-\xe9.checkpoint`,
+/// a Latin-1 name): its partition lock names the checkpoint through
+/// `Path::display`, which replaces the byte, so a new run with another
+/// checkpoint on the same partition reads a path that does not exist and
+/// goes on, planning from a topic where the stopped run may have cut a key
+/// between its records (what the refusal is for). It must be refused
+/// (exit 2) while that checkpoint is there, as with a UTF-8 name.
+#[test]
+fn a_new_run_beside_a_stopped_run_whose_checkpoint_path_is_not_utf8_is_refused() {
+    use std::os::unix::ffi::OsStrExt as _;
+    if bootstrap().is_none() {
+        return;
+    }
+    let dir = Dir::new("latin1-lock");
+    let (t, values, keys) = keyed_topic(&dir, "latin1-lock", 1);
+    produce_keyed(&t, &values, &keys, &many_keys(40));
+    rotate(&t.values_file);
+    rotate(&t.keys_file);
+    let locks = dir.file("locks");
+    let ck = std::path::Path::new(&dir.file(""))
+        .join(std::ffi::OsStr::from_bytes(b"run-\xe9.checkpoint"));
+    let stopped = Command::new(env!("CARGO_BIN_EXE_tombstone-crypt"))
+        .args(t.args(
+            "reencrypt",
+            &[
+                "--apply",
+                "--chunk-records",
+                "8",
+                "--parallel",
+                "1",
+                "--fail-after-records",
+                "9",
+                "--lock-dir",
+                &locks,
+            ],
+        ))
+        .arg("--checkpoint")
+        .arg(&ck)
+        .output()
+        .unwrap();
+    assert!(stopped.status.code().is_none(), "not stopped: {stopped:?}");
+    assert!(ck.exists(), "its checkpoint is there");
+    let other = dir.file("other.checkpoint");
+    let out = t.run(
+        "reencrypt",
+        &["--apply", "--checkpoint", &other, "--lock-dir", &locks],
+    );
+    assert_eq!(
+        code(&out),
+        2,
+        "a new run beside the stopped one (checkpoint {ck:?}) went on: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+}

@@ -719,11 +719,14 @@ where
     ///
     /// # Errors
     /// [`Error::Kafka`] if the configuration sets `acks` (or
-    /// `request.required.acks`) to anything but `all`, or rdkafka refuses
+    /// `request.required.acks`, `topic.acks`, `topic.request.required.acks`)
+    /// to anything but `all`, or `queuing.strategy` (or
+    /// `topic.queuing.strategy`) to anything but `fifo`, or rdkafka refuses
     /// it.
     pub fn new(config: &ClientConfig, key_ser: KS, value_ser: VS) -> Result<Self, Error> {
         let mut config = config.clone();
-        if let Some(why) = super::acks_refused(&config) {
+        if let Some(why) = super::acks_refused(&config).or_else(|| super::queuing_refused(&config))
+        {
             return Err(Error::Kafka {
                 detail: format!("create the producer: {why}"),
                 cause: None,

@@ -61,13 +61,6 @@ pub use record::{decode_message, encode_write, KafkaRecord};
 /// producers and consumers.
 pub use rdkafka;
 
-/// Why a writer refuses `config`: an `acks` (or its older name
-/// `request.required.acks`) other than `all` (`-1`). With `acks=0` or
-/// `acks=1` a delivery report does not mean the record is stored (a leader
-/// that fails before its followers copy it loses it, and with `0` nothing
-/// is acknowledged at all), so a write that reported success, or a flush
-/// that returned `Ok`, could be lost. `None` when both are absent or
-/// `all`; the writers then set `acks=all` themselves.
 /// A librdkafka boolean setting's value as librdkafka reads it: `true`,
 /// `t` (any case) or `1` is true, `false`, `f` (any case) or `0` false;
 /// anything else (spaces included) is no boolean (`None`: librdkafka
@@ -92,8 +85,20 @@ pub fn librdkafka_bool(value: &str) -> Option<bool> {
     }
 }
 
+/// Why a writer refuses `config`: an `acks` (or one of librdkafka's other names
+/// of it: `request.required.acks`, `topic.acks`, `topic.request.required.acks`) other than `all` (`-1`). With `acks=0` or
+/// `acks=1` a delivery report does not mean the record is stored (a leader
+/// that fails before its followers copy it loses it, and with `0` nothing
+/// is acknowledged at all), so a write that reported success, or a flush
+/// that returned `Ok`, could be lost. `None` when both are absent or
+/// `all`; the writers then set `acks=all` themselves.
 pub(crate) fn acks_refused(config: &rdkafka::ClientConfig) -> Option<String> {
-    ["acks", "request.required.acks"]
+    [
+        "acks",
+        "request.required.acks",
+        "topic.acks",
+        "topic.request.required.acks",
+    ]
         .into_iter()
         .find_map(|name| {
             let v = config.get(name)?.trim();
@@ -101,6 +106,24 @@ pub(crate) fn acks_refused(config: &rdkafka::ClientConfig) -> Option<String> {
             (!all).then(|| {
                 format!(
                     "the configuration sets {name}={v}: a delivery report would not mean the record is stored; use acks=all (or leave it unset)"
+                )
+            })
+        })
+}
+
+/// Why a writer refuses `config`: a `queuing.strategy` (or
+/// `topic.queuing.strategy`) other than `fifo`. A LIFO queue sends the
+/// newer of two queued records first (librdkafka refuses it only with
+/// idempotence), so a delete queued after its key's put would land before
+/// it. `None` when absent or `fifo`.
+pub(crate) fn queuing_refused(config: &rdkafka::ClientConfig) -> Option<String> {
+    ["queuing.strategy", "topic.queuing.strategy"]
+        .into_iter()
+        .find_map(|name| {
+            let v = config.get(name)?.trim();
+            (!v.eq_ignore_ascii_case("fifo")).then(|| {
+                format!(
+                    "the configuration sets {name}={v}: writes keep their order only in a first in, first out queue; use fifo (or leave it unset)"
                 )
             })
         })
