@@ -90,7 +90,7 @@ pub fn librdkafka_bool(value: &str) -> Option<bool> {
 /// `acks=1` a delivery report does not mean the record is stored (a leader
 /// that fails before its followers copy it loses it, and with `0` nothing
 /// is acknowledged at all), so a write that reported success, or a flush
-/// that returned `Ok`, could be lost. `None` when both are absent or
+/// that returned `Ok`, could be lost. `None` when all are absent or
 /// `all`; the writers then set `acks=all` themselves.
 pub(crate) fn acks_refused(config: &rdkafka::ClientConfig) -> Option<String> {
     [
