@@ -133,7 +133,7 @@ fn check_sealed(topic: &str, keys: &Keys, sent: &[Rec], direct: &[Consumed]) -> 
                     .map_err(|e| format!("record {i}: the library cannot read it: {e}"))?,
             ),
         };
-        if &got != &(k.clone(), v.clone()) {
+        if got != (k.clone(), v.clone()) {
             return Err(format!("record {i}: the library reads another record"));
         }
     }
