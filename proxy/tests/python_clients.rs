@@ -1,8 +1,10 @@
 //! confluent-kafka for Python (librdkafka 2.16) through the proxy, every
 //! compression codec, an idempotent producer and a consumer group, checked
 //! beside the proxy with Google Tink for Python
-//! (`tests/python/confluent_clients.py`); with its negative control, a
-//! proxy that forwards plaintext.
+//! (`tests/python/confluent_clients.py`); the same with kafka-python, the
+//! pure-Python client with its own protocol code
+//! (`tests/python/kafka_python_clients.py`: none and gzip); with negative
+//! controls, a proxy that forwards plaintext.
 //!
 //! The Python is `TOMBSTONE_TINK_PYTHON` (the venv of `scripts/tink-venv.sh`,
 //! as `scripts/test.sh` exports it); the test is skipped with a printed
@@ -26,9 +28,9 @@ fn python() -> Option<String> {
     }
 }
 
-/// Runs the script through a proxy with `hooks` over `codecs`: its exit
+/// Runs `script` through a proxy with `hooks` over `codecs`: its exit
 /// code, stdout and stderr; `None` when skipped.
-fn run(hooks: Hooks, codecs: &str) -> Option<(i32, String, String)> {
+fn run(script: &str, hooks: Hooks, codecs: &str) -> Option<(i32, String, String)> {
     let broker = bootstrap()?;
     let python = python()?;
     let prefix = format!("{}-", fresh_topic("py"));
@@ -44,8 +46,9 @@ fn run(hooks: Hooks, codecs: &str) -> Option<(i32, String, String)> {
         TopicPolicy::new(keys.values.clone(), keys.keys.clone()),
     );
     let proxy = start_proxy(&broker, policies, hooks);
-    let script =
-        PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("tests/python/confluent_clients.py");
+    let script = PathBuf::from(env!("CARGO_MANIFEST_DIR"))
+        .join("tests/python")
+        .join(script);
     let out = Command::new(python)
         .arg(script)
         .args([&proxy.addr, &broker, &prefix])
@@ -64,7 +67,11 @@ fn run(hooks: Hooks, codecs: &str) -> Option<(i32, String, String)> {
 
 #[test]
 fn confluent_kafka_round_trips_every_codec_and_tink_reads_the_records_beside_it() {
-    let Some((code, stdout, stderr)) = run(Hooks::default(), "none,gzip,snappy,lz4,zstd") else {
+    let Some((code, stdout, stderr)) = run(
+        "confluent_clients.py",
+        Hooks::default(),
+        "none,gzip,snappy,lz4,zstd",
+    ) else {
         return;
     };
     assert_eq!(code, 0, "stdout: {stdout}\nstderr: {stderr}");
@@ -75,7 +82,32 @@ fn confluent_kafka_round_trips_every_codec_and_tink_reads_the_records_beside_it(
 fn negative_control_plaintext_forwarded_fails_the_python_check() {
     let mut hooks = Hooks::default();
     hooks.skip_encryption = true;
-    let Some((code, stdout, stderr)) = run(hooks, "lz4") else {
+    let Some((code, stdout, stderr)) = run("confluent_clients.py", hooks, "lz4") else {
+        return;
+    };
+    assert_eq!(code, 1, "stdout: {stdout}\nstderr: {stderr}");
+    assert!(
+        stderr.contains("the value on the broker is not a ciphertext"),
+        "{stderr}"
+    );
+}
+
+#[test]
+fn kafka_python_round_trips_and_tink_reads_the_records_beside_it() {
+    let Some((code, stdout, stderr)) =
+        run("kafka_python_clients.py", Hooks::default(), "none,gzip")
+    else {
+        return;
+    };
+    assert_eq!(code, 0, "stdout: {stdout}\nstderr: {stderr}");
+    assert!(stdout.contains("\"ok\": true"), "{stdout}");
+}
+
+#[test]
+fn negative_control_plaintext_forwarded_fails_the_kafka_python_check() {
+    let mut hooks = Hooks::default();
+    hooks.skip_encryption = true;
+    let Some((code, stdout, stderr)) = run("kafka_python_clients.py", hooks, "gzip") else {
         return;
     };
     assert_eq!(code, 1, "stdout: {stdout}\nstderr: {stderr}");
