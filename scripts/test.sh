@@ -56,6 +56,17 @@ step "Python venv with tink and confluent-kafka (pinned with hashes, cached unde
 TOMBSTONE_TINK_PYTHON="$(bash scripts/tink-venv.sh | tail -n 1)"
 export TOMBSTONE_TINK_PYTHON
 
+step "kafkajs 2.2.4 for the proxy's tests (pinned with its integrity hash in proxy/tests/node/package-lock.json; npm ci into target/proxy-node)"
+if ! command -v npm >/dev/null; then
+  echo "npm is missing: the proxy's kafkajs test needs Node 20 with npm" >&2
+  exit 1
+fi
+mkdir -p target/proxy-node
+cp proxy/tests/node/package.json proxy/tests/node/package-lock.json target/proxy-node/
+(cd target/proxy-node && npm ci --ignore-scripts --no-audit --no-fund >&2)
+TOMBSTONE_PROXY_NODE_MODULES="$PWD/target/proxy-node/node_modules"
+export TOMBSTONE_PROXY_NODE_MODULES
+
 step "broker: tansu on 127.0.0.1, in memory (stopped on exit)"
 stop_all() {
   stop_build
