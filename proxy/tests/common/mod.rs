@@ -41,6 +41,24 @@ pub struct RunningProxy {
     thread: Option<std::thread::JoinHandle<()>>,
 }
 
+impl RunningProxy {
+    /// Signals the proxy to shut down (it finishes in-flight requests);
+    /// returns at once.
+    pub fn signal_stop(&mut self) {
+        if let Some(s) = self.stop.take() {
+            let _ = s.send(());
+        }
+    }
+
+    /// Waits until the proxy has shut down.
+    pub fn join(&mut self) {
+        self.signal_stop();
+        if let Some(t) = self.thread.take() {
+            let _ = t.join();
+        }
+    }
+}
+
 impl Drop for RunningProxy {
     fn drop(&mut self) {
         if let Some(s) = self.stop.take() {
