@@ -138,6 +138,7 @@ pub(crate) fn produce_request(
     version: i16,
     policies: &Policies,
     hooks: &Hooks,
+    limit: usize,
 ) -> Result<ProduceAction, String> {
     let range = decodable(ApiKey::Produce).ok_or("produce")?;
     if version < range.min || version > range.max {
@@ -172,7 +173,7 @@ pub(crate) fn produce_request(
             let Some(records) = &p.records else {
                 return true;
             };
-            match crate::batch::encrypt(name.as_str(), policy, hooks, records) {
+            match crate::batch::encrypt(name.as_str(), policy, hooks, records, limit) {
                 Ok(encrypted) => {
                     p.records = Some(encrypted);
                     true
@@ -298,6 +299,7 @@ pub(crate) fn fetch_response(
     policies: &Policies,
     map: &NodeMap<'_>,
     failed: &mut Vec<Undecryptable>,
+    limit: usize,
 ) -> Result<Option<Bytes>, String> {
     if policies.is_empty() {
         return Ok(None);
@@ -325,7 +327,7 @@ pub(crate) fn fetch_response(
             }
             changed = true;
             let result = match policy {
-                Some(policy) => crate::batch::decrypt(&name, policy, records),
+                Some(policy) => crate::batch::decrypt(&name, policy, records, limit),
                 None => Err(format!("a Fetch v{version} names topics by id only")),
             };
             match result {

@@ -17,8 +17,7 @@
 
 use std::cell::RefCell;
 
-use bytes::{Buf, Bytes, BytesMut};
-use kafka_protocol::compression::{self as cmpr, Decompressor};
+use bytes::{Bytes, BytesMut};
 use kafka_protocol::records::{
     Compression, Record, RecordBatchDecoder, RecordBatchEncoder, RecordEncodeOptions,
 };
@@ -42,15 +41,17 @@ const CONTROL_FLAG: i16 = 1 << 5;
 ///
 /// # Errors
 /// A reason (no key material, no record contents) when a batch cannot be
-/// decoded, is not magic v2, does not re-encode as it came, or a record
-/// cannot be encrypted; the partition is then refused whole.
+/// decoded, is not magic v2, decompresses to more than `limit` bytes, does
+/// not re-encode as it came, or a record cannot be encrypted; the
+/// partition is then refused whole.
 pub(crate) fn encrypt(
     topic: &str,
     policy: &TopicPolicy,
     hooks: &Hooks,
     raw: &Bytes,
+    limit: usize,
 ) -> Result<Bytes, String> {
-    transform(raw, false, |record| {
+    transform(raw, false, limit, |record| {
         encrypt_record(topic, policy, hooks, record)
     })
 }
@@ -61,8 +62,15 @@ pub(crate) fn encrypt(
 ///
 /// # Errors
 /// As [`encrypt`], and when a value or key does not authenticate.
-pub(crate) fn decrypt(topic: &str, policy: &TopicPolicy, raw: &Bytes) -> Result<Bytes, String> {
-    transform(raw, true, |record| decrypt_record(topic, policy, record))
+pub(crate) fn decrypt(
+    topic: &str,
+    policy: &TopicPolicy,
+    raw: &Bytes,
+    limit: usize,
+) -> Result<Bytes, String> {
+    transform(raw, true, limit, |record| {
+        decrypt_record(topic, policy, record)
+    })
 }
 
 fn encrypt_record(
@@ -140,6 +148,7 @@ fn decrypt_record(topic: &str, policy: &TopicPolicy, record: &mut Record) -> Res
 fn transform(
     raw: &Bytes,
     partial_ok: bool,
+    limit: usize,
     mut f: impl FnMut(&mut Record) -> Result<(), String>,
 ) -> Result<Bytes, String> {
     let mut out = BytesMut::with_capacity(raw.len() + raw.len() / 4);
@@ -189,32 +198,24 @@ fn transform(
             out.extend_from_slice(&batch);
             continue;
         }
-        out.extend_from_slice(&transform_batch(&batch, &mut f)?);
+        out.extend_from_slice(&transform_batch(&batch, limit, &mut f)?);
     }
     Ok(out.freeze())
 }
 
-/// One data batch: decoded, checked to encode back as it came, each record
+/// One data batch: decompressed (at most `limit` bytes), decoded, checked to encode back as it came, each record
 /// through `f`, encoded with the same codec under the original header.
 fn transform_batch(
     batch: &Bytes,
+    limit: usize,
     f: &mut impl FnMut(&mut Record) -> Result<(), String>,
 ) -> Result<Bytes, String> {
     // The records' bytes as they came (decompressed), kept for the check.
     let plain: RefCell<Option<Bytes>> = RefCell::new(None);
     let decompress = |buf: &mut Bytes, c: Compression| -> anyhow::Result<Bytes> {
-        let keep = |b: &mut Bytes| {
-            let all = b.copy_to_bytes(b.remaining());
-            plain.replace(Some(all.clone()));
-            Ok(all)
-        };
-        match c {
-            Compression::None => cmpr::None::decompress(buf, keep),
-            Compression::Gzip => cmpr::Gzip::decompress(buf, keep),
-            Compression::Snappy => cmpr::Snappy::decompress(buf, keep),
-            Compression::Lz4 => cmpr::Lz4::decompress(buf, keep),
-            Compression::Zstd => cmpr::Zstd::decompress(buf, keep),
-        }
+        let all = crate::inflate::decompress(buf, c, limit).map_err(anyhow::Error::msg)?;
+        plain.replace(Some(all.clone()));
+        Ok(all)
     };
     let mut input = batch.clone();
     let set = RecordBatchDecoder::decode_with_custom_compression(&mut input, Some(decompress))
@@ -274,6 +275,8 @@ mod tests {
     use kafka_protocol::records::TimestampType;
     use tombstone_crypt::{KeyTemplate, Keyset};
 
+    const LIMIT: usize = 1 << 20;
+
     fn record(offset: i64, key: Option<&'static [u8]>, value: Option<&'static [u8]>) -> Record {
         Record {
             transactional: false,
@@ -332,7 +335,7 @@ mod tests {
             Compression::Zstd,
         ] {
             let raw = batch(&records, codec);
-            let enc = encrypt("t", &policy, &Hooks::default(), &raw).unwrap();
+            let enc = encrypt("t", &policy, &Hooks::default(), &raw, LIMIT).unwrap();
             // The header but length and CRC: as it came.
             assert_eq!(enc[0..8], raw[0..8]);
             assert_eq!(enc[12..17], raw[12..17]);
@@ -351,7 +354,7 @@ mod tests {
                 .unwrap()
                 .windows(2)
                 .any(|w| w == b"v1"));
-            let dec = decrypt("t", &policy, &enc).unwrap();
+            let dec = decrypt("t", &policy, &enc, LIMIT).unwrap();
             let back = decode(&dec);
             for (a, b) in back.iter().zip(&records) {
                 assert_eq!(
@@ -363,8 +366,11 @@ mod tests {
             let mut two = BytesMut::from(&enc[..]);
             two.extend_from_slice(&enc[..enc.len() - 5]);
             let two = two.freeze();
-            assert_eq!(decode(&decrypt("t", &policy, &two).unwrap()).len(), 5);
-            assert!(encrypt("t", &policy, &Hooks::default(), &two).is_err());
+            assert_eq!(
+                decode(&decrypt("t", &policy, &two, LIMIT).unwrap()).len(),
+                5
+            );
+            assert!(encrypt("t", &policy, &Hooks::default(), &two, LIMIT).is_err());
         }
     }
 
@@ -373,13 +379,13 @@ mod tests {
         let policy = TopicPolicy::new(Keyset::generate(), None);
         let other = TopicPolicy::new(Keyset::generate(), None);
         let raw = batch(&[record(0, Some(b"k"), Some(b"v"))], Compression::None);
-        let enc = encrypt("t", &policy, &Hooks::default(), &raw).unwrap();
-        assert!(decrypt("t", &other, &enc).is_err());
-        assert!(decrypt("u", &policy, &enc).is_err());
+        let enc = encrypt("t", &policy, &Hooks::default(), &raw, LIMIT).unwrap();
+        assert!(decrypt("t", &other, &enc, LIMIT).is_err());
+        assert!(decrypt("u", &policy, &enc, LIMIT).is_err());
         let mut keys = Keyset::generate_with(KeyTemplate::aes256_siv()).unwrap();
         keys.rotate();
         let rotated = TopicPolicy::new(Keyset::generate(), Some(keys));
-        let err = encrypt("t", &rotated, &Hooks::default(), &raw).unwrap_err();
+        let err = encrypt("t", &rotated, &Hooks::default(), &raw, LIMIT).unwrap_err();
         assert!(err.contains("2 enabled keys"), "{err}");
     }
 
@@ -405,7 +411,7 @@ mod tests {
         batch[8..12].copy_from_slice(&len.to_be_bytes());
         let crc = crc32c::crc32c(&batch[21..]);
         batch[17..21].copy_from_slice(&crc.to_be_bytes());
-        let err = encrypt("t", &policy, &Hooks::default(), &Bytes::from(batch)).unwrap_err();
+        let err = encrypt("t", &policy, &Hooks::default(), &Bytes::from(batch), LIMIT).unwrap_err();
         assert!(err.contains("encode back"), "{err}");
     }
 }

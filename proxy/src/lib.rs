@@ -55,6 +55,7 @@ mod config;
 mod error;
 mod frame;
 mod hooks;
+mod inflate;
 mod server;
 
 pub use config::{

@@ -324,7 +324,13 @@ async fn read_requests(
         let upstream_then = |then| Some(Pending::Upstream { correlation, then });
         let (owe, send) = match ApiKey::try_from(key) {
             Ok(ApiKey::Produce) => {
-                match api::produce_request(&frame, version, &shared.policies, &shared.hooks) {
+                match api::produce_request(
+                    &frame,
+                    version,
+                    &shared.policies,
+                    &shared.hooks,
+                    shared.max_frame,
+                ) {
                     Err(reason) => {
                         tracing::warn!(
                             "client {peer}: refused a Produce (correlation id {correlation}): \
@@ -468,7 +474,14 @@ fn respond(
         }
         Then::Fetch { version } => {
             let mut failed = Vec::new();
-            let out = api::fetch_response(&frame, version, &shared.policies, map, &mut failed)?;
+            let out = api::fetch_response(
+                &frame,
+                version,
+                &shared.policies,
+                map,
+                &mut failed,
+                shared.max_frame,
+            )?;
             for f in failed {
                 tracing::warn!(
                     "client {peer}: refused to hand on {}-{} of a Fetch: {}: answered \
