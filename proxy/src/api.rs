@@ -9,7 +9,9 @@ use kafka_protocol::messages::describe_cluster_response::DescribeClusterResponse
 use kafka_protocol::messages::fetch_response::FetchResponse;
 use kafka_protocol::messages::find_coordinator_response::FindCoordinatorResponse;
 use kafka_protocol::messages::metadata_response::MetadataResponse;
-use kafka_protocol::messages::produce_request::ProduceRequest;
+use kafka_protocol::messages::produce_request::{
+    PartitionProduceData, ProduceRequest, TopicProduceData,
+};
 use kafka_protocol::messages::produce_response::{
     PartitionProduceResponse, ProduceResponse, TopicProduceResponse,
 };
@@ -115,10 +117,15 @@ pub(crate) enum ProduceAction {
         acks: i16,
     },
     /// Forward this frame; merge the refused partitions into the response.
+    /// With `older_forms`, first write that request (the write rule's
+    /// tombstones of older key forms, to the same partitions) and await
+    /// it; if it fails, refuse every partition of `partitions` instead.
     Forward {
         frame: Bytes,
         refused: Vec<Refused>,
         acks: i16,
+        older_forms: Option<ProduceRequest>,
+        partitions: Vec<(TopicName, i32)>,
     },
     /// Every partition was refused: answer with this response (none when
     /// acks=0).
@@ -164,6 +171,7 @@ pub(crate) fn produce_request(
         return Ok(ProduceAction::Unchanged { acks: request.acks });
     }
     let mut refused = Vec::new();
+    let mut older = Vec::new();
     for topic in &mut request.topic_data {
         let Some(policy) = policies.get(topic.name.as_str()) else {
             continue;
@@ -175,7 +183,10 @@ pub(crate) fn produce_request(
             };
             match crate::batch::encrypt(name.as_str(), policy, hooks, records, limit) {
                 Ok(encrypted) => {
-                    p.records = Some(encrypted);
+                    p.records = Some(encrypted.records);
+                    if let Some(tombstones) = encrypted.older_forms {
+                        older.push((name.clone(), p.index, tombstones));
+                    }
                     true
                 }
                 Err(reason) => {
@@ -193,16 +204,35 @@ pub(crate) fn produce_request(
     let acks = request.acks;
     if request.topic_data.is_empty() {
         let response = (acks != 0)
-            .then(|| {
-                let mut response = ProduceResponse::default();
-                merge_refused(&mut response, &refused, version);
-                let mut rh = ResponseHeader::default();
-                rh.correlation_id = header.correlation_id;
-                encode_response(&rh, &response, ApiKey::Produce, version)
-            })
+            .then(|| answer_refused(version, header.correlation_id, &refused))
             .transpose()?;
         return Ok(ProduceAction::Answer { response, refused });
     }
+    let partitions = request
+        .topic_data
+        .iter()
+        .flat_map(|t| t.partition_data.iter().map(|p| (t.name.clone(), p.index)))
+        .collect();
+    let older_forms = (!older.is_empty()).then(|| {
+        let mut req = ProduceRequest::default();
+        req.acks = -1;
+        req.timeout_ms = request.timeout_ms;
+        for (name, index, records) in older {
+            let mut p = PartitionProduceData::default();
+            p.index = index;
+            p.records = Some(records);
+            match req.topic_data.iter_mut().find(|t| t.name == name) {
+                Some(t) => t.partition_data.push(p),
+                None => {
+                    let mut t = TopicProduceData::default();
+                    t.name = name;
+                    t.partition_data.push(p);
+                    req.topic_data.push(t);
+                }
+            }
+        }
+        req
+    });
     let mut out = BytesMut::new();
     header
         .encode(&mut out, ApiKey::Produce.request_header_version(version))
@@ -212,7 +242,60 @@ pub(crate) fn produce_request(
         frame: out.freeze(),
         refused,
         acks,
+        older_forms,
+        partitions,
     })
+}
+
+/// A Produce response that refuses every partition of `refused`.
+pub(crate) fn answer_refused(
+    version: i16,
+    correlation: i32,
+    refused: &[Refused],
+) -> Result<Bytes, String> {
+    let mut response = ProduceResponse::default();
+    merge_refused(&mut response, refused, version);
+    let mut rh = ResponseHeader::default();
+    rh.correlation_id = correlation;
+    encode_response(&rh, &response, ApiKey::Produce, version)
+}
+
+/// The proxy's own Produce of the write rule's tombstones, as a frame with
+/// `correlation`.
+pub(crate) fn older_forms_request(
+    request: &ProduceRequest,
+    version: i16,
+    correlation: i32,
+) -> Result<Bytes, String> {
+    let mut header = RequestHeader::default();
+    header.request_api_key = ApiKey::Produce as i16;
+    header.request_api_version = version;
+    header.correlation_id = correlation;
+    header.client_id = Some(StrBytes::from_static_str("tombstone-crypt-proxy"));
+    let mut out = BytesMut::new();
+    header
+        .encode(&mut out, ApiKey::Produce.request_header_version(version))
+        .and_then(|()| request.encode(&mut out, version))
+        .map_err(|e| format!("encoding the tombstones of older key forms: {e:#}"))?;
+    Ok(out.freeze())
+}
+
+/// Whether the broker wrote every partition of the proxy's own Produce.
+pub(crate) fn older_forms_written(frame: &Bytes, version: i16) -> Result<(), String> {
+    let (_, body): (_, ProduceResponse) = decode_response(frame, ApiKey::Produce, version)?;
+    for t in &body.responses {
+        for p in &t.partition_responses {
+            if p.error_code != 0 {
+                return Err(format!(
+                    "the broker refused the tombstones of older key forms in {}-{}: error code {}",
+                    t.name.as_str(),
+                    p.index,
+                    p.error_code
+                ));
+            }
+        }
+    }
+    Ok(())
 }
 
 fn merge_refused(response: &mut ProduceResponse, refused: &[Refused], version: i16) {

@@ -37,6 +37,17 @@ const ATTRIBUTES: std::ops::Range<usize> = 21..23;
 const RECORD_COUNT: std::ops::Range<usize> = 57..61;
 const CONTROL_FLAG: i16 = 1 << 5;
 
+/// A Produce partition's records, encrypted.
+#[derive(Debug)]
+pub(crate) struct Encrypted {
+    /// The record batches, each under its original header.
+    pub(crate) records: Bytes,
+    /// The write rule's tombstones of the older forms of the batches'
+    /// keys (a key keyset with more than one enabled key), as a batch of
+    /// their own (not idempotent) to write to the same partition first.
+    pub(crate) older_forms: Option<Bytes>,
+}
+
 /// Encrypts the records of a Produce partition's record batches.
 ///
 /// # Errors
@@ -50,10 +61,55 @@ pub(crate) fn encrypt(
     hooks: &Hooks,
     raw: &Bytes,
     limit: usize,
-) -> Result<Bytes, String> {
-    transform(raw, false, limit, |record| {
-        encrypt_record(topic, policy, hooks, record)
+) -> Result<Encrypted, String> {
+    let mut tombstones = Vec::new();
+    let records = transform(raw, false, limit, |record| {
+        encrypt_record(topic, policy, hooks, record, &mut tombstones)
+    })?;
+    if hooks.skip_fanout {
+        tombstones.clear();
+    }
+    let older_forms = (!tombstones.is_empty())
+        .then(|| tombstone_batch(&tombstones))
+        .transpose()?;
+    Ok(Encrypted {
+        records,
+        older_forms,
     })
+}
+
+/// One batch of tombstones (key, timestamp), not idempotent (no producer
+/// id, no sequence), uncompressed.
+fn tombstone_batch(tombstones: &[(Bytes, i64)]) -> Result<Bytes, String> {
+    let records: Vec<Record> = tombstones
+        .iter()
+        .enumerate()
+        .map(|(i, (key, timestamp))| Record {
+            transactional: false,
+            control: false,
+            delete_horizon: false,
+            partition_leader_epoch: -1,
+            producer_id: -1,
+            producer_epoch: -1,
+            timestamp_type: kafka_protocol::records::TimestampType::Creation,
+            offset: i as i64,
+            // The encoder keeps records in one batch while offset minus
+            // sequence is constant: base sequence -1 (none).
+            sequence: i as i32 - 1,
+            timestamp: *timestamp,
+            key: Some(key.clone()),
+            value: None,
+            headers: Default::default(),
+        })
+        .collect();
+    let mut out = BytesMut::new();
+    let options = RecordEncodeOptions {
+        version: 2,
+        compression: Compression::None,
+    };
+    RecordBatchEncoder::encode(&mut out, records.iter(), &options)
+        .map_err(|e| format!("encoding the tombstones of older key forms: {e:#}"))?;
+    Ok(out.freeze())
 }
 
 /// Decrypts the records of a Fetch partition's record batches. A partial
@@ -78,6 +134,7 @@ fn encrypt_record(
     policy: &TopicPolicy,
     hooks: &Hooks,
     record: &mut Record,
+    tombstones: &mut Vec<(Bytes, i64)>,
 ) -> Result<(), String> {
     if hooks.skip_encryption {
         return Ok(());
@@ -87,15 +144,16 @@ fn encrypt_record(
         let forms = keys
             .key_forms(&Context::new(topic), &key[..])
             .map_err(|e| format!("encrypting a record key: {e}"))?;
-        if !forms.older().is_empty() {
-            return Err(format!(
-                "the key keyset has {} enabled keys: the write rule's tombstones of older \
-                 key forms are not written by the proxy yet (disable the older keys after \
-                 re-encrypting the topic)",
-                forms.older().len() + 1
-            ));
+        // The write rule (the library's `KeyForms::writes`): a tombstone
+        // for each older form, then the record under the primary form.
+        let mut primary = None;
+        for (form, value) in forms.writes(Some(&[])) {
+            match value {
+                None => tombstones.push((Bytes::copy_from_slice(form), record.timestamp)),
+                Some(_) => primary = Some(Bytes::copy_from_slice(form)),
+            }
         }
-        record.key = Some(Bytes::copy_from_slice(forms.primary()));
+        record.key = Some(primary.ok_or("the write rule gave no record under the primary key")?);
     }
     let ctx = match &plaintext_key {
         Some(k) => Context::new(topic).with_key(k),
@@ -336,6 +394,8 @@ mod tests {
         ] {
             let raw = batch(&records, codec);
             let enc = encrypt("t", &policy, &Hooks::default(), &raw, LIMIT).unwrap();
+            assert!(enc.older_forms.is_none());
+            let enc = enc.records;
             // The header but length and CRC: as it came.
             assert_eq!(enc[0..8], raw[0..8]);
             assert_eq!(enc[12..17], raw[12..17]);
@@ -375,18 +435,28 @@ mod tests {
     }
 
     #[test]
-    fn a_value_that_does_not_authenticate_fails_and_a_rotated_key_keyset_is_refused() {
+    fn a_value_that_does_not_authenticate_fails_and_a_rotated_key_keyset_fans_out() {
         let policy = TopicPolicy::new(Keyset::generate(), None);
         let other = TopicPolicy::new(Keyset::generate(), None);
         let raw = batch(&[record(0, Some(b"k"), Some(b"v"))], Compression::None);
-        let enc = encrypt("t", &policy, &Hooks::default(), &raw, LIMIT).unwrap();
+        let enc = encrypt("t", &policy, &Hooks::default(), &raw, LIMIT)
+            .unwrap()
+            .records;
         assert!(decrypt("t", &other, &enc, LIMIT).is_err());
         assert!(decrypt("u", &policy, &enc, LIMIT).is_err());
         let mut keys = Keyset::generate_with(KeyTemplate::aes256_siv()).unwrap();
         keys.rotate();
         let rotated = TopicPolicy::new(Keyset::generate(), Some(keys));
-        let err = encrypt("t", &rotated, &Hooks::default(), &raw, LIMIT).unwrap_err();
-        assert!(err.contains("2 enabled keys"), "{err}");
+        let enc = encrypt("t", &rotated, &Hooks::default(), &raw, LIMIT).unwrap();
+        // One tombstone, under the older form, not idempotent.
+        let older = decode(enc.older_forms.as_ref().unwrap());
+        assert_eq!(older.len(), 1);
+        assert_eq!((older[0].value.as_ref(), older[0].producer_id), (None, -1));
+        let sealed = decode(&enc.records);
+        assert_ne!(older[0].key, sealed[0].key);
+        assert_eq!(older[0].timestamp, sealed[0].timestamp);
+        let back = decode(&decrypt("t", &rotated, &enc.older_forms.unwrap(), LIMIT).unwrap());
+        assert_eq!(back[0].key.as_deref(), Some(&b"k"[..]));
     }
 
     #[test]

@@ -13,4 +13,6 @@ pub struct Hooks {
     /// Encrypt a tombstone as an empty value (the bug this project exists
     /// to prevent).
     pub tombstone_as_empty: bool,
+    /// Leave out the write rule's tombstones of older key forms.
+    pub skip_fanout: bool,
 }

@@ -22,16 +22,35 @@
 //!   partition `CORRUPT_MESSAGE`, never a null and never ciphertext.
 //! - **Batches keep their header**: producer id, epoch, base sequence,
 //!   transactional and control flags, timestamps, codec and record count
-//!   are the client's (idempotent and transactional producers work).
+//!   are the client's (idempotent producers work: the tests use them;
+//!   transactional ones are untested).
+//! - **The write rule for record keys**: under a key keyset with more than
+//!   one enabled key (a rotation), the tombstones of each key's older forms
+//!   are written first, by the proxy's own Produce (acks=-1, not
+//!   idempotent) to the same partition on the same broker connection, and
+//!   the client's batch is forwarded, its record count unchanged, only
+//!   once the broker has written them; if it does not, the client's whole
+//!   Produce is answered `CORRUPT_MESSAGE` and not forwarded.
 //!
 //! # Limits of this version
-//! - A key keyset with more than one enabled key (a rotation in progress)
-//!   is refused on Produce: the write rule's tombstones of a key's older
-//!   forms are not written by the proxy yet. Fetch reads every enabled key.
+//! - A record's partition is the client's choice. The library's writers
+//!   put an encrypted key in the partition of murmur2 of its plaintext (the
+//!   Java client's default partitioner); a client with another partitioner
+//!   (librdkafka's default, `consistent_random`, is CRC32) puts it
+//!   elsewhere.
+//! - The write rule's tombstones are not part of a client's transaction.
 //! - Record headers are not encrypted.
 //! - Produce and Fetch are offered up to v12 (v13 names topics by id).
-//! - SASL passes through (SaslHandshake v1 and SaslAuthenticate); TLS is
-//!   not terminated.
+//! - A batch is refused, not altered, when its records do not encode back
+//!   as they came (two headers of one key in a record, records out of
+//!   timestamp order), or when it decompresses to more than
+//!   `max_frame_bytes`.
+//! - A broker node id `N` needs port + 1 + `N` free on the listen address;
+//!   a client that kept a node's address across a restart of the proxy
+//!   bootstraps again.
+//! - SASL passes through (SaslHandshake v1 and SaslAuthenticate; the
+//!   unframed tokens after SaslHandshake v0 are not read); TLS is not
+//!   terminated.
 //!
 //! # Use
 //! ```no_run

@@ -228,6 +228,13 @@ enum Pending {
     Local(Bytes),
     /// The broker's response to this correlation id, then `then`.
     Upstream { correlation: i32, then: Then },
+    /// The broker's response to the proxy's own Produce (the write rule's
+    /// tombstones): whether it wrote them, to `reply`; nothing to the client.
+    OlderForms {
+        correlation: i32,
+        version: i16,
+        reply: tokio::sync::oneshot::Sender<Result<(), String>>,
+    },
 }
 
 /// What to do with a broker's response.
@@ -293,6 +300,9 @@ async fn read_requests(
     peer: SocketAddr,
 ) -> End {
     let mut stopping = shared.stopping.clone();
+    // The proxy's own requests: negative correlation ids (clients count
+    // up from 0).
+    let mut own_correlation: i32 = 0;
     loop {
         if *stopping.borrow() {
             return End::Finished;
@@ -352,13 +362,59 @@ async fn read_requests(
                         frame,
                         refused,
                         acks,
+                        older_forms,
+                        partitions,
                     }) => {
                         log_refused(peer, &refused);
-                        let then = Then::Produce { version, refused };
-                        (
-                            (acks != 0).then_some(then).and_then(upstream_then),
-                            Some(frame),
-                        )
+                        let written = match older_forms {
+                            None => Ok(()),
+                            Some(request) => {
+                                own_correlation = own_correlation.wrapping_sub(1).min(-1);
+                                write_older_forms(
+                                    &request,
+                                    version,
+                                    own_correlation,
+                                    &owed,
+                                    &mut upstream,
+                                )
+                                .await
+                            }
+                        };
+                        match written {
+                            Ok(()) => {
+                                let then = Then::Produce { version, refused };
+                                (
+                                    (acks != 0).then_some(then).and_then(upstream_then),
+                                    Some(frame),
+                                )
+                            }
+                            Err(reason) => {
+                                let mut all = refused;
+                                all.extend(partitions.into_iter().map(|(topic, partition)| {
+                                    Refused {
+                                        topic,
+                                        partition,
+                                        reason: format!(
+                                            "the write rule's tombstones of older key forms \
+                                             were not written: {reason}"
+                                        ),
+                                    }
+                                }));
+                                log_refused(peer, &all);
+                                let response = (acks != 0)
+                                    .then(|| api::answer_refused(version, correlation, &all))
+                                    .transpose();
+                                match response {
+                                    Ok(r) => (r.map(Pending::Local), None),
+                                    Err(reason) => {
+                                        tracing::warn!(
+                                            "client {peer}: {reason}: connection closed"
+                                        );
+                                        return End::Closed;
+                                    }
+                                }
+                            }
+                        }
                     }
                     Ok(ProduceAction::Answer { response, refused }) => {
                         log_refused(peer, &refused);
@@ -393,6 +449,33 @@ async fn read_requests(
     }
 }
 
+/// Writes the proxy's own Produce of the write rule's tombstones on the
+/// client's connection to the broker (the partitions' leader), and waits
+/// for the broker to have written them.
+async fn write_older_forms(
+    request: &kafka_protocol::messages::ProduceRequest,
+    version: i16,
+    correlation: i32,
+    owed: &mpsc::Sender<Pending>,
+    upstream: &mut OwnedWriteHalf,
+) -> Result<(), String> {
+    let frame = api::older_forms_request(request, version, correlation)?;
+    let (reply, written) = tokio::sync::oneshot::channel();
+    owed.send(Pending::OlderForms {
+        correlation,
+        version,
+        reply,
+    })
+    .await
+    .map_err(|_| "the connection is closing".to_owned())?;
+    write_frame(upstream, &frame)
+        .await
+        .map_err(|e| format!("writing to the broker: {e}"))?;
+    written
+        .await
+        .map_err(|_| "the connection closed before the broker answered".to_owned())?
+}
+
 fn log_refused(peer: SocketAddr, refused: &[Refused]) {
     for r in refused {
         tracing::warn!(
@@ -418,6 +501,25 @@ async fn write_responses(
     while let Some(pending) = owed.recv().await {
         let out = match pending {
             Pending::Local(frame) => frame,
+            Pending::OlderForms {
+                correlation,
+                version,
+                reply,
+            } => {
+                let written = match read_frame(&mut upstream, shared.max_frame).await {
+                    Ok(frame) if api::response_correlation(&frame) == Some(correlation) => {
+                        api::older_forms_written(&frame, version)
+                    }
+                    Ok(_) => Err("the broker answered out of order".to_owned()),
+                    Err(e) => Err(format!("from the broker {broker}: {e}")),
+                };
+                let failed = written.is_err();
+                let _ = reply.send(written);
+                if failed {
+                    return;
+                }
+                continue;
+            }
             Pending::Upstream { correlation, then } => {
                 let frame = match read_frame(&mut upstream, shared.max_frame).await {
                     Ok(f) => f,

@@ -1,15 +1,16 @@
 //! librdkafka (rdkafka) through the proxy: records come back as they were
 //! sent; a consumer beside the proxy sees ciphertext for values and keys
 //! and null for tombstones, and the library reads those records back; the
-//! library's records read through the proxy; what cannot be encrypted or
-//! decrypted is refused. With negative controls: a proxy that forwards
-//! plaintext, or turns a tombstone into a value, fails the checks.
+//! library's records read through the proxy; what cannot be decrypted is
+//! refused; under a key keyset in rotation the write rule's tombstones of
+//! older key forms come first. With negative controls: a proxy that
+//! forwards plaintext, turns a tombstone into a value, or leaves out the
+//! older forms' tombstones fails the checks.
 
 mod common;
 
 use common::{
-    bootstrap, consume_all, create_topic, fresh_topic, produce, produce_ok, start_proxy, Consumed,
-    Keys, Rec,
+    bootstrap, consume_all, create_topic, fresh_topic, produce_ok, start_proxy, Consumed, Keys, Rec,
 };
 use tombstone_crypt::kafka::rdkafka::message::OwnedMessage;
 use tombstone_crypt::kafka::rdkafka::Timestamp;
@@ -330,23 +331,93 @@ fn a_value_that_does_not_authenticate_is_an_error_never_a_record() {
     );
 }
 
-#[test]
-fn a_key_keyset_in_rotation_is_refused_and_nothing_is_written() {
+/// Writes two keys through a proxy, rotates the key keyset (both keys
+/// enabled, the new one primary), writes a new value of one and deletes
+/// the other through a second proxy (with `hooks`), and checks the write
+/// rule on what the broker holds: compacted (the newest record per key on
+/// the wire), each logical key has at most one present value, the newest,
+/// and a deleted key none.
+fn rotation(hooks: Hooks) -> Result<(), String> {
     let Some(broker) = bootstrap() else {
-        return;
+        return Ok(());
     };
-    let topic = fresh_topic("rotated-keys");
-    let mut keys = Keys::new(true);
-    keys.keys.as_mut().unwrap().rotate();
+    let topic = fresh_topic("rotation");
+    let keys = Keys::new(true);
     create_topic(&broker, &topic, 1);
-    let proxy = start_proxy(&broker, keys.policies(&topic), Hooks::default());
-    let results = produce(
-        &proxy.addr,
-        &topic,
-        0,
-        &[rec(Some(b"k"), Some(b"v"))],
-        "none",
+    {
+        let before = start_proxy(&broker, keys.policies(&topic), Hooks::default());
+        let first = [rec(Some(b"k1"), Some(b"v1")), rec(Some(b"k2"), Some(b"v2"))];
+        produce_ok(&before.addr, &topic, 0, &first, "none");
+    }
+    let mut rotated = Keys {
+        values: keys.values.clone(),
+        keys: keys.keys.clone(),
+    };
+    rotated.keys.as_mut().unwrap().rotate();
+    let after = start_proxy(&broker, rotated.policies(&topic), hooks);
+    let second = [rec(Some(b"k1"), Some(b"v1-new")), rec(Some(b"k2"), None)];
+    produce_ok(&after.addr, &topic, 0, &second, "gzip");
+    // Through the proxy: the tombstones of the older forms, then the batch.
+    let through = plain(&consume_all(&after.addr, &topic, 1)?);
+    let direct = consume_all(&broker, &topic, 1)?;
+    // Compaction keeps the newest record of each key on the wire.
+    let mut newest: Vec<(Vec<u8>, Option<Vec<u8>>)> = Vec::new();
+    for d in &direct {
+        let wire = d.key.clone().ok_or("a record without a key")?;
+        newest.retain(|(k, _)| *k != wire);
+        newest.push((wire, d.value.clone()));
+    }
+    let de = DeterministicDeserializer::new(Bytes, rotated.keys.clone().unwrap());
+    let mut live = std::collections::BTreeMap::<Vec<u8>, usize>::new();
+    for (wire, value) in &newest {
+        let (_, plaintext): (Vec<u8>, Vec<u8>) = de
+            .deserialize_key(&Context::new(&topic), wire)
+            .map_err(|e| format!("a key does not decrypt: {e}"))?;
+        if value.is_some() {
+            *live.entry(plaintext).or_default() += 1;
+        }
+    }
+    if live.contains_key(&b"k2"[..]) {
+        return Err("after compaction a deleted key still has a value under an older form".into());
+    }
+    if live.get(&b"k1"[..]) != Some(&1) {
+        return Err(format!(
+            "after compaction k1 has {:?} present values: a split key",
+            live.get(&b"k1"[..])
+        ));
+    }
+    let want = vec![
+        rec(Some(b"k1"), Some(b"v1")),
+        rec(Some(b"k2"), Some(b"v2")),
+        rec(Some(b"k1"), None),
+        rec(Some(b"k2"), None),
+        rec(Some(b"k1"), Some(b"v1-new")),
+        rec(Some(b"k2"), None),
+    ];
+    if through != want {
+        return Err(format!(
+            "read through the proxy: {} records, not the write rule's",
+            through.len()
+        ));
+    }
+    Ok(())
+}
+
+#[test]
+fn a_key_keyset_in_rotation_writes_the_older_forms_tombstones_first() {
+    rotation(Hooks::default()).unwrap();
+}
+
+#[test]
+fn negative_control_without_the_older_forms_tombstones_a_key_is_split() {
+    let mut hooks = Hooks::default();
+    hooks.skip_fanout = true;
+    if bootstrap().is_none() {
+        return;
+    }
+    let err = rotation(hooks).unwrap_err();
+    assert!(
+        err.contains("older form") || err.contains("split key"),
+        "{err}"
     );
-    assert!(results.iter().all(Result::is_err), "{results:?}");
-    assert_eq!(consume_all(&broker, &topic, 1).unwrap(), vec![]);
 }
