@@ -258,4 +258,26 @@ mod tests {
         assert_eq!(c.max_frame_bytes(), DEFAULT_MAX_FRAME_BYTES);
         assert_eq!(c.topics.len(), 1);
     }
+
+    #[test]
+    fn no_debug_prints_key_material() {
+        let values = Keyset::generate();
+        let keys = Keyset::generate_with(tombstone_crypt::KeyTemplate::aes256_siv()).unwrap();
+        let p =
+            Policies::new().with_topic("t", TopicPolicy::new(values.clone(), Some(keys.clone())));
+        let shown = format!("{p:?}");
+        for ks in [values, keys] {
+            let json: serde_json::Value = serde_json::from_str(&ks.to_tink_json()).unwrap();
+            let value = json["key"][0]["keyData"]["value"].as_str().unwrap();
+            let proto =
+                base64::Engine::decode(&base64::engine::general_purpose::STANDARD, value).unwrap();
+            // The key bytes: after the proto's tag and length (1a 20 or 12 40).
+            let key = &proto[2..10];
+            let decimal = format!("{key:?}");
+            let decimal = decimal.trim_matches(|c| c == '[' || c == ']');
+            let hex: String = key.iter().map(|b| format!("{b:02x}")).collect();
+            assert!(!shown.contains(decimal) && !shown.contains(&hex), "{shown}");
+            assert!(!shown.contains(&value[..24]), "{shown}");
+        }
+    }
 }
