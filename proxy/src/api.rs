@@ -1,0 +1,532 @@
+//! The APIs the proxy reads and rewrites, sans IO: Produce (encrypt),
+//! Fetch (decrypt), ApiVersions (versions it can decode), and the
+//! responses that carry broker addresses (Metadata, FindCoordinator,
+//! DescribeCluster, Produce's node endpoints).
+
+use bytes::{Bytes, BytesMut};
+use kafka_protocol::messages::api_versions_response::ApiVersionsResponse;
+use kafka_protocol::messages::describe_cluster_response::DescribeClusterResponse;
+use kafka_protocol::messages::fetch_response::FetchResponse;
+use kafka_protocol::messages::find_coordinator_response::FindCoordinatorResponse;
+use kafka_protocol::messages::metadata_response::MetadataResponse;
+use kafka_protocol::messages::produce_request::{
+    PartitionProduceData, ProduceRequest, TopicProduceData,
+};
+use kafka_protocol::messages::produce_response::{
+    PartitionProduceResponse, ProduceResponse, TopicProduceResponse,
+};
+use kafka_protocol::messages::{ApiKey, RequestHeader, ResponseHeader, TopicName};
+use kafka_protocol::protocol::{Decodable, Encodable, Message, StrBytes, VersionRange};
+
+use crate::config::Policies;
+use crate::hooks::Hooks;
+
+/// `CORRUPT_MESSAGE`: retriable for producers; what a partition whose
+/// records the proxy cannot encrypt or decrypt gets.
+pub(crate) const CORRUPT_MESSAGE: i16 = 2;
+
+/// The highest Produce and Fetch versions the proxy accepts: later ones
+/// name topics by id only (Produce v13, Fetch v13), and the proxy reads
+/// the policy by topic name.
+const PRODUCE_MAX: i16 = 12;
+const FETCH_MAX: i16 = 12;
+
+/// A request's API key, version and correlation id: the first 8 bytes of
+/// every request header version.
+pub(crate) fn request_head(frame: &[u8]) -> Option<(i16, i16, i32)> {
+    let b = frame.get(..8)?;
+    Some((
+        i16::from_be_bytes([b[0], b[1]]),
+        i16::from_be_bytes([b[2], b[3]]),
+        i32::from_be_bytes([b[4], b[5], b[6], b[7]]),
+    ))
+}
+
+/// A response's correlation id: the first 4 bytes of every response header.
+pub(crate) fn response_correlation(frame: &[u8]) -> Option<i32> {
+    let b = frame.get(..4)?;
+    Some(i32::from_be_bytes([b[0], b[1], b[2], b[3]]))
+}
+
+/// The versions of `api` the proxy can decode, for the APIs it reads.
+pub(crate) fn decodable(api: ApiKey) -> Option<VersionRange> {
+    use kafka_protocol::messages as m;
+    let cap = |r: VersionRange, max: i16| VersionRange {
+        min: r.min,
+        max: r.max.min(max),
+    };
+    Some(match api {
+        ApiKey::Produce => cap(m::ProduceRequest::VERSIONS, PRODUCE_MAX),
+        ApiKey::Fetch => cap(m::FetchRequest::VERSIONS, FETCH_MAX),
+        ApiKey::Metadata => m::MetadataRequest::VERSIONS,
+        ApiKey::FindCoordinator => m::FindCoordinatorRequest::VERSIONS,
+        ApiKey::DescribeCluster => m::DescribeClusterRequest::VERSIONS,
+        ApiKey::ApiVersions => m::ApiVersionsRequest::VERSIONS,
+        _ => return None,
+    })
+}
+
+fn decode_response<M: Decodable>(
+    frame: &Bytes,
+    api: ApiKey,
+    version: i16,
+) -> Result<(ResponseHeader, M), String> {
+    let mut buf = frame.clone();
+    let header = ResponseHeader::decode(&mut buf, api.response_header_version(version))
+        .map_err(|e| format!("decoding a {api:?} v{version} response header: {e:#}"))?;
+    let body = M::decode(&mut buf, version)
+        .map_err(|e| format!("decoding a {api:?} v{version} response: {e:#}"))?;
+    if !buf.is_empty() {
+        return Err(format!(
+            "a {api:?} v{version} response has {} bytes past its end",
+            buf.len()
+        ));
+    }
+    Ok((header, body))
+}
+
+fn encode_response<M: Encodable>(
+    header: &ResponseHeader,
+    body: &M,
+    api: ApiKey,
+    version: i16,
+) -> Result<Bytes, String> {
+    let mut buf = BytesMut::new();
+    header
+        .encode(&mut buf, api.response_header_version(version))
+        .and_then(|()| body.encode(&mut buf, version))
+        .map_err(|e| format!("encoding a {api:?} v{version} response: {e:#}"))?;
+    Ok(buf.freeze())
+}
+
+/// A partition of a Produce the proxy refused: not forwarded, answered by
+/// the proxy with `CORRUPT_MESSAGE`.
+#[derive(Clone, Debug)]
+pub(crate) struct Refused {
+    pub(crate) topic: TopicName,
+    pub(crate) partition: i32,
+    pub(crate) reason: String,
+}
+
+/// What to do with a Produce request.
+#[derive(Debug)]
+pub(crate) enum ProduceAction {
+    /// No policy topic in it: forward the frame as it came.
+    Unchanged {
+        /// The request's acks (0: no response comes).
+        acks: i16,
+    },
+    /// Forward this frame; merge the refused partitions into the response.
+    /// With `older_forms`, first write that request (the write rule's
+    /// tombstones of older key forms, to the same partitions) and await
+    /// it; if it fails, refuse every partition of `partitions` instead.
+    Forward {
+        frame: Bytes,
+        refused: Vec<Refused>,
+        acks: i16,
+        older_forms: Option<ProduceRequest>,
+        partitions: Vec<(TopicName, i32)>,
+    },
+    /// Every partition was refused: answer with this response (none when
+    /// acks=0).
+    Answer {
+        response: Option<Bytes>,
+        refused: Vec<Refused>,
+    },
+}
+
+/// Encrypts the policy topics' partitions of a Produce request.
+///
+/// # Errors
+/// The request cannot be decoded or encoded (the connection is then closed:
+/// nothing of it is forwarded).
+pub(crate) fn produce_request(
+    frame: &Bytes,
+    version: i16,
+    policies: &Policies,
+    hooks: &Hooks,
+    limit: usize,
+) -> Result<ProduceAction, String> {
+    let range = decodable(ApiKey::Produce).ok_or("produce")?;
+    if version < range.min || version > range.max {
+        return Err(format!(
+            "a Produce v{version}: the proxy reads v{range} (ApiVersions said so)"
+        ));
+    }
+    let mut buf = frame.clone();
+    let header = RequestHeader::decode(&mut buf, ApiKey::Produce.request_header_version(version))
+        .map_err(|e| format!("decoding a Produce v{version} request header: {e:#}"))?;
+    let mut request = ProduceRequest::decode(&mut buf, version)
+        .map_err(|e| format!("decoding a Produce v{version} request: {e:#}"))?;
+    if !buf.is_empty() {
+        return Err(format!(
+            "a Produce v{version} request has bytes past its end"
+        ));
+    }
+    if !request
+        .topic_data
+        .iter()
+        .any(|t| policies.get(t.name.as_str()).is_some())
+    {
+        return Ok(ProduceAction::Unchanged { acks: request.acks });
+    }
+    let mut refused = Vec::new();
+    let mut older = Vec::new();
+    for topic in &mut request.topic_data {
+        let Some(policy) = policies.get(topic.name.as_str()) else {
+            continue;
+        };
+        let name = topic.name.clone();
+        topic.partition_data.retain_mut(|p| {
+            let Some(records) = &p.records else {
+                return true;
+            };
+            match crate::batch::encrypt(name.as_str(), policy, hooks, records, limit) {
+                Ok(encrypted) => {
+                    p.records = Some(encrypted.records);
+                    if let Some(tombstones) = encrypted.older_forms {
+                        older.push((name.clone(), p.index, tombstones));
+                    }
+                    true
+                }
+                Err(reason) => {
+                    refused.push(Refused {
+                        topic: name.clone(),
+                        partition: p.index,
+                        reason,
+                    });
+                    false
+                }
+            }
+        });
+    }
+    request.topic_data.retain(|t| !t.partition_data.is_empty());
+    let acks = request.acks;
+    if request.topic_data.is_empty() {
+        let response = (acks != 0)
+            .then(|| answer_refused(version, header.correlation_id, &refused))
+            .transpose()?;
+        return Ok(ProduceAction::Answer { response, refused });
+    }
+    let partitions = request
+        .topic_data
+        .iter()
+        .flat_map(|t| t.partition_data.iter().map(|p| (t.name.clone(), p.index)))
+        .collect();
+    let older_forms = (!older.is_empty()).then(|| {
+        let mut req = ProduceRequest::default();
+        req.acks = -1;
+        req.timeout_ms = request.timeout_ms;
+        for (name, index, records) in older {
+            let mut p = PartitionProduceData::default();
+            p.index = index;
+            p.records = Some(records);
+            match req.topic_data.iter_mut().find(|t| t.name == name) {
+                Some(t) => t.partition_data.push(p),
+                None => {
+                    let mut t = TopicProduceData::default();
+                    t.name = name;
+                    t.partition_data.push(p);
+                    req.topic_data.push(t);
+                }
+            }
+        }
+        req
+    });
+    let mut out = BytesMut::new();
+    header
+        .encode(&mut out, ApiKey::Produce.request_header_version(version))
+        .and_then(|()| request.encode(&mut out, version))
+        .map_err(|e| format!("encoding a Produce v{version} request: {e:#}"))?;
+    Ok(ProduceAction::Forward {
+        frame: out.freeze(),
+        refused,
+        acks,
+        older_forms,
+        partitions,
+    })
+}
+
+/// A Produce response that refuses every partition of `refused`.
+pub(crate) fn answer_refused(
+    version: i16,
+    correlation: i32,
+    refused: &[Refused],
+) -> Result<Bytes, String> {
+    let mut response = ProduceResponse::default();
+    merge_refused(&mut response, refused, version);
+    let mut rh = ResponseHeader::default();
+    rh.correlation_id = correlation;
+    encode_response(&rh, &response, ApiKey::Produce, version)
+}
+
+/// The proxy's own Produce of the write rule's tombstones, as a frame with
+/// `correlation`.
+pub(crate) fn older_forms_request(
+    request: &ProduceRequest,
+    version: i16,
+    correlation: i32,
+) -> Result<Bytes, String> {
+    let mut header = RequestHeader::default();
+    header.request_api_key = ApiKey::Produce as i16;
+    header.request_api_version = version;
+    header.correlation_id = correlation;
+    header.client_id = Some(StrBytes::from_static_str("tombstone-crypt-proxy"));
+    let mut out = BytesMut::new();
+    header
+        .encode(&mut out, ApiKey::Produce.request_header_version(version))
+        .and_then(|()| request.encode(&mut out, version))
+        .map_err(|e| format!("encoding the tombstones of older key forms: {e:#}"))?;
+    Ok(out.freeze())
+}
+
+/// Whether the broker wrote every partition of the proxy's own Produce.
+pub(crate) fn older_forms_written(frame: &Bytes, version: i16) -> Result<(), String> {
+    let (_, body): (_, ProduceResponse) = decode_response(frame, ApiKey::Produce, version)?;
+    for t in &body.responses {
+        for p in &t.partition_responses {
+            if p.error_code != 0 {
+                return Err(format!(
+                    "the broker refused the tombstones of older key forms in {}-{}: error code {}",
+                    t.name.as_str(),
+                    p.index,
+                    p.error_code
+                ));
+            }
+        }
+    }
+    Ok(())
+}
+
+fn merge_refused(response: &mut ProduceResponse, refused: &[Refused], version: i16) {
+    for r in refused {
+        let mut p = PartitionProduceResponse::default();
+        p.index = r.partition;
+        p.error_code = CORRUPT_MESSAGE;
+        p.base_offset = -1;
+        if version >= 8 {
+            p.error_message = Some(StrBytes::from_string(format!(
+                "tombstone-crypt proxy refused the partition: {}",
+                r.reason
+            )));
+        }
+        match response.responses.iter_mut().find(|t| t.name == r.topic) {
+            Some(t) => t.partition_responses.push(p),
+            None => {
+                let mut t = TopicProduceResponse::default();
+                t.name = r.topic.clone();
+                t.partition_responses.push(p);
+                response.responses.push(t);
+            }
+        }
+    }
+}
+
+/// Maps a broker (node id, its host and port) to the proxy's listener for
+/// it; `None` when the proxy cannot serve it.
+pub(crate) type NodeMap<'a> = dyn Fn(i32, &str, i32) -> Option<(StrBytes, i32)> + 'a;
+
+fn rewrite(
+    map: &NodeMap<'_>,
+    node: i32,
+    host: &mut StrBytes,
+    port: &mut i32,
+) -> Result<(), String> {
+    if node < 0 {
+        return Ok(());
+    }
+    let (h, p) = map(node, host.as_str(), *port)
+        .ok_or_else(|| format!("no listener for broker node {node}"))?;
+    *host = h;
+    *port = p;
+    Ok(())
+}
+
+/// A Produce response with the refused partitions merged in and node
+/// endpoints rewritten; `None` when it passes as it came.
+pub(crate) fn produce_response(
+    frame: &Bytes,
+    version: i16,
+    refused: &[Refused],
+    map: &NodeMap<'_>,
+) -> Result<Option<Bytes>, String> {
+    if refused.is_empty() && version < 10 {
+        return Ok(None);
+    }
+    let (header, mut body): (_, ProduceResponse) =
+        decode_response(frame, ApiKey::Produce, version)?;
+    if refused.is_empty() && body.node_endpoints.is_empty() {
+        return Ok(None);
+    }
+    merge_refused(&mut body, refused, version);
+    for n in &mut body.node_endpoints {
+        rewrite(map, n.node_id.0, &mut n.host, &mut n.port)?;
+    }
+    encode_response(&header, &body, ApiKey::Produce, version).map(Some)
+}
+
+/// A partition of a Fetch response the proxy could not decrypt.
+#[derive(Debug)]
+pub(crate) struct Undecryptable {
+    pub(crate) topic: String,
+    pub(crate) partition: i32,
+    pub(crate) reason: String,
+}
+
+/// A Fetch response with the policy topics' records decrypted (a
+/// partition that does not decrypt gets `CORRUPT_MESSAGE` and no records);
+/// `None` when it passes as it came.
+pub(crate) fn fetch_response(
+    frame: &Bytes,
+    version: i16,
+    policies: &Policies,
+    map: &NodeMap<'_>,
+    failed: &mut Vec<Undecryptable>,
+    limit: usize,
+) -> Result<Option<Bytes>, String> {
+    if policies.is_empty() {
+        return Ok(None);
+    }
+    let (header, mut body): (_, FetchResponse) = decode_response(frame, ApiKey::Fetch, version)?;
+    let mut changed = false;
+    for topic in &mut body.responses {
+        let name = topic.topic.as_str().to_owned();
+        // From v13 topics are named by id only: the proxy cannot tell
+        // which policy applies, so no records are handed on.
+        let policy = if version >= 13 {
+            Some(None)
+        } else {
+            policies.get(&name).map(Some)
+        };
+        let Some(policy) = policy else {
+            continue;
+        };
+        for p in &mut topic.partitions {
+            let Some(records) = &p.records else {
+                continue;
+            };
+            if records.is_empty() {
+                continue;
+            }
+            changed = true;
+            let result = match policy {
+                Some(policy) => crate::batch::decrypt(&name, policy, records, limit),
+                None => Err(format!("a Fetch v{version} names topics by id only")),
+            };
+            match result {
+                Ok(plain) => p.records = Some(plain),
+                Err(reason) => {
+                    p.error_code = CORRUPT_MESSAGE;
+                    p.records = Some(Bytes::new());
+                    failed.push(Undecryptable {
+                        topic: name.clone(),
+                        partition: p.partition_index,
+                        reason,
+                    });
+                }
+            }
+        }
+    }
+    for n in &mut body.node_endpoints {
+        changed = true;
+        rewrite(map, n.node_id.0, &mut n.host, &mut n.port)?;
+    }
+    if !changed {
+        return Ok(None);
+    }
+    encode_response(&header, &body, ApiKey::Fetch, version).map(Some)
+}
+
+/// A Metadata response with every broker's address the proxy's.
+pub(crate) fn metadata_response(
+    frame: &Bytes,
+    version: i16,
+    map: &NodeMap<'_>,
+) -> Result<Bytes, String> {
+    let (header, mut body): (_, MetadataResponse) =
+        decode_response(frame, ApiKey::Metadata, version)?;
+    for b in &mut body.brokers {
+        rewrite(map, b.node_id.0, &mut b.host, &mut b.port)?;
+    }
+    encode_response(&header, &body, ApiKey::Metadata, version)
+}
+
+/// A FindCoordinator response with the coordinators' addresses the
+/// proxy's (the single one of v0-v3, the list of v4+).
+pub(crate) fn find_coordinator_response(
+    frame: &Bytes,
+    version: i16,
+    map: &NodeMap<'_>,
+) -> Result<Bytes, String> {
+    let (header, mut body): (_, FindCoordinatorResponse) =
+        decode_response(frame, ApiKey::FindCoordinator, version)?;
+    if version < 4 {
+        if body.error_code == 0 {
+            rewrite(map, body.node_id.0, &mut body.host, &mut body.port)?;
+        }
+    } else {
+        for c in &mut body.coordinators {
+            if c.error_code == 0 {
+                rewrite(map, c.node_id.0, &mut c.host, &mut c.port)?;
+            }
+        }
+    }
+    encode_response(&header, &body, ApiKey::FindCoordinator, version)
+}
+
+/// A DescribeCluster response with every broker's address the proxy's.
+pub(crate) fn describe_cluster_response(
+    frame: &Bytes,
+    version: i16,
+    map: &NodeMap<'_>,
+) -> Result<Bytes, String> {
+    let (header, mut body): (_, DescribeClusterResponse) =
+        decode_response(frame, ApiKey::DescribeCluster, version)?;
+    for b in &mut body.brokers {
+        rewrite(map, b.broker_id.0, &mut b.host, &mut b.port)?;
+    }
+    encode_response(&header, &body, ApiKey::DescribeCluster, version)
+}
+
+/// An ApiVersions response with the APIs the proxy reads clamped to the
+/// versions both the broker and the proxy handle; `None` when it passes
+/// as it came (an error, such as the v0 answer to a version the broker
+/// does not know, goes to the client as the broker wrote it).
+pub(crate) fn api_versions_response(frame: &Bytes, version: i16) -> Result<Option<Bytes>, String> {
+    // The header is v0 (a correlation id) at every version, and the error
+    // code comes first.
+    let error = frame
+        .get(4..6)
+        .map(|b| i16::from_be_bytes([b[0], b[1]]))
+        .ok_or("an ApiVersions response shorter than its error code")?;
+    if error != 0 {
+        return Ok(None);
+    }
+    let (header, mut body): (_, ApiVersionsResponse) =
+        decode_response(frame, ApiKey::ApiVersions, version)?;
+    body.api_keys.retain_mut(|a| {
+        let Ok(api) = ApiKey::try_from(a.api_key) else {
+            return true;
+        };
+        let Some(ours) = decodable(api) else {
+            return true;
+        };
+        let both = ours.intersect(&VersionRange {
+            min: a.min_version,
+            max: a.max_version,
+        });
+        if both.is_empty() {
+            tracing::warn!(
+                "the broker's {api:?} versions {}..{} and the proxy's {ours} do not meet: \
+                 {api:?} left out of ApiVersions",
+                a.min_version,
+                a.max_version
+            );
+            return false;
+        }
+        a.min_version = both.min;
+        a.max_version = both.max;
+        true
+    });
+    encode_response(&header, &body, ApiKey::ApiVersions, version).map(Some)
+}

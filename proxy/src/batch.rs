@@ -1,0 +1,487 @@
+//! Record batches of a policy topic: values and keys encrypted on the way
+//! to the broker, decrypted on the way back, every other field kept.
+//!
+//! The records are decoded and encoded by kafka-protocol. Its encoder
+//! computes the batch header from the records and leaves out the
+//! timestamp type, so the proxy keeps the original header: base offset,
+//! partition leader epoch, attributes (codec, timestamp type,
+//! transactional and control flags), last offset delta, first and max
+//! timestamps, producer id and epoch, base sequence and record count are
+//! copied byte for byte, and only the length and the CRC are new.
+//!
+//! A batch is transformed only if its records encode back exactly as they
+//! came (the decoder keeps one header per key, so a record with two
+//! headers of one key would lose one; a batch whose records are out of
+//! timestamp order is rebased by the encoder): otherwise it is refused,
+//! never altered.
+
+use std::cell::RefCell;
+
+use bytes::{Bytes, BytesMut};
+use kafka_protocol::records::{
+    Compression, Record, RecordBatchDecoder, RecordBatchEncoder, RecordEncodeOptions,
+};
+use tombstone_crypt::{Context, Deserializer, Serializer};
+
+use crate::config::TopicPolicy;
+use crate::hooks::Hooks;
+
+/// The size of a v2 record batch's header, up to and including its record
+/// count.
+const HEADER: usize = 61;
+/// Where the length-covered part starts (after base offset and length).
+const LOG_OVERHEAD: usize = 12;
+const MAGIC: usize = 16;
+const CRC: std::ops::Range<usize> = 17..21;
+const ATTRIBUTES: std::ops::Range<usize> = 21..23;
+const RECORD_COUNT: std::ops::Range<usize> = 57..61;
+const CONTROL_FLAG: i16 = 1 << 5;
+
+/// A Produce partition's records, encrypted.
+#[derive(Debug)]
+pub(crate) struct Encrypted {
+    /// The record batches, each under its original header.
+    pub(crate) records: Bytes,
+    /// The write rule's tombstones of the older forms of the batches'
+    /// keys (a key keyset with more than one enabled key), as a batch of
+    /// their own (not idempotent) to write to the same partition first.
+    pub(crate) older_forms: Option<Bytes>,
+}
+
+/// Encrypts the records of a Produce partition's record batches.
+///
+/// # Errors
+/// A reason (no key material, no record contents) when a batch cannot be
+/// decoded, is not magic v2, decompresses to more than `limit` bytes, does
+/// not re-encode as it came, or a record cannot be encrypted; the
+/// partition is then refused whole.
+pub(crate) fn encrypt(
+    topic: &str,
+    policy: &TopicPolicy,
+    hooks: &Hooks,
+    raw: &Bytes,
+    limit: usize,
+) -> Result<Encrypted, String> {
+    let mut tombstones = Vec::new();
+    let records = transform(raw, false, limit, |record| {
+        encrypt_record(topic, policy, hooks, record, &mut tombstones)
+    })?;
+    if hooks.skip_fanout {
+        tombstones.clear();
+    }
+    let older_forms = (!tombstones.is_empty())
+        .then(|| tombstone_batch(&tombstones))
+        .transpose()?;
+    Ok(Encrypted {
+        records,
+        older_forms,
+    })
+}
+
+/// One batch of tombstones (key, timestamp), not idempotent (no producer
+/// id, no sequence), uncompressed.
+fn tombstone_batch(tombstones: &[(Bytes, i64)]) -> Result<Bytes, String> {
+    let records: Vec<Record> = tombstones
+        .iter()
+        .enumerate()
+        .map(|(i, (key, timestamp))| Record {
+            transactional: false,
+            control: false,
+            delete_horizon: false,
+            partition_leader_epoch: -1,
+            producer_id: -1,
+            producer_epoch: -1,
+            timestamp_type: kafka_protocol::records::TimestampType::Creation,
+            offset: i as i64,
+            // The encoder keeps records in one batch while offset minus
+            // sequence is constant: base sequence -1 (none).
+            sequence: i as i32 - 1,
+            timestamp: *timestamp,
+            key: Some(key.clone()),
+            value: None,
+            headers: Default::default(),
+        })
+        .collect();
+    let mut out = BytesMut::new();
+    let options = RecordEncodeOptions {
+        version: 2,
+        compression: Compression::None,
+    };
+    RecordBatchEncoder::encode(&mut out, records.iter(), &options)
+        .map_err(|e| format!("encoding the tombstones of older key forms: {e:#}"))?;
+    Ok(out.freeze())
+}
+
+/// Decrypts the records of a Fetch partition's record batches. A partial
+/// batch at the end (the broker cut the response at its size limit) is
+/// dropped, as a client drops it.
+///
+/// # Errors
+/// As [`encrypt`], and when a value or key does not authenticate.
+pub(crate) fn decrypt(
+    topic: &str,
+    policy: &TopicPolicy,
+    raw: &Bytes,
+    limit: usize,
+) -> Result<Bytes, String> {
+    transform(raw, true, limit, |record| {
+        decrypt_record(topic, policy, record)
+    })
+}
+
+fn encrypt_record(
+    topic: &str,
+    policy: &TopicPolicy,
+    hooks: &Hooks,
+    record: &mut Record,
+    tombstones: &mut Vec<(Bytes, i64)>,
+) -> Result<(), String> {
+    if hooks.skip_encryption {
+        return Ok(());
+    }
+    let plaintext_key = record.key.clone();
+    if let (Some((keys, _)), Some(key)) = (&policy.keys, &record.key) {
+        let forms = keys
+            .key_forms(&Context::new(topic), &key[..])
+            .map_err(|e| format!("encrypting a record key: {e}"))?;
+        // The write rule (the library's `KeyForms::writes`): a tombstone
+        // for each older form, then the record under the primary form.
+        let mut primary = None;
+        for (form, value) in forms.writes(Some(&[])) {
+            match value {
+                None => tombstones.push((Bytes::copy_from_slice(form), record.timestamp)),
+                Some(_) => primary = Some(Bytes::copy_from_slice(form)),
+            }
+        }
+        record.key = Some(primary.ok_or("the write rule gave no record under the primary key")?);
+    }
+    let ctx = match &plaintext_key {
+        Some(k) => Context::new(topic).with_key(k),
+        None => Context::new(topic),
+    };
+    let value = match (&record.value, hooks.tombstone_as_empty) {
+        (Some(v), _) => Some(v.clone()),
+        (None, true) => Some(Bytes::new()),
+        (None, false) => None,
+    };
+    record.value = match value {
+        None => None,
+        Some(v) => match policy.values.serialize(&ctx, Some(&v[..])) {
+            Ok(Some(ct)) => Some(Bytes::from(ct)),
+            Ok(None) => return Err("a present value encrypted to nothing".into()),
+            Err(e) => return Err(format!("encrypting a value: {e}")),
+        },
+    };
+    Ok(())
+}
+
+fn decrypt_record(topic: &str, policy: &TopicPolicy, record: &mut Record) -> Result<(), String> {
+    if let (Some((_, keys)), Some(key)) = (&policy.keys, &record.key) {
+        let (_, plaintext) = keys
+            .deserialize_key(&Context::new(topic), &key[..])
+            .map_err(|e| format!("decrypting a record key at offset {}: {e}", record.offset))?;
+        record.key = Some(Bytes::from(plaintext));
+    }
+    let ctx = match &record.key {
+        Some(k) => Context::new(topic).with_key(k),
+        None => Context::new(topic),
+    };
+    if let Some(v) = &record.value {
+        match policy.values_de.deserialize(&ctx, Some(&v[..])) {
+            Ok(Some(pt)) => record.value = Some(Bytes::from(pt)),
+            Ok(None) => return Err("a present value decrypted to nothing".into()),
+            Err(e) => {
+                return Err(format!(
+                    "decrypting the value at offset {}: {e}",
+                    record.offset
+                ))
+            }
+        }
+    }
+    Ok(())
+}
+
+/// Applies `f` to every record of every data batch in `raw`, batch by
+/// batch; control batches and empty batches are kept byte for byte.
+fn transform(
+    raw: &Bytes,
+    partial_ok: bool,
+    limit: usize,
+    mut f: impl FnMut(&mut Record) -> Result<(), String>,
+) -> Result<Bytes, String> {
+    let mut out = BytesMut::with_capacity(raw.len() + raw.len() / 4);
+    let mut rest = raw.clone();
+    while !rest.is_empty() {
+        if rest.len() < LOG_OVERHEAD {
+            if partial_ok {
+                break;
+            }
+            return Err(format!(
+                "{} bytes after the last batch: not a batch",
+                rest.len()
+            ));
+        }
+        let length = i32::from_be_bytes([rest[8], rest[9], rest[10], rest[11]]);
+        let Ok(length) = usize::try_from(length) else {
+            return Err(format!("a batch of negative length {length}"));
+        };
+        let Some(total) = length.checked_add(LOG_OVERHEAD) else {
+            return Err("a batch length overflows".into());
+        };
+        if rest.len() < total {
+            if partial_ok {
+                break;
+            }
+            return Err(format!(
+                "a batch claims {total} bytes and {} are there",
+                rest.len()
+            ));
+        }
+        let batch = rest.split_to(total);
+        if batch.len() < HEADER {
+            return Err(format!(
+                "a batch of {} bytes is shorter than its header",
+                batch.len()
+            ));
+        }
+        if batch[MAGIC] != 2 {
+            return Err(format!(
+                "a batch of message format v{} (only v2 record batches are transformed)",
+                batch[MAGIC]
+            ));
+        }
+        let attributes = i16::from_be_bytes([batch[ATTRIBUTES.start], batch[ATTRIBUTES.start + 1]]);
+        let count = &batch[RECORD_COUNT];
+        if attributes & CONTROL_FLAG != 0 || count == [0, 0, 0, 0] {
+            out.extend_from_slice(&batch);
+            continue;
+        }
+        out.extend_from_slice(&transform_batch(&batch, limit, &mut f)?);
+    }
+    Ok(out.freeze())
+}
+
+/// One data batch: decompressed (at most `limit` bytes), decoded, checked to encode back as it came, each record
+/// through `f`, encoded with the same codec under the original header.
+fn transform_batch(
+    batch: &Bytes,
+    limit: usize,
+    f: &mut impl FnMut(&mut Record) -> Result<(), String>,
+) -> Result<Bytes, String> {
+    // The records' bytes as they came (decompressed), kept for the check.
+    let plain: RefCell<Option<Bytes>> = RefCell::new(None);
+    let decompress = |buf: &mut Bytes, c: Compression| -> anyhow::Result<Bytes> {
+        let all = crate::inflate::decompress(buf, c, limit).map_err(anyhow::Error::msg)?;
+        plain.replace(Some(all.clone()));
+        Ok(all)
+    };
+    let mut input = batch.clone();
+    let set = RecordBatchDecoder::decode_with_custom_compression(&mut input, Some(decompress))
+        .map_err(|e| format!("decoding a record batch: {e:#}"))?;
+    if !input.is_empty() {
+        return Err("a record batch did not decode to its end".into());
+    }
+    let expected = plain
+        .into_inner()
+        .ok_or("a record batch decoded without its records")?;
+    let mut records = set.records;
+    let mut check = BytesMut::new();
+    let options = RecordEncodeOptions {
+        version: 2,
+        compression: Compression::None,
+    };
+    RecordBatchEncoder::encode(&mut check, records.iter(), &options)
+        .map_err(|e| format!("encoding a record batch: {e:#}"))?;
+    if check.len() < HEADER || check[HEADER..] != expected[..] {
+        return Err(
+            "a record batch does not encode back as it came (two headers of one key in a \
+             record, or records out of timestamp order): refused rather than altered"
+                .into(),
+        );
+    }
+    for record in &mut records {
+        f(record)?;
+    }
+    let mut encoded = BytesMut::new();
+    let options = RecordEncodeOptions {
+        version: 2,
+        compression: set.compression,
+    };
+    RecordBatchEncoder::encode(&mut encoded, records.iter(), &options)
+        .map_err(|e| format!("encoding a record batch: {e:#}"))?;
+    if encoded.len() < HEADER {
+        return Err("a record batch encoded to less than its header".into());
+    }
+    let new_length = i32::from_be_bytes([encoded[8], encoded[9], encoded[10], encoded[11]]);
+    if usize::try_from(new_length).ok() != Some(encoded.len() - LOG_OVERHEAD) {
+        return Err("a record batch encoded to more than one batch".into());
+    }
+    // The original header, but for the length (new) and the CRC (over the
+    // new bytes).
+    encoded[0..8].copy_from_slice(&batch[0..8]);
+    encoded[LOG_OVERHEAD..CRC.start].copy_from_slice(&batch[LOG_OVERHEAD..CRC.start]);
+    encoded[CRC.end..HEADER].copy_from_slice(&batch[CRC.end..HEADER]);
+    let crc = crc32c::crc32c(&encoded[ATTRIBUTES.start..]);
+    encoded[CRC].copy_from_slice(&crc.to_be_bytes());
+    Ok(encoded.freeze())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use indexmap::IndexMap;
+    use kafka_protocol::records::TimestampType;
+    use tombstone_crypt::{KeyTemplate, Keyset};
+
+    const LIMIT: usize = 1 << 20;
+
+    fn record(offset: i64, key: Option<&'static [u8]>, value: Option<&'static [u8]>) -> Record {
+        Record {
+            transactional: false,
+            control: false,
+            delete_horizon: false,
+            partition_leader_epoch: 7,
+            producer_id: 4242,
+            producer_epoch: 3,
+            timestamp_type: TimestampType::Creation,
+            offset,
+            sequence: 100 + offset as i32,
+            timestamp: 1_700_000_000_000 + offset,
+            key: key.map(Bytes::from_static),
+            value: value.map(Bytes::from_static),
+            headers: IndexMap::new(),
+        }
+    }
+
+    fn batch(records: &[Record], compression: Compression) -> Bytes {
+        let mut buf = BytesMut::new();
+        let options = RecordEncodeOptions {
+            version: 2,
+            compression,
+        };
+        RecordBatchEncoder::encode(&mut buf, records.iter(), &options).unwrap();
+        buf.freeze()
+    }
+
+    fn decode(raw: &Bytes) -> Vec<Record> {
+        let mut b = raw.clone();
+        RecordBatchDecoder::decode_all(&mut b)
+            .unwrap()
+            .into_iter()
+            .flat_map(|s| s.records)
+            .collect()
+    }
+
+    #[test]
+    fn values_and_keys_round_trip_nulls_stay_null_and_the_header_is_kept() {
+        let policy = TopicPolicy::new(
+            Keyset::generate(),
+            Some(Keyset::generate_with(KeyTemplate::aes256_siv()).unwrap()),
+        );
+        let records = [
+            record(0, Some(b"k1"), Some(b"v1")),
+            record(1, Some(b"k1"), None),
+            record(2, Some(b"k2"), Some(b"")),
+            record(3, None, Some(b"unkeyed")),
+            record(4, None, None),
+        ];
+        for codec in [
+            Compression::None,
+            Compression::Gzip,
+            Compression::Snappy,
+            Compression::Lz4,
+            Compression::Zstd,
+        ] {
+            let raw = batch(&records, codec);
+            let enc = encrypt("t", &policy, &Hooks::default(), &raw, LIMIT).unwrap();
+            assert!(enc.older_forms.is_none());
+            let enc = enc.records;
+            // The header but length and CRC: as it came.
+            assert_eq!(enc[0..8], raw[0..8]);
+            assert_eq!(enc[12..17], raw[12..17]);
+            assert_eq!(enc[21..61], raw[21..61]);
+            let sealed = decode(&enc);
+            assert_eq!(sealed.len(), 5);
+            assert_eq!(sealed[1].value, None);
+            assert_eq!(sealed[4].value, None);
+            assert_eq!(sealed[4].key, None);
+            assert_eq!(sealed[2].value.as_ref().unwrap().len(), 33);
+            assert_ne!(sealed[0].key, records[0].key);
+            assert_eq!(sealed[0].key, sealed[1].key);
+            assert!(!sealed[0]
+                .value
+                .as_ref()
+                .unwrap()
+                .windows(2)
+                .any(|w| w == b"v1"));
+            let dec = decrypt("t", &policy, &enc, LIMIT).unwrap();
+            let back = decode(&dec);
+            for (a, b) in back.iter().zip(&records) {
+                assert_eq!(
+                    (&a.key, &a.value, a.offset, a.timestamp, a.sequence),
+                    (&b.key, &b.value, b.offset, b.timestamp, b.sequence)
+                );
+            }
+            // A cut trailing batch is dropped on fetch, refused on produce.
+            let mut two = BytesMut::from(&enc[..]);
+            two.extend_from_slice(&enc[..enc.len() - 5]);
+            let two = two.freeze();
+            assert_eq!(
+                decode(&decrypt("t", &policy, &two, LIMIT).unwrap()).len(),
+                5
+            );
+            assert!(encrypt("t", &policy, &Hooks::default(), &two, LIMIT).is_err());
+        }
+    }
+
+    #[test]
+    fn a_value_that_does_not_authenticate_fails_and_a_rotated_key_keyset_fans_out() {
+        let policy = TopicPolicy::new(Keyset::generate(), None);
+        let other = TopicPolicy::new(Keyset::generate(), None);
+        let raw = batch(&[record(0, Some(b"k"), Some(b"v"))], Compression::None);
+        let enc = encrypt("t", &policy, &Hooks::default(), &raw, LIMIT)
+            .unwrap()
+            .records;
+        assert!(decrypt("t", &other, &enc, LIMIT).is_err());
+        assert!(decrypt("u", &policy, &enc, LIMIT).is_err());
+        let mut keys = Keyset::generate_with(KeyTemplate::aes256_siv()).unwrap();
+        keys.rotate();
+        let rotated = TopicPolicy::new(Keyset::generate(), Some(keys));
+        let enc = encrypt("t", &rotated, &Hooks::default(), &raw, LIMIT).unwrap();
+        // One tombstone, under the older form, not idempotent.
+        let older = decode(enc.older_forms.as_ref().unwrap());
+        assert_eq!(older.len(), 1);
+        assert_eq!((older[0].value.as_ref(), older[0].producer_id), (None, -1));
+        let sealed = decode(&enc.records);
+        assert_ne!(older[0].key, sealed[0].key);
+        assert_eq!(older[0].timestamp, sealed[0].timestamp);
+        let back = decode(&decrypt("t", &rotated, &enc.older_forms.unwrap(), LIMIT).unwrap());
+        assert_eq!(back[0].key.as_deref(), Some(&b"k"[..]));
+    }
+
+    #[test]
+    fn duplicate_header_keys_are_refused_not_dropped() {
+        let policy = TopicPolicy::new(Keyset::generate(), None);
+        let mut r = record(0, Some(b"k"), Some(b"v"));
+        r.headers.insert("h".into(), Some(Bytes::from_static(b"1")));
+        let raw = batch(&[r], Compression::None);
+        // The same record with the header twice, by hand: count 2, then the
+        // header's bytes again (the record's length grows by them).
+        let (hdr, body) = raw.split_at(61);
+        let mut rec = body.to_vec();
+        let header_bytes = [2u8, b'h', 2, b'1'];
+        let n = rec.len();
+        assert_eq!(rec[n - 5], 2, "one header, zigzag");
+        rec[n - 5] = 4;
+        rec.extend_from_slice(&header_bytes);
+        rec[0] += 2 * header_bytes.len() as u8;
+        let mut batch = hdr.to_vec();
+        batch.extend_from_slice(&rec);
+        let len = (batch.len() - 12) as i32;
+        batch[8..12].copy_from_slice(&len.to_be_bytes());
+        let crc = crc32c::crc32c(&batch[21..]);
+        batch[17..21].copy_from_slice(&crc.to_be_bytes());
+        let err = encrypt("t", &policy, &Hooks::default(), &Bytes::from(batch), LIMIT).unwrap_err();
+        assert!(err.contains("encode back"), "{err}");
+    }
+}

@@ -1,0 +1,283 @@
+//! The proxy's configuration file (JSON) and the per-topic policy it names.
+//!
+//! ```json
+//! {
+//!   "listen": "127.0.0.1:29192",
+//!   "bootstrap": "127.0.0.1:9092",
+//!   "topics": [
+//!     { "topic": "payments", "value_keyset": "keys/payments.json" },
+//!     { "prefix": "orders.", "value_keyset": "keys/orders.json",
+//!       "key_keyset": "keys/order-ids.json" }
+//!   ]
+//! }
+//! ```
+//!
+//! Keyset paths are relative to the configuration file's directory. A
+//! topic matches the first entry that names it (an exact `topic`, or a
+//! `prefix`); a topic that no entry names passes through untouched.
+
+use std::net::SocketAddr;
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+
+use serde::Deserialize;
+use tombstone_crypt::{
+    Bytes, DecryptingDeserializer, DeterministicDeserializer, DeterministicSerializer,
+    EncryptingSerializer, Keyset,
+};
+use zeroize::Zeroizing;
+
+use crate::error::ProxyError;
+
+/// The largest frame the proxy reads by default: 100 MiB.
+pub const DEFAULT_MAX_FRAME_BYTES: usize = 100 << 20;
+
+/// The configuration file, as written.
+#[derive(Clone, Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct ProxyConfig {
+    /// Where clients connect (the bootstrap listener). Broker node `N` is
+    /// served on the same address, port + 1 + `N`.
+    pub listen: SocketAddr,
+    /// The real cluster's bootstrap address, `host:port`.
+    pub bootstrap: String,
+    /// The host the proxy advertises to clients for its broker listeners
+    /// (default: the IP address of `listen`).
+    #[serde(default)]
+    pub advertised_host: Option<String>,
+    /// The largest frame (request or response) the proxy reads, in bytes;
+    /// a longer one closes its connection (default 100 MiB).
+    #[serde(default)]
+    pub max_frame_bytes: Option<usize>,
+    /// The topics to encrypt, first match wins.
+    #[serde(default)]
+    pub topics: Vec<TopicEntry>,
+}
+
+/// One entry of the topic policy, as written.
+#[derive(Clone, Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct TopicEntry {
+    /// An exact topic name.
+    #[serde(default)]
+    pub topic: Option<String>,
+    /// A topic-name prefix.
+    #[serde(default)]
+    pub prefix: Option<String>,
+    /// The keyset (Tink cleartext JSON) record values are encrypted with.
+    pub value_keyset: PathBuf,
+    /// The keyset (AES-SIV, Tink cleartext JSON) record keys are encrypted
+    /// with, deterministically; record keys stay plaintext without it.
+    #[serde(default)]
+    pub key_keyset: Option<PathBuf>,
+}
+
+impl ProxyConfig {
+    /// Parses a configuration from JSON text.
+    ///
+    /// # Errors
+    /// [`ProxyError::Config`] when the text is not a configuration.
+    pub fn from_json(text: &str) -> Result<Self, ProxyError> {
+        serde_json::from_str(text).map_err(|e| ProxyError::Config(format!("{e}")))
+    }
+
+    /// Reads a configuration file; its keyset paths become relative to its
+    /// directory.
+    ///
+    /// # Errors
+    /// [`ProxyError::Config`] when the file cannot be read or parsed.
+    pub fn from_file(path: &Path) -> Result<Self, ProxyError> {
+        let text = std::fs::read_to_string(path)
+            .map_err(|e| ProxyError::Config(format!("reading {}: {e}", path.display())))?;
+        let mut config = Self::from_json(&text)
+            .map_err(|e| ProxyError::Config(format!("{}: {e}", path.display())))?;
+        let base = path.parent().unwrap_or(Path::new("."));
+        for entry in &mut config.topics {
+            entry.value_keyset = base.join(&entry.value_keyset);
+            if let Some(k) = &mut entry.key_keyset {
+                *k = base.join(&*k);
+            }
+        }
+        Ok(config)
+    }
+
+    /// The largest frame the proxy reads.
+    pub fn max_frame_bytes(&self) -> usize {
+        self.max_frame_bytes.unwrap_or(DEFAULT_MAX_FRAME_BYTES)
+    }
+}
+
+/// How a topic's records are encrypted: the serializers of its keysets.
+#[derive(Clone, Debug)]
+pub struct TopicPolicy {
+    pub(crate) values: EncryptingSerializer<Bytes>,
+    pub(crate) values_de: DecryptingDeserializer<Bytes>,
+    pub(crate) keys: Option<(
+        DeterministicSerializer<Bytes>,
+        DeterministicDeserializer<Bytes>,
+    )>,
+}
+
+impl TopicPolicy {
+    /// A policy of values under `values` and, with `keys`, record keys
+    /// encrypted deterministically under `keys`.
+    pub fn new(values: Keyset, keys: Option<Keyset>) -> Self {
+        TopicPolicy {
+            values: EncryptingSerializer::new(Bytes, values.clone()),
+            values_de: DecryptingDeserializer::new(Bytes, values),
+            keys: keys.map(|k| {
+                (
+                    DeterministicSerializer::new(Bytes, k.clone()),
+                    DeterministicDeserializer::new(Bytes, k),
+                )
+            }),
+        }
+    }
+}
+
+/// Which topics are encrypted, and how.
+#[derive(Clone, Debug, Default)]
+pub struct Policies {
+    entries: Vec<(Match, Arc<TopicPolicy>)>,
+}
+
+#[derive(Clone, Debug)]
+enum Match {
+    Exact(String),
+    Prefix(String),
+}
+
+impl Policies {
+    /// No topic encrypted.
+    pub fn new() -> Self {
+        Policies::default()
+    }
+
+    /// Adds an exact topic name (later entries match after earlier ones).
+    #[must_use]
+    pub fn with_topic(mut self, topic: &str, policy: TopicPolicy) -> Self {
+        self.entries
+            .push((Match::Exact(topic.to_owned()), Arc::new(policy)));
+        self
+    }
+
+    /// Adds a topic-name prefix.
+    #[must_use]
+    pub fn with_prefix(mut self, prefix: &str, policy: TopicPolicy) -> Self {
+        self.entries
+            .push((Match::Prefix(prefix.to_owned()), Arc::new(policy)));
+        self
+    }
+
+    /// The policies of a configuration, its keysets loaded.
+    ///
+    /// # Errors
+    /// [`ProxyError::Config`] when an entry names neither or both of
+    /// `topic` and `prefix`, or a keyset does not load.
+    pub fn load(config: &ProxyConfig) -> Result<Self, ProxyError> {
+        let mut policies = Policies::new();
+        for entry in &config.topics {
+            let values = load_keyset(&entry.value_keyset)?;
+            let keys = entry.key_keyset.as_deref().map(load_keyset).transpose()?;
+            let policy = TopicPolicy::new(values, keys);
+            policies = match (&entry.topic, &entry.prefix) {
+                (Some(t), None) => policies.with_topic(t, policy),
+                (None, Some(p)) => policies.with_prefix(p, policy),
+                _ => {
+                    return Err(ProxyError::Config(
+                        "each topics entry names exactly one of \"topic\" and \"prefix\"".into(),
+                    ))
+                }
+            };
+        }
+        Ok(policies)
+    }
+
+    /// The policy of `topic`, if one names it.
+    pub fn get(&self, topic: &str) -> Option<&Arc<TopicPolicy>> {
+        self.entries
+            .iter()
+            .find(|(m, _)| match m {
+                Match::Exact(t) => t == topic,
+                Match::Prefix(p) => topic.starts_with(p.as_str()),
+            })
+            .map(|(_, p)| p)
+    }
+
+    /// Whether no topic is encrypted.
+    pub fn is_empty(&self) -> bool {
+        self.entries.is_empty()
+    }
+}
+
+/// The most bytes a keyset file may have.
+const MAX_KEYSET_FILE: u64 = 16 << 20;
+
+/// Loads a Tink cleartext JSON keyset file (its text zeroized when
+/// dropped).
+///
+/// # Errors
+/// [`ProxyError::Config`] naming the file when it cannot be read or is not
+/// a keyset (never with key bytes).
+pub fn load_keyset(path: &Path) -> Result<Keyset, ProxyError> {
+    let fail = |what: String| ProxyError::Config(format!("the keyset {}: {what}", path.display()));
+    let file = std::fs::File::open(path).map_err(|e| fail(e.to_string()))?;
+    let size = file.metadata().map_or(0, |m| m.len()).min(MAX_KEYSET_FILE) + 1;
+    // Sized up front: a String that grows leaves old buffers unzeroized.
+    let mut text = Zeroizing::new(String::with_capacity(size as usize));
+    std::io::Read::read_to_string(
+        &mut std::io::Read::take(file, MAX_KEYSET_FILE + 1),
+        &mut text,
+    )
+    .map_err(|e| fail(e.to_string()))?;
+    if text.len() as u64 > MAX_KEYSET_FILE {
+        return Err(fail(format!("larger than {MAX_KEYSET_FILE} bytes")));
+    }
+    Keyset::from_tink_json(&text).map_err(|e| fail(e.to_string()))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn first_match_wins_and_unknown_fields_are_refused() {
+        let ks = Keyset::generate();
+        let p = Policies::new()
+            .with_topic("a", TopicPolicy::new(ks.clone(), None))
+            .with_prefix("orders.", TopicPolicy::new(ks, None));
+        assert!(p.get("a").is_some());
+        assert!(p.get("orders.x").is_some());
+        assert!(p.get("orders").is_none());
+        assert!(p.get("b").is_none());
+        let bad = r#"{"listen":"127.0.0.1:1","bootstrap":"x:1","topcs":[]}"#;
+        assert!(ProxyConfig::from_json(bad).is_err());
+        let good = r#"{"listen":"127.0.0.1:1","bootstrap":"x:1",
+            "topics":[{"prefix":"o.","value_keyset":"k.json"}]}"#;
+        let c = ProxyConfig::from_json(good).unwrap();
+        assert_eq!(c.max_frame_bytes(), DEFAULT_MAX_FRAME_BYTES);
+        assert_eq!(c.topics.len(), 1);
+    }
+
+    #[test]
+    fn no_debug_prints_key_material() {
+        let values = Keyset::generate();
+        let keys = Keyset::generate_with(tombstone_crypt::KeyTemplate::aes256_siv()).unwrap();
+        let p =
+            Policies::new().with_topic("t", TopicPolicy::new(values.clone(), Some(keys.clone())));
+        let shown = format!("{p:?}");
+        for ks in [values, keys] {
+            let json: serde_json::Value = serde_json::from_str(&ks.to_tink_json()).unwrap();
+            let value = json["key"][0]["keyData"]["value"].as_str().unwrap();
+            let proto =
+                base64::Engine::decode(&base64::engine::general_purpose::STANDARD, value).unwrap();
+            // The key bytes: after the proto's tag and length (1a 20 or 12 40).
+            let key = &proto[2..10];
+            let decimal = format!("{key:?}");
+            let decimal = decimal.trim_matches(|c| c == '[' || c == ']');
+            let hex: String = key.iter().map(|b| format!("{b:02x}")).collect();
+            assert!(!shown.contains(decimal) && !shown.contains(&hex), "{shown}");
+            assert!(!shown.contains(&value[..24]), "{shown}");
+        }
+    }
+}

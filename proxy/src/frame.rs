@@ -1,0 +1,98 @@
+//! Size-prefixed frames: the Kafka protocol's unit on the wire.
+
+use bytes::{Bytes, BytesMut};
+use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt};
+
+/// Why a frame could not be read.
+#[derive(Debug)]
+pub(crate) enum FrameError {
+    /// The peer closed the connection between frames.
+    Closed,
+    /// The length prefix is negative or above the limit; nothing was
+    /// allocated for it.
+    TooLong { claimed: i64, max: usize },
+    /// The connection failed or closed inside a frame.
+    Io(std::io::Error),
+}
+
+impl std::fmt::Display for FrameError {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            FrameError::Closed => write!(f, "connection closed"),
+            FrameError::TooLong { claimed, max } => write!(
+                f,
+                "a frame claims {claimed} bytes, outside 0..={max} (max_frame_bytes)"
+            ),
+            FrameError::Io(e) => write!(f, "{e}"),
+        }
+    }
+}
+
+/// Reads one frame's body (without its 4-byte length). The length is
+/// checked against `max` before anything is allocated for it.
+pub(crate) async fn read_frame<R: AsyncRead + Unpin>(
+    r: &mut R,
+    max: usize,
+) -> Result<Bytes, FrameError> {
+    let mut len = [0u8; 4];
+    match r.read_exact(&mut len).await {
+        Ok(_) => {}
+        Err(e) if e.kind() == std::io::ErrorKind::UnexpectedEof => return Err(FrameError::Closed),
+        Err(e) => return Err(FrameError::Io(e)),
+    }
+    let claimed = i32::from_be_bytes(len);
+    let size = usize::try_from(claimed).ok().filter(|n| *n <= max);
+    let Some(size) = size else {
+        return Err(FrameError::TooLong {
+            claimed: i64::from(claimed),
+            max,
+        });
+    };
+    let mut body = BytesMut::zeroed(size);
+    r.read_exact(&mut body).await.map_err(FrameError::Io)?;
+    Ok(body.freeze())
+}
+
+/// Writes one frame: its length, then its body.
+pub(crate) async fn write_frame<W: AsyncWrite + Unpin>(
+    w: &mut W,
+    body: &[u8],
+) -> std::io::Result<()> {
+    let len = i32::try_from(body.len())
+        .map_err(|_| std::io::Error::new(std::io::ErrorKind::InvalidData, "a frame over 2 GiB"))?;
+    w.write_all(&len.to_be_bytes()).await?;
+    w.write_all(body).await
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[tokio::test]
+    async fn a_frame_longer_than_the_limit_is_refused_before_allocation() {
+        let mut input: &[u8] = &[0x7f, 0xff, 0xff, 0xff, 1, 2, 3];
+        match read_frame(&mut input, 1024).await {
+            Err(FrameError::TooLong { claimed, max }) => {
+                assert_eq!((claimed, max), (i64::from(i32::MAX), 1024));
+            }
+            other => panic!("{other:?}"),
+        }
+        let mut negative: &[u8] = &[0xff, 0xff, 0xff, 0xff];
+        assert!(matches!(
+            read_frame(&mut negative, 1024).await,
+            Err(FrameError::TooLong { claimed: -1, .. })
+        ));
+        let mut ok: &[u8] = &[0, 0, 0, 2, 9, 8, 0, 0];
+        assert_eq!(&read_frame(&mut ok, 2).await.unwrap()[..], &[9, 8]);
+        let mut short: &[u8] = &[0, 0, 0, 5, 1];
+        assert!(matches!(
+            read_frame(&mut short, 9).await,
+            Err(FrameError::Io(_))
+        ));
+        let mut empty: &[u8] = &[];
+        assert!(matches!(
+            read_frame(&mut empty, 9).await,
+            Err(FrameError::Closed)
+        ));
+    }
+}

@@ -1,0 +1,18 @@
+//! Broken behaviours for the negative controls of the tests (feature
+//! `test-hooks`): with them, the tests that check the proxy's promises
+//! must fail.
+
+/// Test hooks. All off by default; settable only with the feature
+/// `test-hooks` ([`Proxy::with_hooks`](crate::Proxy)). Never in production.
+#[doc(hidden)]
+#[derive(Clone, Copy, Debug, Default)]
+#[non_exhaustive]
+pub struct Hooks {
+    /// Forward policy topics' records as they came (plaintext).
+    pub skip_encryption: bool,
+    /// Encrypt a tombstone as an empty value (the bug this project exists
+    /// to prevent).
+    pub tombstone_as_empty: bool,
+    /// Leave out the write rule's tombstones of older key forms.
+    pub skip_fanout: bool,
+}

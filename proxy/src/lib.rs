@@ -1,0 +1,86 @@
+//! A Kafka protocol proxy that encrypts record values and keys per topic
+//! with tombstone-crypt, and keeps tombstones null.
+//!
+//! Kafka clients in any language connect to the proxy as to a cluster; the
+//! proxy connects to the real brokers. On Produce it encrypts the records
+//! of the topics its policy names (values whole under a keyset, with the
+//! library's default associated data: the topic and the plaintext record
+//! key; record keys deterministically under an AES-SIV keyset, optionally);
+//! on Fetch it decrypts them. Every other API passes through byte for byte.
+//! A topic written through the proxy reads with the library's
+//! `TypedConsumer` and `tombstone-crypt consume`/`audit` with the same
+//! keysets, and the other way round.
+//!
+//! # The promises
+//! - **A tombstone stays a tombstone**: a null value is forwarded null,
+//!   byte for byte, and never reaches a cipher; an empty value is a value
+//!   and is encrypted.
+//! - **Never plaintext**: a partition of a policy topic that cannot be
+//!   encrypted (a batch the proxy cannot decode, a keyset that fails) is
+//!   not forwarded; the proxy answers it with `CORRUPT_MESSAGE`
+//!   (retriable). A fetched value that does not authenticate makes its
+//!   partition `CORRUPT_MESSAGE`, never a null and never ciphertext.
+//! - **Batches keep their header**: producer id, epoch, base sequence,
+//!   transactional and control flags, timestamps, codec and record count
+//!   are the client's (idempotent producers work: the tests use them;
+//!   transactional ones are untested).
+//! - **The write rule for record keys**: under a key keyset with more than
+//!   one enabled key (a rotation), the tombstones of each key's older forms
+//!   are written first, by the proxy's own Produce (acks=-1, not
+//!   idempotent) to the same partition on the same broker connection, and
+//!   the client's batch is forwarded, its record count unchanged, only
+//!   once the broker has written them; if it does not, the client's whole
+//!   Produce is answered `CORRUPT_MESSAGE` and not forwarded.
+//!
+//! # Limits of this version
+//! - A record's partition is the client's choice. The library's writers
+//!   put an encrypted key in the partition of murmur2 of its plaintext (the
+//!   Java client's default partitioner); a client with another partitioner
+//!   (librdkafka's default, `consistent_random`, is CRC32) puts it
+//!   elsewhere.
+//! - The write rule's tombstones are not part of a client's transaction.
+//! - Record headers are not encrypted.
+//! - Produce and Fetch are offered up to v12 (v13 names topics by id).
+//! - A batch is refused, not altered, when its records do not encode back
+//!   as they came (two headers of one key in a record, records out of
+//!   timestamp order), or when it decompresses to more than
+//!   `max_frame_bytes`.
+//! - A broker node id `N` needs port + 1 + `N` free on the listen address;
+//!   a client that kept a node's address across a restart of the proxy
+//!   bootstraps again.
+//! - SASL passes through (SaslHandshake v1 and SaslAuthenticate; the
+//!   unframed tokens after SaslHandshake v0 are not read); TLS is not
+//!   terminated.
+//!
+//! # Use
+//! ```no_run
+//! use tombstone_crypt_proxy::{Policies, Proxy, ProxyConfig};
+//!
+//! # async fn run() -> Result<(), tombstone_crypt_proxy::ProxyError> {
+//! let config = ProxyConfig::from_file("proxy.json".as_ref())?;
+//! let policies = Policies::load(&config)?;
+//! let proxy = Proxy::bind(&config, policies).await?;
+//! proxy
+//!     .run(async { let _ = tokio::signal::ctrl_c().await; }, std::time::Duration::from_secs(30))
+//!     .await
+//! # }
+//! ```
+#![forbid(unsafe_code)]
+#![cfg_attr(not(test), warn(clippy::unwrap_used))]
+
+mod api;
+mod batch;
+mod config;
+mod error;
+mod frame;
+mod hooks;
+mod inflate;
+mod server;
+
+pub use config::{
+    load_keyset, Policies, ProxyConfig, TopicEntry, TopicPolicy, DEFAULT_MAX_FRAME_BYTES,
+};
+pub use error::ProxyError;
+#[doc(hidden)]
+pub use hooks::Hooks;
+pub use server::Proxy;

@@ -1,0 +1,605 @@
+//! Listeners and connections: frames in, frames out, in order.
+//!
+//! One listener per broker, Kroxylicious's port-per-broker scheme: the
+//! bootstrap listener at `listen` connects to the configured bootstrap;
+//! broker node `N` is served at `listen`'s port + 1 + `N`, connecting to
+//! that broker's address as the last response that named it said. A node's
+//! listener is bound the first time a response names the node, before that
+//! response reaches the client.
+//!
+//! Each connection keeps a FIFO of what its client is owed, in request
+//! order: a response to read from the broker (with what to do to it), or a
+//! response the proxy wrote itself (a refused Produce). Produce with
+//! acks=0 owes nothing.
+
+use std::collections::HashMap;
+use std::future::Future;
+use std::net::{IpAddr, SocketAddr};
+use std::sync::{Arc, Mutex};
+
+use bytes::Bytes;
+use kafka_protocol::messages::ApiKey;
+use kafka_protocol::protocol::StrBytes;
+use tokio::net::tcp::{OwnedReadHalf, OwnedWriteHalf};
+use tokio::net::{TcpListener, TcpStream};
+use tokio::sync::{mpsc, watch};
+
+use crate::api::{self, ProduceAction, Refused};
+use crate::config::{Policies, ProxyConfig};
+use crate::error::ProxyError;
+use crate::frame::{read_frame, write_frame, FrameError};
+use crate::hooks::Hooks;
+
+/// A running proxy's listeners, before [`Proxy::run`].
+#[derive(Debug)]
+pub struct Proxy {
+    shared: Arc<Shared>,
+    bootstrap: TcpListener,
+    stop: watch::Sender<bool>,
+    alive: mpsc::Receiver<()>,
+}
+
+#[derive(Debug)]
+struct Shared {
+    upstream_bootstrap: String,
+    bind_ip: IpAddr,
+    advertised_host: StrBytes,
+    base_port: u16,
+    max_frame: usize,
+    policies: Policies,
+    hooks: Hooks,
+    /// Each broker node's address, as the last response that named it said,
+    /// and whether its listener is bound.
+    nodes: Mutex<HashMap<i32, (String, bool)>>,
+    stopping: watch::Receiver<bool>,
+    /// Held by every connection; dropped (taken) when shutting down.
+    alive: Mutex<Option<mpsc::Sender<()>>>,
+}
+
+/// What a listener serves.
+#[derive(Clone, Copy, Debug)]
+enum Target {
+    Bootstrap,
+    Node(i32),
+}
+
+impl Proxy {
+    /// Binds the bootstrap listener of `config`, with `policies`.
+    ///
+    /// # Errors
+    /// [`ProxyError::Bind`] when the address cannot be bound.
+    pub async fn bind(config: &ProxyConfig, policies: Policies) -> Result<Proxy, ProxyError> {
+        let bootstrap =
+            TcpListener::bind(config.listen)
+                .await
+                .map_err(|source| ProxyError::Bind {
+                    addr: config.listen.to_string(),
+                    source,
+                })?;
+        let local = bootstrap.local_addr()?;
+        let (stop, stopping) = watch::channel(false);
+        let (alive_tx, alive) = mpsc::channel(1);
+        let advertised = config
+            .advertised_host
+            .clone()
+            .unwrap_or_else(|| local.ip().to_string());
+        let shared = Arc::new(Shared {
+            upstream_bootstrap: config.bootstrap.clone(),
+            bind_ip: local.ip(),
+            advertised_host: StrBytes::from_string(advertised),
+            base_port: local.port(),
+            max_frame: config.max_frame_bytes(),
+            policies,
+            hooks: Hooks::default(),
+            nodes: Mutex::new(HashMap::new()),
+            stopping,
+            alive: Mutex::new(Some(alive_tx)),
+        });
+        Ok(Proxy {
+            shared,
+            bootstrap,
+            stop,
+            alive,
+        })
+    }
+
+    /// The bootstrap listener's address (its port chosen by the system when
+    /// `listen` said port 0).
+    ///
+    /// # Errors
+    /// The socket's address cannot be read.
+    pub fn local_addr(&self) -> Result<SocketAddr, ProxyError> {
+        Ok(self.bootstrap.local_addr()?)
+    }
+
+    /// The same proxy with broken behaviours, for negative controls.
+    #[cfg(feature = "test-hooks")]
+    #[doc(hidden)]
+    #[must_use]
+    pub fn with_hooks(mut self, hooks: Hooks) -> Self {
+        if let Some(shared) = Arc::get_mut(&mut self.shared) {
+            shared.hooks = hooks;
+        }
+        self
+    }
+
+    /// Serves until `shutdown` completes, then stops accepting, stops
+    /// reading requests, and waits for every connection to be answered
+    /// what it was owed (at most `drain` long).
+    ///
+    /// # Errors
+    /// None yet; the result is there for listeners that fail for good.
+    pub async fn run(
+        self,
+        shutdown: impl Future<Output = ()>,
+        drain: std::time::Duration,
+    ) -> Result<(), ProxyError> {
+        let Proxy {
+            shared,
+            bootstrap,
+            stop,
+            mut alive,
+        } = self;
+        let accept = tokio::spawn(accept_loop(shared.clone(), bootstrap, Target::Bootstrap));
+        shutdown.await;
+        tracing::info!("shutting down: no new connections or requests; finishing in-flight ones");
+        let _ = stop.send(true);
+        drop(shared.alive.lock().map(|mut a| a.take()));
+        let _ = accept.await;
+        if tokio::time::timeout(drain, alive.recv()).await.is_err() {
+            tracing::warn!("in-flight requests still unanswered after {drain:?}: closing");
+        }
+        Ok(())
+    }
+}
+
+impl Shared {
+    /// The proxy's address for broker `node` (at `host:port` upstream),
+    /// its listener bound if it was not.
+    fn node_address(self: &Arc<Self>, node: i32, host: &str, port: i32) -> Option<(StrBytes, i32)> {
+        let ours = u16::try_from(node)
+            .ok()
+            .and_then(|n| self.base_port.checked_add(1)?.checked_add(n))?;
+        let mut nodes = self.nodes.lock().ok()?;
+        let entry = nodes.entry(node).or_insert_with(|| (String::new(), false));
+        entry.0 = format!("{host}:{port}");
+        if !entry.1 {
+            if *self.stopping.borrow() {
+                return None;
+            }
+            let listener = std::net::TcpListener::bind((self.bind_ip, ours))
+                .and_then(|l| l.set_nonblocking(true).map(|()| l))
+                .and_then(TcpListener::from_std);
+            match listener {
+                Ok(l) => {
+                    tracing::info!(
+                        "broker node {node} ({host}:{port}) served at {}:{ours}",
+                        self.bind_ip
+                    );
+                    tokio::spawn(accept_loop(self.clone(), l, Target::Node(node)));
+                    entry.1 = true;
+                }
+                Err(e) => {
+                    tracing::error!(
+                        "cannot listen for broker node {node} on {}:{ours}: {e}",
+                        self.bind_ip
+                    );
+                    return None;
+                }
+            }
+        }
+        Some((self.advertised_host.clone(), i32::from(ours)))
+    }
+
+    fn upstream_of(&self, target: Target) -> Option<String> {
+        match target {
+            Target::Bootstrap => Some(self.upstream_bootstrap.clone()),
+            Target::Node(n) => self.nodes.lock().ok()?.get(&n).map(|(a, _)| a.clone()),
+        }
+    }
+}
+
+async fn accept_loop(shared: Arc<Shared>, listener: TcpListener, target: Target) {
+    let mut stopping = shared.stopping.clone();
+    loop {
+        if *stopping.borrow() {
+            return;
+        }
+        tokio::select! {
+            _ = stopping.changed() => return,
+            accepted = listener.accept() => match accepted {
+                Ok((socket, peer)) => {
+                    let alive = shared.alive.lock().ok().and_then(|a| a.clone());
+                    let Some(alive) = alive else { return };
+                    tokio::spawn(connection(shared.clone(), socket, peer, target, alive));
+                }
+                Err(e) => {
+                    tracing::warn!("accepting a connection: {e}");
+                    tokio::time::sleep(std::time::Duration::from_millis(100)).await;
+                }
+            },
+        }
+    }
+}
+
+/// What a client is owed, in request order.
+enum Pending {
+    /// A response the proxy wrote.
+    Local(Bytes),
+    /// The broker's response to this correlation id, then `then`.
+    Upstream { correlation: i32, then: Then },
+    /// The broker's response to the proxy's own Produce (the write rule's
+    /// tombstones): whether it wrote them, to `reply`; nothing to the client.
+    OlderForms {
+        correlation: i32,
+        version: i16,
+        reply: tokio::sync::oneshot::Sender<Result<(), String>>,
+    },
+}
+
+/// What to do with a broker's response.
+enum Then {
+    Pass,
+    Produce { version: i16, refused: Vec<Refused> },
+    Fetch { version: i16 },
+    Metadata { version: i16 },
+    FindCoordinator { version: i16 },
+    DescribeCluster { version: i16 },
+    ApiVersions { version: i16 },
+}
+
+async fn connection(
+    shared: Arc<Shared>,
+    client: TcpStream,
+    peer: SocketAddr,
+    target: Target,
+    _alive: mpsc::Sender<()>,
+) {
+    let Some(addr) = shared.upstream_of(target) else {
+        tracing::warn!("client {peer}: no broker address known for {target:?}: connection closed");
+        return;
+    };
+    let upstream = match TcpStream::connect(&addr).await {
+        Ok(s) => s,
+        Err(e) => {
+            tracing::warn!(
+                "client {peer}: connecting to the broker {addr}: {e}: connection closed"
+            );
+            return;
+        }
+    };
+    let _ = client.set_nodelay(true);
+    let _ = upstream.set_nodelay(true);
+    let (cr, cw) = client.into_split();
+    let (ur, uw) = upstream.into_split();
+    let (tx, rx) = mpsc::channel(256);
+    let mut reader = tokio::spawn(read_requests(shared.clone(), cr, uw, tx, peer));
+    let mut writer = tokio::spawn(write_responses(shared, ur, cw, rx, peer, addr));
+    tokio::select! {
+        _ = &mut writer => reader.abort(),
+        done = &mut reader => match done {
+            Ok(End::Finished) => { let _ = writer.await; }
+            _ => writer.abort(),
+        },
+    }
+}
+
+/// How the reading half of a connection ended.
+enum End {
+    /// The client closed, or the proxy is shutting down: answer what is owed.
+    Finished,
+    /// A refused frame or a broken connection: close now.
+    Closed,
+}
+
+async fn read_requests(
+    shared: Arc<Shared>,
+    mut client: OwnedReadHalf,
+    mut upstream: OwnedWriteHalf,
+    owed: mpsc::Sender<Pending>,
+    peer: SocketAddr,
+) -> End {
+    let mut stopping = shared.stopping.clone();
+    // The proxy's own requests: negative correlation ids (clients count
+    // up from 0).
+    let mut own_correlation: i32 = 0;
+    loop {
+        if *stopping.borrow() {
+            return End::Finished;
+        }
+        let frame = tokio::select! {
+            _ = stopping.changed() => return End::Finished,
+            frame = read_frame(&mut client, shared.max_frame) => frame,
+        };
+        let frame = match frame {
+            Ok(f) => f,
+            Err(FrameError::Closed) => return End::Finished,
+            Err(e @ FrameError::TooLong { .. }) => {
+                tracing::warn!("client {peer}: refused: {e}: connection closed");
+                return End::Closed;
+            }
+            Err(FrameError::Io(e)) => {
+                tracing::debug!("client {peer}: {e}");
+                return End::Closed;
+            }
+        };
+        let Some((key, version, correlation)) = api::request_head(&frame) else {
+            tracing::warn!(
+                "client {peer}: refused a request of {} bytes, shorter than a request header: \
+                 connection closed",
+                frame.len()
+            );
+            return End::Closed;
+        };
+        let upstream_then = |then| Some(Pending::Upstream { correlation, then });
+        let (owe, send) = match ApiKey::try_from(key) {
+            Ok(ApiKey::Produce) => {
+                match api::produce_request(
+                    &frame,
+                    version,
+                    &shared.policies,
+                    &shared.hooks,
+                    shared.max_frame,
+                ) {
+                    Err(reason) => {
+                        tracing::warn!(
+                            "client {peer}: refused a Produce (correlation id {correlation}): \
+                             {reason}: connection closed, nothing forwarded"
+                        );
+                        return End::Closed;
+                    }
+                    Ok(ProduceAction::Unchanged { acks }) => {
+                        let then = Then::Produce {
+                            version,
+                            refused: Vec::new(),
+                        };
+                        (
+                            (acks != 0).then_some(then).and_then(upstream_then),
+                            Some(frame),
+                        )
+                    }
+                    Ok(ProduceAction::Forward {
+                        frame,
+                        refused,
+                        acks,
+                        older_forms,
+                        partitions,
+                    }) => {
+                        log_refused(peer, &refused);
+                        let written = match older_forms {
+                            None => Ok(()),
+                            Some(request) => {
+                                own_correlation = own_correlation.wrapping_sub(1).min(-1);
+                                write_older_forms(
+                                    &request,
+                                    version,
+                                    own_correlation,
+                                    &owed,
+                                    &mut upstream,
+                                )
+                                .await
+                            }
+                        };
+                        match written {
+                            Ok(()) => {
+                                let then = Then::Produce { version, refused };
+                                (
+                                    (acks != 0).then_some(then).and_then(upstream_then),
+                                    Some(frame),
+                                )
+                            }
+                            Err(reason) => {
+                                let mut all = refused;
+                                all.extend(partitions.into_iter().map(|(topic, partition)| {
+                                    Refused {
+                                        topic,
+                                        partition,
+                                        reason: format!(
+                                            "the write rule's tombstones of older key forms \
+                                             were not written: {reason}"
+                                        ),
+                                    }
+                                }));
+                                log_refused(peer, &all);
+                                let response = (acks != 0)
+                                    .then(|| api::answer_refused(version, correlation, &all))
+                                    .transpose();
+                                match response {
+                                    Ok(r) => (r.map(Pending::Local), None),
+                                    Err(reason) => {
+                                        tracing::warn!(
+                                            "client {peer}: {reason}: connection closed"
+                                        );
+                                        return End::Closed;
+                                    }
+                                }
+                            }
+                        }
+                    }
+                    Ok(ProduceAction::Answer { response, refused }) => {
+                        log_refused(peer, &refused);
+                        (response.map(Pending::Local), None)
+                    }
+                }
+            }
+            Ok(ApiKey::Fetch) => (upstream_then(Then::Fetch { version }), Some(frame)),
+            Ok(ApiKey::Metadata) => (upstream_then(Then::Metadata { version }), Some(frame)),
+            Ok(ApiKey::FindCoordinator) => (
+                upstream_then(Then::FindCoordinator { version }),
+                Some(frame),
+            ),
+            Ok(ApiKey::DescribeCluster) => (
+                upstream_then(Then::DescribeCluster { version }),
+                Some(frame),
+            ),
+            Ok(ApiKey::ApiVersions) => (upstream_then(Then::ApiVersions { version }), Some(frame)),
+            _ => (upstream_then(Then::Pass), Some(frame)),
+        };
+        if let Some(owe) = owe {
+            if owed.send(owe).await.is_err() {
+                return End::Closed;
+            }
+        }
+        if let Some(send) = send {
+            if let Err(e) = write_frame(&mut upstream, &send).await {
+                tracing::debug!("client {peer}: writing to the broker: {e}");
+                return End::Closed;
+            }
+        }
+    }
+}
+
+/// Writes the proxy's own Produce of the write rule's tombstones on the
+/// client's connection to the broker (the partitions' leader), and waits
+/// for the broker to have written them.
+async fn write_older_forms(
+    request: &kafka_protocol::messages::ProduceRequest,
+    version: i16,
+    correlation: i32,
+    owed: &mpsc::Sender<Pending>,
+    upstream: &mut OwnedWriteHalf,
+) -> Result<(), String> {
+    let frame = api::older_forms_request(request, version, correlation)?;
+    let (reply, written) = tokio::sync::oneshot::channel();
+    owed.send(Pending::OlderForms {
+        correlation,
+        version,
+        reply,
+    })
+    .await
+    .map_err(|_| "the connection is closing".to_owned())?;
+    write_frame(upstream, &frame)
+        .await
+        .map_err(|e| format!("writing to the broker: {e}"))?;
+    written
+        .await
+        .map_err(|_| "the connection closed before the broker answered".to_owned())?
+}
+
+fn log_refused(peer: SocketAddr, refused: &[Refused]) {
+    for r in refused {
+        tracing::warn!(
+            "client {peer}: refused a Produce to {}-{}: {}: answered CORRUPT_MESSAGE, \
+             nothing written",
+            r.topic.as_str(),
+            r.partition,
+            r.reason
+        );
+    }
+}
+
+async fn write_responses(
+    shared: Arc<Shared>,
+    mut upstream: OwnedReadHalf,
+    mut client: OwnedWriteHalf,
+    mut owed: mpsc::Receiver<Pending>,
+    peer: SocketAddr,
+    broker: String,
+) {
+    let map_shared = shared.clone();
+    let map = move |node: i32, host: &str, port: i32| map_shared.node_address(node, host, port);
+    while let Some(pending) = owed.recv().await {
+        let out = match pending {
+            Pending::Local(frame) => frame,
+            Pending::OlderForms {
+                correlation,
+                version,
+                reply,
+            } => {
+                let written = match read_frame(&mut upstream, shared.max_frame).await {
+                    Ok(frame) if api::response_correlation(&frame) == Some(correlation) => {
+                        api::older_forms_written(&frame, version)
+                    }
+                    Ok(_) => Err("the broker answered out of order".to_owned()),
+                    Err(e) => Err(format!("from the broker {broker}: {e}")),
+                };
+                let failed = written.is_err();
+                let _ = reply.send(written);
+                if failed {
+                    return;
+                }
+                continue;
+            }
+            Pending::Upstream { correlation, then } => {
+                let frame = match read_frame(&mut upstream, shared.max_frame).await {
+                    Ok(f) => f,
+                    Err(FrameError::Closed) => {
+                        tracing::debug!("client {peer}: the broker {broker} closed the connection");
+                        return;
+                    }
+                    Err(e) => {
+                        tracing::warn!(
+                            "client {peer}: from the broker {broker}: {e}: connection closed"
+                        );
+                        return;
+                    }
+                };
+                if api::response_correlation(&frame) != Some(correlation) {
+                    tracing::warn!(
+                        "client {peer}: the broker {broker} answered out of order \
+                         (correlation id {:?}, {correlation} expected): connection closed",
+                        api::response_correlation(&frame)
+                    );
+                    return;
+                }
+                match respond(&shared, frame, then, &map, peer) {
+                    Ok(out) => out,
+                    Err(reason) => {
+                        tracing::warn!(
+                            "client {peer}: a response from the broker {broker} cannot be \
+                             handed on: {reason}: connection closed"
+                        );
+                        return;
+                    }
+                }
+            }
+        };
+        if let Err(e) = write_frame(&mut client, &out).await {
+            tracing::debug!("client {peer}: writing to the client: {e}");
+            return;
+        }
+    }
+    let _ = tokio::io::AsyncWriteExt::shutdown(&mut client).await;
+}
+
+fn respond(
+    shared: &Shared,
+    frame: Bytes,
+    then: Then,
+    map: &api::NodeMap<'_>,
+    peer: SocketAddr,
+) -> Result<Bytes, String> {
+    Ok(match then {
+        Then::Pass => frame,
+        Then::Produce { version, refused } => {
+            api::produce_response(&frame, version, &refused, map)?.unwrap_or(frame)
+        }
+        Then::Fetch { version } => {
+            let mut failed = Vec::new();
+            let out = api::fetch_response(
+                &frame,
+                version,
+                &shared.policies,
+                map,
+                &mut failed,
+                shared.max_frame,
+            )?;
+            for f in failed {
+                tracing::warn!(
+                    "client {peer}: refused to hand on {}-{} of a Fetch: {}: answered \
+                     CORRUPT_MESSAGE, no records",
+                    f.topic,
+                    f.partition,
+                    f.reason
+                );
+            }
+            out.unwrap_or(frame)
+        }
+        Then::Metadata { version } => api::metadata_response(&frame, version, map)?,
+        Then::FindCoordinator { version } => api::find_coordinator_response(&frame, version, map)?,
+        Then::DescribeCluster { version } => api::describe_cluster_response(&frame, version, map)?,
+        Then::ApiVersions { version } => {
+            api::api_versions_response(&frame, version)?.unwrap_or(frame)
+        }
+    })
+}

@@ -1,0 +1,322 @@
+//! Shared plumbing of the proxy's tests: the broker, a proxy in process,
+//! rdkafka clients through it and beside it.
+#![allow(dead_code)]
+
+use std::net::TcpListener;
+use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
+
+use tombstone_crypt::kafka::rdkafka::config::ClientConfig;
+use tombstone_crypt::kafka::rdkafka::consumer::{BaseConsumer, Consumer};
+use tombstone_crypt::kafka::rdkafka::error::KafkaError;
+use tombstone_crypt::kafka::rdkafka::message::Message;
+use tombstone_crypt::kafka::rdkafka::{Offset, TopicPartitionList};
+use tombstone_crypt_proxy::{Hooks, Policies, Proxy, ProxyConfig};
+
+/// The broker (`TOMBSTONE_KAFKA_BOOTSTRAP`), or `None` with a printed line
+/// when it is unset: the test is skipped.
+pub fn bootstrap() -> Option<String> {
+    match std::env::var("TOMBSTONE_KAFKA_BOOTSTRAP") {
+        Ok(b) if !b.is_empty() => Some(b),
+        _ => {
+            eprintln!("TOMBSTONE_KAFKA_BOOTSTRAP is unset: proxy test skipped (scripts/test.sh starts a broker)");
+            None
+        }
+    }
+}
+
+/// A topic name no other test uses.
+pub fn fresh_topic(name: &str) -> String {
+    let nanos = SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .unwrap()
+        .as_nanos();
+    format!("px-{name}-{}-{nanos}", std::process::id())
+}
+
+/// A proxy running in its own thread and runtime; stopped on drop.
+pub struct RunningProxy {
+    /// Its bootstrap address.
+    pub addr: String,
+    stop: Option<tokio::sync::oneshot::Sender<()>>,
+    thread: Option<std::thread::JoinHandle<()>>,
+}
+
+impl RunningProxy {
+    /// Signals the proxy to shut down (it finishes in-flight requests);
+    /// returns at once.
+    pub fn signal_stop(&mut self) {
+        if let Some(s) = self.stop.take() {
+            let _ = s.send(());
+        }
+    }
+
+    /// Waits until the proxy has shut down.
+    pub fn join(&mut self) {
+        self.signal_stop();
+        if let Some(t) = self.thread.take() {
+            let _ = t.join();
+        }
+    }
+}
+
+impl Drop for RunningProxy {
+    fn drop(&mut self) {
+        if let Some(s) = self.stop.take() {
+            let _ = s.send(());
+        }
+        if let Some(t) = self.thread.take() {
+            let _ = t.join();
+        }
+    }
+}
+
+/// A free port `p` on loopback with `p + 112` free too (the broker's
+/// node id is 111: its listener is at port + 1 + 111).
+fn free_base_port() -> u16 {
+    for _ in 0..200 {
+        let l = TcpListener::bind("127.0.0.1:0").unwrap();
+        let p = l.local_addr().unwrap().port();
+        if p > 65000 {
+            continue;
+        }
+        if TcpListener::bind(("127.0.0.1", p + 112)).is_ok() {
+            return p;
+        }
+    }
+    panic!("no free pair of ports");
+}
+
+/// Starts a proxy to `bootstrap` with `policies` and `hooks`.
+pub fn start_proxy(bootstrap: &str, policies: Policies, hooks: Hooks) -> RunningProxy {
+    start_proxy_with(bootstrap, policies, hooks, None)
+}
+
+/// [`start_proxy`] with a frame limit.
+pub fn start_proxy_with(
+    bootstrap: &str,
+    policies: Policies,
+    hooks: Hooks,
+    max_frame_bytes: Option<usize>,
+) -> RunningProxy {
+    let (ready_tx, ready_rx) = std::sync::mpsc::channel();
+    let (stop_tx, stop_rx) = tokio::sync::oneshot::channel::<()>();
+    let bootstrap = bootstrap.to_owned();
+    let thread = std::thread::spawn(move || {
+        let rt = tokio::runtime::Builder::new_multi_thread()
+            .worker_threads(2)
+            .enable_all()
+            .build()
+            .unwrap();
+        rt.block_on(async move {
+            let mut last = None;
+            for _ in 0..20 {
+                let port = free_base_port();
+                let config = ProxyConfig::from_json(&format!(
+                    r#"{{"listen":"127.0.0.1:{port}","bootstrap":"{bootstrap}"}}"#
+                ))
+                .unwrap();
+                let config = ProxyConfig {
+                    max_frame_bytes,
+                    ..config
+                };
+                match Proxy::bind(&config, policies.clone()).await {
+                    Ok(p) => {
+                        let p = p.with_hooks(hooks);
+                        ready_tx.send(p.local_addr().unwrap().to_string()).unwrap();
+                        p.run(
+                            async {
+                                let _ = stop_rx.await;
+                            },
+                            Duration::from_secs(5),
+                        )
+                        .await
+                        .unwrap();
+                        return;
+                    }
+                    Err(e) => last = Some(e),
+                }
+            }
+            panic!("binding a proxy: {last:?}");
+        });
+    });
+    let addr = ready_rx.recv_timeout(Duration::from_secs(30)).unwrap();
+    RunningProxy {
+        addr,
+        stop: Some(stop_tx),
+        thread: Some(thread),
+    }
+}
+
+/// A client configuration for `bootstrap`.
+pub fn config(bootstrap: &str) -> ClientConfig {
+    let mut c = ClientConfig::new();
+    c.set("bootstrap.servers", bootstrap);
+    c
+}
+
+/// Creates `topic` with `partitions` partitions through `bootstrap`.
+pub fn create_topic(bootstrap: &str, topic: &str, partitions: i32) {
+    use tombstone_crypt::kafka::rdkafka::admin::{
+        AdminClient, AdminOptions, NewTopic, TopicReplication,
+    };
+    use tombstone_crypt::kafka::rdkafka::client::DefaultClientContext;
+    let admin: AdminClient<DefaultClientContext> = config(bootstrap).create().unwrap();
+    let new = NewTopic::new(topic, partitions, TopicReplication::Fixed(1));
+    let results =
+        futures_executor::block_on(admin.create_topics([&new], &AdminOptions::new())).unwrap();
+    for r in results {
+        r.unwrap();
+    }
+}
+
+/// A record as produced or consumed: key, value (`None`: a tombstone).
+pub type Rec = (Option<Vec<u8>>, Option<Vec<u8>>);
+
+/// A consumed record with its place.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Consumed {
+    /// The partition.
+    pub partition: i32,
+    /// The offset.
+    pub offset: i64,
+    /// The key.
+    pub key: Option<Vec<u8>>,
+    /// The value.
+    pub value: Option<Vec<u8>>,
+}
+
+/// Produces `records` to partition `partition` of `topic` through
+/// `bootstrap` (idempotent, acks=all, `compression`, batched), in order,
+/// and returns each record's delivery: its offset, or the error.
+pub fn produce(
+    bootstrap: &str,
+    topic: &str,
+    partition: i32,
+    records: &[Rec],
+    compression: &str,
+) -> Vec<Result<i64, String>> {
+    use tombstone_crypt::kafka::rdkafka::producer::{FutureProducer, FutureRecord};
+    let producer: FutureProducer = config(bootstrap)
+        .set("enable.idempotence", "true")
+        .set("compression.type", compression)
+        .set("linger.ms", "20")
+        .set("message.timeout.ms", "6000")
+        .create()
+        .unwrap();
+    let futures: Vec<_> = records
+        .iter()
+        .map(|(k, v)| {
+            let mut r: FutureRecord<'_, [u8], [u8]> = FutureRecord::to(topic).partition(partition);
+            if let Some(k) = k {
+                r = r.key(&k[..]);
+            }
+            if let Some(v) = v {
+                r = r.payload(&v[..]);
+            }
+            producer.send_result(r).map_err(|(e, _)| e.to_string())
+        })
+        .collect();
+    futures
+        .into_iter()
+        .map(|f| match futures_executor::block_on(f?) {
+            Ok(Ok(d)) => Ok(d.offset),
+            Ok(Err((e, _))) => Err(e.to_string()),
+            Err(_) => Err("canceled".into()),
+        })
+        .collect()
+}
+
+/// [`produce`], every delivery asserted.
+pub fn produce_ok(
+    bootstrap: &str,
+    topic: &str,
+    partition: i32,
+    records: &[Rec],
+    compression: &str,
+) {
+    for (i, r) in produce(bootstrap, topic, partition, records, compression)
+        .into_iter()
+        .enumerate()
+    {
+        if let Err(e) = r {
+            panic!("record {i} to {topic}: {e}");
+        }
+    }
+}
+
+/// Reads every partition of `topic` (`partitions` of them) from the
+/// beginning to its end through `bootstrap`.
+///
+/// # Errors
+/// A partition error (the proxy's `CORRUPT_MESSAGE`, for one), or no end
+/// within 30 s.
+pub fn consume_all(bootstrap: &str, topic: &str, partitions: i32) -> Result<Vec<Consumed>, String> {
+    let consumer: BaseConsumer = config(bootstrap)
+        .set("group.id", format!("g-{}", fresh_topic("c")))
+        .set("enable.partition.eof", "true")
+        .set("enable.auto.commit", "false")
+        .set("auto.offset.reset", "earliest")
+        .create()
+        .unwrap();
+    let mut tpl = TopicPartitionList::new();
+    for p in 0..partitions {
+        tpl.add_partition_offset(topic, p, Offset::Beginning)
+            .unwrap();
+    }
+    consumer.assign(&tpl).unwrap();
+    let mut out = Vec::new();
+    let mut eof = std::collections::HashSet::new();
+    let deadline = Instant::now() + Duration::from_secs(30);
+    while eof.len() < partitions as usize {
+        if Instant::now() > deadline {
+            return Err(format!(
+                "no end of {topic} within 30 s ({} records)",
+                out.len()
+            ));
+        }
+        match consumer.poll(Duration::from_millis(200)) {
+            None => {}
+            Some(Ok(m)) => out.push(Consumed {
+                partition: m.partition(),
+                offset: m.offset(),
+                key: m.key().map(<[u8]>::to_vec),
+                value: m.payload().map(<[u8]>::to_vec),
+            }),
+            Some(Err(KafkaError::PartitionEOF(p))) => {
+                eof.insert(p);
+            }
+            Some(Err(e)) => return Err(e.to_string()),
+        }
+    }
+    out.sort_by_key(|c| (c.partition, c.offset));
+    Ok(out)
+}
+
+/// The keysets of a policy topic, and its policy.
+pub struct Keys {
+    /// The value keyset.
+    pub values: tombstone_crypt::Keyset,
+    /// The key keyset (AES-SIV).
+    pub keys: Option<tombstone_crypt::Keyset>,
+}
+
+impl Keys {
+    /// Fresh keysets: values, and keys when `with_keys`.
+    pub fn new(with_keys: bool) -> Self {
+        Keys {
+            values: tombstone_crypt::Keyset::generate(),
+            keys: with_keys.then(|| {
+                tombstone_crypt::Keyset::generate_with(tombstone_crypt::KeyTemplate::aes256_siv())
+                    .unwrap()
+            }),
+        }
+    }
+
+    /// The policy of these keysets for `topic`.
+    pub fn policies(&self, topic: &str) -> Policies {
+        Policies::new().with_topic(
+            topic,
+            tombstone_crypt_proxy::TopicPolicy::new(self.values.clone(), self.keys.clone()),
+        )
+    }
+}
