@@ -100,7 +100,7 @@ cargo test --workspace --all-features -- --skip compacting_broker
 step "tests of the library, pure Rust (RustCrypto backend: no aws-lc, the default's other half)"
 cargo test -p tombstone-crypt --no-default-features --features redb
 
-step "the library without default features (no redb): its unit tests, and its integration tests built"
+step "the library without default features (no redb): its unit tests, and its integration tests checked"
 # The integration tests ran pure Rust in the stage above (with redb, which
 # they need only for their own cases); here they must still compile
 # (checked, not built: no code generation or linking, which the stage

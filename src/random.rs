@@ -13,7 +13,7 @@
 //! its parent's nonces.
 //!
 //! The check is one relaxed atomic load per nonce. A `getpid` per nonce,
-//! the check before it, cost about 80 ns (a system call); aws-lc's own
+//! the check before it, cost 80 to 150 ns (a system call); aws-lc's own
 //! generator, fork-safe too, took about 400 ns per 12 bytes and the OS's
 //! `getrandom` about 230 ns. What the handler does not see: a child made
 //! by a raw `clone` system call without `CLONE_VM` (not `fork()`, not
