@@ -10,7 +10,9 @@ use base64::Engine as _;
 use serde_json::{json, Value};
 use tombstone_crypt::confluent::ConfluentJson;
 use tombstone_crypt::shred::SubjectEncrypting;
-use tombstone_crypt::{Bytes, Context, DecryptingDeserializer, Deserializer as _, Error};
+use tombstone_crypt::{
+    Bytes, Context, DecryptingDeserializer, Deserializer as _, DeterministicDeserializer, Error,
+};
 
 use crate::read::{self, Rec, Setup, SubjectValues};
 use crate::{fail, keysets, ConsumeArgs, Fail, NullMarker, Outcome, Output};
@@ -119,6 +121,7 @@ impl Reader {
         &self,
         topic: &str,
         r: &Rec<'_>,
+        key: Option<&[u8]>,
         marker: &NullMarker,
         line: &mut serde_json::Map<String, Value>,
     ) -> Result<(), Unread> {
@@ -128,7 +131,7 @@ impl Reader {
                 subjects,
                 name,
             } => {
-                let ctx = match r.key {
+                let ctx = match key {
                     Some(k) => Context::new(name).with_key(k),
                     None => Context::new(name),
                 };
@@ -228,6 +231,19 @@ pub(crate) fn consume(a: &ConsumeArgs, out: &Output) -> Result<Outcome, Fail> {
         a.partitions.clone(),
     )?;
     let reader = Reader::new(a, &s)?;
+    let name = a.aad_name.clone().unwrap_or_else(|| a.topic.clone());
+    let keys = match &a.key_keyset {
+        Some(path) => {
+            let k = keysets::load(path, a.decrypt_with.as_deref())?;
+            if !k.is_deterministic() {
+                return Err(fail(
+                    "--key-keyset must be a deterministic (AES-SIV) keyset",
+                ));
+            }
+            Some(DeterministicDeserializer::new(Bytes, k))
+        }
+        None => None,
+    };
     let marker = a.null_marker.clone().unwrap_or(NullMarker::Empty);
     let (parts, _) = read::partitions(&s)?;
     let total: i64 = parts.iter().map(|(_, low, high)| (high - low).max(0)).sum();
@@ -242,8 +258,21 @@ pub(crate) fn consume(a: &ConsumeArgs, out: &Output) -> Result<Outcome, Fail> {
             let mut line = serde_json::Map::new();
             line.insert("partition".into(), json!(r.partition));
             line.insert("offset".into(), json!(r.offset));
-            key_fields(r.key, &mut line);
-            match reader.value(&a.topic, r, &marker, &mut line) {
+            // The key as written, decrypted under --key-keyset.
+            let key = match (r.key, &keys) {
+                (Some(wire), Some(keys)) => keys
+                    .deserialize(&Context::new(&name), Some(wire))
+                    .map_err(|e| crate::chain(&e)),
+                (key, _) => Ok(key.map(<[u8]>::to_vec)),
+            };
+            key_fields(key.as_ref().map_or(r.key, Option::as_deref), &mut line);
+            let value = match &key {
+                Ok(key) => reader.value(&a.topic, r, key.as_deref(), &marker, &mut line),
+                Err(why) => Err(Unread::Value(format!(
+                    "the record key does not decrypt under --key-keyset: {why}"
+                ))),
+            };
+            match value {
                 Err(Unread::Command(f)) => return Err(f),
                 Err(Unread::Value(why)) => {
                     failed += 1;

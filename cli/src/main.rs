@@ -248,6 +248,11 @@ pub(crate) struct ConsumeArgs {
     /// The name values are bound to, if not the topic.
     #[arg(long, value_name = "NAME")]
     pub(crate) aad_name: Option<String>,
+    /// The record keys' keyset (AES-SIV), when keys are encrypted too (as
+    /// the proxy's `key_keyset` writes them): keys print decrypted, and
+    /// values are read bound to the decrypted key.
+    #[arg(long, value_name = "FILE", conflicts_with = "schema_registry")]
+    pub(crate) key_keyset: Option<PathBuf>,
     /// Confluent's format: the Schema Registry (with its DEK registry) the
     /// records' schemas and DEKs are in; the subject is `TOPIC-value`. The
     /// local-kms secret comes from `LOCAL_SECRET` (as Confluent's clients
