@@ -1,19 +1,21 @@
 // Orders with kafkajs: the topic `orders` read from the start, each
 // order's last state printed, then one more order written.
 //
-// Usage: node orders.js BOOTSTRAP
+// Usage: node orders.js BOOTSTRAP [TOPIC]   (TOPIC: orders by default)
 'use strict';
 
 const { Kafka, logLevel } = require('kafkajs');
 
+const [bootstrap, topic = 'orders'] = process.argv.slice(2);
+
 async function main() {
-  const kafka = new Kafka({ brokers: [process.argv[2]], logLevel: logLevel.ERROR });
+  const kafka = new Kafka({ brokers: [bootstrap], logLevel: logLevel.ERROR });
 
   // Each partition that holds records is read to its end.
   const admin = kafka.admin();
   await admin.connect();
   const left = new Set();
-  for (const p of await admin.fetchTopicOffsets('orders')) {
+  for (const p of await admin.fetchTopicOffsets(topic)) {
     if (p.high !== p.low) left.add(p.partition);
   }
   await admin.disconnect();
@@ -21,7 +23,7 @@ async function main() {
   const state = new Map();
   const consumer = kafka.consumer({ groupId: 'orders-js' });
   await consumer.connect();
-  await consumer.subscribe({ topic: 'orders', fromBeginning: true });
+  await consumer.subscribe({ topic, fromBeginning: true });
   await new Promise((resolve, reject) => {
     consumer
       .run({
@@ -45,7 +47,7 @@ async function main() {
   const producer = kafka.producer();
   await producer.connect();
   await producer.send({
-    topic: 'orders',
+    topic,
     messages: [{ key: 'order-5', value: JSON.stringify({ item: 'chair', qty: 4 }) }],
   });
   await producer.disconnect();

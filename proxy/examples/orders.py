@@ -2,7 +2,7 @@
 deleted (a null value: a tombstone), then the topic read from the start and
 each order's last state printed.
 
-Usage: python3 orders.py BOOTSTRAP
+Usage: python3 orders.py BOOTSTRAP [TOPIC]   (TOPIC: orders by default)
 """
 
 import json
@@ -11,6 +11,7 @@ import sys
 from confluent_kafka import OFFSET_BEGINNING, Consumer, KafkaError, Producer, TopicPartition
 
 bootstrap = sys.argv[1]
+topic = sys.argv[2] if len(sys.argv) > 2 else "orders"
 
 producer = Producer({"bootstrap.servers": bootstrap})
 orders = {
@@ -20,16 +21,16 @@ orders = {
     "order-4": {"item": "pen", "qty": 10},
 }
 for order_id, order in orders.items():
-    producer.produce("orders", key=order_id, value=json.dumps(order))
+    producer.produce(topic, key=order_id, value=json.dumps(order))
 for order_id in ("order-2", "order-3"):
-    producer.produce("orders", key=order_id, value=None)  # a delete
+    producer.produce(topic, key=order_id, value=None)  # a delete
 producer.flush(30)
 
 consumer = Consumer(
     {"bootstrap.servers": bootstrap, "group.id": "orders-py", "enable.partition.eof": True}
 )
-partitions = consumer.list_topics("orders", timeout=30).topics["orders"].partitions
-consumer.assign([TopicPartition("orders", p, OFFSET_BEGINNING) for p in partitions])
+partitions = consumer.list_topics(topic, timeout=30).topics[topic].partitions
+consumer.assign([TopicPartition(topic, p, OFFSET_BEGINNING) for p in partitions])
 state, at_end = {}, set()
 while len(at_end) < len(partitions):
     msg = consumer.poll(30)
