@@ -125,6 +125,117 @@ fn consume_prints_our_records_decrypted_and_a_delete_as_null() {
     );
 }
 
+/// `--key-keyset`: record keys encrypted deterministically (as the proxy's
+/// `key_keyset` and the library's writers write them) print decrypted, and
+/// values are read bound to the decrypted key; a key that does not decrypt
+/// under it (another keyset's) is an error line, exit 1, never a record.
+/// Without `--key-keyset` the same topic's values do not decrypt (they are
+/// bound to the plaintext key): the option is what reads them.
+#[test]
+fn consume_with_a_key_keyset_prints_keys_decrypted_and_refuses_a_foreign_key() {
+    use tombstone_crypt::{DeterministicSerializer, KeyTemplate};
+    let Some(bootstrap) = bootstrap() else { return };
+    let dir = Dir::new("consume-key-keyset");
+    let (path, keyset) = new_keyset(&dir, "values.json");
+    let keys_path = dir.file("keys.json");
+    let out = common::process::cli(&[
+        "keyset",
+        "new",
+        "--template",
+        "aes-siv",
+        "--out-keyset",
+        &keys_path,
+    ]);
+    assert_eq!(code(&out), 0, "{}", String::from_utf8_lossy(&out.stderr));
+    let keys = common::process::load(&keys_path);
+    let topic = fresh_topic("consume-key-keyset");
+    create_topic(&bootstrap, &topic, 1);
+    let ser = EncryptingSerializer::new(Bytes, keyset);
+    let key_ser = DeterministicSerializer::new(Bytes, keys);
+    let other_keys = DeterministicSerializer::new(
+        Bytes,
+        Keyset::generate_with(KeyTemplate::aes256_siv()).unwrap(),
+    );
+    let ctx = Context::new(&topic);
+    let wire =
+        |s: &DeterministicSerializer<Bytes>, k: &[u8]| s.serialize(&ctx, Some(k)).unwrap().unwrap();
+    let value = |k: &[u8], v: &[u8]| {
+        ser.serialize(&Context::new(&topic).with_key(k), Some(v))
+            .unwrap()
+    };
+    let (o1, o2, foreign) = (
+        wire(&key_ser, b"order-1"),
+        wire(&key_ser, b"order-2"),
+        wire(&other_keys, b"order-3"),
+    );
+    produce(
+        &bootstrap,
+        &topic,
+        &[
+            (&o1[..], value(b"order-1", b"book")),
+            (&o2[..], value(b"order-2", b"pen")),
+            (&o2[..], None),
+            (&foreign[..], value(b"order-3", b"lamp")),
+        ],
+    );
+    let args = |with_keys: bool| {
+        let mut a = vec![
+            "consume".to_owned(),
+            "--bootstrap".to_owned(),
+            bootstrap.clone(),
+            "--topic".to_owned(),
+            topic.clone(),
+            "--keyset".to_owned(),
+            path.clone(),
+            "--quiet".to_owned(),
+        ];
+        if with_keys {
+            a.extend(["--key-keyset".to_owned(), keys_path.clone()]);
+        }
+        a
+    };
+    let with: Vec<String> = args(true);
+    let (code_with, lines, stderr) =
+        consume(&with.iter().map(String::as_str).collect::<Vec<_>>(), &[]);
+    assert_eq!(code_with, 1, "a key did not decrypt: exit 1; {stderr}");
+    assert_eq!(lines.len(), 4, "{lines:?}");
+    assert_eq!(
+        lines[0],
+        json!({"partition": 0, "offset": 0, "key": "order-1", "value": "book"})
+    );
+    assert_eq!(lines[1]["key"], json!("order-2"));
+    assert_eq!(lines[1]["value"], json!("pen"));
+    assert_eq!(
+        lines[2],
+        json!({"partition": 0, "offset": 2, "key": "order-2", "value": null}),
+        "a delete is null"
+    );
+    assert!(
+        lines[3].get("value").is_none(),
+        "a record whose key does not decrypt is never a value: {}",
+        lines[3]
+    );
+    assert!(
+        lines[3]["error"]
+            .as_str()
+            .unwrap()
+            .contains("the record key does not decrypt under --key-keyset"),
+        "{}",
+        lines[3]
+    );
+    // The control: without --key-keyset, the values bound to the plaintext
+    // keys do not decrypt.
+    let without: Vec<String> = args(false);
+    let (code_without, lines, _) =
+        consume(&without.iter().map(String::as_str).collect::<Vec<_>>(), &[]);
+    assert_eq!(code_without, 1);
+    let errors = lines.iter().filter(|l| l.get("error").is_some()).count();
+    assert_eq!(
+        errors, 3,
+        "every value errs without the key keyset: {lines:?}"
+    );
+}
+
 /// The test Schema Registry on a free loopback port, stopped when dropped.
 struct TestRegistry {
     child: std::process::Child,
