@@ -18,7 +18,7 @@ use common::kafka::{bootstrap, client_config, create_topic, fresh_topic};
 use common::process::{cli, code, json_of, new_keyset, Dir};
 use serde_json::{json, Value};
 use tombstone_crypt::kafka::rdkafka::producer::{FutureProducer, FutureRecord};
-use tombstone_crypt::kafka::{KafkaChangelog, KafkaKeyStore};
+use tombstone_crypt::kafka::KafkaChangelog;
 use tombstone_crypt::shred::{KeyStore, RedbKeyStore, SubjectEncrypting, SubjectKeys};
 use tombstone_crypt::{
     Bytes, Context, Deserializer as _, EncryptingSerializer, Keyset, Serializer as _, Utf8,
@@ -271,7 +271,7 @@ fn shred_a_list_of_subjects_on_a_key_store_topic() {
     create_topic(&bootstrap, &topic, 1);
     let store = || {
         Arc::new(
-            KafkaKeyStore::new(KafkaChangelog::open(&bootstrap, &key_topic).unwrap())
+            common::kafka::key_store(KafkaChangelog::open(&bootstrap, &key_topic).unwrap())
                 .with_fence(Duration::ZERO),
         )
     };
@@ -480,7 +480,7 @@ fn compacting_model(seed: u64, fence: Duration) -> usize {
         SubjectKeys::create(
             kek,
             Arc::new(
-                KafkaKeyStore::new(KafkaChangelog::open(&bootstrap, &key_topic).unwrap())
+                common::kafka::key_store(KafkaChangelog::open(&bootstrap, &key_topic).unwrap())
                     .with_fence(view),
             ),
         )
@@ -608,7 +608,7 @@ fn a_killed_shred_says_so_and_running_it_again_finishes_the_list() {
     let view = Duration::from_secs(1);
     let store = || {
         Arc::new(
-            KafkaKeyStore::new(KafkaChangelog::open(&bootstrap, &key_topic).unwrap())
+            common::kafka::key_store(KafkaChangelog::open(&bootstrap, &key_topic).unwrap())
                 .with_fence(view),
         )
     };
