@@ -319,7 +319,8 @@ impl KafkaKeyStore {
     /// must be the one it was read from, else the view is cleared. Each
     /// of the first records it sampled must be the topic's record at that
     /// offset or gone (compacted), at least one still there; the last
-    /// record it applied must be the topic's at that offset, or gone.
+    /// record it applied must be the topic's at that offset, or gone
+    /// with a record after it (offsets past the topic's end: rebuilt).
     fn check_view(&self, log: &KafkaChangelog, consumer: &BaseConsumer) -> Result<(), Error> {
         let identity = {
             let mut viewed = lock(&self.view);
@@ -374,11 +375,13 @@ impl KafkaKeyStore {
         let Some(tail) = &id.tail else {
             return Ok(true);
         };
-        let mut tail_ok = true;
+        // Compaction removes a record only for a later one of its key: a
+        // record at or above the last one applied is there, in this topic.
+        let mut tail_ok = false;
         let ended = log.replay_until(consumer, tail.offset, Some(tail.offset), &mut |r| {
             self.read.fetch_add(1, Ordering::Relaxed);
-            // Below it: the partition restarted; at it: the same record;
-            // above it: compacted away.
+            // At it: the same record; above it: compacted away (below it
+            // the partition restarted, and nothing is applied).
             tail_ok = r.offset > tail.offset || tail.is(&r);
             Ok(())
         })?;

@@ -555,6 +555,8 @@ mod disk {
     struct TxnCells<'t> {
         deks: redb::Table<'t, &'static [u8], &'static [u8]>,
         covered: redb::Table<'t, &'static [u8], &'static [u8]>,
+        /// The DEK ids last read, and whose: what `set_deks` removes.
+        read: Option<(SubjectTag, Vec<[u8; 8]>)>,
     }
 
     fn range_of(tag: &SubjectTag) -> ([u8; 24], [u8; 24]) {
@@ -598,14 +600,21 @@ mod disk {
 
     impl Cells for TxnCells<'_> {
         fn deks(&mut self, tag: &SubjectTag) -> Result<Vec<Dek>, Error> {
-            read_deks(&self.deks, tag)
+            let deks = read_deks(&self.deks, tag)?;
+            self.read = Some((*tag, deks.iter().map(|d| d.id).collect()));
+            Ok(deks)
         }
 
         fn set_deks(&mut self, tag: &SubjectTag, deks: Vec<Dek>) -> Result<(), Error> {
-            let (lo, hi) = range_of(tag);
-            self.deks
-                .retain_in(&lo[..]..=&hi[..], |_, _| false)
-                .map_err(view_err("write"))?;
+            let old = match self.read.take() {
+                Some((t, ids)) if t == *tag => ids,
+                _ => read_deks(&self.deks, tag)?.iter().map(|d| d.id).collect(),
+            };
+            for id in old.iter().filter(|id| !deks.iter().any(|d| d.id == **id)) {
+                let mut key = tag.to_vec();
+                key.extend_from_slice(id);
+                self.deks.remove(&key[..]).map_err(view_err("write"))?;
+            }
             for d in deks {
                 let mut key = tag.to_vec();
                 key.extend_from_slice(&d.id);
@@ -907,6 +916,7 @@ mod disk {
                 let mut cells = TxnCells {
                     deks: txn.open_table(DEKS).map_err(view_err("open a table"))?,
                     covered: txn.open_table(COVERED).map_err(view_err("open a table"))?,
+                    read: None,
                 };
                 for r in &records {
                     apply_record(
