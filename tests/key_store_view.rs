@@ -272,7 +272,7 @@ fn a_corrupt_view_is_an_error_and_a_view_of_another_topic_is_rebuilt() {
     std::fs::write(file(&t1), b"not a view at all, not a redb file").unwrap();
     let opened =
         KafkaKeyStore::new(KafkaChangelog::open(&bootstrap, &t1).unwrap()).with_view_dir(&dir);
-    let err = opened.err().expect("a corrupt view opened");
+    let err = opened.expect_err("a corrupt view opened");
     let text = err.to_string();
     assert!(text.contains("remove it to rebuild"), "{text}");
     let _ = std::fs::remove_dir_all(dir);

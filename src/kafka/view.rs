@@ -343,7 +343,7 @@ pub(super) struct MemoryView {
 
 impl Cells for MemoryView {
     fn deks(&mut self, tag: &SubjectTag) -> Result<Vec<Dek>, Error> {
-        Ok(SubjectView::deks(self, tag)?)
+        SubjectView::deks(self, tag)
     }
 
     fn set_deks(&mut self, tag: &SubjectTag, deks: Vec<Dek>) -> Result<(), Error> {
