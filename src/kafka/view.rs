@@ -441,7 +441,7 @@ impl SubjectView for MemoryView {
 }
 
 /// A record as a view's identity keeps it.
-#[derive(Clone, PartialEq, Eq, Debug)]
+#[derive(Clone, PartialEq, Eq)]
 pub(super) struct Sample {
     pub(super) offset: u64,
     pub(super) key: Vec<u8>,
@@ -506,7 +506,7 @@ const HEAD: usize = 16;
 /// partition, its first records (offsets and bytes: a key-store topic's
 /// records hold random DEK ids and wrapped keys, so another topic, or the
 /// same name made again, has others), and the last record applied.
-#[derive(Clone, Debug, Default)]
+#[derive(Clone, Default)]
 pub(super) struct Identity {
     pub(super) topic: String,
     pub(super) partition: i32,
@@ -1029,6 +1029,149 @@ mod disk {
 
         fn as_disk(&mut self) -> Option<&mut DiskView> {
             Some(self)
+        }
+    }
+}
+
+#[cfg(all(test, feature = "redb"))]
+mod tests {
+    use super::*;
+
+    /// A shred's evidence naming `ids` (any non-empty seal: the views do
+    /// not open it).
+    fn evidence(ids: &[[u8; 8]], seal: u8) -> Vec<u8> {
+        let mut e = (ids.len() as u32).to_be_bytes().to_vec();
+        for id in ids {
+            e.extend_from_slice(id);
+        }
+        e.extend_from_slice(&[seal; 5]);
+        e
+    }
+
+    fn key(tag: u8, id: [u8; 8]) -> Vec<u8> {
+        let mut k = vec![tag; 16];
+        k.extend_from_slice(&id);
+        k
+    }
+
+    /// A random log over 3 subjects and 4 DEK ids: DEK records, their
+    /// tombstones, markers, reseals, records of no store's.
+    fn log(seed: u64, n: usize) -> Vec<Record> {
+        let mut s = seed | 1;
+        let mut rnd = |m: u64| {
+            s ^= s << 13;
+            s ^= s >> 7;
+            s ^= s << 17;
+            s % m
+        };
+        let mut out = Vec::new();
+        for offset in 0..n as u64 {
+            let tag = rnd(3) as u8;
+            let id = [rnd(4) as u8; 8];
+            let (key, value) = match rnd(10) {
+                0..=3 => (key(tag, id), Some(vec![id[0], rnd(256) as u8])),
+                4 | 5 => (key(tag, id), None),
+                6 => {
+                    let named: Vec<[u8; 8]> = (0..rnd(3)).map(|_| [rnd(4) as u8; 8]).collect();
+                    let mut v = SHREDDED.to_vec();
+                    v.extend_from_slice(&evidence(&named, rnd(3) as u8));
+                    (key(tag, MARKER), Some(v))
+                }
+                7 => {
+                    let mut k = key(tag, MARKER);
+                    k.extend_from_slice(&[rnd(2) as u8; 4]);
+                    let named: Vec<[u8; 8]> = (0..rnd(3)).map(|_| [rnd(4) as u8; 8]).collect();
+                    (k, Some(evidence(&named, rnd(3) as u8)))
+                }
+                8 => (key(0xff, id), Some(vec![1, 2, 3])),
+                _ => (b"not a store's".to_vec(), Some(vec![9])),
+            };
+            out.push(Record { offset, key, value });
+        }
+        out
+    }
+
+    fn state(v: &dyn SubjectView) -> Vec<String> {
+        let mut out = Vec::new();
+        for tag in [0u8, 1, 2, 0xff] {
+            let t = [tag; 16];
+            for d in v.deks(&t).unwrap() {
+                out.push(format!("{tag} dek {:?} {} {:?}", d.id, d.first, d.record));
+            }
+            if let Some(c) = v.covered(&t).unwrap() {
+                out.push(format!("{tag} covered {:?} {:?}", c.ids, c.pieces));
+            }
+            for id in 0..5u8 {
+                out.push(format!("{tag} {id} {:?}", v.lookup(&t, &[id; 8]).unwrap()));
+            }
+        }
+        let mut records = v.records().unwrap();
+        records.sort();
+        out.push(format!("{records:?}"));
+        let mut shreds = v.shreds().unwrap();
+        shreds.sort();
+        out.push(format!("{shreds:?} next {}", v.next()));
+        out
+    }
+
+    /// Both views decide every record alike, whatever the batches.
+    #[test]
+    fn the_view_on_disk_decides_as_the_view_in_memory() {
+        let dir = std::env::temp_dir().join(format!(
+            "tc-view-unit-{}-{}",
+            std::process::id(),
+            std::time::SystemTime::now()
+                .duration_since(std::time::UNIX_EPOCH)
+                .map_or(0, |d| d.as_nanos())
+        ));
+        for seed in 1..40u64 {
+            for offsets_only in [false, true] {
+                let records = log(seed, 60);
+                let mut memory = MemoryView::default();
+                let topic = format!("t{seed}{offsets_only}");
+                let mut disk = DiskView::open(&dir, &topic, 0, 1 << 20).unwrap();
+                let mut at = 0;
+                for (i, chunk) in records.chunks(1 + seed as usize % 7).enumerate() {
+                    let next = chunk.last().map_or(0, |r| r.offset + 1);
+                    memory.apply(chunk, next, offsets_only).unwrap();
+                    disk.apply(chunk, next, offsets_only).unwrap();
+                    at += chunk.len();
+                    if i % 3 == 0 {
+                        assert!(state(&memory) == state(&disk), "seed {seed} at {at}");
+                    }
+                }
+                assert!(state(&memory) == state(&disk), "seed {seed}");
+                // Opened again: the same view, the same offset.
+                drop(disk);
+                let disk = DiskView::open(&dir, &topic, 0, 1 << 20).unwrap();
+                assert!(state(&memory) == state(&disk), "seed {seed} reopened");
+                assert_eq!(disk.identity().map(|i| i.head.len()), Some(HEAD));
+            }
+        }
+        let _ = std::fs::remove_dir_all(dir);
+    }
+
+    #[test]
+    fn covered_and_samples_read_back_and_cut_bytes_are_none() {
+        let c = Covered {
+            ids: vec![[1; 8], [2; 8]],
+            pieces: vec![vec![3; 20].into(), vec![].into()],
+        };
+        let bytes = c.encode();
+        assert!(Covered::decode(&bytes) == Some(c));
+        for cut in 0..bytes.len() {
+            let _ = Covered::decode(&bytes[..cut]);
+        }
+        let s = Sample {
+            offset: 7,
+            key: vec![1, 2],
+            value: None,
+        };
+        let mut out = Vec::new();
+        s.encode_into(&mut out);
+        assert!(Sample::decode_from(&mut &out[..]) == Some(s));
+        for cut in 0..out.len() {
+            assert!(Sample::decode_from(&mut &out[..cut]).is_none());
         }
     }
 }
