@@ -97,6 +97,9 @@ source "$KMS_ENV"
 step "tests, all features (aws-lc backend, kafka, redb), the library, the command line (cli/) and the proxy (proxy/: librdkafka, and confluent-kafka with Tink in the venv, through it): unit, integration, doc (the compacting broker's come last)"
 cargo test --workspace --all-features -- --skip compacting_broker
 
+step "the key-store tests again, every KafkaKeyStore with its view on disk (a redb file), not in memory"
+TOMBSTONE_KEY_STORE_VIEW=disk cargo test --workspace --all-features --test shred --test shred_kafka --test shred_races --test shred_evidence --test shred_crash --test shred_check -- --skip compacting_broker
+
 step "tests of the library, pure Rust (RustCrypto backend: no aws-lc, the default's other half)"
 cargo test -p tombstone-crypt --no-default-features --features redb
 

@@ -267,12 +267,13 @@ fn control_an_unfenced_cache_keeps_reading_a_shredded_subject_and_fails_the_mode
 /// `fence_b`.
 #[cfg(feature = "kafka")]
 fn kafka_run(bootstrap: &str, seed: u64, fence_b: Duration) -> usize {
-    use tombstone_crypt::kafka::{KafkaChangelog, KafkaKeyStore};
+    use tombstone_crypt::kafka::KafkaChangelog;
     let topic = common::kafka::fresh_topic(&format!("subject-keys-{seed}"));
     let view = Duration::from_millis(400);
     let store = || {
         Arc::new(
-            KafkaKeyStore::new(KafkaChangelog::open(bootstrap, &topic).unwrap()).with_fence(view),
+            common::kafka::key_store(KafkaChangelog::open(bootstrap, &topic).unwrap())
+                .with_fence(view),
         )
     };
     let fence = Duration::from_millis(40);
@@ -307,7 +308,7 @@ fn model_on_a_key_store_topic_two_instances_read_a_shredded_subject_as_deleted()
 #[cfg(feature = "kafka")]
 #[test]
 fn two_instances_making_a_subjects_first_dek_at_once_read_each_others_values() {
-    use tombstone_crypt::kafka::{KafkaChangelog, KafkaKeyStore};
+    use tombstone_crypt::kafka::KafkaChangelog;
     let Some(bootstrap) = common::kafka::bootstrap() else {
         return;
     };
@@ -318,7 +319,7 @@ fn two_instances_making_a_subjects_first_dek_at_once_read_each_others_values() {
         Arc::new(
             SubjectKeys::create(
                 kek.clone(),
-                Arc::new(KafkaKeyStore::new(
+                Arc::new(common::kafka::key_store(
                     KafkaChangelog::open(bootstrap, &topic).unwrap(),
                 )),
             )

@@ -68,8 +68,10 @@ impl Where {
             Where::Redb(p) => Arc::new(RedbKeyStore::open(p).unwrap()),
             #[cfg(feature = "kafka")]
             Where::Topic(b, t) => {
-                use tombstone_crypt::kafka::{KafkaChangelog, KafkaKeyStore};
-                Arc::new(KafkaKeyStore::new(KafkaChangelog::open(b, t).unwrap()))
+                use tombstone_crypt::kafka::KafkaChangelog;
+                Arc::new(common::kafka::key_store(
+                    KafkaChangelog::open(b, t).unwrap(),
+                ))
             }
         }
     }

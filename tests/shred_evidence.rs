@@ -218,7 +218,7 @@ fn a_redb_key_store_is_made_once_0600_and_never_by_opening() {
 #[test]
 fn model_key_store_topic_only_a_shred_makes_a_value_read_as_a_delete() {
     use std::sync::atomic::{AtomicU32, Ordering};
-    use tombstone_crypt::kafka::{KafkaChangelog, KafkaKeyStore};
+    use tombstone_crypt::kafka::KafkaChangelog;
     let Some(bootstrap) = common::kafka::bootstrap() else {
         return;
     };
@@ -227,7 +227,7 @@ fn model_key_store_topic_only_a_shred_makes_a_value_read_as_a_delete() {
     let topic_of = |i: u32| format!("{base}-{i}");
     let make = || -> Arc<dyn KeyStore> {
         let topic = topic_of(n.fetch_add(1, Ordering::Relaxed));
-        Arc::new(KafkaKeyStore::new(
+        Arc::new(common::kafka::key_store(
             KafkaChangelog::open(&bootstrap, &topic).unwrap(),
         ))
     };
@@ -238,7 +238,7 @@ fn model_key_store_topic_only_a_shred_makes_a_value_read_as_a_delete() {
         // The round's own store is the first of its three.
         let topic = topic_of(last - 1);
         let config = common::kafka::client_config(&bootstrap);
-        Arc::new(KafkaKeyStore::new(
+        Arc::new(common::kafka::key_store(
             KafkaChangelog::existing(config, &topic).unwrap(),
         ))
     };

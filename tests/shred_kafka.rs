@@ -15,7 +15,7 @@ use std::sync::{Arc, Barrier};
 use std::time::{Duration, Instant};
 
 use common::broker::PrivateBroker;
-use tombstone_crypt::kafka::{KafkaChangelog, KafkaKeyStore};
+use tombstone_crypt::kafka::KafkaChangelog;
 use tombstone_crypt::shred::{SubjectEncrypting, SubjectKeys};
 use tombstone_crypt::store::{compact, Changelog as _};
 use tombstone_crypt::{Context, Deserializer as _, Error, Keyset, Serializer as _, Utf8};
@@ -48,7 +48,7 @@ fn race(bootstrap: &str, withdraw: bool, subjects: usize) -> (usize, usize) {
     let topic = common::kafka::fresh_topic("subject-keys-races");
     let kek = Keyset::generate();
     let instance = || {
-        let store = KafkaKeyStore::new(KafkaChangelog::open(bootstrap, &topic).unwrap());
+        let store = common::kafka::key_store(KafkaChangelog::open(bootstrap, &topic).unwrap());
         let store = if withdraw {
             store
         } else {
@@ -179,7 +179,7 @@ fn a_paused_broker_makes_a_stale_view_refuse_subject_key_values() {
             .with_timeout(Duration::from_secs(3));
         let keys = SubjectKeys::create(
             kek.clone(),
-            Arc::new(KafkaKeyStore::new(log).with_fence(view)),
+            Arc::new(common::kafka::key_store(log).with_fence(view)),
         )
         .unwrap()
         .with_fence(cache);

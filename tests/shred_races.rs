@@ -46,7 +46,7 @@ const SUBJECTS: [&str; 4] = ["alice", "bob", "carol", "dan"];
 const SHREDDED: [&str; 2] = ["alice", "bob"];
 
 fn store(bootstrap: &str, topic: &str) -> KafkaKeyStore {
-    KafkaKeyStore::new(KafkaChangelog::open(bootstrap, topic).unwrap())
+    common::kafka::key_store(KafkaChangelog::open(bootstrap, topic).unwrap())
         .with_fence(Duration::from_millis(200))
 }
 

@@ -543,6 +543,13 @@ pub(crate) struct SubjectKeyArgs {
     /// `--bootstrap`.
     #[arg(long, value_name = "TOPIC", requires = "subject_kek")]
     pub(crate) subject_key_topic: Option<String>,
+    /// Keep the view of `--subject-key-topic` in a redb file in DIR (made
+    /// if missing, 0700) rather than in memory: memory that does not grow
+    /// with the number of subjects, and a run that reads the topic on
+    /// from where the last run's view stopped (a view of another topic,
+    /// or of this one made again, is rebuilt from the topic's start).
+    #[arg(long, value_name = "DIR", requires = "subject_key_topic")]
+    pub(crate) subject_key_view: Option<PathBuf>,
 }
 
 /// How every command that talks to the brokers reaches them, beyond

@@ -138,7 +138,14 @@ pub(crate) fn subject_keys(
                 let log = log.map_err(|e| {
                     fail(format!("--subject-key-topic {topic}: {}", crate::chain(&e)))
                 })?;
-                (Arc::new(KafkaKeyStore::new(log)), format!("--subject-key-topic {topic}"))
+                let store = KafkaKeyStore::new(log);
+                let store = match &a.subject_key_view {
+                    None => store,
+                    Some(dir) => store.with_view_dir(dir).map_err(|e| {
+                        fail(format!("--subject-key-view {}: {}", dir.display(), crate::chain(&e)))
+                    })?,
+                };
+                (Arc::new(store), format!("--subject-key-topic {topic}"))
             }
             (None, None) => {
                 return Err(fail(

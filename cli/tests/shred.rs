@@ -271,7 +271,7 @@ fn shred_a_list_of_subjects_on_a_key_store_topic() {
     create_topic(&bootstrap, &topic, 1);
     let store = || {
         Arc::new(
-            KafkaKeyStore::new(KafkaChangelog::open(&bootstrap, &key_topic).unwrap())
+            common::kafka::key_store(KafkaChangelog::open(&bootstrap, &key_topic).unwrap())
                 .with_fence(Duration::ZERO),
         )
     };
@@ -318,6 +318,70 @@ fn shred_a_list_of_subjects_on_a_key_store_topic() {
         ),
         (&1.into(), &2.into(), &2.into()),
         "{r}"
+    );
+}
+
+/// `--subject-key-view DIR`: `shred` and `audit` keep the key-store
+/// topic's view in a redb file there, a second run reads on from it and
+/// finds the same; a file there that is not a view is an error (exit 2)
+/// that names it, never a panic.
+#[test]
+fn shred_and_audit_with_the_key_store_view_on_disk() {
+    let Some(bootstrap) = bootstrap() else { return };
+    let dir = Dir::new("shred-view");
+    let (kek_path, kek) = new_keyset(&dir, "kek.json");
+    let topic = fresh_topic("shred-view-values");
+    let key_topic = fresh_topic("shred-view-keys");
+    create_topic(&bootstrap, &topic, 1);
+    let store = Arc::new(KafkaKeyStore::new(
+        KafkaChangelog::open(&bootstrap, &key_topic).unwrap(),
+    ));
+    write(&bootstrap, &topic, &kek, store);
+    let view = dir.file("view");
+    let keys = [
+        "--subject-kek",
+        &kek_path,
+        "--subject-key-topic",
+        &key_topic,
+        "--subject-key-view",
+        &view,
+    ];
+    let mut args = vec![
+        "shred",
+        "--bootstrap",
+        &bootstrap,
+        "--subject",
+        "c-1",
+        "--json",
+    ];
+    args.extend_from_slice(&keys);
+    let out = cli(&args);
+    assert_eq!(code(&out), 0, "{}", String::from_utf8_lossy(&out.stderr));
+    let file = std::path::Path::new(&view).join(format!("{key_topic}-0.view.redb"));
+    assert!(file.exists(), "no view file in {view}");
+    for _ in 0..2 {
+        let (c, r) = audit(&bootstrap, &topic, &keys);
+        assert_eq!(c, 1, "{r}");
+        // c-1's two values.
+        assert_eq!(r["shredded_values"], 2, "{r}");
+    }
+    std::fs::write(&file, b"not a view").unwrap();
+    let mut args = vec![
+        "audit",
+        "--bootstrap",
+        &bootstrap,
+        "--topic",
+        &topic,
+        "--json",
+        "-q",
+    ];
+    args.extend_from_slice(&keys);
+    let out = cli(&args);
+    assert_eq!(code(&out), 2);
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        err.contains("--subject-key-view") && err.contains("remove it"),
+        "{err}"
     );
 }
 
@@ -480,7 +544,7 @@ fn compacting_model(seed: u64, fence: Duration) -> usize {
         SubjectKeys::create(
             kek,
             Arc::new(
-                KafkaKeyStore::new(KafkaChangelog::open(&bootstrap, &key_topic).unwrap())
+                common::kafka::key_store(KafkaChangelog::open(&bootstrap, &key_topic).unwrap())
                     .with_fence(view),
             ),
         )
@@ -608,7 +672,7 @@ fn a_killed_shred_says_so_and_running_it_again_finishes_the_list() {
     let view = Duration::from_secs(1);
     let store = || {
         Arc::new(
-            KafkaKeyStore::new(KafkaChangelog::open(&bootstrap, &key_topic).unwrap())
+            common::kafka::key_store(KafkaChangelog::open(&bootstrap, &key_topic).unwrap())
                 .with_fence(view),
         )
     };

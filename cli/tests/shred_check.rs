@@ -12,7 +12,7 @@ use std::sync::Arc;
 
 use common::kafka::{bootstrap, fresh_topic};
 use common::process::{cli, code, json_of, new_keyset, Dir};
-use tombstone_crypt::kafka::{KafkaChangelog, KafkaKeyStore};
+use tombstone_crypt::kafka::KafkaChangelog;
 use tombstone_crypt::shred::{KeyStore, RedbKeyStore, SubjectEncrypting, SubjectKeys};
 use tombstone_crypt::store::Changelog as _;
 use tombstone_crypt::{Context, Keyset, Serializer as _, Utf8};
@@ -105,7 +105,7 @@ fn check_a_key_store_topic_counts_shreds_and_finds_a_second_dek_and_foreign_reco
     let (kek_path, kek) = new_keyset(&dir, "kek.json");
     let topic = fresh_topic("shred-check-keys");
     let open = || {
-        Arc::new(KafkaKeyStore::new(
+        Arc::new(common::kafka::key_store(
             KafkaChangelog::open(&bootstrap, &topic).unwrap(),
         ))
     };
@@ -161,7 +161,7 @@ fn check_a_key_store_topic_counts_shreds_and_finds_a_second_dek_and_foreign_reco
     let topic2 = fresh_topic("shred-check-foreign");
     make(
         &kek,
-        Arc::new(KafkaKeyStore::new(
+        Arc::new(common::kafka::key_store(
             KafkaChangelog::open(&bootstrap, &topic2).unwrap(),
         )),
         &["z"],

@@ -404,6 +404,18 @@ impl KafkaChangelog {
         from: u64,
         apply: &mut dyn FnMut(Record) -> Result<(), Error>,
     ) -> Result<Replayed, Error> {
+        self.replay_until(consumer, from, None, apply)
+    }
+
+    /// [`replay_with`](Self::replay_with), stopping after the first record
+    /// at or above `until` (`None`: at the end of the partition).
+    pub(crate) fn replay_until(
+        &self,
+        consumer: &BaseConsumer,
+        from: u64,
+        until: Option<u64>,
+        apply: &mut dyn FnMut(Record) -> Result<(), Error>,
+    ) -> Result<Replayed, Error> {
         let from_i64 = i64::try_from(from).unwrap_or(i64::MAX);
         let mut tpl = TopicPartitionList::new();
         tpl.add_partition_offset(&self.topic, self.partition, Offset::Offset(from_i64))
@@ -459,13 +471,21 @@ impl KafkaChangelog {
                             m.offset()
                         ))
                     })?;
+                    let offset = u64::try_from(m.offset())
+                        .map_err(|_| Error::changelog_msg("kafka: negative offset"))?;
                     apply(Record {
-                        offset: u64::try_from(m.offset())
-                            .map_err(|_| Error::changelog_msg("kafka: negative offset"))?,
+                        offset,
                         key: key.to_vec(),
                         value: m.payload().map(<[u8]>::to_vec),
                     })?;
                     n += 1;
+                    if until.is_some_and(|u| offset >= u) {
+                        return Ok(Replayed {
+                            records: n,
+                            next: offset + 1,
+                            restarted: false,
+                        });
+                    }
                 }
             }
         }

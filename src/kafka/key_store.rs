@@ -1,265 +1,19 @@
 //! A subject-key store ([`KeyStore`]) on a compacted Kafka topic, shared
 //! by every instance of a service: [`KafkaKeyStore`], whose docs say how.
 
-use std::collections::HashMap;
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Mutex, MutexGuard, PoisonError};
 use std::time::{Duration, Instant};
 
 use rdkafka::consumer::BaseConsumer;
 
 use super::changelog::{KafkaChangelog, Replayed};
+#[cfg(feature = "redb")]
+use super::view::DiskView;
+use super::view::{Identity, MemoryView, SubjectView, MARKER, SHREDDED};
 use crate::error::Error;
 use crate::shred::{DekLookup, KeyStore, Seal, Shred, ShredRecord, SubjectTag};
 use crate::store::Changelog as _;
-
-/// A shred marker's key suffix (no DEK id is this, but with probability
-/// 2^-64 per DEK).
-const MARKER: [u8; 8] = [0xff; 8];
-/// A shred marker's value starts so; the shred's evidence follows (the
-/// DEK ids it covers, sealed under the KEK: `shred::covered_ids`).
-const SHREDDED: &[u8] = b"shredded";
-/// A record of a shred sealed again (a KEK rotation's rewrap) is keyed
-/// `subject tag | 0xff x 8 | the sealing KEK key's id (4)` (28 bytes: one
-/// record per KEK key, so compaction never lets a piece sealed under an
-/// older key replace one under a newer), with the evidence as its value;
-/// unlike a marker it kills nothing.
-const RESEAL_KEY_LEN: usize = 28;
-
-/// A live DEK record: its id, the offset it was first written at (a
-/// record wrapped again keeps it), and its bytes.
-struct DekRecord {
-    id: [u8; 8],
-    first: u64,
-    record: Box<[u8]>,
-}
-
-/// A subject's live DEK records: nearly always one, kept inline (a view of
-/// 10^6 subjects holds one allocation per subject, its record, not two).
-enum Deks {
-    One(DekRecord),
-    Many(Vec<DekRecord>),
-}
-
-impl Deks {
-    fn as_slice(&self) -> &[DekRecord] {
-        match self {
-            Deks::One(d) => std::slice::from_ref(d),
-            Deks::Many(v) => v,
-        }
-    }
-
-    fn find_mut(&mut self, id: &[u8; 8]) -> Option<&mut DekRecord> {
-        match self {
-            Deks::One(d) => Some(d).filter(|d| d.id == *id),
-            Deks::Many(v) => v.iter_mut().find(|d| d.id == *id),
-        }
-    }
-
-    fn push(&mut self, d: DekRecord) {
-        match self {
-            Deks::Many(v) => v.push(d),
-            Deks::One(_) => {
-                let old = std::mem::replace(self, Deks::Many(Vec::with_capacity(2)));
-                if let (Deks::One(first), Deks::Many(v)) = (old, self) {
-                    v.extend([first, d]);
-                }
-            }
-        }
-    }
-
-    /// Removes DEK `id`; whether none is left.
-    fn remove(&mut self, id: &[u8; 8]) -> bool {
-        match self {
-            Deks::One(d) => d.id == *id,
-            Deks::Many(v) => {
-                v.retain(|d| d.id != *id);
-                v.is_empty()
-            }
-        }
-    }
-}
-
-/// What a subject's shreds covered: the DEK ids its markers named or
-/// covered by offset (dead wherever written again), and each piece of
-/// evidence the topic holds for it (markers' and reseals', distinct, the
-/// newest [`PIECES`]): a reader checks them under the KEK, so an old or
-/// replayed piece never hides a newer one.
-#[derive(Default)]
-struct Covered {
-    ids: Vec<[u8; 8]>,
-    pieces: Vec<Box<[u8]>>,
-}
-
-/// Pieces of evidence kept per subject (a subject shredded, written again
-/// and shredded again keeps its markers' newest, each naming all).
-const PIECES: usize = 8;
-
-impl Covered {
-    fn add_piece(&mut self, evidence: &[u8]) {
-        if self.pieces.iter().any(|p| **p == *evidence) {
-            return;
-        }
-        if self.pieces.len() >= PIECES {
-            self.pieces.remove(0);
-        }
-        self.pieces.push(evidence.into());
-    }
-
-    fn is_empty(&self) -> bool {
-        self.ids.is_empty() && self.pieces.is_empty()
-    }
-
-    fn names(&self, id: &[u8; 8]) -> bool {
-        self.ids.contains(id)
-            || self
-                .pieces
-                .iter()
-                .any(|p| crate::shred::covered_ids(p).is_some_and(|ids| ids.contains(id)))
-    }
-}
-
-/// The live DEK records of each subject, the offset to read from next, and
-/// when the view was last read to the end.
-#[derive(Default)]
-struct View {
-    read_at: Option<Instant>,
-    next: u64,
-    deks: HashMap<SubjectTag, Deks>,
-    /// The DEK ids each subject's shreds covered (named by a marker, or
-    /// below one), and the latest evidence of them (what lets a value
-    /// read as a delete, once the KEK opens it).
-    shredded: HashMap<SubjectTag, Covered>,
-    /// A test's control: the rule before, where a marker covers only the
-    /// records below it (a DEK written again after it is live).
-    offsets_only: bool,
-}
-
-impl View {
-    fn of(&self, tag: &SubjectTag) -> &[DekRecord] {
-        self.deks.get(tag).map_or(&[], Deks::as_slice)
-    }
-
-    /// The live record written first.
-    fn current(&self, tag: &SubjectTag) -> Option<&DekRecord> {
-        self.of(tag).iter().min_by_key(|d| d.first)
-    }
-
-    fn ids(&self, tag: &SubjectTag) -> Vec<[u8; 8]> {
-        self.of(tag).iter().map(|d| d.id).collect()
-    }
-
-    fn shredded(&self, tag: &SubjectTag) -> &[[u8; 8]] {
-        self.shredded.get(tag).map_or(&[], |c| c.ids.as_slice())
-    }
-
-    /// What the view knows of `tag`'s DEK `id`.
-    fn lookup(&self, tag: &SubjectTag, id: &[u8; 8]) -> DekLookup {
-        if let Some(d) = self.of(tag).iter().find(|d| d.id == *id) {
-            DekLookup::Found(d.record.to_vec())
-        } else if let Some(c) = self.shredded.get(tag).filter(|c| c.names(id)) {
-            DekLookup::Shredded(c.pieces.iter().map(|p| p.to_vec()).collect())
-        } else {
-            DekLookup::Unknown
-        }
-    }
-
-    /// Records a shred's marker: the ids its `evidence` names and every
-    /// DEK record of `tag` the view holds (written before it) are covered,
-    /// and those records are dead.
-    fn mark(&mut self, tag: SubjectTag, evidence: &[u8]) {
-        let Some(named) = crate::shred::covered_ids(evidence) else {
-            return; // not evidence: no marker
-        };
-        let mut covered = self.shredded.remove(&tag).unwrap_or_default();
-        let live: Vec<[u8; 8]> = self
-            .deks
-            .remove(&tag)
-            .map(|d| d.as_slice().iter().map(|d| d.id).collect())
-            .unwrap_or_default();
-        for id in named.into_iter().chain(live) {
-            if !covered.ids.contains(&id) {
-                covered.ids.push(id);
-            }
-        }
-        covered.add_piece(evidence);
-        // A marker that covers nothing (a subject that had no key) is no
-        // record of a shred.
-        if !covered.ids.is_empty() {
-            self.shredded.insert(tag, covered);
-        }
-    }
-
-    /// A shred's evidence sealed again: one more piece, kept whether or
-    /// not a marker came before it (compaction may have put the marker
-    /// after it); it kills nothing.
-    fn resealed(&mut self, tag: SubjectTag, evidence: &[u8]) {
-        if crate::shred::covered_ids(evidence).is_none() {
-            return;
-        }
-        let covered = self.shredded.entry(tag).or_default();
-        covered.add_piece(evidence);
-        if covered.is_empty() {
-            self.shredded.remove(&tag);
-        }
-    }
-
-    fn apply(&mut self, offset: u64, key: &[u8], value: Option<&[u8]>) {
-        if key.len() == RESEAL_KEY_LEN && key.get(16..24) == Some(&MARKER[..]) {
-            if let (Ok(tag), Some(evidence)) = (<SubjectTag>::try_from(&key[..16]), value) {
-                // No subject has the naming key's tag.
-                if tag != [0xff; 16] {
-                    self.resealed(tag, evidence);
-                }
-            }
-            return;
-        }
-        let (Some(tag), Some(id), 24) = (
-            key.get(..16).and_then(|t| <SubjectTag>::try_from(t).ok()),
-            key.get(16..24).and_then(|t| <[u8; 8]>::try_from(t).ok()),
-            key.len(),
-        ) else {
-            return; // not a record of this store's
-        };
-        match (id, value) {
-            // No subject has the naming key's tag: no marker there is a
-            // shred's.
-            (MARKER, _) if tag == [0xff; 16] => {}
-            // A shred: every DEK written before it is dead, and every DEK
-            // it names. A value that is not a marker's is no shred.
-            (MARKER, Some(marker)) => {
-                if let Some(evidence) = marker.strip_prefix(SHREDDED) {
-                    self.mark(tag, evidence);
-                }
-            }
-            (MARKER, None) => {}
-            // A DEK a shred covered, written again (a rewrap that raced
-            // the shred): dead.
-            (_, Some(_)) if !self.offsets_only && self.shredded(&tag).contains(&id) => {}
-            (_, Some(record)) => {
-                let new = DekRecord {
-                    id,
-                    first: offset,
-                    record: record.into(),
-                };
-                match self.deks.get_mut(&tag) {
-                    None => {
-                        self.deks.insert(tag, Deks::One(new));
-                    }
-                    Some(deks) => match deks.find_mut(&id) {
-                        // Wrapped again: the DEK keeps its first offset.
-                        Some(d) => d.record = new.record,
-                        None => deks.push(new),
-                    },
-                }
-            }
-            (_, None) => {
-                if self.deks.get_mut(&tag).is_some_and(|d| d.remove(&id)) {
-                    self.deks.remove(&tag);
-                }
-            }
-        }
-    }
-}
 
 /// A [`KeyStore`] on a compacted Kafka topic (one partition), shared by
 /// several instances.
@@ -293,9 +47,26 @@ impl View {
 /// not behind by more than the topic's `delete.retention.ms` (a day by
 /// default; the cleaner may drop a tombstone after it): a shred is never
 /// missed even then, as its marker is a value that compaction keeps.
+///
+/// **Where the view lives.** By default in this process's memory (about
+/// 300 bytes a subject: 318 MiB at 10^6 subjects), read from the topic's
+/// start at every start: right for small services and tests.
+/// [`with_view_dir`](KafkaKeyStore::with_view_dir) keeps it in a redb file
+/// on local disk instead: memory is redb's cache (bounded, 32 MiB by
+/// default) and the subject-key cache, whatever the number of subjects,
+/// and a restart reads the topic on from the offsets the view stored (they
+/// are committed in the same transaction as the view's changes, so a crash
+/// never leaves one without the other). Choose it from about 10^5 subjects
+/// per instance, or where a restart must not read the whole topic. Both
+/// views decide everything alike (one rule applies a record to either).
+/// A view on disk is read on only from the topic it was read from: its
+/// first records and the last one it applied are checked at open (the
+/// topic made again, another cluster's topic of the same name, offsets
+/// past the end, another key store's records: the view is rebuilt from
+/// the topic's start, never trusted).
 pub struct KafkaKeyStore {
     log: Mutex<KafkaChangelog>,
-    view: Mutex<View>,
+    view: Mutex<Viewed>,
     /// The topic's reader, kept between reads.
     reader: Mutex<Option<BaseConsumer>>,
     fence: Duration,
@@ -304,7 +75,27 @@ pub struct KafkaKeyStore {
     /// A test's control: a marker covers only the records below it, and a
     /// rewrap does not check for a shred after its write.
     offsets_only: bool,
+    /// A test's control: a view on disk read on without checking that its
+    /// topic is the one it was read from.
+    unchecked_view: bool,
+    /// Records read from the topic since this store was made.
+    read: AtomicU64,
 }
+
+/// The view, when it was last read to the end, and whether a view on
+/// disk was checked against the topic.
+struct Viewed {
+    read_at: Option<Instant>,
+    checked: bool,
+    view: Box<dyn SubjectView>,
+}
+
+/// Records applied to a view in one step (one transaction on disk).
+const BATCH: usize = 8192;
+
+/// The default cache of a view on disk.
+#[cfg(feature = "redb")]
+const VIEW_CACHE: usize = 32 << 20;
 
 impl std::fmt::Debug for KafkaKeyStore {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
@@ -320,16 +111,99 @@ fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
 
 impl KafkaKeyStore {
     /// The key store on `log`'s topic (a compacted topic of its own: see
-    /// [`KafkaChangelog::open`], which creates it).
+    /// [`KafkaChangelog::open`], which creates it), its view in memory.
     pub fn new(log: KafkaChangelog) -> Self {
         KafkaKeyStore {
             log: Mutex::new(log),
-            view: Mutex::new(View::default()),
+            view: Mutex::new(Viewed {
+                read_at: None,
+                checked: true,
+                view: Box::new(MemoryView::default()),
+            }),
             reader: Mutex::new(None),
             fence: Duration::from_secs(5),
             no_withdraw: false,
             offsets_only: false,
+            unchecked_view: false,
+            read: AtomicU64::new(0),
         }
+    }
+
+    /// The same store with its view of the topic in a redb file in `dir`
+    /// (made if missing, 0700; the file `TOPIC-PARTITION.view.redb`, 0600),
+    /// with 32 MiB of redb cache: memory that does not grow with the
+    /// number of subjects, and a restart that reads the topic on from
+    /// where the view stopped. One process at a time uses a view (redb
+    /// locks the file); each instance has its own directory.
+    ///
+    /// # Errors
+    /// [`Error::Store`] when the directory or the file cannot be made or
+    /// opened, or the file is not a view (corrupt: remove it, and the view
+    /// is rebuilt from the topic).
+    #[cfg(feature = "redb")]
+    pub fn with_view_dir(self, dir: impl AsRef<std::path::Path>) -> Result<Self, Error> {
+        self.with_view_dir_and_cache(dir, VIEW_CACHE)
+    }
+
+    /// As [`with_view_dir`](KafkaKeyStore::with_view_dir), with
+    /// `cache_bytes` of redb cache (pages of the view kept in memory).
+    ///
+    /// # Errors
+    /// As [`with_view_dir`](KafkaKeyStore::with_view_dir).
+    #[cfg(feature = "redb")]
+    pub fn with_view_dir_and_cache(
+        self,
+        dir: impl AsRef<std::path::Path>,
+        cache_bytes: usize,
+    ) -> Result<Self, Error> {
+        let (topic, partition) = {
+            let log = lock(&self.log);
+            (log.topic().to_owned(), log.partition())
+        };
+        let view = DiskView::open(dir.as_ref(), &topic, partition, cache_bytes)?;
+        *lock(&self.view) = Viewed {
+            read_at: None,
+            checked: false,
+            view: Box::new(view),
+        };
+        Ok(self)
+    }
+
+    /// Records read from the topic since this store was made (a test's
+    /// measure: a restart of a view on disk reads only what is new).
+    #[doc(hidden)]
+    pub fn records_read(&self) -> u64 {
+        self.read.load(Ordering::Relaxed)
+    }
+
+    /// A negative control for tests: a view on disk is read on from its
+    /// offsets without checking that the topic is the one it was read
+    /// from (a topic made again is trusted).
+    #[doc(hidden)]
+    #[must_use]
+    pub fn with_view_unchecked(self) -> Self {
+        KafkaKeyStore {
+            unchecked_view: true,
+            ..self
+        }
+    }
+
+    /// A test's crash: the transaction of a view on disk that applies the
+    /// record at `offset` fails after applying it, before its commit.
+    /// With `offsets_apart` (the broken variant, a negative control) the
+    /// offsets are committed in a transaction of their own before the
+    /// view's changes.
+    #[doc(hidden)]
+    #[cfg(feature = "redb")]
+    pub fn with_view_crash_at(self, offset: Option<u64>, offsets_apart: bool) -> Self {
+        {
+            let mut viewed = lock(&self.view);
+            if let Some(disk) = viewed.view.as_disk() {
+                disk.hooks.fail_at = offset;
+                disk.hooks.offsets_apart = offsets_apart;
+            }
+        }
+        self
     }
 
     /// A negative control for tests: the rule before, where a shred marker
@@ -341,10 +215,6 @@ impl KafkaKeyStore {
     pub fn with_markers_covering_offsets_only(self) -> Self {
         KafkaKeyStore {
             offsets_only: true,
-            view: Mutex::new(View {
-                offsets_only: true,
-                ..View::default()
-            }),
             ..self
         }
     }
@@ -373,85 +243,157 @@ impl KafkaKeyStore {
     }
 
     /// Reads the topic from where the view last ended to its end, and
-    /// applies what it read (the whole topic again only if its partition
-    /// restarted: a topic created again).
-    fn refresh(&self) -> Result<MutexGuard<'_, View>, Error> {
+    /// applies what it read, [`BATCH`] records at a time (the whole topic
+    /// again if its partition restarted: a topic created again; and a view
+    /// on disk, at its first read, only once its topic is shown to be the
+    /// one it was read from).
+    fn refresh(&self) -> Result<MutexGuard<'_, Viewed>, Error> {
         let started = Instant::now();
-        let from = lock(&self.view).next;
-        if from == 0 {
-            return self.read_whole(started, false);
+        {
+            let log = lock(&self.log);
+            let mut reader = lock(&self.reader);
+            if reader.is_none() {
+                *reader = Some(log.reader()?);
+            }
+            let Some(consumer) = reader.as_ref() else {
+                return Err(Error::store("the key-store topic's reader", "not made"));
+            };
+            let read = self.check_view(&log, consumer).and_then(|()| {
+                let from = lock(&self.view).view.next();
+                let ended = self.read_into_view(&log, consumer, from)?;
+                if ended.restarted {
+                    self.clear_view()?;
+                    self.read_into_view(&log, consumer, 0)?;
+                }
+                Ok(())
+            });
+            if read.is_err() {
+                *reader = None;
+            }
+            read?;
         }
-        let mut read = Vec::new();
-        let ended = self.read(from, &mut |r| {
-            read.push(r);
-            Ok(())
-        })?;
-        if ended.restarted {
-            return self.read_whole(started, true);
+        let mut viewed = lock(&self.view);
+        if viewed.read_at.is_none_or(|at| at < started) {
+            viewed.read_at = Some(started);
         }
-        let mut view = lock(&self.view);
-        // Another refresh may have applied some of these already.
-        let applied = view.next;
-        for r in read.iter().filter(|r| r.offset >= applied) {
-            view.apply(r.offset, &r.key, r.value.as_deref());
-        }
-        view.next = view.next.max(ended.next);
-        if view.read_at.is_none_or(|at| at < started) {
-            view.read_at = Some(started);
-        }
-        Ok(view)
+        Ok(viewed)
     }
 
-    /// Reads the whole topic into a new view, applying each record as it
-    /// arrives (a first read of a large topic is not held twice in memory),
-    /// and keeps it: always after a `restart`, else unless another read
-    /// went further meanwhile.
-    fn read_whole(&self, started: Instant, restart: bool) -> Result<MutexGuard<'_, View>, Error> {
-        let mut whole = View {
-            offsets_only: self.offsets_only,
-            ..View::default()
-        };
-        let ended = self.read(0, &mut |r| {
-            whole.apply(r.offset, &r.key, r.value.as_deref());
-            Ok(())
-        })?;
-        whole.next = ended.next;
-        whole.read_at = Some(started);
-        let mut view = lock(&self.view);
-        if restart || view.next <= whole.next {
-            *view = whole;
-        }
-        Ok(view)
+    /// Forgets the view (it is read again from the topic's start); until
+    /// then no reader takes it as fresh.
+    fn clear_view(&self) -> Result<(), Error> {
+        let mut viewed = lock(&self.view);
+        viewed.read_at = None;
+        viewed.view.clear()
     }
 
-    /// Reads the topic from `from` to its end with the kept reader (made
-    /// on first use; made again after a failed read).
-    fn read(
+    /// Reads the topic from `from` to its end into the view.
+    fn read_into_view(
         &self,
+        log: &KafkaChangelog,
+        consumer: &BaseConsumer,
         from: u64,
-        apply: &mut dyn FnMut(crate::store::Record) -> Result<(), Error>,
     ) -> Result<Replayed, Error> {
-        let log = lock(&self.log);
-        let mut reader = lock(&self.reader);
-        if reader.is_none() {
-            *reader = Some(log.reader()?);
+        let mut batch: Vec<crate::store::Record> = Vec::new();
+        let ended = log.replay_with(consumer, from, &mut |r| {
+            self.read.fetch_add(1, Ordering::Relaxed);
+            batch.push(r);
+            if batch.len() >= BATCH {
+                let next = batch.last().map_or(0, |r| r.offset + 1);
+                lock(&self.view)
+                    .view
+                    .apply(&batch, next, self.offsets_only)?;
+                batch.clear();
+            }
+            Ok(())
+        })?;
+        if !ended.restarted {
+            lock(&self.view)
+                .view
+                .apply(&batch, ended.next, self.offsets_only)?;
         }
-        let Some(consumer) = reader.as_ref() else {
-            return Err(Error::store("the key-store topic's reader", "not made"));
+        Ok(ended)
+    }
+
+    /// At the first read of a view on disk that holds records: its topic
+    /// must be the one it was read from, else the view is cleared. Each
+    /// of the first records it sampled must be the topic's record at that
+    /// offset or gone (compacted), at least one still there; the last
+    /// record it applied must be the topic's at that offset, or gone
+    /// with a record after it (offsets past the topic's end: rebuilt).
+    fn check_view(&self, log: &KafkaChangelog, consumer: &BaseConsumer) -> Result<(), Error> {
+        let identity = {
+            let mut viewed = lock(&self.view);
+            if viewed.checked {
+                return Ok(());
+            }
+            if self.unchecked_view {
+                viewed.checked = true;
+                return Ok(());
+            }
+            viewed.view.identity()
         };
-        let ended = log.replay_with(consumer, from, apply);
-        if ended.is_err() {
-            *reader = None;
+        let same = match identity {
+            None => true,
+            Some(id) => self.same_topic(log, consumer, &id)?,
+        };
+        if !same {
+            self.clear_view()?;
         }
-        ended
+        lock(&self.view).checked = true;
+        Ok(())
+    }
+
+    /// Whether the topic holds the records `id` sampled.
+    fn same_topic(
+        &self,
+        log: &KafkaChangelog,
+        consumer: &BaseConsumer,
+        id: &Identity,
+    ) -> Result<bool, Error> {
+        let Some(head_end) = id.head_end() else {
+            return Ok(false);
+        };
+        let mut head_ok = true;
+        let mut seen = 0usize;
+        log.replay_until(consumer, 0, Some(head_end), &mut |r| {
+            self.read.fetch_add(1, Ordering::Relaxed);
+            if r.offset > head_end {
+                return Ok(());
+            }
+            // A record the view did not see below its sampled end: another
+            // topic (a compacted log only loses records).
+            match id.head.iter().find(|s| s.offset == r.offset) {
+                Some(s) if s.is(&r) => seen += 1,
+                _ => head_ok = false,
+            }
+            Ok(())
+        })?;
+        if !head_ok || seen == 0 {
+            return Ok(false);
+        }
+        let Some(tail) = &id.tail else {
+            return Ok(true);
+        };
+        // Compaction removes a record only for a later one of its key: a
+        // record at or above the last one applied is there, in this topic.
+        let mut tail_ok = false;
+        let ended = log.replay_until(consumer, tail.offset, Some(tail.offset), &mut |r| {
+            self.read.fetch_add(1, Ordering::Relaxed);
+            // At it: the same record; above it: compacted away (below it
+            // the partition restarted, and nothing is applied).
+            tail_ok = r.offset > tail.offset || tail.is(&r);
+            Ok(())
+        })?;
+        Ok(tail_ok && !ended.restarted)
     }
 
     /// The view, read again if it is older than the fence.
-    fn fresh(&self) -> Result<MutexGuard<'_, View>, Error> {
+    fn fresh(&self) -> Result<MutexGuard<'_, Viewed>, Error> {
         {
-            let view = lock(&self.view);
-            if view.read_at.is_some_and(|at| at.elapsed() <= self.fence) {
-                return Ok(view);
+            let viewed = lock(&self.view);
+            if viewed.read_at.is_some_and(|at| at.elapsed() <= self.fence) {
+                return Ok(viewed);
             }
         }
         self.refresh()
@@ -475,12 +417,13 @@ fn key(tag: &SubjectTag, id: &[u8]) -> Vec<u8> {
 
 impl KeyStore for KafkaKeyStore {
     fn get(&self, tag: &SubjectTag) -> Result<Option<Vec<u8>>, Error> {
-        Ok(self.fresh()?.current(tag).map(|d| d.record.to_vec()))
+        Ok(self.fresh()?.view.current(tag)?.map(|d| d.record))
     }
 
     fn insert_if_absent(&self, tag: &SubjectTag, record: &[u8]) -> Result<Vec<u8>, Error> {
-        if let Some(d) = self.refresh()?.current(tag) {
-            return Ok(d.record.to_vec());
+        let existing = self.refresh()?.view.current(tag)?;
+        if let Some(d) = existing {
+            return Ok(d.record);
         }
         let id = record
             .get(..8)
@@ -491,17 +434,15 @@ impl KeyStore for KafkaKeyStore {
         // one (each maker reads the topic past its own record before it
         // uses a DEK): a later one of ours is withdrawn.
         let (current, ours_lost) = {
-            let view = self.refresh()?;
-            let current = view
-                .current(tag)
-                .ok_or_else(|| {
-                    Error::store(
-                        "the record just written is not live on the key-store topic: a shred of the same subject (or a withdrawal) landed at once; write again",
-                        "shredded while made",
-                    )
-                })?;
-            let lost = current.id[..] != *id && view.ids(tag).iter().any(|i| i[..] == *id);
-            (current.record.to_vec(), lost)
+            let viewed = self.refresh()?;
+            let current = viewed.view.current(tag)?.ok_or_else(|| {
+                Error::store(
+                    "the record just written is not live on the key-store topic: a shred of the same subject (or a withdrawal) landed at once; write again",
+                    "shredded while made",
+                )
+            })?;
+            let lost = current.id[..] != *id && viewed.view.ids(tag)?.iter().any(|i| i[..] == *id);
+            (current.record, lost)
         };
         if ours_lost && !self.no_withdraw {
             self.write(&[(key(tag, id), None)])?;
@@ -512,8 +453,8 @@ impl KeyStore for KafkaKeyStore {
 
     fn remove(&self, tag: &SubjectTag, seal: Seal<'_>) -> Result<Shred, Error> {
         let (live, shredded) = {
-            let view = self.refresh()?;
-            (view.ids(tag), view.shredded(tag).to_vec())
+            let viewed = self.refresh()?;
+            (viewed.view.ids(tag)?, viewed.view.shredded(tag)?)
         };
         // Nothing to remove: no marker (one sealed by an instance on an
         // older KEK key would, after compaction, replace a marker whose
@@ -551,21 +492,14 @@ impl KeyStore for KafkaKeyStore {
     /// that a rewrap, which writes them again in this order, keeps which
     /// one is current after compaction.
     fn records(&self) -> Result<Vec<(SubjectTag, Vec<u8>)>, Error> {
-        let view = self.refresh()?;
-        let mut out = Vec::with_capacity(view.deks.len());
-        for (tag, deks) in &view.deks {
-            let mut deks: Vec<&DekRecord> = deks.as_slice().iter().collect();
-            deks.sort_by_key(|d| d.first);
-            out.extend(deks.into_iter().map(|d| (*tag, d.record.to_vec())));
-        }
-        Ok(out)
+        self.refresh()?.view.records()
     }
 
     fn replace(&self, tag: &SubjectTag, record: &[u8]) -> Result<(), Error> {
         let id = record
             .get(..8)
             .ok_or_else(|| Error::store("a key record shorter than its id", "too short"))?;
-        let known = self.refresh()?.ids(tag).iter().any(|k| k[..] == *id);
+        let known = self.refresh()?.view.ids(tag)?.iter().any(|k| k[..] == *id);
         if !known {
             return Ok(());
         }
@@ -573,7 +507,12 @@ impl KeyStore for KafkaKeyStore {
         // A shred whose marker landed between the read and the write
         // covers this DEK: the record written again is dead for every
         // reader (its id is named by the marker), and its bytes go too.
-        let covered = self.refresh()?.shredded(tag).iter().any(|k| k[..] == *id);
+        let covered = self
+            .refresh()?
+            .view
+            .shredded(tag)?
+            .iter()
+            .any(|k| k[..] == *id);
         if covered && !self.offsets_only {
             self.write(&[(key(tag, id), None)])?;
         }
@@ -581,19 +520,13 @@ impl KeyStore for KafkaKeyStore {
     }
 
     fn all_records(&self, tag: &SubjectTag) -> Result<Vec<Vec<u8>>, Error> {
-        let view = self.fresh()?;
-        let mut deks: Vec<&DekRecord> = view.of(tag).iter().collect();
+        let mut deks = self.fresh()?.view.deks(tag)?;
         deks.sort_by_key(|d| d.first);
-        Ok(deks.into_iter().map(|d| d.record.to_vec()).collect())
+        Ok(deks.into_iter().map(|d| d.record).collect())
     }
 
     fn shreds(&self) -> Result<Vec<ShredRecord>, Error> {
-        let view = self.refresh()?;
-        Ok(view
-            .shredded
-            .iter()
-            .map(|(t, c)| (*t, c.pieces.iter().map(|p| p.to_vec()).collect()))
-            .collect())
+        self.refresh()?.view.shreds()
     }
 
     /// Writes `evidence` as a record of its own (`tag | 0xff x 8 | KEK key
@@ -602,7 +535,8 @@ impl KeyStore for KafkaKeyStore {
     /// DEKs made since its shred. It adds a piece of evidence, and hides
     /// none (a shred since the rewrap read the store keeps its own).
     fn reseal(&self, tag: &SubjectTag, _was: &[Vec<u8>], evidence: &[u8]) -> Result<(), Error> {
-        if self.refresh()?.shredded.contains_key(tag) {
+        let shredded = self.refresh()?.view.covered(tag)?.is_some();
+        if shredded {
             let kid = crate::shred::sealing_key(evidence).unwrap_or([0; 4]);
             let mut k = key(tag, &MARKER);
             k.extend_from_slice(&kid);
@@ -614,10 +548,10 @@ impl KeyStore for KafkaKeyStore {
     /// Unknown in a fresh view: read again once (another instance may
     /// have made the DEK since), then it is unknown.
     fn find(&self, tag: &SubjectTag, dek_id: &[u8; 8]) -> Result<DekLookup, Error> {
-        let found = self.fresh()?.lookup(tag, dek_id);
+        let found = self.fresh()?.view.lookup(tag, dek_id)?;
         if found != DekLookup::Unknown {
             return Ok(found);
         }
-        Ok(self.refresh()?.lookup(tag, dek_id))
+        self.refresh()?.view.lookup(tag, dek_id)
     }
 }

@@ -49,6 +49,7 @@ mod changelog;
 mod client;
 mod key_store;
 mod record;
+mod view;
 
 pub use changelog::{is_transient_kafka_error, KafkaChangelog, TopicSettings};
 pub use client::{

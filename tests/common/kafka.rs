@@ -76,3 +76,35 @@ pub fn siv_producer(
     .unwrap()
     .with_write_rule(rule)
 }
+
+/// A key store on `log`'s topic, its view where `TOMBSTONE_KEY_STORE_VIEW`
+/// says: `disk` (a redb file in a directory of its own, as each instance
+/// of a service has) or `memory` (the default). The key-store tests run
+/// once with each (`scripts/test.sh`).
+pub fn key_store(
+    log: tombstone_crypt::kafka::KafkaChangelog,
+) -> tombstone_crypt::kafka::KafkaKeyStore {
+    use tombstone_crypt::kafka::KafkaKeyStore;
+    match std::env::var("TOMBSTONE_KEY_STORE_VIEW").as_deref() {
+        Ok("disk") => KafkaKeyStore::new(log)
+            .with_view_dir(fresh_view_dir())
+            .unwrap(),
+        Ok("memory") | Err(_) => KafkaKeyStore::new(log),
+        Ok(other) => panic!("TOMBSTONE_KEY_STORE_VIEW={other}: expected disk or memory"),
+    }
+}
+
+/// A directory no other test uses, for a key-store view on disk.
+pub fn fresh_view_dir() -> std::path::PathBuf {
+    use std::sync::atomic::{AtomicU64, Ordering};
+    static N: AtomicU64 = AtomicU64::new(0);
+    let nanos = SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .unwrap()
+        .as_nanos();
+    std::env::temp_dir().join(format!(
+        "tc-view-{}-{nanos}-{}",
+        std::process::id(),
+        N.fetch_add(1, Ordering::Relaxed)
+    ))
+}
