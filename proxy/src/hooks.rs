@@ -15,4 +15,6 @@ pub struct Hooks {
     pub tombstone_as_empty: bool,
     /// Leave out the write rule's tombstones of older key forms.
     pub skip_fanout: bool,
+    /// Forward the policy's named headers as they came (plaintext).
+    pub skip_header_encryption: bool,
 }

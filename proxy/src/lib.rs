@@ -5,8 +5,9 @@
 //! proxy connects to the real brokers. On Produce it encrypts the records
 //! of the topics its policy names (values whole under a keyset, with the
 //! library's default associated data: the topic and the plaintext record
-//! key; record keys deterministically under an AES-SIV keyset, optionally);
-//! on Fetch it decrypts them. Every other API passes through byte for byte.
+//! key; record keys deterministically under an AES-SIV keyset, optionally;
+//! the values of record headers named in the policy); on Fetch it decrypts
+//! them. Every other API passes through byte for byte.
 //! A topic written through the proxy reads with the library's
 //! `TypedConsumer` and `tombstone-crypt consume`/`audit` with the same
 //! keysets, and the other way round.
@@ -32,6 +33,31 @@
 //!   once the broker has written them; if it does not, the client's whole
 //!   Produce is answered `CORRUPT_MESSAGE` and not forwarded.
 //!
+//! # Headers
+//! A policy may name headers (`"headers": ["x-ssn"]`,
+//! [`TopicPolicy::with_headers`]). Their values are encrypted under the
+//! value keyset, a tombstone's too (its value stays null); a null header
+//! value stays null; other headers pass as they are. A header value is the
+//! library's ciphertext ([`Keyset::encrypt`](tombstone_crypt::Keyset::encrypt)),
+//! with associated data the `TopicAndKey` encoding of the record's context
+//! (topic and plaintext record key,
+//! [`Context::associated_data`](tombstone_crypt::Context::associated_data)),
+//! then `u32be(len(name)) | name`: moved to another name, key or topic, or
+//! a value's ciphertext put in a header, it does not authenticate, and its
+//! partition is answered `CORRUPT_MESSAGE` on Fetch.
+//!
+//! # KMS keys
+//! A value keyset may hold `kms-envelope` keys, and a keyset file may be
+//! Tink's encrypted keyset under a KMS key (`value_keyset_kms_uri`,
+//! `key_keyset_kms_uri`: the command line's `--keyset-kms-uri`). The KMS
+//! clients are the library's, configured from the environment
+//! (`hcvault://`: `VAULT_ADDR`, `VAULT_TOKEN`; `aws-kms://`: the `AWS_*`
+//! variables). Encrypting and decrypting under a policy with KMS keys runs
+//! in `block_in_place` on a multi-thread runtime, so a KMS call holds up
+//! only its own connection. A KMS call that fails (the KMS is down when a
+//! new data key is needed) refuses the partition with `CORRUPT_MESSAGE`
+//! (retriable); nothing of it is written.
+//!
 //! # Limits of this version
 //! - A record's partition is the client's choice. The library's writers
 //!   put an encrypted key in the partition of murmur2 of its plaintext (the
@@ -39,7 +65,6 @@
 //!   (librdkafka's default, `consistent_random`, is CRC32) puts it
 //!   elsewhere.
 //! - The write rule's tombstones are not part of a client's transaction.
-//! - Record headers are not encrypted.
 //! - Produce and Fetch are offered up to v12 (v13 names topics by id).
 //! - A batch is refused, not altered, when its records do not encode back
 //!   as they came (two headers of one key in a record, records out of
@@ -78,7 +103,8 @@ mod inflate;
 mod server;
 
 pub use config::{
-    load_keyset, Policies, ProxyConfig, TopicEntry, TopicPolicy, DEFAULT_MAX_FRAME_BYTES,
+    load_keyset, load_keyset_with, Policies, ProxyConfig, TopicEntry, TopicPolicy,
+    DEFAULT_MAX_FRAME_BYTES,
 };
 pub use error::ProxyError;
 #[doc(hidden)]
