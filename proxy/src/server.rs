@@ -334,13 +334,16 @@ async fn read_requests(
         let upstream_then = |then| Some(Pending::Upstream { correlation, then });
         let (owe, send) = match ApiKey::try_from(key) {
             Ok(ApiKey::Produce) => {
-                match api::produce_request(
-                    &frame,
-                    version,
-                    &shared.policies,
-                    &shared.hooks,
-                    shared.max_frame,
-                ) {
+                let encrypted = in_place(shared.policies.uses_kms(), || {
+                    api::produce_request(
+                        &frame,
+                        version,
+                        &shared.policies,
+                        &shared.hooks,
+                        shared.max_frame,
+                    )
+                });
+                match encrypted {
                     Err(reason) => {
                         tracing::warn!(
                             "client {peer}: refused a Produce (correlation id {correlation}): \
@@ -542,7 +545,10 @@ async fn write_responses(
                     );
                     return;
                 }
-                match respond(&shared, frame, then, &map, peer) {
+                let handed = in_place(shared.policies.uses_kms(), || {
+                    respond(&shared, frame, then, &map, peer)
+                });
+                match handed {
                     Ok(out) => out,
                     Err(reason) => {
                         tracing::warn!(
@@ -560,6 +566,21 @@ async fn write_responses(
         }
     }
     let _ = tokio::io::AsyncWriteExt::shutdown(&mut client).await;
+}
+
+/// Runs `work` where it stands; when it may call a KMS (`kms`), on a
+/// multi-thread runtime in `block_in_place`, so the worker hands its other
+/// connections to another thread for the call (the library's typed
+/// clients do the same). On a current-thread runtime it runs inline.
+/// Never moved to another task: a connection's requests stay in order.
+fn in_place<T>(kms: bool, work: impl FnOnce() -> T) -> T {
+    use tokio::runtime::{Handle, RuntimeFlavor};
+    match Handle::try_current() {
+        Ok(runtime) if kms && runtime.runtime_flavor() == RuntimeFlavor::MultiThread => {
+            tokio::task::block_in_place(work)
+        }
+        _ => work(),
+    }
 }
 
 fn respond(
