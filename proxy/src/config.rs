@@ -4,6 +4,8 @@
 //! {
 //!   "listen": "127.0.0.1:29192",
 //!   "bootstrap": "127.0.0.1:9092",
+//!   "tls": { "cert_file": "proxy.pem", "key_file": "proxy.key" },
+//!   "upstream_tls": { "ca_file": "brokers-ca.pem" },
 //!   "topics": [
 //!     { "topic": "payments", "value_keyset": "keys/payments.json" },
 //!     { "prefix": "orders.", "value_keyset": "keys/orders.json",
@@ -14,7 +16,7 @@
 //! }
 //! ```
 //!
-//! Keyset paths are relative to the configuration file's directory. A
+//! Keyset and certificate paths are relative to the configuration file's directory. A
 //! topic matches the first entry that names it (an exact `topic`, or a
 //! `prefix`); a topic that no entry names passes through untouched.
 //!
@@ -59,9 +61,40 @@ pub struct ProxyConfig {
     /// a longer one closes its connection (default 100 MiB).
     #[serde(default)]
     pub max_frame_bytes: Option<usize>,
+    /// TLS on the listeners (the bootstrap and every broker node's):
+    /// without it they speak plaintext.
+    #[serde(default)]
+    pub tls: Option<ListenerTls>,
+    /// TLS to the brokers: without it the proxy connects in plaintext.
+    #[serde(default)]
+    pub upstream_tls: Option<UpstreamTls>,
     /// The topics to encrypt, first match wins.
     #[serde(default)]
     pub topics: Vec<TopicEntry>,
+}
+
+/// The certificate and key the proxy's listeners present (PEM files,
+/// relative to the configuration file).
+#[derive(Clone, Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct ListenerTls {
+    /// The certificate chain, leaf first.
+    pub cert_file: PathBuf,
+    /// The private key (PKCS#8, PKCS#1 or SEC1).
+    pub key_file: PathBuf,
+}
+
+/// How the proxy checks the brokers' certificates.
+#[derive(Clone, Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct UpstreamTls {
+    /// The CA certificates to trust (PEM; the system's roots are not
+    /// used).
+    pub ca_file: PathBuf,
+    /// The name every broker's certificate must hold (default: the host
+    /// of the broker's address, a DNS name or an IP address).
+    #[serde(default)]
+    pub server_name: Option<String>,
 }
 
 /// One entry of the topic policy, as written.
@@ -116,6 +149,13 @@ impl ProxyConfig {
         let mut config = Self::from_json(&text)
             .map_err(|e| ProxyError::Config(format!("{}: {e}", path.display())))?;
         let base = path.parent().unwrap_or(Path::new("."));
+        if let Some(tls) = &mut config.tls {
+            tls.cert_file = base.join(&tls.cert_file);
+            tls.key_file = base.join(&tls.key_file);
+        }
+        if let Some(tls) = &mut config.upstream_tls {
+            tls.ca_file = base.join(&tls.ca_file);
+        }
         for entry in &mut config.topics {
             entry.value_keyset = base.join(&entry.value_keyset);
             if let Some(k) = &mut entry.key_keyset {

@@ -58,6 +58,17 @@
 //! new data key is needed) refuses the partition with `CORRUPT_MESSAGE`
 //! (retriable); nothing of it is written.
 //!
+//! # TLS
+//! With `"tls": {"cert_file": ..., "key_file": ...}` (PEM) every listener
+//! (the bootstrap and each broker node's) speaks TLS and presents that
+//! certificate; a client that does not complete a handshake within 10 s
+//! is closed, before the proxy connects to a broker. With
+//! `"upstream_tls": {"ca_file": ..., "server_name": ...}` the proxy
+//! connects to the brokers with TLS, trusting only the CAs of `ca_file`
+//! and checking each broker's certificate for `server_name` (default: the
+//! broker's host, a DNS name or an IP address). rustls with the ring
+//! provider; no client certificates, either side.
+//!
 //! # Limits of this version
 //! - A record's partition is the client's choice. The library's writers
 //!   put an encrypted key in the partition of murmur2 of its plaintext (the
@@ -74,8 +85,8 @@
 //!   a client that kept a node's address across a restart of the proxy
 //!   bootstraps again.
 //! - SASL passes through (SaslHandshake v1 and SaslAuthenticate; the
-//!   unframed tokens after SaslHandshake v0 are not read); TLS is not
-//!   terminated.
+//!   unframed tokens after SaslHandshake v0 are not read). TLS client
+//!   certificates (mutual TLS) are neither asked for nor presented.
 //!
 //! # Use
 //! ```no_run
@@ -101,10 +112,11 @@ mod frame;
 mod hooks;
 mod inflate;
 mod server;
+mod tls;
 
 pub use config::{
-    load_keyset, load_keyset_with, Policies, ProxyConfig, TopicEntry, TopicPolicy,
-    DEFAULT_MAX_FRAME_BYTES,
+    load_keyset, load_keyset_with, ListenerTls, Policies, ProxyConfig, TopicEntry, TopicPolicy,
+    UpstreamTls, DEFAULT_MAX_FRAME_BYTES,
 };
 pub use error::ProxyError;
 #[doc(hidden)]
