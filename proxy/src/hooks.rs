@@ -17,4 +17,6 @@ pub struct Hooks {
     pub skip_fanout: bool,
     /// Forward the policy's named headers as they came (plaintext).
     pub skip_header_encryption: bool,
+    /// Make KMS calls on the runtime's worker, without `block_in_place`.
+    pub kms_on_the_worker: bool,
 }

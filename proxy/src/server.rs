@@ -402,15 +402,18 @@ async fn read_requests(
         let upstream_then = |then| Some(Pending::Upstream { correlation, then });
         let (owe, send) = match ApiKey::try_from(key) {
             Ok(ApiKey::Produce) => {
-                let encrypted = in_place(shared.policies.uses_kms(), || {
-                    api::produce_request(
-                        &frame,
-                        version,
-                        &shared.policies,
-                        &shared.hooks,
-                        shared.max_frame,
-                    )
-                });
+                let encrypted = in_place(
+                    shared.policies.uses_kms() && !shared.hooks.kms_on_the_worker,
+                    || {
+                        api::produce_request(
+                            &frame,
+                            version,
+                            &shared.policies,
+                            &shared.hooks,
+                            shared.max_frame,
+                        )
+                    },
+                );
                 match encrypted {
                     Err(reason) => {
                         tracing::warn!(
@@ -613,9 +616,10 @@ async fn write_responses(
                     );
                     return;
                 }
-                let handed = in_place(shared.policies.uses_kms(), || {
-                    respond(&shared, frame, then, &map, peer)
-                });
+                let handed = in_place(
+                    shared.policies.uses_kms() && !shared.hooks.kms_on_the_worker,
+                    || respond(&shared, frame, then, &map, peer),
+                );
                 match handed {
                     Ok(out) => out,
                     Err(reason) => {

@@ -2,8 +2,10 @@
 //! itself encrypted under a KMS key, loaded from the configuration file as
 //! the command line loads keysets, against OpenBao (`scripts/kms.sh`); and
 //! a KMS that is down: the partition is refused (retriable), nothing is
-//! written. With a negative control: a proxy that skips encryption writes
-//! the records the check says must not be there.
+//! written; a KMS call that hangs does not hold up other connections. With
+//! negative controls: a proxy that skips encryption writes the records the
+//! check says must not be there; KMS calls made on the runtime's workers
+//! hold up the other connections.
 
 mod common;
 
@@ -168,4 +170,94 @@ fn negative_control_a_proxy_that_skips_encryption_writes_with_the_kms_down() {
     };
     assert!(deliveries.iter().all(Result::is_ok), "{deliveries:?}");
     assert_eq!(held, sample().len());
+}
+
+/// An ApiVersions v0 request on a new connection to `addr`: how long the
+/// answer took, or why there was none within 10 s.
+fn api_versions_time(addr: &str) -> Result<std::time::Duration, String> {
+    use std::io::{Read, Write};
+    let start = std::time::Instant::now();
+    let mut s = std::net::TcpStream::connect(addr).map_err(|e| e.to_string())?;
+    s.set_read_timeout(Some(std::time::Duration::from_secs(10)))
+        .unwrap();
+    let body = [0u8, 18, 0, 0, 0, 0, 0, 7, 0, 4, b't', b'e', b's', b't'];
+    s.write_all(&(body.len() as u32).to_be_bytes()).unwrap();
+    s.write_all(&body).unwrap();
+    let mut head = [0u8; 10];
+    s.read_exact(&mut head)
+        .map_err(|e| format!("no answer: {e}"))?;
+    Ok(start.elapsed())
+}
+
+/// Two clients produce to a topic whose KMS accepts connections and never
+/// answers (each call hangs 4 s), keeping both of the proxy's runtime
+/// workers in a KMS call; meanwhile a third connection asks for
+/// ApiVersions. The slowest of its answers.
+fn answer_time_while_the_kms_hangs(hooks: Hooks) -> Option<std::time::Duration> {
+    let broker = bootstrap()?;
+    let topic = fresh_topic("kms-hangs");
+    let silent = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let port = silent.local_addr().unwrap().port();
+    let clients = KmsClients::new().with(
+        VaultClient::new("no-token")
+            .with_address(format!("http://127.0.0.1:{port}"))
+            .with_timeouts(KmsTimeouts {
+                request: std::time::Duration::from_secs(4),
+                attempts: 1,
+                ..KmsTimeouts::default()
+            }),
+    );
+    let uri = format!("hcvault://127.0.0.1:{port}/transit/keys/silent");
+    let keyset =
+        Keyset::generate_with(KeyTemplate::kms_envelope(uri).with_kms_clients(clients)).unwrap();
+    let policies = Policies::new().with_topic(&topic, TopicPolicy::new(keyset, None));
+    let proxy = start_proxy(&broker, policies, hooks);
+    create_topic(&broker, &topic, 2);
+    let producers: Vec<_> = (0..2)
+        .map(|p| {
+            let addr = proxy.addr.clone();
+            let topic = topic.clone();
+            std::thread::spawn(move || {
+                let rec = vec![(Some(b"k".to_vec()), Some(b"v".to_vec()))];
+                produce(&addr, &topic, p, &rec, "none")
+            })
+        })
+        .collect();
+    // The producers bootstrap, then their Produce requests hang in the KMS.
+    std::thread::sleep(std::time::Duration::from_millis(1500));
+    let mut slowest = std::time::Duration::ZERO;
+    for _ in 0..3 {
+        let t = api_versions_time(&proxy.addr).unwrap_or(std::time::Duration::from_secs(99));
+        slowest = slowest.max(t);
+        std::thread::sleep(std::time::Duration::from_millis(300));
+    }
+    for p in producers {
+        let _ = p.join();
+    }
+    drop(silent);
+    Some(slowest)
+}
+
+#[test]
+fn a_hanging_kms_call_does_not_hold_up_other_connections() {
+    let Some(slowest) = answer_time_while_the_kms_hangs(Hooks::default()) else {
+        return;
+    };
+    assert!(
+        slowest < std::time::Duration::from_millis(1000),
+        "ApiVersions took {slowest:?} while KMS calls hung"
+    );
+}
+
+#[test]
+fn negative_control_kms_calls_on_the_workers_hold_up_other_connections() {
+    let mut hooks = Hooks::default();
+    hooks.kms_on_the_worker = true;
+    let Some(slowest) = answer_time_while_the_kms_hangs(hooks) else {
+        return;
+    };
+    assert!(
+        slowest >= std::time::Duration::from_millis(1000),
+        "ApiVersions took only {slowest:?}: the control does not block the workers"
+    );
 }
