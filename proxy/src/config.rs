@@ -402,6 +402,38 @@ mod tests {
     }
 
     #[test]
+    fn tls_kms_and_header_fields_parse_and_paths_follow_the_file() {
+        let dir = std::env::temp_dir().join(format!("px-config-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        std::fs::write(dir.join("v.json"), Keyset::generate().to_tink_json()).unwrap();
+        let text = r#"{"listen":"127.0.0.1:1","bootstrap":"x:1",
+            "tls":{"cert_file":"c.pem","key_file":"k.pem"},
+            "upstream_tls":{"ca_file":"ca.pem","server_name":"kafka"},
+            "topics":[{"topic":"t","value_keyset":"v.json","headers":["x-ssn"]}]}"#;
+        std::fs::write(dir.join("p.json"), text).unwrap();
+        let c = ProxyConfig::from_file(&dir.join("p.json")).unwrap();
+        let tls = c.tls.as_ref().unwrap();
+        assert_eq!(
+            (&tls.cert_file, &tls.key_file),
+            (&dir.join("c.pem"), &dir.join("k.pem"))
+        );
+        let up = c.upstream_tls.as_ref().unwrap();
+        assert_eq!(up.ca_file, dir.join("ca.pem"));
+        assert_eq!(up.server_name.as_deref(), Some("kafka"));
+        let p = Policies::load(&c).unwrap();
+        assert_eq!(p.get("t").unwrap().headers, ["x-ssn"]);
+        assert!(!p.uses_kms());
+        // A KMS key for a key keyset that is not there is refused.
+        let mut bad = c.clone();
+        bad.topics[0].key_keyset_kms_uri = Some("hcvault://h/transit/keys/k".into());
+        assert!(Policies::load(&bad).is_err());
+        // An unknown field inside tls is refused.
+        let typo = text.replace("\"key_file\"", "\"keyfile\"");
+        assert!(ProxyConfig::from_json(&typo).is_err());
+        let _ = std::fs::remove_dir_all(&dir);
+    }
+
+    #[test]
     fn no_debug_prints_key_material() {
         let values = Keyset::generate();
         let keys = Keyset::generate_with(tombstone_crypt::KeyTemplate::aes256_siv()).unwrap();
