@@ -18,8 +18,13 @@ pub(crate) struct ProxyArgs {
     /// `max_frame_bytes` (default 100 MiB), and `topics`, a list of
     /// `{"topic": NAME}` or `{"prefix": PREFIX}` entries with
     /// `value_keyset` and optional `key_keyset` (Tink JSON keyset files,
-    /// relative to the configuration file). Topics no entry names pass
-    /// through untouched.
+    /// relative to the configuration file), optional
+    /// `value_keyset_kms_uri` / `key_keyset_kms_uri` (the file is an
+    /// encrypted keyset under that KMS key, as --keyset-kms-uri) and
+    /// `headers` (names of headers whose values are encrypted). Topics no
+    /// entry names pass through untouched. Optional `tls` (`cert_file`,
+    /// `key_file`: the listeners speak TLS) and `upstream_tls` (`ca_file`,
+    /// optional `server_name`: TLS to the brokers).
     #[arg(long, value_name = "FILE")]
     pub(crate) config: PathBuf,
     /// After SIGINT or SIGTERM, how long to wait for in-flight requests to

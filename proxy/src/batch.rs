@@ -21,7 +21,7 @@ use bytes::{Bytes, BytesMut};
 use kafka_protocol::records::{
     Compression, Record, RecordBatchDecoder, RecordBatchEncoder, RecordEncodeOptions,
 };
-use tombstone_crypt::{Context, Deserializer, Serializer};
+use tombstone_crypt::{AadPolicy, Context, Deserializer, Serializer};
 
 use crate::config::TopicPolicy;
 use crate::hooks::Hooks;
@@ -159,6 +159,19 @@ fn encrypt_record(
         Some(k) => Context::new(topic).with_key(k),
         None => Context::new(topic),
     };
+    if !hooks.skip_header_encryption {
+        for (name, value) in record.headers.iter_mut() {
+            let name = name.as_str();
+            if let (Some(v), true) = (value, policy.headers.iter().any(|n| n == name)) {
+                let ad = header_aad(&ctx, name)?;
+                let ct = policy
+                    .header_keyset
+                    .encrypt(v, &ad)
+                    .map_err(|e| format!("encrypting the header {name:?}: {e}"))?;
+                *v = Bytes::from(ct);
+            }
+        }
+    }
     let value = match (&record.value, hooks.tombstone_as_empty) {
         (Some(v), _) => Some(v.clone()),
         (None, true) => Some(Bytes::new()),
@@ -175,6 +188,23 @@ fn encrypt_record(
     Ok(())
 }
 
+/// The associated data of a header value: the library's `TopicAndKey`
+/// associated data of the record's context (topic and plaintext record
+/// key), then `u32be(len(name)) | name` (UTF-8). Longer than any value's
+/// associated data of the same context, and with the key's length field
+/// in the same place, so a value never decrypts as a header, nor a header
+/// under another name, key or topic.
+pub(crate) fn header_aad(ctx: &Context<'_>, name: &str) -> Result<Vec<u8>, String> {
+    let mut ad = ctx
+        .associated_data(AadPolicy::TopicAndKey)
+        .map_err(|e| format!("the associated data of the header {name:?}: {e}"))?;
+    let len =
+        u32::try_from(name.len()).map_err(|_| format!("a header name of {} bytes", name.len()))?;
+    ad.extend_from_slice(&len.to_be_bytes());
+    ad.extend_from_slice(name.as_bytes());
+    Ok(ad)
+}
+
 fn decrypt_record(topic: &str, policy: &TopicPolicy, record: &mut Record) -> Result<(), String> {
     if let (Some((_, keys)), Some(key)) = (&policy.keys, &record.key) {
         let (_, plaintext) = keys
@@ -186,6 +216,19 @@ fn decrypt_record(topic: &str, policy: &TopicPolicy, record: &mut Record) -> Res
         Some(k) => Context::new(topic).with_key(k),
         None => Context::new(topic),
     };
+    for (name, value) in record.headers.iter_mut() {
+        let name = name.as_str();
+        if let (Some(v), true) = (value, policy.headers.iter().any(|n| n == name)) {
+            let ad = header_aad(&ctx, name)?;
+            let pt = policy.header_keyset.decrypt(v, &ad).map_err(|e| {
+                format!(
+                    "decrypting the header {name:?} at offset {}: {e}",
+                    record.offset
+                )
+            })?;
+            *v = Bytes::from(pt);
+        }
+    }
     if let Some(v) = &record.value {
         match policy.values_de.deserialize(&ctx, Some(&v[..])) {
             Ok(Some(pt)) => record.value = Some(Bytes::from(pt)),
@@ -457,6 +500,64 @@ mod tests {
         assert_eq!(older[0].timestamp, sealed[0].timestamp);
         let back = decode(&decrypt("t", &rotated, &enc.older_forms.unwrap(), LIMIT).unwrap());
         assert_eq!(back[0].key.as_deref(), Some(&b"k"[..]));
+    }
+
+    #[test]
+    fn named_headers_are_sealed_on_tombstones_too_and_bound_to_their_name() {
+        let values = Keyset::generate();
+        let policy = TopicPolicy::new(values.clone(), None).with_headers(["x-ssn", "x-card"]);
+        let with_headers = |mut r: Record| {
+            r.headers
+                .insert("x-ssn".into(), Some(Bytes::from_static(b"123-45-6789")));
+            r.headers.insert("x-card".into(), None);
+            r.headers
+                .insert("trace".into(), Some(Bytes::from_static(b"abc")));
+            r
+        };
+        let records = [
+            with_headers(record(0, Some(b"k"), Some(b"v"))),
+            with_headers(record(1, Some(b"k"), None)),
+        ];
+        let raw = batch(&records, Compression::None);
+        let enc = encrypt("t", &policy, &Hooks::default(), &raw, LIMIT)
+            .unwrap()
+            .records;
+        let sealed = decode(&enc);
+        for r in &sealed {
+            let ssn = r.headers[0].as_ref().unwrap();
+            assert_eq!((ssn.len(), ssn[0]), (11 + 33, 1));
+            assert_eq!(r.headers[1], None);
+            assert_eq!(r.headers[2].as_deref(), Some(&b"abc"[..]));
+        }
+        assert_eq!(sealed[1].value, None, "a tombstone stays a tombstone");
+        let back = decode(&decrypt("t", &policy, &enc, LIMIT).unwrap());
+        for (a, b) in back.iter().zip(&records) {
+            assert_eq!((&a.value, &a.headers), (&b.value, &b.headers));
+        }
+        // Under another name, topic or key it does not authenticate.
+        let renamed = TopicPolicy::new(values.clone(), None).with_headers(["x-card", "x-ssn2"]);
+        let mut moved = sealed.clone();
+        for r in &mut moved {
+            let ssn = r.headers.shift_remove(&b"x-ssn"[..]).unwrap();
+            r.headers.insert("x-ssn2".into(), ssn);
+        }
+        let moved = batch(&moved, Compression::None);
+        assert!(decrypt("t", &renamed, &moved, LIMIT).is_err());
+        assert!(decrypt("u", &policy, &enc, LIMIT).is_err());
+        let mut other_key = sealed.clone();
+        other_key[0].key = Some(Bytes::from_static(b"j"));
+        assert!(decrypt("t", &policy, &batch(&other_key, Compression::None), LIMIT).is_err());
+        // A value's ciphertext put in a named header does not authenticate.
+        let mut swapped = sealed.clone();
+        swapped[0].headers[0] = swapped[0].value.clone();
+        assert!(decrypt("t", &policy, &batch(&swapped, Compression::None), LIMIT).is_err());
+        // The negative control: the hook forwards the header as it came.
+        let hooks = Hooks {
+            skip_header_encryption: true,
+            ..Hooks::default()
+        };
+        let open = decode(&encrypt("t", &policy, &hooks, &raw, LIMIT).unwrap().records);
+        assert_eq!(open[0].headers[0].as_deref(), Some(&b"123-45-6789"[..]));
     }
 
     #[test]

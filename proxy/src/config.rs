@@ -4,17 +4,29 @@
 //! {
 //!   "listen": "127.0.0.1:29192",
 //!   "bootstrap": "127.0.0.1:9092",
+//!   "tls": { "cert_file": "proxy.pem", "key_file": "proxy.key" },
+//!   "upstream_tls": { "ca_file": "brokers-ca.pem" },
 //!   "topics": [
 //!     { "topic": "payments", "value_keyset": "keys/payments.json" },
 //!     { "prefix": "orders.", "value_keyset": "keys/orders.json",
-//!       "key_keyset": "keys/order-ids.json" }
+//!       "key_keyset": "keys/order-ids.json", "headers": ["x-ssn"] },
+//!     { "topic": "audit", "value_keyset": "keys/audit.enc.json",
+//!       "value_keyset_kms_uri": "hcvault://vault:8200/transit/keys/kek" }
 //!   ]
 //! }
 //! ```
 //!
-//! Keyset paths are relative to the configuration file's directory. A
+//! Keyset and certificate paths are relative to the configuration file's directory. A
 //! topic matches the first entry that names it (an exact `topic`, or a
 //! `prefix`); a topic that no entry names passes through untouched.
+//!
+//! A keyset file is Tink's cleartext JSON, or, with
+//! `value_keyset_kms_uri` / `key_keyset_kms_uri`, Tink's encrypted keyset
+//! under that KMS key (the command line's `--keyset-kms-uri`; the KMS is
+//! called once, when the configuration loads). A value keyset may hold
+//! `kms-envelope` keys: their data keys are made and read through the KMS
+//! clients configured from the environment (`VAULT_ADDR`, `VAULT_TOKEN`;
+//! the `AWS_*` variables), as the command line's are.
 
 use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
@@ -49,9 +61,40 @@ pub struct ProxyConfig {
     /// a longer one closes its connection (default 100 MiB).
     #[serde(default)]
     pub max_frame_bytes: Option<usize>,
+    /// TLS on the listeners (the bootstrap and every broker node's):
+    /// without it they speak plaintext.
+    #[serde(default)]
+    pub tls: Option<ListenerTls>,
+    /// TLS to the brokers: without it the proxy connects in plaintext.
+    #[serde(default)]
+    pub upstream_tls: Option<UpstreamTls>,
     /// The topics to encrypt, first match wins.
     #[serde(default)]
     pub topics: Vec<TopicEntry>,
+}
+
+/// The certificate and key the proxy's listeners present (PEM files,
+/// relative to the configuration file).
+#[derive(Clone, Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct ListenerTls {
+    /// The certificate chain, leaf first.
+    pub cert_file: PathBuf,
+    /// The private key (PKCS#8, PKCS#1 or SEC1).
+    pub key_file: PathBuf,
+}
+
+/// How the proxy checks the brokers' certificates.
+#[derive(Clone, Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct UpstreamTls {
+    /// The CA certificates to trust (PEM; the system's roots are not
+    /// used).
+    pub ca_file: PathBuf,
+    /// The name every broker's certificate must hold (default: the host
+    /// of the broker's address, a DNS name or an IP address).
+    #[serde(default)]
+    pub server_name: Option<String>,
 }
 
 /// One entry of the topic policy, as written.
@@ -66,10 +109,24 @@ pub struct TopicEntry {
     pub prefix: Option<String>,
     /// The keyset (Tink cleartext JSON) record values are encrypted with.
     pub value_keyset: PathBuf,
+    /// The KMS key (`hcvault://...`, `aws-kms://...`) `value_keyset` is
+    /// encrypted with (Tink's encrypted keyset); without it the file is
+    /// cleartext.
+    #[serde(default)]
+    pub value_keyset_kms_uri: Option<String>,
     /// The keyset (AES-SIV, Tink cleartext JSON) record keys are encrypted
     /// with, deterministically; record keys stay plaintext without it.
     #[serde(default)]
     pub key_keyset: Option<PathBuf>,
+    /// The KMS key `key_keyset` is encrypted with, as
+    /// `value_keyset_kms_uri`.
+    #[serde(default)]
+    pub key_keyset_kms_uri: Option<String>,
+    /// Names of record headers whose values are encrypted under the value
+    /// keyset (a null header value stays null; other headers pass as they
+    /// are).
+    #[serde(default)]
+    pub headers: Vec<String>,
 }
 
 impl ProxyConfig {
@@ -92,6 +149,13 @@ impl ProxyConfig {
         let mut config = Self::from_json(&text)
             .map_err(|e| ProxyError::Config(format!("{}: {e}", path.display())))?;
         let base = path.parent().unwrap_or(Path::new("."));
+        if let Some(tls) = &mut config.tls {
+            tls.cert_file = base.join(&tls.cert_file);
+            tls.key_file = base.join(&tls.key_file);
+        }
+        if let Some(tls) = &mut config.upstream_tls {
+            tls.ca_file = base.join(&tls.ca_file);
+        }
         for entry in &mut config.topics {
             entry.value_keyset = base.join(&entry.value_keyset);
             if let Some(k) = &mut entry.key_keyset {
@@ -116,23 +180,58 @@ pub struct TopicPolicy {
         DeterministicSerializer<Bytes>,
         DeterministicDeserializer<Bytes>,
     )>,
+    /// The value keyset, for the named headers.
+    pub(crate) header_keyset: Keyset,
+    /// The names of the headers encrypted.
+    pub(crate) headers: Vec<String>,
+    /// Whether a keyset holds `kms-envelope` keys (encrypting or
+    /// decrypting may call a KMS).
+    pub(crate) kms: bool,
 }
 
 impl TopicPolicy {
     /// A policy of values under `values` and, with `keys`, record keys
     /// encrypted deterministically under `keys`.
     pub fn new(values: Keyset, keys: Option<Keyset>) -> Self {
+        let kms = uses_kms(&values) || keys.as_ref().is_some_and(uses_kms);
         TopicPolicy {
             values: EncryptingSerializer::new(Bytes, values.clone()),
-            values_de: DecryptingDeserializer::new(Bytes, values),
+            values_de: DecryptingDeserializer::new(Bytes, values.clone()),
             keys: keys.map(|k| {
                 (
                     DeterministicSerializer::new(Bytes, k.clone()),
                     DeterministicDeserializer::new(Bytes, k),
                 )
             }),
+            header_keyset: values,
+            headers: Vec::new(),
+            kms,
         }
     }
+
+    /// The same policy with the values of the headers named `names`
+    /// encrypted under the value keyset (see the crate docs for their
+    /// associated data).
+    #[must_use]
+    pub fn with_headers<S: Into<String>>(mut self, names: impl IntoIterator<Item = S>) -> Self {
+        self.headers = names.into_iter().map(Into::into).collect();
+        self
+    }
+
+    /// Whether encrypting or decrypting under this policy may call a KMS
+    /// (a keyset with `kms-envelope` keys).
+    pub fn uses_kms(&self) -> bool {
+        self.kms
+    }
+}
+
+/// Whether `keyset` holds a key whose data keys come from a KMS.
+fn uses_kms(keyset: &Keyset) -> bool {
+    keyset.keys().any(|(id, _)| {
+        keyset
+            .key_type_url(id)
+            .is_some_and(|u| u.ends_with(".KmsEnvelopeAeadKey"))
+    })
 }
 
 /// Which topics are encrypted, and how.
@@ -177,9 +276,19 @@ impl Policies {
     pub fn load(config: &ProxyConfig) -> Result<Self, ProxyError> {
         let mut policies = Policies::new();
         for entry in &config.topics {
-            let values = load_keyset(&entry.value_keyset)?;
-            let keys = entry.key_keyset.as_deref().map(load_keyset).transpose()?;
-            let policy = TopicPolicy::new(values, keys);
+            let values =
+                load_keyset_with(&entry.value_keyset, entry.value_keyset_kms_uri.as_deref())?;
+            let keys = entry
+                .key_keyset
+                .as_deref()
+                .map(|k| load_keyset_with(k, entry.key_keyset_kms_uri.as_deref()))
+                .transpose()?;
+            if entry.key_keyset.is_none() && entry.key_keyset_kms_uri.is_some() {
+                return Err(ProxyError::Config(
+                    "\"key_keyset_kms_uri\" without \"key_keyset\"".into(),
+                ));
+            }
+            let policy = TopicPolicy::new(values, keys).with_headers(entry.headers.clone());
             policies = match (&entry.topic, &entry.prefix) {
                 (Some(t), None) => policies.with_topic(t, policy),
                 (None, Some(p)) => policies.with_prefix(p, policy),
@@ -204,6 +313,11 @@ impl Policies {
             .map(|(_, p)| p)
     }
 
+    /// Whether a policy may call a KMS (see [`TopicPolicy::uses_kms`]).
+    pub fn uses_kms(&self) -> bool {
+        self.entries.iter().any(|(_, p)| p.kms)
+    }
+
     /// Whether no topic is encrypted.
     pub fn is_empty(&self) -> bool {
         self.entries.is_empty()
@@ -220,6 +334,18 @@ const MAX_KEYSET_FILE: u64 = 16 << 20;
 /// [`ProxyError::Config`] naming the file when it cannot be read or is not
 /// a keyset (never with key bytes).
 pub fn load_keyset(path: &Path) -> Result<Keyset, ProxyError> {
+    load_keyset_with(path, None)
+}
+
+/// Loads a keyset file: Tink's cleartext JSON, or with `kms_uri` Tink's
+/// encrypted keyset under that KMS key (decrypted now, through the KMS
+/// clients configured from the environment; empty associated data, as the
+/// command line writes it).
+///
+/// # Errors
+/// [`ProxyError::Config`] naming the file when it cannot be read, is not a
+/// keyset, or the KMS does not decrypt it (never with key bytes).
+pub fn load_keyset_with(path: &Path, kms_uri: Option<&str>) -> Result<Keyset, ProxyError> {
     let fail = |what: String| ProxyError::Config(format!("the keyset {}: {what}", path.display()));
     let file = std::fs::File::open(path).map_err(|e| fail(e.to_string()))?;
     let size = file.metadata().map_or(0, |m| m.len()).min(MAX_KEYSET_FILE) + 1;
@@ -233,7 +359,23 @@ pub fn load_keyset(path: &Path) -> Result<Keyset, ProxyError> {
     if text.len() as u64 > MAX_KEYSET_FILE {
         return Err(fail(format!("larger than {MAX_KEYSET_FILE} bytes")));
     }
-    Keyset::from_tink_json(&text).map_err(|e| fail(e.to_string()))
+    match kms_uri {
+        Some(uri) => Keyset::from_encrypted_tink_json(&text, uri, b""),
+        None => Keyset::from_tink_json(&text),
+    }
+    .map_err(|e| fail(chain(&e)))
+}
+
+/// An error and its causes, one line.
+fn chain(e: &dyn std::error::Error) -> String {
+    let mut out = e.to_string();
+    let mut source = e.source();
+    while let Some(s) = source {
+        out.push_str(": ");
+        out.push_str(&s.to_string());
+        source = s.source();
+    }
+    out
 }
 
 #[cfg(test)]
@@ -257,6 +399,38 @@ mod tests {
         let c = ProxyConfig::from_json(good).unwrap();
         assert_eq!(c.max_frame_bytes(), DEFAULT_MAX_FRAME_BYTES);
         assert_eq!(c.topics.len(), 1);
+    }
+
+    #[test]
+    fn tls_kms_and_header_fields_parse_and_paths_follow_the_file() {
+        let dir = std::env::temp_dir().join(format!("px-config-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        std::fs::write(dir.join("v.json"), Keyset::generate().to_tink_json()).unwrap();
+        let text = r#"{"listen":"127.0.0.1:1","bootstrap":"x:1",
+            "tls":{"cert_file":"c.pem","key_file":"k.pem"},
+            "upstream_tls":{"ca_file":"ca.pem","server_name":"kafka"},
+            "topics":[{"topic":"t","value_keyset":"v.json","headers":["x-ssn"]}]}"#;
+        std::fs::write(dir.join("p.json"), text).unwrap();
+        let c = ProxyConfig::from_file(&dir.join("p.json")).unwrap();
+        let tls = c.tls.as_ref().unwrap();
+        assert_eq!(
+            (&tls.cert_file, &tls.key_file),
+            (&dir.join("c.pem"), &dir.join("k.pem"))
+        );
+        let up = c.upstream_tls.as_ref().unwrap();
+        assert_eq!(up.ca_file, dir.join("ca.pem"));
+        assert_eq!(up.server_name.as_deref(), Some("kafka"));
+        let p = Policies::load(&c).unwrap();
+        assert_eq!(p.get("t").unwrap().headers, ["x-ssn"]);
+        assert!(!p.uses_kms());
+        // A KMS key for a key keyset that is not there is refused.
+        let mut bad = c.clone();
+        bad.topics[0].key_keyset_kms_uri = Some("hcvault://h/transit/keys/k".into());
+        assert!(Policies::load(&bad).is_err());
+        // An unknown field inside tls is refused.
+        let typo = text.replace("\"key_file\"", "\"keyfile\"");
+        assert!(ProxyConfig::from_json(&typo).is_err());
+        let _ = std::fs::remove_dir_all(&dir);
     }
 
     #[test]

@@ -61,7 +61,9 @@ pub(crate) async fn write_frame<W: AsyncWrite + Unpin>(
     let len = i32::try_from(body.len())
         .map_err(|_| std::io::Error::new(std::io::ErrorKind::InvalidData, "a frame over 2 GiB"))?;
     w.write_all(&len.to_be_bytes()).await?;
-    w.write_all(body).await
+    w.write_all(body).await?;
+    // A TLS stream may hold the last record until flushed.
+    w.flush().await
 }
 
 #[cfg(test)]

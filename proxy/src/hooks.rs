@@ -15,4 +15,8 @@ pub struct Hooks {
     pub tombstone_as_empty: bool,
     /// Leave out the write rule's tombstones of older key forms.
     pub skip_fanout: bool,
+    /// Forward the policy's named headers as they came (plaintext).
+    pub skip_header_encryption: bool,
+    /// Make KMS calls on the runtime's worker, without `block_in_place`.
+    pub kms_on_the_worker: bool,
 }

@@ -5,8 +5,9 @@
 //! proxy connects to the real brokers. On Produce it encrypts the records
 //! of the topics its policy names (values whole under a keyset, with the
 //! library's default associated data: the topic and the plaintext record
-//! key; record keys deterministically under an AES-SIV keyset, optionally);
-//! on Fetch it decrypts them. Every other API passes through byte for byte.
+//! key; record keys deterministically under an AES-SIV keyset, optionally;
+//! the values of record headers named in the policy); on Fetch it decrypts
+//! them. Every other API passes through byte for byte.
 //! A topic written through the proxy reads with the library's
 //! `TypedConsumer` and `tombstone-crypt consume`/`audit` with the same
 //! keysets, and the other way round.
@@ -32,6 +33,42 @@
 //!   once the broker has written them; if it does not, the client's whole
 //!   Produce is answered `CORRUPT_MESSAGE` and not forwarded.
 //!
+//! # Headers
+//! A policy may name headers (`"headers": ["x-ssn"]`,
+//! [`TopicPolicy::with_headers`]). Their values are encrypted under the
+//! value keyset, a tombstone's too (its value stays null); a null header
+//! value stays null; other headers pass as they are. A header value is the
+//! library's ciphertext ([`Keyset::encrypt`](tombstone_crypt::Keyset::encrypt)),
+//! with associated data the `TopicAndKey` encoding of the record's context
+//! (topic and plaintext record key,
+//! [`Context::associated_data`](tombstone_crypt::Context::associated_data)),
+//! then `u32be(len(name)) | name`: moved to another name, key or topic, or
+//! a value's ciphertext put in a header, it does not authenticate, and its
+//! partition is answered `CORRUPT_MESSAGE` on Fetch.
+//!
+//! # KMS keys
+//! A value keyset may hold `kms-envelope` keys, and a keyset file may be
+//! Tink's encrypted keyset under a KMS key (`value_keyset_kms_uri`,
+//! `key_keyset_kms_uri`: the command line's `--keyset-kms-uri`). The KMS
+//! clients are the library's, configured from the environment
+//! (`hcvault://`: `VAULT_ADDR`, `VAULT_TOKEN`; `aws-kms://`: the `AWS_*`
+//! variables). Encrypting and decrypting under a policy with KMS keys runs
+//! in `block_in_place` on a multi-thread runtime, so a KMS call holds up
+//! only its own connection. A KMS call that fails (the KMS is down when a
+//! new data key is needed) refuses the partition with `CORRUPT_MESSAGE`
+//! (retriable); nothing of it is written.
+//!
+//! # TLS
+//! With `"tls": {"cert_file": ..., "key_file": ...}` (PEM) every listener
+//! (the bootstrap and each broker node's) speaks TLS and presents that
+//! certificate; a client that does not complete a handshake within 10 s
+//! is closed, before the proxy connects to a broker. With
+//! `"upstream_tls": {"ca_file": ..., "server_name": ...}` the proxy
+//! connects to the brokers with TLS, trusting only the CAs of `ca_file`
+//! and checking each broker's certificate for `server_name` (default: the
+//! broker's host, a DNS name or an IP address). rustls with the ring
+//! provider; no client certificates, either side.
+//!
 //! # Limits of this version
 //! - A record's partition is the client's choice. The library's writers
 //!   put an encrypted key in the partition of murmur2 of its plaintext (the
@@ -39,7 +76,6 @@
 //!   (librdkafka's default, `consistent_random`, is CRC32) puts it
 //!   elsewhere.
 //! - The write rule's tombstones are not part of a client's transaction.
-//! - Record headers are not encrypted.
 //! - Produce and Fetch are offered up to v12 (v13 names topics by id).
 //! - A batch is refused, not altered, when its records do not encode back
 //!   as they came (two headers of one key in a record, records out of
@@ -49,8 +85,8 @@
 //!   a client that kept a node's address across a restart of the proxy
 //!   bootstraps again.
 //! - SASL passes through (SaslHandshake v1 and SaslAuthenticate; the
-//!   unframed tokens after SaslHandshake v0 are not read); TLS is not
-//!   terminated.
+//!   unframed tokens after SaslHandshake v0 are not read). TLS client
+//!   certificates (mutual TLS) are neither asked for nor presented.
 //!
 //! # Use
 //! ```no_run
@@ -76,9 +112,11 @@ mod frame;
 mod hooks;
 mod inflate;
 mod server;
+mod tls;
 
 pub use config::{
-    load_keyset, Policies, ProxyConfig, TopicEntry, TopicPolicy, DEFAULT_MAX_FRAME_BYTES,
+    load_keyset, load_keyset_with, ListenerTls, Policies, ProxyConfig, TopicEntry, TopicPolicy,
+    UpstreamTls, DEFAULT_MAX_FRAME_BYTES,
 };
 pub use error::ProxyError;
 #[doc(hidden)]

@@ -20,7 +20,7 @@ use std::sync::{Arc, Mutex};
 use bytes::Bytes;
 use kafka_protocol::messages::ApiKey;
 use kafka_protocol::protocol::StrBytes;
-use tokio::net::tcp::{OwnedReadHalf, OwnedWriteHalf};
+use tokio::io::{AsyncRead, AsyncWrite};
 use tokio::net::{TcpListener, TcpStream};
 use tokio::sync::{mpsc, watch};
 
@@ -29,6 +29,7 @@ use crate::config::{Policies, ProxyConfig};
 use crate::error::ProxyError;
 use crate::frame::{read_frame, write_frame, FrameError};
 use crate::hooks::Hooks;
+use tokio_rustls::{TlsAcceptor, TlsConnector};
 
 /// A running proxy's listeners, before [`Proxy::run`].
 #[derive(Debug)]
@@ -48,12 +49,26 @@ struct Shared {
     max_frame: usize,
     policies: Policies,
     hooks: Hooks,
+    /// TLS on the listeners.
+    acceptor: Option<Tls<TlsAcceptor>>,
+    /// TLS to the brokers, and the name their certificates must hold
+    /// (default: each broker's host).
+    connector: Option<(Tls<TlsConnector>, Option<String>)>,
     /// Each broker node's address, as the last response that named it said,
     /// and whether its listener is bound.
     nodes: Mutex<HashMap<i32, (String, bool)>>,
     stopping: watch::Receiver<bool>,
     /// Held by every connection; dropped (taken) when shutting down.
     alive: Mutex<Option<mpsc::Sender<()>>>,
+}
+
+/// A TLS acceptor or connector (`Debug` shows only that TLS is on).
+struct Tls<T>(T);
+
+impl<T> std::fmt::Debug for Tls<T> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("Tls(..)")
+    }
 }
 
 /// What a listener serves.
@@ -83,6 +98,16 @@ impl Proxy {
             .advertised_host
             .clone()
             .unwrap_or_else(|| local.ip().to_string());
+        let acceptor = config
+            .tls
+            .as_ref()
+            .map(|t| crate::tls::acceptor(t).map(Tls))
+            .transpose()?;
+        let connector = config
+            .upstream_tls
+            .as_ref()
+            .map(|t| Ok::<_, ProxyError>((Tls(crate::tls::connector(t)?), t.server_name.clone())))
+            .transpose()?;
         let shared = Arc::new(Shared {
             upstream_bootstrap: config.bootstrap.clone(),
             bind_ip: local.ip(),
@@ -91,6 +116,8 @@ impl Proxy {
             max_frame: config.max_frame_bytes(),
             policies,
             hooks: Hooks::default(),
+            acceptor,
+            connector,
             nodes: Mutex::new(HashMap::new()),
             stopping,
             alive: Mutex::new(Some(alive_tx)),
@@ -259,7 +286,24 @@ async fn connection(
         tracing::warn!("client {peer}: no broker address known for {target:?}: connection closed");
         return;
     };
-    let upstream = match TcpStream::connect(&addr).await {
+    let _ = client.set_nodelay(true);
+    let client: Box<dyn Io> = match &shared.acceptor {
+        None => Box::new(client),
+        Some(acceptor) => match tokio::time::timeout(HANDSHAKE, acceptor.0.accept(client)).await {
+            Ok(Ok(tls)) => Box::new(tls),
+            Ok(Err(e)) => {
+                tracing::warn!("client {peer}: TLS handshake: {e}: connection closed");
+                return;
+            }
+            Err(_) => {
+                tracing::warn!(
+                    "client {peer}: no TLS handshake within {HANDSHAKE:?}: connection closed"
+                );
+                return;
+            }
+        },
+    };
+    let upstream = match connect_upstream(&shared, &addr).await {
         Ok(s) => s,
         Err(e) => {
             tracing::warn!(
@@ -268,10 +312,8 @@ async fn connection(
             return;
         }
     };
-    let _ = client.set_nodelay(true);
-    let _ = upstream.set_nodelay(true);
-    let (cr, cw) = client.into_split();
-    let (ur, uw) = upstream.into_split();
+    let (cr, cw) = tokio::io::split(client);
+    let (ur, uw) = tokio::io::split(upstream);
     let (tx, rx) = mpsc::channel(256);
     let mut reader = tokio::spawn(read_requests(shared.clone(), cr, uw, tx, peer));
     let mut writer = tokio::spawn(write_responses(shared, ur, cw, rx, peer, addr));
@@ -281,6 +323,32 @@ async fn connection(
             Ok(End::Finished) => { let _ = writer.await; }
             _ => writer.abort(),
         },
+    }
+}
+
+/// How long a TLS handshake may take, with a client or a broker.
+const HANDSHAKE: std::time::Duration = std::time::Duration::from_secs(10);
+
+/// A connection's byte stream: TCP, or TLS over TCP.
+trait Io: AsyncRead + AsyncWrite + Send + Unpin {}
+impl<T: AsyncRead + AsyncWrite + Send + Unpin> Io for T {}
+
+type ReadHalf = tokio::io::ReadHalf<Box<dyn Io>>;
+type WriteHalf = tokio::io::WriteHalf<Box<dyn Io>>;
+
+/// Connects to the broker at `addr`, with TLS when the configuration says
+/// so.
+async fn connect_upstream(shared: &Shared, addr: &str) -> Result<Box<dyn Io>, String> {
+    let tcp = TcpStream::connect(addr).await.map_err(|e| e.to_string())?;
+    let _ = tcp.set_nodelay(true);
+    let Some((connector, name)) = &shared.connector else {
+        return Ok(Box::new(tcp));
+    };
+    let name = crate::tls::server_name(addr, name.as_deref())?;
+    match tokio::time::timeout(HANDSHAKE, connector.0.connect(name, tcp)).await {
+        Ok(Ok(tls)) => Ok(Box::new(tls)),
+        Ok(Err(e)) => Err(format!("TLS handshake: {e}")),
+        Err(_) => Err(format!("no TLS handshake within {HANDSHAKE:?}")),
     }
 }
 
@@ -294,8 +362,8 @@ enum End {
 
 async fn read_requests(
     shared: Arc<Shared>,
-    mut client: OwnedReadHalf,
-    mut upstream: OwnedWriteHalf,
+    mut client: ReadHalf,
+    mut upstream: WriteHalf,
     owed: mpsc::Sender<Pending>,
     peer: SocketAddr,
 ) -> End {
@@ -334,13 +402,19 @@ async fn read_requests(
         let upstream_then = |then| Some(Pending::Upstream { correlation, then });
         let (owe, send) = match ApiKey::try_from(key) {
             Ok(ApiKey::Produce) => {
-                match api::produce_request(
-                    &frame,
-                    version,
-                    &shared.policies,
-                    &shared.hooks,
-                    shared.max_frame,
-                ) {
+                let encrypted = in_place(
+                    shared.policies.uses_kms() && !shared.hooks.kms_on_the_worker,
+                    || {
+                        api::produce_request(
+                            &frame,
+                            version,
+                            &shared.policies,
+                            &shared.hooks,
+                            shared.max_frame,
+                        )
+                    },
+                );
+                match encrypted {
                     Err(reason) => {
                         tracing::warn!(
                             "client {peer}: refused a Produce (correlation id {correlation}): \
@@ -457,7 +531,7 @@ async fn write_older_forms(
     version: i16,
     correlation: i32,
     owed: &mpsc::Sender<Pending>,
-    upstream: &mut OwnedWriteHalf,
+    upstream: &mut WriteHalf,
 ) -> Result<(), String> {
     let frame = api::older_forms_request(request, version, correlation)?;
     let (reply, written) = tokio::sync::oneshot::channel();
@@ -490,8 +564,8 @@ fn log_refused(peer: SocketAddr, refused: &[Refused]) {
 
 async fn write_responses(
     shared: Arc<Shared>,
-    mut upstream: OwnedReadHalf,
-    mut client: OwnedWriteHalf,
+    mut upstream: ReadHalf,
+    mut client: WriteHalf,
     mut owed: mpsc::Receiver<Pending>,
     peer: SocketAddr,
     broker: String,
@@ -542,7 +616,11 @@ async fn write_responses(
                     );
                     return;
                 }
-                match respond(&shared, frame, then, &map, peer) {
+                let handed = in_place(
+                    shared.policies.uses_kms() && !shared.hooks.kms_on_the_worker,
+                    || respond(&shared, frame, then, &map, peer),
+                );
+                match handed {
                     Ok(out) => out,
                     Err(reason) => {
                         tracing::warn!(
@@ -560,6 +638,21 @@ async fn write_responses(
         }
     }
     let _ = tokio::io::AsyncWriteExt::shutdown(&mut client).await;
+}
+
+/// Runs `work` where it stands; when it may call a KMS (`kms`), on a
+/// multi-thread runtime in `block_in_place`, so the worker hands its other
+/// connections to another thread for the call (the library's typed
+/// clients do the same). On a current-thread runtime it runs inline.
+/// Never moved to another task: a connection's requests stay in order.
+fn in_place<T>(kms: bool, work: impl FnOnce() -> T) -> T {
+    use tokio::runtime::{Handle, RuntimeFlavor};
+    match Handle::try_current() {
+        Ok(runtime) if kms && runtime.runtime_flavor() == RuntimeFlavor::MultiThread => {
+            tokio::task::block_in_place(work)
+        }
+        _ => work(),
+    }
 }
 
 fn respond(

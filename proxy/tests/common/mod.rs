@@ -98,6 +98,19 @@ pub fn start_proxy_with(
     hooks: Hooks,
     max_frame_bytes: Option<usize>,
 ) -> RunningProxy {
+    start_proxy_json(bootstrap, policies, hooks, max_frame_bytes, "")
+}
+
+/// [`start_proxy_with`] with more configuration fields (`extra`: JSON
+/// members, each followed by a comma, such as `"tls": {...},`).
+pub fn start_proxy_json(
+    bootstrap: &str,
+    policies: Policies,
+    hooks: Hooks,
+    max_frame_bytes: Option<usize>,
+    extra: &str,
+) -> RunningProxy {
+    let extra = extra.to_owned();
     let (ready_tx, ready_rx) = std::sync::mpsc::channel();
     let (stop_tx, stop_rx) = tokio::sync::oneshot::channel::<()>();
     let bootstrap = bootstrap.to_owned();
@@ -112,7 +125,7 @@ pub fn start_proxy_with(
             for _ in 0..20 {
                 let port = free_base_port();
                 let config = ProxyConfig::from_json(&format!(
-                    r#"{{"listen":"127.0.0.1:{port}","bootstrap":"{bootstrap}"}}"#
+                    r#"{{{extra}"listen":"127.0.0.1:{port}","bootstrap":"{bootstrap}"}}"#
                 ))
                 .unwrap();
                 let config = ProxyConfig {

@@ -1,0 +1,292 @@
+//! TLS: a client (librdkafka, `security.protocol=ssl`) round-trips through
+//! the proxy's TLS listeners; a client that trusts another CA, and a
+//! plaintext client on the TLS port, fail cleanly and the proxy serves on.
+//! To the brokers: the broker here (tansu) speaks plaintext, so a
+//! TLS-terminating forwarder in the test stands before it; the proxy's
+//! bootstrap connection goes through it with TLS (ApiVersions answered), and
+//! fails against a forwarder whose certificate the configured CA did not
+//! sign. The broker nodes' own connections are not tested with TLS (the
+//! broker advertises its plaintext address).
+//!
+//! The certificates are fixed test material in `tests/certs/`, made by
+//! `tests/certs/make.sh` (openssl).
+
+mod common;
+
+use std::io::{Read, Write};
+use std::path::PathBuf;
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::Arc;
+use std::time::Duration;
+
+use common::{bootstrap, config, consume_all, create_topic, fresh_topic, start_proxy_json, Keys};
+use tombstone_crypt::kafka::rdkafka::config::ClientConfig;
+use tombstone_crypt::kafka::rdkafka::consumer::{BaseConsumer, Consumer};
+use tombstone_crypt::kafka::rdkafka::message::Message;
+use tombstone_crypt::kafka::rdkafka::producer::{FutureProducer, FutureRecord};
+use tombstone_crypt::kafka::rdkafka::{Offset, TopicPartitionList};
+use tombstone_crypt_proxy::{Hooks, Policies};
+
+fn cert(name: &str) -> PathBuf {
+    PathBuf::from(env!("CARGO_MANIFEST_DIR"))
+        .join("tests/certs")
+        .join(name)
+}
+
+fn listener_tls() -> String {
+    format!(
+        r#""tls":{{"cert_file":"{}","key_file":"{}"}},"#,
+        cert("server.pem").display(),
+        cert("server.key").display()
+    )
+}
+
+fn ssl(bootstrap: &str, ca: &str) -> ClientConfig {
+    let mut c = config(bootstrap);
+    c.set("security.protocol", "ssl")
+        .set("ssl.ca.location", cert(ca).display().to_string());
+    c
+}
+
+/// The broker's metadata through a client of `c`, within 5 s.
+fn metadata(c: &ClientConfig) -> Result<usize, String> {
+    let consumer: BaseConsumer = c.create().map_err(|e| e.to_string())?;
+    consumer
+        .fetch_metadata(None, Duration::from_secs(5))
+        .map(|m| m.brokers().len())
+        .map_err(|e| e.to_string())
+}
+
+/// Writes and reads `values` (keyed `k{i}`, a tombstone for `None`) on
+/// partition 0 of `topic` through a client of `c`.
+fn round_trip(c: &ClientConfig, topic: &str, values: &[Option<&[u8]>]) -> Vec<Option<Vec<u8>>> {
+    let producer: FutureProducer = c
+        .clone()
+        .set("message.timeout.ms", "10000")
+        .create()
+        .unwrap();
+    for (i, v) in values.iter().enumerate() {
+        let key = format!("k{i}");
+        let mut r: FutureRecord<'_, str, [u8]> = FutureRecord::to(topic).partition(0).key(&key);
+        if let Some(v) = v {
+            r = r.payload(v);
+        }
+        futures_executor::block_on(producer.send(r, Duration::from_secs(10)))
+            .map_err(|(e, _)| e)
+            .unwrap();
+    }
+    let consumer: BaseConsumer = c
+        .clone()
+        .set("group.id", fresh_topic("tls-g"))
+        .set("enable.auto.commit", "false")
+        .create()
+        .unwrap();
+    let mut tpl = TopicPartitionList::new();
+    tpl.add_partition_offset(topic, 0, Offset::Beginning)
+        .unwrap();
+    consumer.assign(&tpl).unwrap();
+    let mut out = Vec::new();
+    let deadline = std::time::Instant::now() + Duration::from_secs(30);
+    while out.len() < values.len() && std::time::Instant::now() < deadline {
+        if let Some(m) = consumer.poll(Duration::from_millis(200)) {
+            out.push(m.unwrap().payload().map(<[u8]>::to_vec));
+        }
+    }
+    out
+}
+
+#[test]
+fn a_tls_client_round_trips_through_the_tls_listener_and_values_are_sealed() {
+    let Some(broker) = bootstrap() else {
+        return;
+    };
+    let topic = fresh_topic("tls");
+    let keys = Keys::new(false);
+    let proxy = start_proxy_json(
+        &broker,
+        keys.policies(&topic),
+        Hooks::default(),
+        None,
+        &listener_tls(),
+    );
+    create_topic(&broker, &topic, 1);
+    let values: [Option<&[u8]>; 3] = [Some(b"over tls"), None, Some(b"")];
+    let got = round_trip(&ssl(&proxy.addr, "ca.pem"), &topic, &values);
+    let want: Vec<_> = values.iter().map(|v| v.map(<[u8]>::to_vec)).collect();
+    assert_eq!(got, want, "read through the TLS listener");
+    let direct = consume_all(&broker, &topic, 1).unwrap();
+    assert_eq!(direct.len(), 3);
+    assert_eq!(
+        direct[0].value.as_ref().unwrap().len(),
+        b"over tls".len() + 33
+    );
+    assert_eq!(direct[1].value, None);
+}
+
+#[test]
+fn negative_control_a_client_that_trusts_another_ca_is_refused() {
+    let Some(broker) = bootstrap() else {
+        return;
+    };
+    let proxy = start_proxy_json(
+        &broker,
+        Policies::new(),
+        Hooks::default(),
+        None,
+        &listener_tls(),
+    );
+    assert!(metadata(&ssl(&proxy.addr, "other-ca.pem")).is_err());
+    assert!(metadata(&ssl(&proxy.addr, "ca.pem")).is_ok());
+}
+
+#[test]
+fn a_plaintext_client_on_the_tls_port_fails_cleanly_and_the_proxy_serves_on() {
+    let Some(broker) = bootstrap() else {
+        return;
+    };
+    let proxy = start_proxy_json(
+        &broker,
+        Policies::new(),
+        Hooks::default(),
+        None,
+        &listener_tls(),
+    );
+    // An ApiVersions v0 request in plaintext: the proxy closes the
+    // connection (at most a TLS alert), never a Kafka response, never a
+    // hang.
+    let mut s = std::net::TcpStream::connect(&proxy.addr).unwrap();
+    s.set_read_timeout(Some(Duration::from_secs(15))).unwrap();
+    let body = [0u8, 18, 0, 0, 0, 0, 0, 7, 0, 4, b't', b'e', b's', b't'];
+    s.write_all(&(body.len() as u32).to_be_bytes()).unwrap();
+    s.write_all(&body).unwrap();
+    let mut got = Vec::new();
+    match s.read_to_end(&mut got) {
+        Ok(_) => {}
+        Err(e) if e.kind() == std::io::ErrorKind::ConnectionReset => {}
+        Err(e) => panic!("the connection was not closed: {e}"),
+    }
+    assert!(
+        got.is_empty() || got[0] == 0x15,
+        "not a TLS alert: {:02x?}",
+        &got[..got.len().min(16)]
+    );
+    // librdkafka in plaintext gets no metadata.
+    assert!(metadata(&config(&proxy.addr)).is_err());
+    // And a TLS client still does.
+    assert!(metadata(&ssl(&proxy.addr, "ca.pem")).is_ok());
+}
+
+/// A TLS-terminating forwarder to `target` with the test certificate, in
+/// its own thread; returns its address and the count of handshakes done.
+fn tls_forwarder(target: String) -> (String, Arc<AtomicUsize>) {
+    use tokio_rustls::rustls::crypto::ring::default_provider;
+    use tokio_rustls::rustls::pki_types::pem::PemObject;
+    use tokio_rustls::rustls::pki_types::{CertificateDer, PrivateKeyDer};
+    use tokio_rustls::rustls::ServerConfig;
+    let chain = CertificateDer::pem_file_iter(cert("server.pem"))
+        .unwrap()
+        .collect::<Result<Vec<_>, _>>()
+        .unwrap();
+    let key = PrivateKeyDer::from_pem_file(cert("server.key")).unwrap();
+    let config = ServerConfig::builder_with_provider(Arc::new(default_provider()))
+        .with_safe_default_protocol_versions()
+        .unwrap()
+        .with_no_client_auth()
+        .with_single_cert(chain, key)
+        .unwrap();
+    let acceptor = tokio_rustls::TlsAcceptor::from(Arc::new(config));
+    let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    listener.set_nonblocking(true).unwrap();
+    let addr = listener.local_addr().unwrap().to_string();
+    let done = Arc::new(AtomicUsize::new(0));
+    let count = done.clone();
+    std::thread::spawn(move || {
+        let rt = tokio::runtime::Builder::new_current_thread()
+            .enable_all()
+            .build()
+            .unwrap();
+        rt.block_on(async move {
+            let listener = tokio::net::TcpListener::from_std(listener).unwrap();
+            loop {
+                let Ok((socket, _)) = listener.accept().await else {
+                    return;
+                };
+                let acceptor = acceptor.clone();
+                let target = target.clone();
+                let count = count.clone();
+                tokio::spawn(async move {
+                    let Ok(mut tls) = acceptor.accept(socket).await else {
+                        return;
+                    };
+                    count.fetch_add(1, Ordering::SeqCst);
+                    let Ok(mut up) = tokio::net::TcpStream::connect(&target).await else {
+                        return;
+                    };
+                    let _ = tokio::io::copy_bidirectional(&mut tls, &mut up).await;
+                });
+            }
+        });
+    });
+    (addr, done)
+}
+
+fn upstream_tls(ca: &str) -> String {
+    format!(r#""upstream_tls":{{"ca_file":"{}"}},"#, cert(ca).display())
+}
+
+/// An ApiVersions v0 request on a new plaintext connection to `addr`:
+/// whether a response with its correlation id and no error came back.
+fn api_versions(addr: &str) -> Result<(), String> {
+    let mut s = std::net::TcpStream::connect(addr).map_err(|e| e.to_string())?;
+    s.set_read_timeout(Some(Duration::from_secs(15))).unwrap();
+    let body = [0u8, 18, 0, 0, 0, 0, 0, 7, 0, 4, b't', b'e', b's', b't'];
+    s.write_all(&(body.len() as u32).to_be_bytes()).unwrap();
+    s.write_all(&body).unwrap();
+    let mut head = [0u8; 10];
+    s.read_exact(&mut head)
+        .map_err(|e| format!("no response: {e}"))?;
+    if head[4..8] != [0, 0, 0, 7] || head[8..10] != [0, 0] {
+        return Err(format!("not the answer: {head:02x?}"));
+    }
+    Ok(())
+}
+
+// The proxy's bootstrap connection goes through the forwarder; librdkafka
+// would go on to the broker node (its plaintext address), so the request
+// here is a raw ApiVersions on the bootstrap listener.
+#[test]
+fn the_proxy_reaches_a_tls_broker_that_its_ca_signed_and_no_other() {
+    let Some(broker) = bootstrap() else {
+        return;
+    };
+    let (forwarder, handshakes) = tls_forwarder(broker.clone());
+    // Trusting the CA that signed the forwarder's certificate: answered,
+    // over TLS.
+    let proxy = start_proxy_json(
+        &forwarder,
+        Policies::new(),
+        Hooks::default(),
+        None,
+        &upstream_tls("ca.pem"),
+    );
+    api_versions(&proxy.addr).unwrap();
+    assert_eq!(handshakes.load(Ordering::SeqCst), 1);
+    drop(proxy);
+    // Negative controls: trusting another CA, or no TLS at all, gets no
+    // answer (and no handshake completes).
+    let other = start_proxy_json(
+        &forwarder,
+        Policies::new(),
+        Hooks::default(),
+        None,
+        &upstream_tls("other-ca.pem"),
+    );
+    assert!(api_versions(&other.addr).is_err());
+    let plain = start_proxy_json(&forwarder, Policies::new(), Hooks::default(), None, "");
+    assert!(api_versions(&plain.addr).is_err());
+    assert_eq!(handshakes.load(Ordering::SeqCst), 1);
+    // The same request beside the forwarder, straight to the proxy's
+    // broker in plaintext, is answered: the check can pass.
+    let direct = start_proxy_json(&broker, Policies::new(), Hooks::default(), None, "");
+    api_versions(&direct.addr).unwrap();
+}
