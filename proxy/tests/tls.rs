@@ -1,4 +1,6 @@
-//! TLS: a client (librdkafka, `security.protocol=ssl`) round-trips through
+//! TLS: a client (librdkafka in confluent-kafka's wheel for Python, which
+//! has TLS built in, `security.protocol=ssl`: the Rust tests' librdkafka is
+//! built without OpenSSL) round-trips through
 //! the proxy's TLS listeners; a client that trusts another CA, and a
 //! plaintext client on the TLS port, fail cleanly and the proxy serves on.
 //! To the brokers: the broker here (tansu) speaks plaintext, so a
@@ -19,12 +21,7 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
 
-use common::{bootstrap, config, consume_all, create_topic, fresh_topic, start_proxy_json, Keys};
-use tombstone_crypt::kafka::rdkafka::config::ClientConfig;
-use tombstone_crypt::kafka::rdkafka::consumer::{BaseConsumer, Consumer};
-use tombstone_crypt::kafka::rdkafka::message::Message;
-use tombstone_crypt::kafka::rdkafka::producer::{FutureProducer, FutureRecord};
-use tombstone_crypt::kafka::rdkafka::{Offset, TopicPartitionList};
+use common::{bootstrap, consume_all, create_topic, fresh_topic, start_proxy_json, Keys};
 use tombstone_crypt_proxy::{Hooks, Policies};
 
 fn cert(name: &str) -> PathBuf {
@@ -41,58 +38,65 @@ fn listener_tls() -> String {
     )
 }
 
-fn ssl(bootstrap: &str, ca: &str) -> ClientConfig {
-    let mut c = config(bootstrap);
-    c.set("security.protocol", "ssl")
-        .set("ssl.ca.location", cert(ca).display().to_string());
-    c
+/// The venv's Python with confluent-kafka (`TOMBSTONE_TINK_PYTHON`, set by
+/// scripts/test.sh), or `None` with a line saying the test is skipped.
+fn python() -> Option<String> {
+    let py = std::env::var("TOMBSTONE_TINK_PYTHON").ok();
+    if py.is_none() {
+        eprintln!("skipped: TOMBSTONE_TINK_PYTHON (a Python with confluent-kafka) is not set");
+    }
+    py
 }
 
-/// The broker's metadata through a client of `c`, within 5 s.
-fn metadata(c: &ClientConfig) -> Result<usize, String> {
-    let consumer: BaseConsumer = c.create().map_err(|e| e.to_string())?;
-    consumer
-        .fetch_metadata(None, Duration::from_secs(5))
-        .map(|m| m.brokers().len())
-        .map_err(|e| e.to_string())
+/// Runs `tests/python/tls_client.py` with `args`: its JSON line, or its
+/// error.
+fn client(py: &str, args: &[&str]) -> Result<serde_json::Value, String> {
+    let script = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("tests/python/tls_client.py");
+    let out = std::process::Command::new(py)
+        .arg(script)
+        .args(args)
+        .output()
+        .map_err(|e| e.to_string())?;
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    let line: serde_json::Value = serde_json::from_str(stdout.trim())
+        .map_err(|e| format!("{e}: {stdout} {}", String::from_utf8_lossy(&out.stderr)))?;
+    if out.status.success() {
+        Ok(line)
+    } else {
+        Err(line.to_string())
+    }
 }
 
-/// Writes and reads `values` (keyed `k{i}`, a tombstone for `None`) on
-/// partition 0 of `topic` through a client of `c`.
-fn round_trip(c: &ClientConfig, topic: &str, values: &[Option<&[u8]>]) -> Vec<Option<Vec<u8>>> {
-    let producer: FutureProducer = c
-        .clone()
-        .set("message.timeout.ms", "10000")
-        .create()
-        .unwrap();
-    for (i, v) in values.iter().enumerate() {
-        let key = format!("k{i}");
-        let mut r: FutureRecord<'_, str, [u8]> = FutureRecord::to(topic).partition(0).key(&key);
-        if let Some(v) = v {
-            r = r.payload(v);
-        }
-        futures_executor::block_on(producer.send(r, Duration::from_secs(10)))
-            .map_err(|(e, _)| e)
-            .unwrap();
-    }
-    let consumer: BaseConsumer = c
-        .clone()
-        .set("group.id", fresh_topic("tls-g"))
-        .set("enable.auto.commit", "false")
-        .create()
-        .unwrap();
-    let mut tpl = TopicPartitionList::new();
-    tpl.add_partition_offset(topic, 0, Offset::Beginning)
-        .unwrap();
-    consumer.assign(&tpl).unwrap();
-    let mut out = Vec::new();
-    let deadline = std::time::Instant::now() + Duration::from_secs(30);
-    while out.len() < values.len() && std::time::Instant::now() < deadline {
-        if let Some(m) = consumer.poll(Duration::from_millis(200)) {
-            out.push(m.unwrap().payload().map(<[u8]>::to_vec));
-        }
-    }
-    out
+/// The broker's metadata through the proxy at `addr`, trusting `ca` (a
+/// file of tests/certs/, or `None`: plaintext), within 5 s.
+fn metadata(py: &str, addr: &str, ca: Option<&str>) -> Result<usize, String> {
+    let ca = ca.map_or_else(|| "-".to_owned(), |c| cert(c).display().to_string());
+    let line = client(py, &["metadata", addr, &ca])?;
+    line["brokers"]
+        .as_u64()
+        .map(|n| n as usize)
+        .ok_or_else(|| line.to_string())
+}
+
+/// Writes `over tls`, a tombstone and an empty value (keyed `k0` to `k2`)
+/// to partition 0 of `topic` through the TLS listener at `addr` and reads
+/// them back.
+fn round_trip(py: &str, addr: &str, topic: &str) -> Vec<Option<Vec<u8>>> {
+    let ca = cert("ca.pem").display().to_string();
+    let line = client(py, &["roundtrip", addr, &ca, topic]).unwrap();
+    line["values"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|v| {
+            v.as_str().map(|hex| {
+                (0..hex.len())
+                    .step_by(2)
+                    .map(|i| u8::from_str_radix(&hex[i..i + 2], 16).unwrap())
+                    .collect()
+            })
+        })
+        .collect()
 }
 
 #[test]
@@ -100,6 +104,7 @@ fn a_tls_client_round_trips_through_the_tls_listener_and_values_are_sealed() {
     let Some(broker) = bootstrap() else {
         return;
     };
+    let Some(py) = python() else { return };
     let topic = fresh_topic("tls");
     let keys = Keys::new(false);
     let proxy = start_proxy_json(
@@ -111,7 +116,7 @@ fn a_tls_client_round_trips_through_the_tls_listener_and_values_are_sealed() {
     );
     create_topic(&broker, &topic, 1);
     let values: [Option<&[u8]>; 3] = [Some(b"over tls"), None, Some(b"")];
-    let got = round_trip(&ssl(&proxy.addr, "ca.pem"), &topic, &values);
+    let got = round_trip(&py, &proxy.addr, &topic);
     let want: Vec<_> = values.iter().map(|v| v.map(<[u8]>::to_vec)).collect();
     assert_eq!(got, want, "read through the TLS listener");
     let direct = consume_all(&broker, &topic, 1).unwrap();
@@ -128,6 +133,7 @@ fn negative_control_a_client_that_trusts_another_ca_is_refused() {
     let Some(broker) = bootstrap() else {
         return;
     };
+    let Some(py) = python() else { return };
     let proxy = start_proxy_json(
         &broker,
         Policies::new(),
@@ -135,8 +141,8 @@ fn negative_control_a_client_that_trusts_another_ca_is_refused() {
         None,
         &listener_tls(),
     );
-    assert!(metadata(&ssl(&proxy.addr, "other-ca.pem")).is_err());
-    assert!(metadata(&ssl(&proxy.addr, "ca.pem")).is_ok());
+    assert!(metadata(&py, &proxy.addr, Some("other-ca.pem")).is_err());
+    assert!(metadata(&py, &proxy.addr, Some("ca.pem")).is_ok());
 }
 
 #[test]
@@ -144,6 +150,7 @@ fn a_plaintext_client_on_the_tls_port_fails_cleanly_and_the_proxy_serves_on() {
     let Some(broker) = bootstrap() else {
         return;
     };
+    let Some(py) = python() else { return };
     let proxy = start_proxy_json(
         &broker,
         Policies::new(),
@@ -171,9 +178,9 @@ fn a_plaintext_client_on_the_tls_port_fails_cleanly_and_the_proxy_serves_on() {
         &got[..got.len().min(16)]
     );
     // librdkafka in plaintext gets no metadata.
-    assert!(metadata(&config(&proxy.addr)).is_err());
+    assert!(metadata(&py, &proxy.addr, None).is_err());
     // And a TLS client still does.
-    assert!(metadata(&ssl(&proxy.addr, "ca.pem")).is_ok());
+    assert!(metadata(&py, &proxy.addr, Some("ca.pem")).is_ok());
 }
 
 /// A TLS-terminating forwarder to `target` with the test certificate, in
