@@ -181,6 +181,10 @@ pub(crate) fn produce_request(
             let Some(records) = &p.records else {
                 return true;
             };
+            // Names and numbers only: never a key or a value.
+            let _span =
+                tracing::debug_span!("partition", topic = name.as_str(), partition = p.index)
+                    .entered();
             match crate::batch::encrypt(name.as_str(), policy, hooks, records, limit) {
                 Ok(encrypted) => {
                     p.records = Some(encrypted.records);
@@ -190,6 +194,7 @@ pub(crate) fn produce_request(
                     true
                 }
                 Err(reason) => {
+                    crate::stats::add(crate::stats::Event::PartitionsRefused, 1);
                     refused.push(Refused {
                         topic: name.clone(),
                         partition: p.index,
@@ -409,6 +414,12 @@ pub(crate) fn fetch_response(
                 continue;
             }
             changed = true;
+            let _span = tracing::debug_span!(
+                "partition",
+                topic = name.as_str(),
+                partition = p.partition_index
+            )
+            .entered();
             let result = match policy {
                 Some(policy) => crate::batch::decrypt(&name, policy, records, limit),
                 None => Err(format!("a Fetch v{version} names topics by id only")),
@@ -416,6 +427,7 @@ pub(crate) fn fetch_response(
             match result {
                 Ok(plain) => p.records = Some(plain),
                 Err(reason) => {
+                    crate::stats::add(crate::stats::Event::PartitionsUndecryptable, 1);
                     p.error_code = CORRUPT_MESSAGE;
                     p.records = Some(Bytes::new());
                     failed.push(Undecryptable {

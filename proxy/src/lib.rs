@@ -76,6 +76,7 @@ mod frame;
 mod hooks;
 mod inflate;
 mod server;
+pub mod stats;
 
 pub use config::{
     load_keyset, Policies, ProxyConfig, TopicEntry, TopicPolicy, DEFAULT_MAX_FRAME_BYTES,
@@ -84,3 +85,78 @@ pub use error::ProxyError;
 #[doc(hidden)]
 pub use hooks::Hooks;
 pub use server::Proxy;
+
+/// The proxy's decoding, for the fuzz targets (`fuzz/`): not a public API.
+#[doc(hidden)]
+pub mod __fuzz {
+    use bytes::Bytes;
+
+    use crate::config::{Policies, TopicPolicy};
+    use crate::hooks::Hooks;
+
+    /// Reads one size-prefixed frame from `input` (at most `max` bytes):
+    /// its body, or `None` when the frame is refused or incomplete.
+    pub fn read_frame(input: &[u8], max: usize) -> Option<Bytes> {
+        let mut reader = input;
+        let fut = crate::frame::read_frame(&mut reader, max);
+        let mut fut = std::pin::pin!(fut);
+        let mut cx = std::task::Context::from_waker(std::task::Waker::noop());
+        match std::future::Future::poll(fut.as_mut(), &mut cx) {
+            std::task::Poll::Ready(r) => r.ok(),
+            // A slice never makes a read wait.
+            std::task::Poll::Pending => None,
+        }
+    }
+
+    /// A request frame's body through the proxy's Produce path: its
+    /// forwarded frame and the proxy's own Produce of older forms' tombstones,
+    /// when it is a Produce the proxy forwards.
+    pub fn produce(frame: &Bytes, policies: &Policies, limit: usize) -> Result<(), String> {
+        let (key, version, _) = crate::api::request_head(frame).ok_or("short")?;
+        if key != 0 {
+            return Ok(());
+        }
+        crate::api::produce_request(frame, version, policies, &Hooks::default(), limit).map(|_| ())
+    }
+
+    /// A Fetch response frame's body (`version`) through the proxy's Fetch
+    /// path; the number of partitions it could not decrypt.
+    pub fn fetch(
+        frame: &Bytes,
+        version: i16,
+        policies: &Policies,
+        limit: usize,
+    ) -> Result<usize, String> {
+        let map = |_: i32, h: &str, p: i32| {
+            Some((
+                kafka_protocol::protocol::StrBytes::from_string(h.to_owned()),
+                p,
+            ))
+        };
+        let mut failed = Vec::new();
+        crate::api::fetch_response(frame, version, policies, &map, &mut failed, limit)?;
+        Ok(failed.len())
+    }
+
+    /// A partition's record batches encrypted as on Produce: the records,
+    /// and the batch of older forms' tombstones.
+    pub fn encrypt(
+        topic: &str,
+        policy: &TopicPolicy,
+        raw: &Bytes,
+        limit: usize,
+    ) -> Result<(Bytes, Option<Bytes>), String> {
+        crate::batch::encrypt(topic, policy, &Hooks::default(), raw, limit)
+            .map(|e| (e.records, e.older_forms))
+    }
+
+    /// A partition's record batches decrypted as on Fetch.
+    pub fn decrypt(
+        topic: &str,
+        policy: &TopicPolicy,
+        raw: &Bytes,
+        limit: usize,
+    ) -> Result<Bytes, String> {
+        crate::batch::decrypt(topic, policy, raw, limit)
+    }
+}

@@ -29,6 +29,7 @@ use crate::config::{Policies, ProxyConfig};
 use crate::error::ProxyError;
 use crate::frame::{read_frame, write_frame, FrameError};
 use crate::hooks::Hooks;
+use crate::stats::{self, Event};
 
 /// A running proxy's listeners, before [`Proxy::run`].
 #[derive(Debug)]
@@ -315,6 +316,7 @@ async fn read_requests(
             Ok(f) => f,
             Err(FrameError::Closed) => return End::Finished,
             Err(e @ FrameError::TooLong { .. }) => {
+                stats::add(Event::FramesRefused, 1);
                 tracing::warn!("client {peer}: refused: {e}: connection closed");
                 return End::Closed;
             }
@@ -324,6 +326,7 @@ async fn read_requests(
             }
         };
         let Some((key, version, correlation)) = api::request_head(&frame) else {
+            stats::add(Event::FramesRefused, 1);
             tracing::warn!(
                 "client {peer}: refused a request of {} bytes, shorter than a request header: \
                  connection closed",
@@ -332,16 +335,23 @@ async fn read_requests(
             return End::Closed;
         };
         let upstream_then = |then| Some(Pending::Upstream { correlation, then });
+        // A span per request: its API key, version and correlation id
+        // (the partitions' spans, topic and partition, nest in it).
+        let span =
+            tracing::debug_span!("request", api_key = key, api_version = version, correlation);
         let (owe, send) = match ApiKey::try_from(key) {
             Ok(ApiKey::Produce) => {
-                match api::produce_request(
-                    &frame,
-                    version,
-                    &shared.policies,
-                    &shared.hooks,
-                    shared.max_frame,
-                ) {
+                match span.in_scope(|| {
+                    api::produce_request(
+                        &frame,
+                        version,
+                        &shared.policies,
+                        &shared.hooks,
+                        shared.max_frame,
+                    )
+                }) {
                     Err(reason) => {
+                        stats::add(Event::FramesRefused, 1);
                         tracing::warn!(
                             "client {peer}: refused a Produce (correlation id {correlation}): \
                              {reason}: connection closed, nothing forwarded"
@@ -389,6 +399,7 @@ async fn read_requests(
                                 )
                             }
                             Err(reason) => {
+                                stats::add(Event::PartitionsRefused, partitions.len() as u64);
                                 let mut all = refused;
                                 all.extend(partitions.into_iter().map(|(topic, partition)| {
                                     Refused {
@@ -542,7 +553,8 @@ async fn write_responses(
                     );
                     return;
                 }
-                match respond(&shared, frame, then, &map, peer) {
+                let span = tracing::debug_span!("response", correlation);
+                match span.in_scope(|| respond(&shared, frame, then, &map, peer)) {
                     Ok(out) => out,
                     Err(reason) => {
                         tracing::warn!(
