@@ -26,7 +26,6 @@ mod kafka {
     pub use crate::common::{config as client_config, fresh_topic};
 }
 /// The library's compacting-broker helpers (`tests/common/compacting.rs`).
-#[allow(dead_code)]
 #[path = "../../tests/common/compacting.rs"]
 mod compacting;
 
