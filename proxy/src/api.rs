@@ -153,6 +153,8 @@ pub(crate) fn produce_request(
             "a Produce v{version}: the proxy reads v{range} (ApiVersions said so)"
         ));
     }
+    crate::bounds::produce_request(frame, version)
+        .map_err(|e| format!("a Produce v{version} request that does not decode: {e}"))?;
     let mut buf = frame.clone();
     let header = RequestHeader::decode(&mut buf, ApiKey::Produce.request_header_version(version))
         .map_err(|e| format!("decoding a Produce v{version} request header: {e:#}"))?;
@@ -392,6 +394,8 @@ pub(crate) fn fetch_response(
     if policies.is_empty() {
         return Ok(None);
     }
+    crate::bounds::fetch_response(frame, version)
+        .map_err(|e| format!("a Fetch v{version} response that does not decode: {e}"))?;
     let (header, mut body): (_, FetchResponse) =
         match decode_response(frame, ApiKey::Fetch, version) {
             Ok(decoded) => decoded,

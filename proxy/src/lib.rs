@@ -70,6 +70,7 @@
 
 mod api;
 mod batch;
+mod bounds;
 mod config;
 mod error;
 mod frame;
