@@ -80,15 +80,30 @@ impl<'a> Walk<'a> {
     }
 
     fn tags(&mut self) -> Result<(), Refusal> {
+        self.tags_known(|_| None)
+    }
+
+    /// Tagged fields, those `known` names (tag to its struct's fixed size)
+    /// read as kafka-protocol reads them: the struct itself, whatever the
+    /// size field says; the others skipped by their size.
+    fn tags_known(&mut self, known: impl Fn(u64) -> Option<usize>) -> Result<(), Refusal> {
         if self.flexible {
             let n = self.uvarint()?;
             if n as usize > self.rest.len() {
                 return Err(format!("{n} tagged fields in {} bytes", self.rest.len()));
             }
             for _ in 0..n {
-                self.uvarint()?;
+                let tag = self.uvarint()?;
                 let size = self.uvarint()? as usize;
-                self.take(size)?;
+                match known(tag) {
+                    Some(fixed) => {
+                        self.take(fixed)?;
+                        self.tags()?;
+                    }
+                    None => {
+                        self.take(size)?;
+                    }
+                }
             }
         }
         Ok(())
@@ -157,7 +172,13 @@ pub(crate) fn fetch_response(frame: &[u8], version: i16) -> Result<(), Refusal> 
                 w.take(4)?;
             }
             w.skip_sized(true)?; // records
-            w.tags()?;
+                                 // Diverging epoch (epoch, end offset), current leader (id,
+                                 // epoch), snapshot id (end offset, epoch).
+            w.tags_known(|tag| match tag {
+                0 | 2 => Some(12),
+                1 => Some(8),
+                _ => None,
+            })?;
         }
         w.tags()?;
     }

@@ -29,7 +29,10 @@ fn a_fetch_response_array_count_past_its_bytes_is_refused_not_an_abort() {
         1 << 20,
     )
     .unwrap_err();
-    assert!(e.contains("a Fetch v12 response that does not decode"), "{e}");
+    assert!(
+        e.contains("a Fetch v12 response that does not decode"),
+        "{e}"
+    );
 }
 
 /// The same for a client's Produce: a topic array of 4 billion entries in
@@ -59,4 +62,23 @@ fn a_produce_request_array_count_past_its_bytes_is_refused_not_an_abort() {
         let e = __fuzz::produce(&Bytes::from(frame), &policies(), 1 << 20).unwrap_err();
         assert!(e.contains("elements in"), "v{version}: {e}");
     }
+}
+
+/// A Fetch v12 partition's known tagged field (tag 0, the diverging
+/// epoch) whose size says otherwise than its struct: kafka-protocol reads
+/// the struct and not the size, and the walk that skipped by the size
+/// passed a frame kafka-protocol then read as a count of billions. The
+/// walk reads known tags as kafka-protocol does.
+#[test]
+fn a_known_tag_whose_size_lies_is_walked_as_kafka_protocol_reads_it() {
+    let input = include_bytes!("fixtures/fetch-v12-known-tag-size.bin");
+    assert_eq!(&input[..2], &[2, 12]);
+    let e = __fuzz::fetch(
+        &Bytes::copy_from_slice(&input[2..]),
+        12,
+        &policies(),
+        1 << 20,
+    )
+    .unwrap_err();
+    assert!(e.contains("does not decode"), "{e}");
 }
