@@ -32,6 +32,13 @@
 //!   once the broker has written them; if it does not, the client's whole
 //!   Produce is answered `CORRUPT_MESSAGE` and not forwarded.
 //!
+//! # What it did
+//! [`stats::process`] counts records encrypted and decrypted, tombstones
+//! passed, the write rule's tombstones, partitions and frames refused.
+//! Each request runs in a `tracing` span `request` (API key, version,
+//! correlation id), each policy partition in a span `partition` (topic,
+//! partition); neither names a key or a value.
+//!
 //! # Limits of this version
 //! - A record's partition is the client's choice. The library's writers
 //!   put an encrypted key in the partition of murmur2 of its plaintext (the

@@ -26,7 +26,9 @@ pub struct Snapshot {
     pub tombstones_produced: u64,
     /// Tombstones of policy topics handed on null on Fetch.
     pub tombstones_fetched: u64,
-    /// The write rule's tombstones of older key forms the proxy wrote.
+    /// The write rule's tombstones of older key forms the proxy made, to
+    /// write before the client's batch (when the broker does not write
+    /// them, the client's partitions count as refused).
     pub older_form_tombstones: u64,
     /// Produce partitions refused (`CORRUPT_MESSAGE`, nothing forwarded).
     pub partitions_refused: u64,
