@@ -399,10 +399,19 @@ pub(crate) fn fetch_response(
     let (header, mut body): (_, FetchResponse) =
         match decode_response(frame, ApiKey::Fetch, version) {
             Ok(decoded) => decoded,
-            Err(e) => match without_node_endpoints(frame, version) {
-                Some(stripped) => decode_response(&stripped, ApiKey::Fetch, version)?,
-                None => return Err(e),
-            },
+            Err(e) if e.contains("Tag 0 is not valid") => {
+                match without_node_endpoints(frame, version) {
+                    Some(stripped) => {
+                        // The stripped frame is walked too: only it is decoded.
+                        crate::bounds::fetch_response(&stripped, version).map_err(|e| {
+                            format!("a Fetch v{version} response that does not decode: {e}")
+                        })?;
+                        decode_response(&stripped, ApiKey::Fetch, version)?
+                    }
+                    None => return Err(e),
+                }
+            }
+            Err(e) => return Err(e),
         };
     let mut changed = false;
     for topic in &mut body.responses {

@@ -82,3 +82,21 @@ fn a_known_tag_whose_size_lies_is_walked_as_kafka_protocol_reads_it() {
     .unwrap_err();
     assert!(e.contains("does not decode"), "{e}");
 }
+
+/// A Fetch v12 response that does not decode for another reason than the
+/// node endpoints' tag: the fallback that drops that tag took a piece of
+/// it for a tagged-field section, and decoded the result unwalked. The
+/// fallback now runs only on that tag's error, and walks what it decodes.
+#[test]
+fn a_response_that_fails_otherwise_is_not_decoded_unwalked() {
+    let input = include_bytes!("fixtures/fetch-v12-partitions-count.bin");
+    assert_eq!(&input[..2], &[2, 12]);
+    let e = __fuzz::fetch(
+        &Bytes::copy_from_slice(&input[2..]),
+        12,
+        &policies(),
+        1 << 20,
+    )
+    .unwrap_err();
+    assert!(e.contains("decoding a Fetch v12 response"), "{e}");
+}
