@@ -34,16 +34,34 @@ if [[ "$(cargo fuzz --version 2>/dev/null || true)" != "cargo-fuzz $CARGO_FUZZ_V
     cargo install cargo-fuzz --version "$CARGO_FUZZ_VERSION" --locked
 fi
 
+# Two fuzz directories: fuzz/ (the library, its pure-Rust backend) and
+# fuzz/proxy/ (the proxy's frame and batch decoding: the proxy builds the
+# library with its own features, which must not unify into fuzz/).
+FUZZ_DIRS=(fuzz fuzz/proxy)
+declare -A dir_of=()
+for d in "${FUZZ_DIRS[@]}"; do
+    while read -r t; do
+        [[ -n $t ]] && dir_of[$t]=$d
+    done < <(cargo fuzz list --fuzz-dir "$d")
+done
 if [[ $# -gt 0 ]]; then
     targets=("$@")
 else
-    mapfile -t targets < <(cargo fuzz list)
+    targets=()
+    for d in "${FUZZ_DIRS[@]}"; do
+        mapfile -t -O "${#targets[@]}" targets < <(cargo fuzz list --fuzz-dir "$d")
+    done
 fi
 [[ ${#targets[@]} -gt 0 ]] || { echo "no fuzz targets" >&2; exit 1; }
+for t in "${targets[@]}"; do
+    [[ -n ${dir_of[$t]:-} ]] || { echo "no fuzz target $t" >&2; exit 1; }
+done
 
 if [[ $STEP != run ]]; then
-    step "building the fuzz targets (sanitizer: $SANITIZER)"
-    cargo fuzz build --sanitizer "$SANITIZER"
+    for d in "${FUZZ_DIRS[@]}"; do
+        step "building the fuzz targets of $d (sanitizer: $SANITIZER)"
+        cargo fuzz build --fuzz-dir "$d" --sanitizer "$SANITIZER"
+    done
 fi
 [[ $STEP != build ]] || exit 0
 
@@ -53,19 +71,20 @@ mkdir -p "$logs"
 failed=()
 summary=()
 for t in "${targets[@]}"; do
+    d="${dir_of[$t]}"
     step "fuzzing $t for ${SECONDS_PER_TARGET}s"
     rm -rf "${scratch:?}/$t"
     mkdir -p "$scratch/$t"
-    if [[ -d "fuzz/corpus/$t" ]]; then
-        find "fuzz/corpus/$t" -maxdepth 1 -type f -name 'seed-*' -exec cp {} "$scratch/$t/" \;
+    if [[ -d "$d/corpus/$t" ]]; then
+        find "$d/corpus/$t" -maxdepth 1 -type f -name 'seed-*' -exec cp {} "$scratch/$t/" \;
     fi
     args=(-max_total_time="$SECONDS_PER_TARGET" -rss_limit_mb=2048 -malloc_limit_mb=512)
-    if [[ -f "fuzz/dict/$t.dict" ]]; then
-        args+=(-dict="fuzz/dict/$t.dict")
+    if [[ -f "$d/dict/$t.dict" ]]; then
+        args+=(-dict="$d/dict/$t.dict")
     fi
     log="$logs/$t.log"
     rc=0
-    cargo fuzz run --sanitizer "$SANITIZER" "$t" "$scratch/$t" -- "${args[@]}" >"$log" 2>&1 || rc=$?
+    cargo fuzz run --fuzz-dir "$d" --sanitizer "$SANITIZER" "$t" "$scratch/$t" -- "${args[@]}" >"$log" 2>&1 || rc=$?
     stats="$(grep -E '^#[0-9]+[[:space:]]+(DONE|pulse|NEW|REDUCE|INITED)' "$log" | tail -n 1 || true)"
     if [[ $rc -ne 0 ]]; then
         failed+=("$t")
@@ -79,6 +98,6 @@ done
 step "fuzz summary"
 printf '%s\n' "${summary[@]}"
 if [[ ${#failed[@]} -gt 0 ]]; then
-    echo "crashes in: ${failed[*]} (inputs under fuzz/artifacts/)" >&2
+    echo "crashes in: ${failed[*]} (inputs under fuzz/artifacts/ and fuzz/proxy/artifacts/)" >&2
     exit 1
 fi

@@ -35,6 +35,7 @@ trap stop_build EXIT
 step "format; the crate root's re-exports (25 at most: the rest is in modules); the crate's docs hold no relative links"
 cargo fmt --all -- --check
 cargo fmt --manifest-path fuzz/Cargo.toml -- --check
+cargo fmt --manifest-path fuzz/proxy/Cargo.toml -- --check
 python3 scripts/root-names.py 25
 # Rustdoc resolves no relative link to a file, and the published docs hold
 # none of the repository's files: links in src/**/*.rs docs and the
@@ -175,6 +176,11 @@ fuzz_run=$!
 
 step "end-to-end suites on the compacting broker: the write and reading rules (${TOMBSTONE_E2E_CASES:-64} cases) and their negative controls, compaction itself, a resumed reencrypt"
 cargo test --workspace --all-features --test writers_model --test compaction -- --test-threads 4
+# The report's scenario through the proxy: a changelog written by
+# confluent-kafka for Python through a key rotation, compacted, restored;
+# and the proxy across a restart of a broker of its own (the compacting
+# broker's binary, which keeps its records across a restart).
+cargo test --workspace --all-features --test proxy_compacting --test faults -- compacting_broker
 # The command line's resumes across a compaction, with their negative
 # control, the shredding model with the command line as a second process,
 # and the typed producer's write-order model checked after compaction

@@ -153,6 +153,8 @@ pub(crate) fn produce_request(
             "a Produce v{version}: the proxy reads v{range} (ApiVersions said so)"
         ));
     }
+    crate::bounds::produce_request(frame, version)
+        .map_err(|e| format!("a Produce v{version} request that does not decode: {e}"))?;
     let mut buf = frame.clone();
     let header = RequestHeader::decode(&mut buf, ApiKey::Produce.request_header_version(version))
         .map_err(|e| format!("decoding a Produce v{version} request header: {e:#}"))?;
@@ -181,6 +183,10 @@ pub(crate) fn produce_request(
             let Some(records) = &p.records else {
                 return true;
             };
+            // Names and numbers only: never a key or a value.
+            let _span =
+                tracing::debug_span!("partition", topic = name.as_str(), partition = p.index)
+                    .entered();
             match crate::batch::encrypt(name.as_str(), policy, hooks, records, limit) {
                 Ok(encrypted) => {
                     p.records = Some(encrypted.records);
@@ -190,6 +196,7 @@ pub(crate) fn produce_request(
                     true
                 }
                 Err(reason) => {
+                    crate::stats::add(crate::stats::Event::PartitionsRefused, 1);
                     refused.push(Refused {
                         topic: name.clone(),
                         partition: p.index,
@@ -387,7 +394,25 @@ pub(crate) fn fetch_response(
     if policies.is_empty() {
         return Ok(None);
     }
-    let (header, mut body): (_, FetchResponse) = decode_response(frame, ApiKey::Fetch, version)?;
+    crate::bounds::fetch_response(frame, version)
+        .map_err(|e| format!("a Fetch v{version} response that does not decode: {e}"))?;
+    let (header, mut body): (_, FetchResponse) =
+        match decode_response(frame, ApiKey::Fetch, version) {
+            Ok(decoded) => decoded,
+            Err(e) if e.contains("Tag 0 is not valid") => {
+                match without_node_endpoints(frame, version) {
+                    Some(stripped) => {
+                        // The stripped frame is walked too: only it is decoded.
+                        crate::bounds::fetch_response(&stripped, version).map_err(|e| {
+                            format!("a Fetch v{version} response that does not decode: {e}")
+                        })?;
+                        decode_response(&stripped, ApiKey::Fetch, version)?
+                    }
+                    None => return Err(e),
+                }
+            }
+            Err(e) => return Err(e),
+        };
     let mut changed = false;
     for topic in &mut body.responses {
         let name = topic.topic.as_str().to_owned();
@@ -409,6 +434,12 @@ pub(crate) fn fetch_response(
                 continue;
             }
             changed = true;
+            let _span = tracing::debug_span!(
+                "partition",
+                topic = name.as_str(),
+                partition = p.partition_index
+            )
+            .entered();
             let result = match policy {
                 Some(policy) => crate::batch::decrypt(&name, policy, records, limit),
                 None => Err(format!("a Fetch v{version} names topics by id only")),
@@ -416,6 +447,7 @@ pub(crate) fn fetch_response(
             match result {
                 Ok(plain) => p.records = Some(plain),
                 Err(reason) => {
+                    crate::stats::add(crate::stats::Event::PartitionsUndecryptable, 1);
                     p.error_code = CORRUPT_MESSAGE;
                     p.records = Some(Bytes::new());
                     failed.push(Undecryptable {
@@ -435,6 +467,71 @@ pub(crate) fn fetch_response(
         return Ok(None);
     }
     encode_response(&header, &body, ApiKey::Fetch, version).map(Some)
+}
+
+/// A Fetch response below v16 without its top-level tagged field 0 (the
+/// node endpoints, v16+), which some brokers send at every flexible
+/// version: a reader of the version must skip a tag it does not know, and
+/// kafka-protocol refuses it instead. `None` when the response does not
+/// fail there.
+fn without_node_endpoints(frame: &Bytes, version: i16) -> Option<Bytes> {
+    if !(12..16).contains(&version) {
+        return None;
+    }
+    let mut buf = frame.clone();
+    ResponseHeader::decode(&mut buf, ApiKey::Fetch.response_header_version(version)).ok()?;
+    if FetchResponse::decode(&mut buf, version).is_ok() {
+        return None;
+    }
+    // The decoder stopped right after the section's count, the first tag
+    // (0) and its size: find the count's place, each a varint.
+    let stopped = frame.len() - buf.len();
+    (stopped.saturating_sub(15)..stopped)
+        .rev()
+        .find_map(|start| strip_tag_zero(frame, start, stopped))
+}
+
+/// `frame` with the tagged-field section at `start` (to its end) without
+/// tag 0, if the section is there, its tag 0 first, its size read by
+/// `stopped`.
+fn strip_tag_zero(frame: &Bytes, start: usize, stopped: usize) -> Option<Bytes> {
+    let mut at = start;
+    let count = varint(frame, &mut at)?;
+    let mut kept = Vec::new();
+    for i in 0..count {
+        let entry = at;
+        let tag = varint(frame, &mut at)?;
+        let size = usize::try_from(varint(frame, &mut at)?).ok()?;
+        if i == 0 && (tag != 0 || at != stopped) {
+            return None;
+        }
+        at = at.checked_add(size).filter(|end| *end <= frame.len())?;
+        if tag != 0 {
+            kept.extend_from_slice(&frame[entry..at]);
+        }
+    }
+    if count == 0 || at != frame.len() || count > 0x7f {
+        return None;
+    }
+    let mut out = BytesMut::with_capacity(frame.len());
+    out.extend_from_slice(&frame[..start]);
+    out.extend_from_slice(&[(count - 1) as u8]);
+    out.extend_from_slice(&kept);
+    Some(out.freeze())
+}
+
+/// An unsigned varint at `*at`, advancing it.
+fn varint(frame: &[u8], at: &mut usize) -> Option<u32> {
+    let mut value: u32 = 0;
+    for shift in (0..35).step_by(7) {
+        let b = *frame.get(*at)?;
+        *at += 1;
+        value |= u32::from(b & 0x7f).checked_shl(shift)?;
+        if b & 0x80 == 0 {
+            return Some(value);
+        }
+    }
+    None
 }
 
 /// A Metadata response with every broker's address the proxy's.
@@ -529,4 +626,61 @@ pub(crate) fn api_versions_response(frame: &Bytes, version: i16) -> Result<Optio
         true
     });
     encode_response(&header, &body, ApiKey::ApiVersions, version).map(Some)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use kafka_protocol::messages::fetch_response::{FetchableTopicResponse, PartitionData};
+
+    /// A Fetch v12 response with a top-level tag 0 (an empty list of node
+    /// endpoints), as the compacting broker sends it: kafka-protocol
+    /// refuses it; the proxy drops the tag and hands the records on.
+    #[test]
+    fn a_fetch_v12_response_with_node_endpoints_tag_is_read() {
+        let version = 12;
+        let mut body = FetchResponse::default();
+        let mut t = FetchableTopicResponse::default();
+        t.topic = TopicName(StrBytes::from_static_str("t"));
+        let mut p = PartitionData::default();
+        p.records = Some(Bytes::new());
+        t.partitions.push(p);
+        body.responses.push(t);
+        let mut header = ResponseHeader::default();
+        header.correlation_id = 9;
+        let plain = encode_response(&header, &body, ApiKey::Fetch, version).unwrap();
+        assert_eq!(plain.last(), Some(&0), "no tagged fields");
+        let mut tagged = BytesMut::from(&plain[..plain.len() - 1]);
+        // One tagged field: tag 0, 1 byte, an empty compact array.
+        tagged.extend_from_slice(&[1, 0, 1, 1]);
+        let tagged = tagged.freeze();
+        assert!(decode_response::<FetchResponse>(&tagged, ApiKey::Fetch, version).is_err());
+        assert_eq!(
+            without_node_endpoints(&tagged, version),
+            Some(plain.clone())
+        );
+        // Another tag after it is kept.
+        let mut two = BytesMut::from(&plain[..plain.len() - 1]);
+        two.extend_from_slice(&[2, 0, 1, 1, 5, 2, 7, 7]);
+        let mut kept = BytesMut::from(&plain[..plain.len() - 1]);
+        kept.extend_from_slice(&[1, 5, 2, 7, 7]);
+        assert_eq!(
+            without_node_endpoints(&two.freeze(), version),
+            Some(kept.freeze())
+        );
+        // A response that decodes, and one cut short, are left alone.
+        assert_eq!(without_node_endpoints(&plain, version), None);
+        assert_eq!(
+            without_node_endpoints(&tagged.slice(..tagged.len() - 1), version),
+            None
+        );
+        let policies = Policies::new();
+        let map = |_: i32, h: &str, p: i32| Some((StrBytes::from_string(h.to_owned()), p));
+        let policies = policies.with_topic(
+            "t",
+            crate::TopicPolicy::new(tombstone_crypt::Keyset::generate(), None),
+        );
+        let mut failed = Vec::new();
+        assert!(fetch_response(&tagged, version, &policies, &map, &mut failed, 1 << 20).is_ok());
+    }
 }

@@ -25,6 +25,7 @@ use tombstone_crypt::{AadPolicy, Context, Deserializer, Serializer};
 
 use crate::config::TopicPolicy;
 use crate::hooks::Hooks;
+use crate::stats::{self, Event, Tally};
 
 /// The size of a v2 record batch's header, up to and including its record
 /// count.
@@ -63,12 +64,15 @@ pub(crate) fn encrypt(
     limit: usize,
 ) -> Result<Encrypted, String> {
     let mut tombstones = Vec::new();
+    let mut tally = Tally::default();
     let records = transform(raw, false, limit, |record| {
-        encrypt_record(topic, policy, hooks, record, &mut tombstones)
+        encrypt_record(topic, policy, hooks, record, &mut tombstones, &mut tally)
     })?;
     if hooks.skip_fanout {
         tombstones.clear();
     }
+    tally.commit(true);
+    stats::add(Event::OlderFormTombstones, tombstones.len() as u64);
     let older_forms = (!tombstones.is_empty())
         .then(|| tombstone_batch(&tombstones))
         .transpose()?;
@@ -124,9 +128,12 @@ pub(crate) fn decrypt(
     raw: &Bytes,
     limit: usize,
 ) -> Result<Bytes, String> {
-    transform(raw, true, limit, |record| {
-        decrypt_record(topic, policy, record)
-    })
+    let mut tally = Tally::default();
+    let out = transform(raw, true, limit, |record| {
+        decrypt_record(topic, policy, record, &mut tally)
+    })?;
+    tally.commit(false);
+    Ok(out)
 }
 
 fn encrypt_record(
@@ -135,6 +142,7 @@ fn encrypt_record(
     hooks: &Hooks,
     record: &mut Record,
     tombstones: &mut Vec<(Bytes, i64)>,
+    tally: &mut Tally,
 ) -> Result<(), String> {
     if hooks.skip_encryption {
         return Ok(());
@@ -154,6 +162,7 @@ fn encrypt_record(
             }
         }
         record.key = Some(primary.ok_or("the write rule gave no record under the primary key")?);
+        tally.keys += 1;
     }
     let ctx = match &plaintext_key {
         Some(k) => Context::new(topic).with_key(k),
@@ -178,9 +187,15 @@ fn encrypt_record(
         (None, false) => None,
     };
     record.value = match value {
-        None => None,
+        None => {
+            tally.tombstones += 1;
+            None
+        }
         Some(v) => match policy.values.serialize(&ctx, Some(&v[..])) {
-            Ok(Some(ct)) => Some(Bytes::from(ct)),
+            Ok(Some(ct)) => {
+                tally.values += 1;
+                Some(Bytes::from(ct))
+            }
             Ok(None) => return Err("a present value encrypted to nothing".into()),
             Err(e) => return Err(format!("encrypting a value: {e}")),
         },
@@ -205,12 +220,18 @@ pub(crate) fn header_aad(ctx: &Context<'_>, name: &str) -> Result<Vec<u8>, Strin
     Ok(ad)
 }
 
-fn decrypt_record(topic: &str, policy: &TopicPolicy, record: &mut Record) -> Result<(), String> {
+fn decrypt_record(
+    topic: &str,
+    policy: &TopicPolicy,
+    record: &mut Record,
+    tally: &mut Tally,
+) -> Result<(), String> {
     if let (Some((_, keys)), Some(key)) = (&policy.keys, &record.key) {
         let (_, plaintext) = keys
             .deserialize_key(&Context::new(topic), &key[..])
             .map_err(|e| format!("decrypting a record key at offset {}: {e}", record.offset))?;
         record.key = Some(Bytes::from(plaintext));
+        tally.keys += 1;
     }
     let ctx = match &record.key {
         Some(k) => Context::new(topic).with_key(k),
@@ -229,9 +250,15 @@ fn decrypt_record(topic: &str, policy: &TopicPolicy, record: &mut Record) -> Res
             *v = Bytes::from(pt);
         }
     }
+    if record.value.is_none() {
+        tally.tombstones += 1;
+    }
     if let Some(v) = &record.value {
         match policy.values_de.deserialize(&ctx, Some(&v[..])) {
-            Ok(Some(pt)) => record.value = Some(Bytes::from(pt)),
+            Ok(Some(pt)) => {
+                tally.values += 1;
+                record.value = Some(Bytes::from(pt));
+            }
             Ok(None) => return Err("a present value decrypted to nothing".into()),
             Err(e) => {
                 return Err(format!(

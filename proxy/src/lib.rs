@@ -69,6 +69,13 @@
 //! broker's host, a DNS name or an IP address). rustls with the ring
 //! provider; no client certificates, either side.
 //!
+//! # What it did
+//! [`stats::process`] counts records encrypted and decrypted, tombstones
+//! passed, the write rule's tombstones, partitions and frames refused.
+//! Each request runs in a `tracing` span `request` (API key, version,
+//! correlation id), each policy partition in a span `partition` (topic,
+//! partition); neither names a key or a value.
+//!
 //! # Limits of this version
 //! - A record's partition is the client's choice. The library's writers
 //!   put an encrypted key in the partition of murmur2 of its plaintext (the
@@ -106,12 +113,14 @@
 
 mod api;
 mod batch;
+mod bounds;
 mod config;
 mod error;
 mod frame;
 mod hooks;
 mod inflate;
 mod server;
+pub mod stats;
 mod tls;
 
 pub use config::{
@@ -122,3 +131,78 @@ pub use error::ProxyError;
 #[doc(hidden)]
 pub use hooks::Hooks;
 pub use server::Proxy;
+
+/// The proxy's decoding, for the fuzz targets (`fuzz/`): not a public API.
+#[doc(hidden)]
+pub mod __fuzz {
+    use bytes::Bytes;
+
+    use crate::config::{Policies, TopicPolicy};
+    use crate::hooks::Hooks;
+
+    /// Reads one size-prefixed frame from `input` (at most `max` bytes):
+    /// its body, or `None` when the frame is refused or incomplete.
+    pub fn read_frame(input: &[u8], max: usize) -> Option<Bytes> {
+        let mut reader = input;
+        let fut = crate::frame::read_frame(&mut reader, max);
+        let mut fut = std::pin::pin!(fut);
+        let mut cx = std::task::Context::from_waker(std::task::Waker::noop());
+        match std::future::Future::poll(fut.as_mut(), &mut cx) {
+            std::task::Poll::Ready(r) => r.ok(),
+            // A slice never makes a read wait.
+            std::task::Poll::Pending => None,
+        }
+    }
+
+    /// A request frame's body through the proxy's Produce path: its
+    /// forwarded frame and the proxy's own Produce of older forms' tombstones,
+    /// when it is a Produce the proxy forwards.
+    pub fn produce(frame: &Bytes, policies: &Policies, limit: usize) -> Result<(), String> {
+        let (key, version, _) = crate::api::request_head(frame).ok_or("short")?;
+        if key != 0 {
+            return Ok(());
+        }
+        crate::api::produce_request(frame, version, policies, &Hooks::default(), limit).map(|_| ())
+    }
+
+    /// A Fetch response frame's body (`version`) through the proxy's Fetch
+    /// path; the number of partitions it could not decrypt.
+    pub fn fetch(
+        frame: &Bytes,
+        version: i16,
+        policies: &Policies,
+        limit: usize,
+    ) -> Result<usize, String> {
+        let map = |_: i32, h: &str, p: i32| {
+            Some((
+                kafka_protocol::protocol::StrBytes::from_string(h.to_owned()),
+                p,
+            ))
+        };
+        let mut failed = Vec::new();
+        crate::api::fetch_response(frame, version, policies, &map, &mut failed, limit)?;
+        Ok(failed.len())
+    }
+
+    /// A partition's record batches encrypted as on Produce: the records,
+    /// and the batch of older forms' tombstones.
+    pub fn encrypt(
+        topic: &str,
+        policy: &TopicPolicy,
+        raw: &Bytes,
+        limit: usize,
+    ) -> Result<(Bytes, Option<Bytes>), String> {
+        crate::batch::encrypt(topic, policy, &Hooks::default(), raw, limit)
+            .map(|e| (e.records, e.older_forms))
+    }
+
+    /// A partition's record batches decrypted as on Fetch.
+    pub fn decrypt(
+        topic: &str,
+        policy: &TopicPolicy,
+        raw: &Bytes,
+        limit: usize,
+    ) -> Result<Bytes, String> {
+        crate::batch::decrypt(topic, policy, raw, limit)
+    }
+}

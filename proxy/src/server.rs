@@ -29,6 +29,7 @@ use crate::config::{Policies, ProxyConfig};
 use crate::error::ProxyError;
 use crate::frame::{read_frame, write_frame, FrameError};
 use crate::hooks::Hooks;
+use crate::stats::{self, Event};
 use tokio_rustls::{TlsAcceptor, TlsConnector};
 
 /// A running proxy's listeners, before [`Proxy::run`].
@@ -383,6 +384,7 @@ async fn read_requests(
             Ok(f) => f,
             Err(FrameError::Closed) => return End::Finished,
             Err(e @ FrameError::TooLong { .. }) => {
+                stats::add(Event::FramesRefused, 1);
                 tracing::warn!("client {peer}: refused: {e}: connection closed");
                 return End::Closed;
             }
@@ -392,6 +394,7 @@ async fn read_requests(
             }
         };
         let Some((key, version, correlation)) = api::request_head(&frame) else {
+            stats::add(Event::FramesRefused, 1);
             tracing::warn!(
                 "client {peer}: refused a request of {} bytes, shorter than a request header: \
                  connection closed",
@@ -400,22 +403,29 @@ async fn read_requests(
             return End::Closed;
         };
         let upstream_then = |then| Some(Pending::Upstream { correlation, then });
+        // A span per request: its API key, version and correlation id
+        // (the partitions' spans, topic and partition, nest in it).
+        let span =
+            tracing::debug_span!("request", api_key = key, api_version = version, correlation);
         let (owe, send) = match ApiKey::try_from(key) {
             Ok(ApiKey::Produce) => {
                 let encrypted = in_place(
                     shared.policies.uses_kms() && !shared.hooks.kms_on_the_worker,
                     || {
-                        api::produce_request(
-                            &frame,
-                            version,
-                            &shared.policies,
-                            &shared.hooks,
-                            shared.max_frame,
-                        )
+                        span.in_scope(|| {
+                            api::produce_request(
+                                &frame,
+                                version,
+                                &shared.policies,
+                                &shared.hooks,
+                                shared.max_frame,
+                            )
+                        })
                     },
                 );
                 match encrypted {
                     Err(reason) => {
+                        stats::add(Event::FramesRefused, 1);
                         tracing::warn!(
                             "client {peer}: refused a Produce (correlation id {correlation}): \
                              {reason}: connection closed, nothing forwarded"
@@ -463,6 +473,7 @@ async fn read_requests(
                                 )
                             }
                             Err(reason) => {
+                                stats::add(Event::PartitionsRefused, partitions.len() as u64);
                                 let mut all = refused;
                                 all.extend(partitions.into_iter().map(|(topic, partition)| {
                                     Refused {
@@ -616,9 +627,10 @@ async fn write_responses(
                     );
                     return;
                 }
+                let span = tracing::debug_span!("response", correlation);
                 let handed = in_place(
                     shared.policies.uses_kms() && !shared.hooks.kms_on_the_worker,
-                    || respond(&shared, frame, then, &map, peer),
+                    || span.in_scope(|| respond(&shared, frame, then, &map, peer)),
                 );
                 match handed {
                     Ok(out) => out,
