@@ -13,6 +13,8 @@
 #                    command's smoke run uses none: this crate forbids
 #                    unsafe code, and a build without AddressSanitizer's
 #                    instrumentation costs less on 2 cores)
+#   FUZZ_DIRS        the fuzz directories (default "fuzz fuzz/proxy"; the
+#                    test command's smoke run: fuzz alone)
 #   FUZZ_STEP        build | run | both (default both): the test command
 #                    builds first and runs the targets later, beside the
 #                    compacting broker's suites
@@ -37,7 +39,11 @@ fi
 # Two fuzz directories: fuzz/ (the library, its pure-Rust backend) and
 # fuzz/proxy/ (the proxy's frame and batch decoding: the proxy builds the
 # library with its own features, which must not unify into fuzz/).
-FUZZ_DIRS=(fuzz fuzz/proxy)
+# FUZZ_DIRS (space-separated) picks some: scripts/test.sh runs fuzz/ alone,
+# since building fuzz/proxy/ from clean builds aws-lc and librdkafka again
+# under the fuzzer's flags (about 15 minutes on 2 shared cores); its
+# findings are regression tests in proxy/tests/fuzz_regressions.rs.
+read -r -a FUZZ_DIRS <<<"${FUZZ_DIRS:-fuzz fuzz/proxy}"
 declare -A dir_of=()
 for d in "${FUZZ_DIRS[@]}"; do
     while read -r t; do

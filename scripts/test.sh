@@ -153,7 +153,7 @@ fi
 echo "packaged and verified in $(( $(date +%s) - packaged )) s" >&2
 
 step "fuzz targets: built now (without AddressSanitizer: this crate forbids unsafe code), run beside the compacting broker's suites"
-FUZZ_SANITIZER=none FUZZ_STEP=build bash scripts/fuzz.sh
+FUZZ_DIRS=fuzz FUZZ_SANITIZER=none FUZZ_STEP=build bash scripts/fuzz.sh
 
 step "waiting for the compacting broker's binary"
 if ! wait "$tansu_build"; then
@@ -171,7 +171,7 @@ step "fuzz smoke run, in the background: every target ${FUZZ_SECONDS:-20} s (its
 # One core for the fuzzers (one target at a time), the other for the
 # suites, which mostly wait on the broker's compaction: run one after the
 # other, the two took 140 s more.
-FUZZ_SANITIZER=none FUZZ_STEP=run bash scripts/fuzz.sh >target/fuzz-smoke.log 2>&1 &
+FUZZ_DIRS=fuzz FUZZ_SANITIZER=none FUZZ_STEP=run bash scripts/fuzz.sh >target/fuzz-smoke.log 2>&1 &
 fuzz_run=$!
 
 step "end-to-end suites on the compacting broker: the write and reading rules (${TOMBSTONE_E2E_CASES:-64} cases) and their negative controls, compaction itself, a resumed reencrypt"
