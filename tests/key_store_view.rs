@@ -277,3 +277,85 @@ fn a_corrupt_view_is_an_error_and_a_view_of_another_topic_is_rebuilt() {
     assert!(text.contains("remove it to rebuild"), "{text}");
     let _ = std::fs::remove_dir_all(dir);
 }
+
+/// The view file of `topic` (partition 0) in `dir`.
+fn view_file(dir: &Path, topic: &str) -> PathBuf {
+    dir.join(format!("{topic}-0.view.redb"))
+}
+
+const META: redb::TableDefinition<'_, &str, &[u8]> = redb::TableDefinition::new("view_meta");
+
+/// Edits the view file as an operator's tool, a restore or damage would.
+fn set_meta(dir: &Path, topic: &str, key: &str, value: &[u8]) {
+    let db = redb::Database::create(view_file(dir, topic)).unwrap();
+    let txn = db.begin_write().unwrap();
+    txn.open_table(META).unwrap().insert(key, value).unwrap();
+    txn.commit().unwrap();
+}
+
+fn next_offset(bootstrap: &str, topic: &str) -> u64 {
+    KafkaChangelog::open(bootstrap, topic)
+        .unwrap()
+        .records()
+        .unwrap()
+        .last()
+        .map_or(0, |r| r.offset + 1)
+}
+
+/// The view's stored offset damaged or edited (moved past records it never
+/// applied, or back over records it applied), its sampled records left as
+/// they were: read on from it, the view skips a shred (the shredded subject
+/// reads again) or applies a shred's marker again over a DEK written after
+/// it (a live subject's DEK dropped). The stored offset must be one past the
+/// last record applied, else the view is rebuilt.
+#[test]
+fn a_view_whose_stored_offset_moved_forward_is_rebuilt() {
+    let Some(bootstrap) = common::kafka::bootstrap() else {
+        return;
+    };
+    let topic = common::kafka::fresh_topic("view-next-fwd");
+    let kek = Keyset::generate();
+    let dir = common::kafka::fresh_view_dir();
+    let (a, store) = instance(&bootstrap, &topic, &kek, Some(&dir), |s| s);
+    let v = write(&a, "ada");
+    drop((a, store));
+    let (m, _) = instance(&bootstrap, &topic, &kek, None, |s| s);
+    m.keys().shred(b"ada").unwrap();
+    pad(&bootstrap, &topic, 3);
+    let end = next_offset(&bootstrap, &topic);
+    set_meta(&dir, &topic, "next", &end.to_be_bytes());
+    let (b, _) = instance(&bootstrap, &topic, &kek, Some(&dir), |s| s);
+    assert_eq!(
+        read(&b, "ada", &v).unwrap(),
+        None,
+        "a view whose stored offset moved past a shred served the shredded subject"
+    );
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+/// As above, the stored offset moved back over a shred's marker, below a
+/// DEK written after it.
+#[test]
+fn a_view_whose_stored_offset_moved_back_is_rebuilt() {
+    let Some(bootstrap) = common::kafka::bootstrap() else {
+        return;
+    };
+    let kek = Keyset::generate();
+    let topic = common::kafka::fresh_topic("view-next-back");
+    let dir = common::kafka::fresh_view_dir();
+    let (a, store) = instance(&bootstrap, &topic, &kek, Some(&dir), |s| s);
+    write(&a, "bob");
+    let marker_at = next_offset(&bootstrap, &topic);
+    a.keys().shred(b"bob").unwrap();
+    let v = write(&a, "bob");
+    assert_eq!(read(&a, "bob", &v).unwrap().as_deref(), Some("bob"));
+    drop((a, store));
+    set_meta(&dir, &topic, "next", &marker_at.to_be_bytes());
+    let (b, _) = instance(&bootstrap, &topic, &kek, Some(&dir), |s| s);
+    let got = read(&b, "bob", &v);
+    assert!(
+        matches!(got.as_ref().map(Option::as_deref), Ok(Some("bob"))),
+        "a view whose stored offset moved back dropped a live subject's DEK: {got:?}"
+    );
+    let _ = std::fs::remove_dir_all(&dir);
+}
