@@ -745,8 +745,17 @@ mod disk {
                 hooks: DiskHooks::default(),
             };
             match view.read_meta()? {
+                // The offset stored is one past the last record applied
+                // (none applied: 0, nothing sampled); any other was damaged
+                // or edited, and reading on from it would skip records or
+                // apply some twice.
                 Some((next, identity))
-                    if identity.topic == topic && identity.partition == partition =>
+                    if identity.topic == topic
+                        && identity.partition == partition
+                        && match &identity.tail {
+                            Some(t) => t.offset.checked_add(1) == Some(next),
+                            None => next == 0 && identity.head.is_empty(),
+                        } =>
                 {
                     view.next = next;
                     view.identity = identity;
