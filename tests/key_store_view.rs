@@ -359,3 +359,51 @@ fn a_view_whose_stored_offset_moved_back_is_rebuilt() {
     );
     let _ = std::fs::remove_dir_all(&dir);
 }
+
+/// Two stores of one topic with one view dir (two instances of a service
+/// configured alike): the second is refused, and its error says the view
+/// is in use, not that the file is corrupt and should be removed (removing
+/// it under a running instance gives two views of one name).
+#[test]
+fn a_view_dir_in_use_is_refused_with_an_error_that_says_so() {
+    let Some(bootstrap) = common::kafka::bootstrap() else {
+        return;
+    };
+    let topic = common::kafka::fresh_topic("view-shared-dir");
+    let kek = Keyset::generate();
+    let dir = common::kafka::fresh_view_dir();
+    let (a, _store) = instance(&bootstrap, &topic, &kek, Some(&dir), |s| s);
+    let v = write(&a, "ada");
+    let second =
+        KafkaKeyStore::new(KafkaChangelog::open(&bootstrap, &topic).unwrap()).with_view_dir(&dir);
+    let text = second.expect_err("two stores opened one view").to_string();
+    assert!(text.contains("in use"), "{text}");
+    assert!(!text.contains("remove it"), "{text}");
+    assert_eq!(read(&a, "ada", &v).unwrap().as_deref(), Some("ada"));
+    let _ = std::fs::remove_dir_all(dir);
+}
+
+/// A cache of 0 bytes, or of `usize::MAX`: the view works (or the store
+/// refuses with an error), never a panic or an allocation of the size.
+#[test]
+fn a_view_cache_of_zero_or_huge_works() {
+    let Some(bootstrap) = common::kafka::bootstrap() else {
+        return;
+    };
+    for cache in [0, usize::MAX] {
+        let topic = common::kafka::fresh_topic("view-cache");
+        let kek = Keyset::generate();
+        let dir = common::kafka::fresh_view_dir();
+        let store = KafkaKeyStore::new(KafkaChangelog::open(&bootstrap, &topic).unwrap())
+            .with_view_dir_and_cache(&dir, cache);
+        let Ok(store) = store else {
+            continue;
+        };
+        let store = Arc::new(store);
+        let keys = SubjectKeys::create(kek.clone(), Arc::clone(&store) as _).unwrap();
+        let values: Values = SubjectEncrypting::new(Arc::new(keys), Utf8);
+        let v = write(&values, "ada");
+        assert_eq!(read(&values, "ada", &v).unwrap().as_deref(), Some("ada"));
+        let _ = std::fs::remove_dir_all(dir);
+    }
+}
