@@ -720,6 +720,15 @@ mod disk {
                 Error::store(format!("the key-store view: open {}", path.display()), e)
             })?;
             let not_a_view = |e: redb::DatabaseError| {
+                if matches!(e, redb::DatabaseError::DatabaseAlreadyOpen) {
+                    return Error::store(
+                        format!(
+                            "the key-store view {} is in use by another store or process: give each instance a view dir of its own",
+                            path.display()
+                        ),
+                        redb::Error::from(e),
+                    );
+                }
                 Error::store(
                     format!(
                         "the key-store view {} cannot be opened (not a view, or corrupt): remove it to rebuild the view from the topic",
