@@ -96,7 +96,16 @@ KMS_ENV="$(bash scripts/kms.sh start | tail -n 1)"
 source "$KMS_ENV"
 
 step "tests, all features (aws-lc backend, kafka, redb), the library, the command line (cli/) and the proxy (proxy/: librdkafka, and confluent-kafka with Tink in the venv, through it): unit, integration, doc (the compacting broker's come last)"
-cargo test --workspace --all-features -- --skip compacting_broker
+# With cargo-nextest (on the machine's toolchain), the binaries' tests run
+# side by side (.config/nextest.toml: four at a time, the KMS servers'
+# pauses alone): about 6 minutes less than one binary after the other.
+# Doctests are cargo test's.
+if cargo nextest --version >/dev/null 2>&1; then
+  cargo nextest run --workspace --all-features -E 'not test(compacting_broker)'
+  cargo test --workspace --all-features --doc
+else
+  cargo test --workspace --all-features -- --skip compacting_broker
+fi
 
 step "the key-store tests again, each KafkaKeyStore with its view on disk (a redb file), not in memory"
 # The suites of what a view decides (shreds, evidence, stale views, the
