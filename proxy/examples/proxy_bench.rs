@@ -20,9 +20,10 @@
 //!   the end of each) and checks every value came back whole;
 //! - times single produce requests (one record of 1 KiB sent, its delivery
 //!   awaited; 100 untimed, then `--latency` timed, default 2,000);
-//! - through the proxy: its CPU time during the produce and the fetch, and
-//!   its resident memory before and after `--connections` (default 200)
-//!   idle client connections that completed an ApiVersions and a Metadata
+//! - through the proxy: its CPU time during the produce and the fetch;
+//!   after each round, and once on the fresh proxy before the first, its
+//!   resident memory before and with `--connections` (default 200) idle
+//!   client connections that completed an ApiVersions and a Metadata
 //!   request.
 //!
 //! MB are 10^6 bytes of record values (keys not counted). Prints a table
@@ -51,7 +52,7 @@ use tombstone_crypt::kafka::rdkafka::consumer::{BaseConsumer, Consumer};
 use tombstone_crypt::kafka::rdkafka::error::{KafkaError, RDKafkaErrorCode};
 use tombstone_crypt::kafka::rdkafka::message::{DeliveryResult, Message};
 use tombstone_crypt::kafka::rdkafka::producer::{
-    BaseProducer, BaseRecord, Producer as _, ProducerContext, ThreadedProducer,
+    BaseRecord, FutureProducer, FutureRecord, Producer as _, ProducerContext, ThreadedProducer,
 };
 use tombstone_crypt::kafka::rdkafka::{Offset, TopicPartitionList};
 use tombstone_crypt::{KeyTemplate, Keyset};
@@ -463,30 +464,16 @@ fn latency(
     samples: usize,
     pattern: &[u8],
 ) -> Result<(f64, f64), Error> {
-    let producer: BaseProducer<Count> =
-        producer_config(bootstrap, "0").create_with_context(Count::default())?;
+    let producer: FutureProducer = producer_config(bootstrap, "0").create()?;
     let mut times = Vec::with_capacity(samples);
     for i in 0..(100 + samples) as u64 {
         let key = format!("key-{i:08}");
         let v = value(pattern, i);
-        let before = producer.context().ok.load(Ordering::Relaxed);
         let started = Instant::now();
-        producer
-            .send(
-                BaseRecord::<'_, [u8], [u8]>::to(topic)
-                    .key(key.as_bytes())
-                    .payload(&v[..]),
-            )
+        let record: FutureRecord<'_, [u8], [u8]> =
+            FutureRecord::to(topic).key(key.as_bytes()).payload(&v[..]);
+        futures_executor::block_on(producer.send(record, Duration::from_secs(60)))
             .map_err(|(e, _)| e)?;
-        while producer.context().ok.load(Ordering::Relaxed) == before {
-            producer.poll(Duration::from_millis(100));
-            if producer.context().failed.load(Ordering::Relaxed) != 0 {
-                return Err("a single produce failed".into());
-            }
-            if started.elapsed() > Duration::from_secs(60) {
-                return Err("a single produce took over 60 s".into());
-            }
-        }
         if i >= 100 {
             times.push(started.elapsed().as_secs_f64() * 1e6);
         }
@@ -599,6 +586,12 @@ fn main() -> Result<(), Error> {
         proxy.mode()
     );
     println!("load average at start: {}", load());
+    let (before, after) = memory(&proxy, a.connections)?;
+    println!(
+        "proxy memory, fresh: {before} KiB resident before {} idle connections, {after} KiB with them: {:.1} KiB per connection",
+        a.connections,
+        (after as f64 - before as f64) / a.connections as f64
+    );
     let pattern = pattern();
     let mut rounds = Vec::new();
     for round in 1..=a.rounds {
@@ -641,17 +634,24 @@ fn main() -> Result<(), Error> {
                 r.direct = side;
             }
         }
-        r.rss_before_kib = proxy.rss_kib();
-        let conns = idle_connections(&proxy.addr, a.connections)?;
-        std::thread::sleep(Duration::from_secs(1));
-        r.rss_after_kib = proxy.rss_kib();
-        drop(conns);
+        (r.rss_before_kib, r.rss_after_kib) = memory(&proxy, a.connections)?;
         print_round(round, &r, &a, mb);
         rounds.push(r);
     }
     print_summary(&rounds, &a, mb);
     println!("load average at end: {}", load());
     Ok(())
+}
+
+/// The proxy's resident memory (KiB) before and with `n` idle connections.
+fn memory(proxy: &BenchProxy, n: usize) -> Result<(u64, u64), Error> {
+    let before = proxy.rss_kib();
+    let conns = idle_connections(&proxy.addr, n)?;
+    std::thread::sleep(Duration::from_secs(1));
+    let after = proxy.rss_kib();
+    drop(conns);
+    std::thread::sleep(Duration::from_millis(500));
+    Ok((before, after))
 }
 
 fn print_round(round: usize, r: &Round, a: &Args, mb: f64) {
