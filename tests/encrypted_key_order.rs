@@ -10,49 +10,13 @@
 
 mod common;
 
-use std::collections::BTreeMap;
 use std::future::Future;
 use std::pin::Pin;
 use std::task::Poll;
-use std::time::Duration;
 
 use common::kafka::{bootstrap, client_config, create_topic, fresh_topic};
-use tombstone_crypt::kafka::rdkafka::consumer::{BaseConsumer, Consumer as _};
-use tombstone_crypt::kafka::rdkafka::error::KafkaError;
-use tombstone_crypt::kafka::rdkafka::{Message as _, Offset, TopicPartitionList};
 use tombstone_crypt::kafka::TypedProducer;
 use tombstone_crypt::{Bytes, DeterministicSerializer, KeyTemplate, Keyset};
-
-/// The last record of each wire key of `topic`: whether it has a value.
-fn last_is_value(bootstrap: &str, topic: &str, partitions: i32) -> BTreeMap<Vec<u8>, bool> {
-    let consumer: BaseConsumer = client_config(bootstrap)
-        .set("group.id", format!("read-{topic}"))
-        .set("enable.partition.eof", "true")
-        .set("enable.auto.commit", "false")
-        .create()
-        .unwrap();
-    let mut tpl = TopicPartitionList::new();
-    for p in 0..partitions {
-        tpl.add_partition_offset(topic, p, Offset::Beginning)
-            .unwrap();
-    }
-    consumer.assign(&tpl).unwrap();
-    let mut out = BTreeMap::new();
-    let mut at_end = 0;
-    let deadline = std::time::Instant::now() + Duration::from_secs(30);
-    while at_end < partitions {
-        assert!(std::time::Instant::now() < deadline, "reading {topic}");
-        match consumer.poll(Duration::from_millis(200)) {
-            None => {}
-            Some(Err(KafkaError::PartitionEOF(_))) => at_end += 1,
-            Some(Err(e)) => panic!("consume {topic}: {e}"),
-            Some(Ok(m)) => {
-                out.insert(m.key().unwrap().to_vec(), m.payload().is_some());
-            }
-        }
-    }
-    out
-}
 
 /// Polls `f` once.
 async fn poll_once<F: Future>(mut f: Pin<&mut F>) {
@@ -92,7 +56,7 @@ async fn a_put_polled_before_the_delete_of_its_encrypted_key_never_lands_after_i
         delete.await.unwrap();
         put.await.unwrap();
     }
-    let last = last_is_value(&bootstrap, &topic, 4);
+    let last = common::kafka::last_is_value(&bootstrap, &topic, 4);
     assert_eq!(last.len(), rounds, "one wire key per round");
     let live = last.values().filter(|v| **v).count();
     assert_eq!(

@@ -165,30 +165,10 @@ async fn a_dropped_put_never_lands_after_the_later_delete_idempotence_1() {
 /// Whether the last record of each key of `topic` (one partition) is a
 /// value (`true`) or a tombstone.
 fn last_is_value(bootstrap: &str, topic: &str) -> BTreeMap<String, bool> {
-    let consumer: BaseConsumer = client_config(bootstrap)
-        .set("group.id", format!("read-{topic}"))
-        .set("enable.partition.eof", "true")
-        .set("enable.auto.commit", "false")
-        .create()
-        .unwrap();
-    let mut tpl = TopicPartitionList::new();
-    tpl.add_partition_offset(topic, 0, Offset::Beginning)
-        .unwrap();
-    consumer.assign(&tpl).unwrap();
-    let mut out = BTreeMap::new();
-    let deadline = std::time::Instant::now() + Duration::from_secs(30);
-    loop {
-        assert!(std::time::Instant::now() < deadline, "reading {topic}");
-        match consumer.poll(Duration::from_millis(200)) {
-            None => {}
-            Some(Err(KafkaError::PartitionEOF(_))) => return out,
-            Some(Err(e)) => panic!("consume {topic}: {e}"),
-            Some(Ok(m)) => {
-                let key = String::from_utf8(m.key().unwrap().to_vec()).unwrap();
-                out.insert(key, m.payload().is_some());
-            }
-        }
-    }
+    common::kafka::last_is_value(bootstrap, topic, 1)
+        .into_iter()
+        .map(|(k, v)| (String::from_utf8(k).unwrap(), v))
+        .collect()
 }
 
 /// Six keys, each: `send(k, Some(v))` whose value needs a new data key (an

@@ -108,3 +108,42 @@ pub fn fresh_view_dir() -> std::path::PathBuf {
         N.fetch_add(1, Ordering::Relaxed)
     ))
 }
+
+/// The last record of each wire key of `topic` (partitions
+/// `0..partitions`, each read to its end): whether it has a value.
+pub fn last_is_value(
+    bootstrap: &str,
+    topic: &str,
+    partitions: i32,
+) -> std::collections::BTreeMap<Vec<u8>, bool> {
+    use tombstone_crypt::kafka::rdkafka::consumer::{BaseConsumer, Consumer as _};
+    use tombstone_crypt::kafka::rdkafka::error::KafkaError;
+    use tombstone_crypt::kafka::rdkafka::{Message as _, Offset, TopicPartitionList};
+    let consumer: BaseConsumer = client_config(bootstrap)
+        .set("group.id", format!("read-{topic}"))
+        .set("enable.partition.eof", "true")
+        .set("enable.auto.commit", "false")
+        .create()
+        .unwrap();
+    let mut tpl = TopicPartitionList::new();
+    for p in 0..partitions {
+        tpl.add_partition_offset(topic, p, Offset::Beginning)
+            .unwrap();
+    }
+    consumer.assign(&tpl).unwrap();
+    let mut out = std::collections::BTreeMap::new();
+    let mut at_end = 0;
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(30);
+    while at_end < partitions {
+        assert!(std::time::Instant::now() < deadline, "reading {topic}");
+        match consumer.poll(std::time::Duration::from_millis(200)) {
+            None => {}
+            Some(Err(KafkaError::PartitionEOF(_))) => at_end += 1,
+            Some(Err(e)) => panic!("consume {topic}: {e}"),
+            Some(Ok(m)) => {
+                out.insert(m.key().unwrap().to_vec(), m.payload().is_some());
+            }
+        }
+    }
+    out
+}
