@@ -109,6 +109,7 @@ pub mod kafka;
 mod key_id;
 mod keyset;
 pub mod kms;
+pub mod policy;
 mod primitive;
 mod proto;
 mod random;

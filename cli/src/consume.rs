@@ -3,30 +3,30 @@
 //! keys (`tombstone_crypt::shred`) with `--subject-keyset` (a shredded
 //! subject's value as `null` with `"shredded": true`), from Confluent's
 //! (CSFLE fields, CSPE payloads, JSON Schema) with `--schema-registry`.
+//!
+//! This library's format is read through the library's topic policy
+//! (`tombstone_crypt::policy::TopicPolicy`, as the proxy reads): values
+//! under a keyset or under subject keys, one or the other, record keys
+//! under `--key-keyset`. A value's format comes from the options, never
+//! from its first byte.
 
 use std::io::Write as _;
 
 use base64::Engine as _;
 use serde_json::{json, Value};
 use tombstone_crypt::confluent::ConfluentJson;
-use tombstone_crypt::shred::SubjectEncrypting;
-use tombstone_crypt::{
-    Bytes, Context, DecryptingDeserializer, Deserializer as _, DeterministicDeserializer, Error,
-};
+use tombstone_crypt::policy::{Read, TopicPolicy};
+use tombstone_crypt::Error;
 
-use crate::read::{self, Rec, Setup, SubjectValues};
+use crate::read::{self, Rec, Setup};
 use crate::{fail, keysets, ConsumeArgs, Fail, NullMarker, Outcome, Output};
 
 /// What the values are read with.
 enum Reader {
-    /// This library's format: values under a keyset (`--keyset`), values
-    /// under subject keys (`--subject-keyset`), or both; the name values are
-    /// bound to.
-    Ours {
-        keyset: Option<DecryptingDeserializer<Bytes>>,
-        subjects: Option<SubjectValues>,
-        name: String,
-    },
+    /// This library's format, through the topic's policy: values under a
+    /// keyset (`--keyset`) or under subject keys (`--subject-keyset`);
+    /// the name values are bound to.
+    Ours { policy: TopicPolicy, name: String },
     /// Confluent's, with its registry.
     Confluent(Box<ConfluentJson>),
 }
@@ -90,29 +90,57 @@ impl Reader {
             (None, None) if !subject_kek => Err(fail(
                 "give --keyset, --subject-keyset (values under subject keys) or --schema-registry",
             )),
+            (Some(_), None) if subject_kek => Err(fail(
+                "give one of --keyset and --subject-keyset: a topic's values are under one policy, a keyset or subject keys (a value's format is never guessed from its bytes)",
+            )),
             (keyset, None) => {
-                let keyset = match keyset {
+                let policy = match keyset {
                     Some(path) => {
                         let keyset = keysets::load(path, a.decrypt_with.as_deref())?;
-                        Some(DecryptingDeserializer::new(Bytes, keyset).with_aad(a.aad.into()))
+                        TopicPolicy::keyset(keyset).with_aad(a.aad.into())?
                     }
-                    None => None,
+                    None => {
+                        let keys = read::subject_keys(
+                            &a.subject,
+                            a.decrypt_with.as_deref(),
+                            Some(&s.config),
+                            s.connect_timeout,
+                            false,
+                            a.strict,
+                        )?
+                        .ok_or_else(|| fail("--subject-keyset: no subject keys"))?;
+                        TopicPolicy::subject_keys(keys)
+                    }
                 };
-                let subjects = read::subject_keys(
-                    &a.subject,
-                    a.decrypt_with.as_deref(),
-                    Some(&s.config),
-                    s.connect_timeout,
-                    false,
-                    a.strict,
-                )?
-                .map(|keys| SubjectEncrypting::new(keys, Bytes));
+                let policy = match &a.key_keyset {
+                    Some(path) => {
+                        let k = keysets::load(path, a.decrypt_with.as_deref())?;
+                        if !k.is_deterministic() {
+                            return Err(fail(
+                                "--key-keyset must be a deterministic (AES-SIV) keyset",
+                            ));
+                        }
+                        policy.with_record_keys(k)?
+                    }
+                    None => policy,
+                };
                 Ok(Reader::Ours {
-                    keyset,
-                    subjects,
+                    policy,
                     name: a.aad_name.clone().unwrap_or_else(|| a.topic.clone()),
                 })
             }
+        }
+    }
+
+    /// The record's key as its policy reads it: its plaintext under
+    /// `--key-keyset` (with this library's format), else as written.
+    fn key(&self, r: &Rec<'_>) -> Result<Option<Vec<u8>>, String> {
+        match (self, r.key) {
+            (Reader::Ours { policy, name }, Some(wire)) if policy.record_keys().is_some() => policy
+                .read_key(name, wire)
+                .map(|k| Some(k.to_vec()))
+                .map_err(|e| crate::chain(&e)),
+            (_, key) => Ok(key.map(<[u8]>::to_vec)),
         }
     }
 
@@ -126,57 +154,27 @@ impl Reader {
         line: &mut serde_json::Map<String, Value>,
     ) -> Result<(), Unread> {
         let plain = match self {
-            Reader::Ours {
-                keyset,
-                subjects,
-                name,
-            } => {
-                let ctx = match key {
-                    Some(k) => Context::new(name).with_key(k),
-                    None => Context::new(name),
-                };
-                match (r.value, keyset, subjects) {
-                    (None, _, _) => None,
-                    (Some(v), _, _) if v.first() == Some(&tombstone_crypt::shred::FORMAT) => {
-                        let Some(subjects) = subjects else {
-                            return Err(Unread::Value(
-                                "the value is under subject keys (first byte 0x53): give --subject-keyset and its key store (--subject-key-store or --subject-key-topic)".into(),
-                            ));
-                        };
-                        match subjects.deserialize(&ctx, Some(v)) {
-                            Ok(Some(bytes)) => Some(bytes),
-                            // Its subject was shredded: a delete, told
-                            // apart from a tombstone.
-                            Ok(None) => {
-                                line.insert("value".into(), Value::Null);
-                                line.insert("shredded".into(), Value::Bool(true));
-                                return Ok(());
-                            }
-                            Err(
-                                e @ (Error::Store { .. }
-                                | Error::Changelog { .. }
-                                | Error::Kms { .. }),
-                            ) => {
-                                return Err(Unread::Command(fail(format!(
-                                    "the value at {topic}/{} offset {}: {}",
-                                    r.partition,
-                                    r.offset,
-                                    crate::chain(&e)
-                                ))))
-                            }
-                            Err(e) => return Err(Unread::Value(crate::chain(&e))),
-                        }
-                    }
-                    (Some(_), None, _) => {
-                        return Err(Unread::Value(
-                            "the value is not under subject keys: give --keyset to read it".into(),
-                        ))
-                    }
-                    (value, Some(de), _) => de
-                        .deserialize(&ctx, value)
-                        .map_err(|e| Unread::Value(crate::chain(&e)))?,
+            Reader::Ours { policy, name } => match policy.read_value(name, key, r.value) {
+                Ok(Read::Value(bytes)) => Some(bytes),
+                Ok(Read::Tombstone) => None,
+                // Its subject was shredded: a delete, told apart from a
+                // tombstone.
+                Ok(Read::Shredded) => {
+                    line.insert("value".into(), Value::Null);
+                    line.insert("shredded".into(), Value::Bool(true));
+                    return Ok(());
                 }
-            }
+                Ok(_) => return Err(Unread::Value("a value read as nothing known".into())),
+                Err(e @ (Error::Store { .. } | Error::Changelog { .. } | Error::Kms { .. })) => {
+                    return Err(Unread::Command(fail(format!(
+                        "the value at {topic}/{} offset {}: {}",
+                        r.partition,
+                        r.offset,
+                        crate::chain(&e)
+                    ))))
+                }
+                Err(e) => return Err(Unread::Value(hinted(policy, r.value, &e))),
+            },
             Reader::Confluent(codec) => {
                 let subject = format!("{topic}-value");
                 let v = codec
@@ -215,6 +213,26 @@ impl Reader {
     }
 }
 
+/// Why a present value did not read under `policy`, with a hint when the
+/// value looks like the other kind of values (a hint only: it is read as
+/// the policy says).
+fn hinted(policy: &TopicPolicy, value: Option<&[u8]>, e: &Error) -> String {
+    let why = crate::chain(e);
+    let looks_subject = value.is_some_and(|v| {
+        v.first() == Some(&tombstone_crypt::shred::FORMAT)
+            && v.len() >= tombstone_crypt::shred::OVERHEAD
+    });
+    match (policy.subject_key_set().is_some(), looks_subject) {
+        (false, true) => format!(
+            "{why} (the value may be under subject keys: give --subject-keyset and its key store, --subject-key-store or --subject-key-topic, in place of --keyset)"
+        ),
+        (true, false) => format!(
+            "{why} (read as a value under subject keys, as --subject-keyset says; a value under a keyset is read with --keyset)"
+        ),
+        _ => why,
+    }
+}
+
 /// Prints every record of the topic's partitions, in partition and offset
 /// order, to each partition's end: `{"partition", "offset", "key",
 /// "value"}`, or `"error"` in place of `"value"` for a value that does not
@@ -231,19 +249,6 @@ pub(crate) fn consume(a: &ConsumeArgs, out: &Output) -> Result<Outcome, Fail> {
         a.partitions.clone(),
     )?;
     let reader = Reader::new(a, &s)?;
-    let name = a.aad_name.clone().unwrap_or_else(|| a.topic.clone());
-    let keys = match &a.key_keyset {
-        Some(path) => {
-            let k = keysets::load(path, a.decrypt_with.as_deref())?;
-            if !k.is_deterministic() {
-                return Err(fail(
-                    "--key-keyset must be a deterministic (AES-SIV) keyset",
-                ));
-            }
-            Some(DeterministicDeserializer::new(Bytes, k))
-        }
-        None => None,
-    };
     let marker = a.null_marker.clone().unwrap_or(NullMarker::Empty);
     let (parts, _) = read::partitions(&s)?;
     let total: i64 = parts.iter().map(|(_, low, high)| (high - low).max(0)).sum();
@@ -259,12 +264,7 @@ pub(crate) fn consume(a: &ConsumeArgs, out: &Output) -> Result<Outcome, Fail> {
             line.insert("partition".into(), json!(r.partition));
             line.insert("offset".into(), json!(r.offset));
             // The key as written, decrypted under --key-keyset.
-            let key = match (r.key, &keys) {
-                (Some(wire), Some(keys)) => keys
-                    .deserialize(&Context::new(&name), Some(wire))
-                    .map_err(|e| crate::chain(&e)),
-                (key, _) => Ok(key.map(<[u8]>::to_vec)),
-            };
+            let key = reader.key(r);
             key_fields(key.as_ref().map_or(r.key, Option::as_deref), &mut line);
             let value = match &key {
                 Ok(key) => reader.value(&a.topic, r, key.as_deref(), &marker, &mut line),

@@ -182,7 +182,9 @@ impl BenchProxy {
                 ))?;
                 let policies = Policies::new().with_prefix(
                     "bench-",
-                    tombstone_crypt_proxy::TopicPolicy::new(values, Some(keys)),
+                    tombstone_crypt_proxy::TopicPolicy::keyset(values)
+                        .with_record_keys(keys)
+                        .map_err(|e| e.to_string())?,
                 );
                 let (stop_tx, stop_rx) = tokio::sync::oneshot::channel::<()>();
                 let rt = tokio::runtime::Builder::new_multi_thread()

@@ -678,7 +678,7 @@ mod tests {
         let map = |_: i32, h: &str, p: i32| Some((StrBytes::from_string(h.to_owned()), p));
         let policies = policies.with_topic(
             "t",
-            crate::TopicPolicy::new(tombstone_crypt::Keyset::generate(), None),
+            crate::TopicPolicy::keyset(tombstone_crypt::Keyset::generate()),
         );
         let mut failed = Vec::new();
         assert!(fetch_response(&tagged, version, &policies, &map, &mut failed, 1 << 20).is_ok());

@@ -21,9 +21,8 @@ use bytes::{Bytes, BytesMut};
 use kafka_protocol::records::{
     Compression, Record, RecordBatchDecoder, RecordBatchEncoder, RecordEncodeOptions,
 };
-use tombstone_crypt::{AadPolicy, Context, Deserializer, Serializer};
+use tombstone_crypt::policy::{Read, TopicPolicy};
 
-use crate::config::TopicPolicy;
 use crate::hooks::Hooks;
 use crate::stats::{self, Event, Tally};
 
@@ -148,35 +147,34 @@ fn encrypt_record(
         return Ok(());
     }
     let plaintext_key = record.key.clone();
-    if let (Some((keys, _)), Some(key)) = (&policy.keys, &record.key) {
-        let forms = keys
-            .key_forms(&Context::new(topic), &key[..])
+    if let Some(key) = &record.key {
+        let forms = policy
+            .write_key(topic, &key[..])
             .map_err(|e| format!("encrypting a record key: {e}"))?;
-        // The write rule (the library's `KeyForms::writes`): a tombstone
-        // for each older form, then the record under the primary form.
-        let mut primary = None;
-        for (form, value) in forms.writes(Some(&[])) {
-            match value {
-                None => tombstones.push((Bytes::copy_from_slice(form), record.timestamp)),
-                Some(_) => primary = Some(Bytes::copy_from_slice(form)),
+        if let Some(forms) = forms {
+            // The write rule (the library's `KeyForms::writes`): a
+            // tombstone for each older form, then the record under the
+            // primary form.
+            let mut primary = None;
+            for (form, value) in forms.writes(Some(&[])) {
+                match value {
+                    None => tombstones.push((Bytes::copy_from_slice(form), record.timestamp)),
+                    Some(_) => primary = Some(Bytes::copy_from_slice(form)),
+                }
             }
+            record.key =
+                Some(primary.ok_or("the write rule gave no record under the primary key")?);
+            tally.keys += 1;
         }
-        record.key = Some(primary.ok_or("the write rule gave no record under the primary key")?);
-        tally.keys += 1;
     }
-    let ctx = match &plaintext_key {
-        Some(k) => Context::new(topic).with_key(k),
-        None => Context::new(topic),
-    };
+    let key = plaintext_key.as_deref();
     if !hooks.skip_header_encryption {
         for (name, value) in record.headers.iter_mut() {
-            let name = name.as_str();
-            if let (Some(v), true) = (value, policy.headers.iter().any(|n| n == name)) {
-                let ad = header_aad(&ctx, name)?;
-                let ct = policy
-                    .header_keyset
-                    .encrypt(v, &ad)
-                    .map_err(|e| format!("encrypting the header {name:?}: {e}"))?;
+            let Some(v) = value else { continue };
+            let sealed = policy
+                .write_header(topic, key, name.as_str(), v)
+                .map_err(|e| format!("encrypting the header {:?}: {e}", name.as_str()))?;
+            if let Some(ct) = sealed {
                 *v = Bytes::from(ct);
             }
         }
@@ -186,38 +184,18 @@ fn encrypt_record(
         (None, true) => Some(Bytes::new()),
         (None, false) => None,
     };
-    record.value = match value {
-        None => {
+    record.value = match policy.write_value(topic, key, value.as_deref()) {
+        Ok(None) => {
             tally.tombstones += 1;
             None
         }
-        Some(v) => match policy.values.serialize(&ctx, Some(&v[..])) {
-            Ok(Some(ct)) => {
-                tally.values += 1;
-                Some(Bytes::from(ct))
-            }
-            Ok(None) => return Err("a present value encrypted to nothing".into()),
-            Err(e) => return Err(format!("encrypting a value: {e}")),
-        },
+        Ok(Some(ct)) => {
+            tally.values += 1;
+            Some(Bytes::from(ct))
+        }
+        Err(e) => return Err(format!("encrypting a value: {e}")),
     };
     Ok(())
-}
-
-/// The associated data of a header value: the library's `TopicAndKey`
-/// associated data of the record's context (topic and plaintext record
-/// key), then `u32be(len(name)) | name` (UTF-8). Longer than any value's
-/// associated data of the same context, and with the key's length field
-/// in the same place, so a value never decrypts as a header, nor a header
-/// under another name, key or topic.
-pub(crate) fn header_aad(ctx: &Context<'_>, name: &str) -> Result<Vec<u8>, String> {
-    let mut ad = ctx
-        .associated_data(AadPolicy::TopicAndKey)
-        .map_err(|e| format!("the associated data of the header {name:?}: {e}"))?;
-    let len =
-        u32::try_from(name.len()).map_err(|_| format!("a header name of {} bytes", name.len()))?;
-    ad.extend_from_slice(&len.to_be_bytes());
-    ad.extend_from_slice(name.as_bytes());
-    Ok(ad)
 }
 
 fn decrypt_record(
@@ -226,46 +204,47 @@ fn decrypt_record(
     record: &mut Record,
     tally: &mut Tally,
 ) -> Result<(), String> {
-    if let (Some((_, keys)), Some(key)) = (&policy.keys, &record.key) {
-        let (_, plaintext) = keys
-            .deserialize_key(&Context::new(topic), &key[..])
+    if let (Some(_), Some(key)) = (policy.record_keys(), &record.key) {
+        let plaintext = policy
+            .read_key(topic, &key[..])
             .map_err(|e| format!("decrypting a record key at offset {}: {e}", record.offset))?;
-        record.key = Some(Bytes::from(plaintext));
+        record.key = Some(Bytes::copy_from_slice(&plaintext));
         tally.keys += 1;
     }
-    let ctx = match &record.key {
-        Some(k) => Context::new(topic).with_key(k),
-        None => Context::new(topic),
-    };
+    let key = record.key.as_deref();
     for (name, value) in record.headers.iter_mut() {
-        let name = name.as_str();
-        if let (Some(v), true) = (value, policy.headers.iter().any(|n| n == name)) {
-            let ad = header_aad(&ctx, name)?;
-            let pt = policy.header_keyset.decrypt(v, &ad).map_err(|e| {
+        let Some(v) = value else { continue };
+        let opened = policy
+            .read_header(topic, key, name.as_str(), v)
+            .map_err(|e| {
                 format!(
-                    "decrypting the header {name:?} at offset {}: {e}",
+                    "decrypting the header {:?} at offset {}: {e}",
+                    name.as_str(),
                     record.offset
                 )
             })?;
-            *v = Bytes::from(pt);
+        if let Some(pt) = opened {
+            *v = Bytes::copy_from_slice(&pt);
         }
     }
-    if record.value.is_none() {
-        tally.tombstones += 1;
-    }
-    if let Some(v) = &record.value {
-        match policy.values_de.deserialize(&ctx, Some(&v[..])) {
-            Ok(Some(pt)) => {
-                tally.values += 1;
-                record.value = Some(Bytes::from(pt));
-            }
-            Ok(None) => return Err("a present value decrypted to nothing".into()),
-            Err(e) => {
-                return Err(format!(
-                    "decrypting the value at offset {}: {e}",
-                    record.offset
-                ))
-            }
+    match policy.read_value(topic, key, record.value.as_deref()) {
+        Ok(Read::Tombstone) => tally.tombstones += 1,
+        Ok(Read::Value(pt)) => {
+            tally.values += 1;
+            record.value = Some(Bytes::copy_from_slice(&pt));
+        }
+        // Its subject was shredded: a delete, as the library's readers
+        // take it. The client gets a tombstone.
+        Ok(Read::Shredded) => {
+            tally.shredded += 1;
+            record.value = None;
+        }
+        Ok(_) => return Err("a value read as nothing this proxy knows".into()),
+        Err(e) => {
+            return Err(format!(
+                "decrypting the value at offset {}: {e}",
+                record.offset
+            ))
         }
     }
     Ok(())
@@ -444,10 +423,9 @@ mod tests {
 
     #[test]
     fn values_and_keys_round_trip_nulls_stay_null_and_the_header_is_kept() {
-        let policy = TopicPolicy::new(
-            Keyset::generate(),
-            Some(Keyset::generate_with(KeyTemplate::aes256_siv()).unwrap()),
-        );
+        let policy = TopicPolicy::keyset(Keyset::generate())
+            .with_record_keys(Keyset::generate_with(KeyTemplate::aes256_siv()).unwrap())
+            .unwrap();
         let records = [
             record(0, Some(b"k1"), Some(b"v1")),
             record(1, Some(b"k1"), None),
@@ -506,8 +484,8 @@ mod tests {
 
     #[test]
     fn a_value_that_does_not_authenticate_fails_and_a_rotated_key_keyset_fans_out() {
-        let policy = TopicPolicy::new(Keyset::generate(), None);
-        let other = TopicPolicy::new(Keyset::generate(), None);
+        let policy = TopicPolicy::keyset(Keyset::generate());
+        let other = TopicPolicy::keyset(Keyset::generate());
         let raw = batch(&[record(0, Some(b"k"), Some(b"v"))], Compression::None);
         let enc = encrypt("t", &policy, &Hooks::default(), &raw, LIMIT)
             .unwrap()
@@ -516,7 +494,9 @@ mod tests {
         assert!(decrypt("u", &policy, &enc, LIMIT).is_err());
         let mut keys = Keyset::generate_with(KeyTemplate::aes256_siv()).unwrap();
         keys.rotate();
-        let rotated = TopicPolicy::new(Keyset::generate(), Some(keys));
+        let rotated = TopicPolicy::keyset(Keyset::generate())
+            .with_record_keys(keys)
+            .unwrap();
         let enc = encrypt("t", &rotated, &Hooks::default(), &raw, LIMIT).unwrap();
         // One tombstone, under the older form, not idempotent.
         let older = decode(enc.older_forms.as_ref().unwrap());
@@ -532,7 +512,9 @@ mod tests {
     #[test]
     fn named_headers_are_sealed_on_tombstones_too_and_bound_to_their_name() {
         let values = Keyset::generate();
-        let policy = TopicPolicy::new(values.clone(), None).with_headers(["x-ssn", "x-card"]);
+        let policy = TopicPolicy::keyset(values.clone())
+            .with_headers(["x-ssn", "x-card"])
+            .unwrap();
         let with_headers = |mut r: Record| {
             r.headers
                 .insert("x-ssn".into(), Some(Bytes::from_static(b"123-45-6789")));
@@ -562,7 +544,9 @@ mod tests {
             assert_eq!((&a.value, &a.headers), (&b.value, &b.headers));
         }
         // Under another name, topic or key it does not authenticate.
-        let renamed = TopicPolicy::new(values.clone(), None).with_headers(["x-card", "x-ssn2"]);
+        let renamed = TopicPolicy::keyset(values.clone())
+            .with_headers(["x-card", "x-ssn2"])
+            .unwrap();
         let mut moved = sealed.clone();
         for r in &mut moved {
             let ssn = r.headers.shift_remove(&b"x-ssn"[..]).unwrap();
@@ -588,8 +572,54 @@ mod tests {
     }
 
     #[test]
+    fn under_subject_keys_a_shredded_subjects_values_are_fetched_as_tombstones() {
+        use std::sync::Arc;
+        use tombstone_crypt::shred::{MemoryKeyStore, SubjectKeys};
+        let store = Arc::new(MemoryKeyStore::new());
+        let keys = Arc::new(SubjectKeys::create(Keyset::generate(), store.clone()).unwrap());
+        let policy = TopicPolicy::subject_keys(keys.clone());
+        let records = [
+            record(0, Some(b"alice"), Some(b"a1")),
+            record(1, Some(b"bob"), Some(b"b1")),
+            record(2, Some(b"alice"), None),
+            record(3, Some(b"alice"), Some(b"")),
+        ];
+        let raw = batch(&records, Compression::Lz4);
+        let enc = encrypt("t", &policy, &Hooks::default(), &raw, LIMIT).unwrap();
+        let sealed = decode(&enc.records);
+        assert_eq!(
+            sealed[0].value.as_ref().unwrap()[0],
+            tombstone_crypt::shred::FORMAT
+        );
+        assert_eq!(sealed[2].value, None);
+        let back = decode(&decrypt("t", &policy, &enc.records, LIMIT).unwrap());
+        for (a, b) in back.iter().zip(&records) {
+            assert_eq!((&a.key, &a.value), (&b.key, &b.value));
+        }
+        keys.shred(b"alice").unwrap();
+        let back = decode(&decrypt("t", &policy, &enc.records, LIMIT).unwrap());
+        let values: Vec<_> = back.iter().map(|r| r.value.as_deref()).collect();
+        assert_eq!(values, [None, Some(&b"b1"[..]), None, None]);
+        // An unkeyed record has no subject: refused, never written.
+        let unkeyed = batch(&[record(0, None, Some(b"v"))], Compression::None);
+        assert!(encrypt("t", &policy, &Hooks::default(), &unkeyed, LIMIT).is_err());
+        // A forged value (a bit of its DEK id flipped) is an error, never a
+        // tombstone; so is a value under a keyset on this topic.
+        let mut forged = sealed.clone();
+        let v = forged[1].value.as_mut().unwrap();
+        let mut bytes = v.to_vec();
+        bytes[1 + 16] ^= 1;
+        *v = Bytes::from(bytes);
+        assert!(decrypt("t", &policy, &batch(&forged, Compression::None), LIMIT).is_err());
+        let whole = TopicPolicy::keyset(Keyset::generate());
+        let other = encrypt("t", &whole, &Hooks::default(), &raw, LIMIT).unwrap();
+        assert!(decrypt("t", &policy, &other.records, LIMIT).is_err());
+        assert!(decrypt("t", &whole, &enc.records, LIMIT).is_err());
+    }
+
+    #[test]
     fn duplicate_header_keys_are_refused_not_dropped() {
-        let policy = TopicPolicy::new(Keyset::generate(), None);
+        let policy = TopicPolicy::keyset(Keyset::generate());
         let mut r = record(0, Some(b"k"), Some(b"v"));
         r.headers.insert("h".into(), Some(Bytes::from_static(b"1")));
         let raw = batch(&[r], Compression::None);

@@ -11,7 +11,9 @@
 //!     { "prefix": "orders.", "value_keyset": "keys/orders.json",
 //!       "key_keyset": "keys/order-ids.json", "headers": ["x-ssn"] },
 //!     { "topic": "audit", "value_keyset": "keys/audit.enc.json",
-//!       "value_keyset_kms_uri": "hcvault://vault:8200/transit/keys/kek" }
+//!       "value_keyset_kms_uri": "hcvault://vault:8200/transit/keys/kek" },
+//!     { "topic": "profiles", "subject_keyset": "keys/kek.json",
+//!       "subject_key_topic": "profiles-subject-keys" }
 //!   ]
 //! }
 //! ```
@@ -27,16 +29,23 @@
 //! `kms-envelope` keys: their data keys are made and read through the KMS
 //! clients configured from the environment (`VAULT_ADDR`, `VAULT_TOKEN`;
 //! the `AWS_*` variables), as the command line's are.
+//!
+//! An entry's values are under a keyset (`value_keyset`) or under subject
+//! keys (`subject_keyset`, the KEK, with `subject_key_topic` or
+//! `subject_key_store`), never both: a value's format comes from the
+//! policy ([`TopicPolicy`], the library's, which the command line reads
+//! with too).
 
 use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
 use serde::Deserialize;
-use tombstone_crypt::{
-    Bytes, DecryptingDeserializer, DeterministicDeserializer, DeterministicSerializer,
-    EncryptingSerializer, Keyset,
-};
+use tombstone_crypt::kafka::rdkafka::config::ClientConfig;
+use tombstone_crypt::kafka::{KafkaChangelog, KafkaKeyStore};
+pub use tombstone_crypt::policy::TopicPolicy;
+use tombstone_crypt::shred::{KeyStore, RedbKeyStore, SubjectKeys};
+use tombstone_crypt::Keyset;
 use zeroize::Zeroizing;
 
 use crate::error::ProxyError;
@@ -108,12 +117,39 @@ pub struct TopicEntry {
     #[serde(default)]
     pub prefix: Option<String>,
     /// The keyset (Tink cleartext JSON) record values are encrypted with.
-    pub value_keyset: PathBuf,
+    /// Exactly one of `value_keyset` and `subject_keyset`.
+    #[serde(default)]
+    pub value_keyset: Option<PathBuf>,
     /// The KMS key (`hcvault://...`, `aws-kms://...`) `value_keyset` is
     /// encrypted with (Tink's encrypted keyset); without it the file is
     /// cleartext.
     #[serde(default)]
     pub value_keyset_kms_uri: Option<String>,
+    /// The KEK keyset of subject keys: each value is encrypted under its
+    /// subject's key, the subject being the record key's plaintext
+    /// (`tombstone_crypt::shred`; the command line's `--subject-keyset`).
+    /// Needs `subject_key_topic` or `subject_key_store`.
+    #[serde(default)]
+    pub subject_keyset: Option<PathBuf>,
+    /// The KMS key `subject_keyset` is encrypted with, as
+    /// `value_keyset_kms_uri`.
+    #[serde(default)]
+    pub subject_keyset_kms_uri: Option<String>,
+    /// The compacted topic on the proxy's cluster (`bootstrap`) that keeps
+    /// the subject keys: `tombstone-crypt shred --subject-key-topic` with
+    /// the same KEK shreds while the proxy runs. It must exist and hold a
+    /// naming key the KEK opens (`tombstone-crypt shred create-key-store`).
+    #[serde(default)]
+    pub subject_key_topic: Option<String>,
+    /// The subject keys in a redb file instead (the proxy holds it open:
+    /// shred through a key-store topic to shred while the proxy runs).
+    #[serde(default)]
+    pub subject_key_store: Option<PathBuf>,
+    /// A directory for the key-store topic's view on disk (a redb file,
+    /// for many subjects; the command line's `--subject-key-view`): one
+    /// per running instance.
+    #[serde(default)]
+    pub subject_key_view: Option<PathBuf>,
     /// The keyset (AES-SIV, Tink cleartext JSON) record keys are encrypted
     /// with, deterministically; record keys stay plaintext without it.
     #[serde(default)]
@@ -124,7 +160,7 @@ pub struct TopicEntry {
     pub key_keyset_kms_uri: Option<String>,
     /// Names of record headers whose values are encrypted under the value
     /// keyset (a null header value stays null; other headers pass as they
-    /// are).
+    /// are). Not with `subject_keyset`.
     #[serde(default)]
     pub headers: Vec<String>,
 }
@@ -157,9 +193,17 @@ impl ProxyConfig {
             tls.ca_file = base.join(&tls.ca_file);
         }
         for entry in &mut config.topics {
-            entry.value_keyset = base.join(&entry.value_keyset);
-            if let Some(k) = &mut entry.key_keyset {
-                *k = base.join(&*k);
+            for path in [
+                &mut entry.value_keyset,
+                &mut entry.key_keyset,
+                &mut entry.subject_keyset,
+                &mut entry.subject_key_store,
+                &mut entry.subject_key_view,
+            ]
+            .into_iter()
+            .flatten()
+            {
+                *path = base.join(&*path);
             }
         }
         Ok(config)
@@ -169,69 +213,6 @@ impl ProxyConfig {
     pub fn max_frame_bytes(&self) -> usize {
         self.max_frame_bytes.unwrap_or(DEFAULT_MAX_FRAME_BYTES)
     }
-}
-
-/// How a topic's records are encrypted: the serializers of its keysets.
-#[derive(Clone, Debug)]
-pub struct TopicPolicy {
-    pub(crate) values: EncryptingSerializer<Bytes>,
-    pub(crate) values_de: DecryptingDeserializer<Bytes>,
-    pub(crate) keys: Option<(
-        DeterministicSerializer<Bytes>,
-        DeterministicDeserializer<Bytes>,
-    )>,
-    /// The value keyset, for the named headers.
-    pub(crate) header_keyset: Keyset,
-    /// The names of the headers encrypted.
-    pub(crate) headers: Vec<String>,
-    /// Whether a keyset holds `kms-envelope` keys (encrypting or
-    /// decrypting may call a KMS).
-    pub(crate) kms: bool,
-}
-
-impl TopicPolicy {
-    /// A policy of values under `values` and, with `keys`, record keys
-    /// encrypted deterministically under `keys`.
-    pub fn new(values: Keyset, keys: Option<Keyset>) -> Self {
-        let kms = uses_kms(&values) || keys.as_ref().is_some_and(uses_kms);
-        TopicPolicy {
-            values: EncryptingSerializer::new(Bytes, values.clone()),
-            values_de: DecryptingDeserializer::new(Bytes, values.clone()),
-            keys: keys.map(|k| {
-                (
-                    DeterministicSerializer::new(Bytes, k.clone()),
-                    DeterministicDeserializer::new(Bytes, k),
-                )
-            }),
-            header_keyset: values,
-            headers: Vec::new(),
-            kms,
-        }
-    }
-
-    /// The same policy with the values of the headers named `names`
-    /// encrypted under the value keyset (see the crate docs for their
-    /// associated data).
-    #[must_use]
-    pub fn with_headers<S: Into<String>>(mut self, names: impl IntoIterator<Item = S>) -> Self {
-        self.headers = names.into_iter().map(Into::into).collect();
-        self
-    }
-
-    /// Whether encrypting or decrypting under this policy may call a KMS
-    /// (a keyset with `kms-envelope` keys).
-    pub fn uses_kms(&self) -> bool {
-        self.kms
-    }
-}
-
-/// Whether `keyset` holds a key whose data keys come from a KMS.
-fn uses_kms(keyset: &Keyset) -> bool {
-    keyset.keys().any(|(id, _)| {
-        keyset
-            .key_type_url(id)
-            .is_some_and(|u| u.ends_with(".KmsEnvelopeAeadKey"))
-    })
 }
 
 /// Which topics are encrypted, and how.
@@ -276,19 +257,7 @@ impl Policies {
     pub fn load(config: &ProxyConfig) -> Result<Self, ProxyError> {
         let mut policies = Policies::new();
         for entry in &config.topics {
-            let values =
-                load_keyset_with(&entry.value_keyset, entry.value_keyset_kms_uri.as_deref())?;
-            let keys = entry
-                .key_keyset
-                .as_deref()
-                .map(|k| load_keyset_with(k, entry.key_keyset_kms_uri.as_deref()))
-                .transpose()?;
-            if entry.key_keyset.is_none() && entry.key_keyset_kms_uri.is_some() {
-                return Err(ProxyError::Config(
-                    "\"key_keyset_kms_uri\" without \"key_keyset\"".into(),
-                ));
-            }
-            let policy = TopicPolicy::new(values, keys).with_headers(entry.headers.clone());
+            let policy = entry_policy(config, entry)?;
             policies = match (&entry.topic, &entry.prefix) {
                 (Some(t), None) => policies.with_topic(t, policy),
                 (None, Some(p)) => policies.with_prefix(p, policy),
@@ -313,15 +282,121 @@ impl Policies {
             .map(|(_, p)| p)
     }
 
-    /// Whether a policy may call a KMS (see [`TopicPolicy::uses_kms`]).
-    pub fn uses_kms(&self) -> bool {
-        self.entries.iter().any(|(_, p)| p.kms)
+    /// Whether encrypting or decrypting under a policy may block on I/O
+    /// (see [`TopicPolicy::may_block`]).
+    pub fn may_block(&self) -> bool {
+        self.entries.iter().any(|(_, p)| p.may_block())
     }
 
     /// Whether no topic is encrypted.
     pub fn is_empty(&self) -> bool {
         self.entries.is_empty()
     }
+}
+
+/// The policy of one entry, its keysets loaded and its key store opened.
+fn entry_policy(config: &ProxyConfig, entry: &TopicEntry) -> Result<TopicPolicy, ProxyError> {
+    let named = entry
+        .topic
+        .as_deref()
+        .or(entry.prefix.as_deref())
+        .unwrap_or_default();
+    let bad = |what: &str| ProxyError::Config(format!("the topics entry {named:?}: {what}"));
+    let policy_error = |e: tombstone_crypt::Error| {
+        ProxyError::Config(format!("the topics entry {named:?}: {}", chain(&e)))
+    };
+    if entry.key_keyset.is_none() && entry.key_keyset_kms_uri.is_some() {
+        return Err(bad("\"key_keyset_kms_uri\" without \"key_keyset\""));
+    }
+    if entry.value_keyset.is_none() && entry.value_keyset_kms_uri.is_some() {
+        return Err(bad("\"value_keyset_kms_uri\" without \"value_keyset\""));
+    }
+    if entry.subject_keyset.is_none()
+        && (entry.subject_keyset_kms_uri.is_some()
+            || entry.subject_key_topic.is_some()
+            || entry.subject_key_store.is_some()
+            || entry.subject_key_view.is_some())
+    {
+        return Err(bad(
+            "\"subject_keyset_kms_uri\", \"subject_key_topic\", \"subject_key_store\" and \"subject_key_view\" need \"subject_keyset\"",
+        ));
+    }
+    let policy = match (&entry.value_keyset, &entry.subject_keyset) {
+        (Some(values), None) => TopicPolicy::keyset(load_keyset_with(
+            values,
+            entry.value_keyset_kms_uri.as_deref(),
+        )?),
+        (None, Some(kek)) => {
+            let kek = load_keyset_with(kek, entry.subject_keyset_kms_uri.as_deref())?;
+            TopicPolicy::subject_keys(Arc::new(subject_keys(config, entry, kek, &bad)?))
+        }
+        _ => {
+            return Err(bad(
+                "name exactly one of \"value_keyset\" (values under a keyset) and \"subject_keyset\" (values under subject keys)",
+            ))
+        }
+    };
+    let policy = match &entry.key_keyset {
+        Some(k) => policy
+            .with_record_keys(load_keyset_with(k, entry.key_keyset_kms_uri.as_deref())?)
+            .map_err(policy_error)?,
+        None => policy,
+    };
+    policy
+        .with_headers(entry.headers.clone())
+        .map_err(policy_error)
+}
+
+/// The subject keys of `entry` under `kek`: its key-store topic on the
+/// proxy's cluster, or its redb file. The store must exist and hold a
+/// naming key `kek` opens: a mistyped topic or path is an error, never an
+/// empty store.
+fn subject_keys(
+    config: &ProxyConfig,
+    entry: &TopicEntry,
+    kek: Keyset,
+    bad: &dyn Fn(&str) -> ProxyError,
+) -> Result<SubjectKeys, ProxyError> {
+    let failed = |what: String, e: &tombstone_crypt::Error| bad(&format!("{what}: {}", chain(e)));
+    let store: Arc<dyn KeyStore> = match (&entry.subject_key_topic, &entry.subject_key_store) {
+        (Some(topic), None) => {
+            let mut client = ClientConfig::new();
+            client.set("bootstrap.servers", &config.bootstrap);
+            if let Some(tls) = &config.upstream_tls {
+                if tls.server_name.is_some() {
+                    return Err(bad(
+                        "\"subject_key_topic\" with \"upstream_tls\".\"server_name\": the key store's client checks each broker's certificate for its own host name",
+                    ));
+                }
+                client.set("security.protocol", "ssl");
+                client.set("ssl.ca.location", tls.ca_file.to_string_lossy());
+            }
+            let log = KafkaChangelog::existing(client, topic)
+                .map_err(|e| failed(format!("\"subject_key_topic\" {topic:?}"), &e))?;
+            let store = KafkaKeyStore::new(log);
+            let store = match &entry.subject_key_view {
+                None => store,
+                Some(dir) => store.with_view_dir(dir).map_err(|e| {
+                    failed(format!("\"subject_key_view\" {}", dir.display()), &e)
+                })?,
+            };
+            Arc::new(store)
+        }
+        (None, Some(path)) => {
+            if entry.subject_key_view.is_some() {
+                return Err(bad("\"subject_key_view\" is for a \"subject_key_topic\""));
+            }
+            Arc::new(RedbKeyStore::open(path).map_err(|e| {
+                failed(format!("\"subject_key_store\" {}", path.display()), &e)
+            })?)
+        }
+        _ => {
+            return Err(bad(
+                "\"subject_keyset\" needs exactly one of \"subject_key_topic\" and \"subject_key_store\"",
+            ))
+        }
+    };
+    SubjectKeys::open(kek, store).map_err(|e| failed("the subject keys".into(), &e))
 }
 
 /// The most bytes a keyset file may have.
@@ -386,8 +461,8 @@ mod tests {
     fn first_match_wins_and_unknown_fields_are_refused() {
         let ks = Keyset::generate();
         let p = Policies::new()
-            .with_topic("a", TopicPolicy::new(ks.clone(), None))
-            .with_prefix("orders.", TopicPolicy::new(ks, None));
+            .with_topic("a", TopicPolicy::keyset(ks.clone()))
+            .with_prefix("orders.", TopicPolicy::keyset(ks));
         assert!(p.get("a").is_some());
         assert!(p.get("orders.x").is_some());
         assert!(p.get("orders").is_none());
@@ -421,8 +496,8 @@ mod tests {
         assert_eq!(up.ca_file, dir.join("ca.pem"));
         assert_eq!(up.server_name.as_deref(), Some("kafka"));
         let p = Policies::load(&c).unwrap();
-        assert_eq!(p.get("t").unwrap().headers, ["x-ssn"]);
-        assert!(!p.uses_kms());
+        assert_eq!(p.get("t").unwrap().headers(), ["x-ssn"]);
+        assert!(!p.may_block());
         // A KMS key for a key keyset that is not there is refused.
         let mut bad = c.clone();
         bad.topics[0].key_keyset_kms_uri = Some("hcvault://h/transit/keys/k".into());
@@ -434,11 +509,67 @@ mod tests {
     }
 
     #[test]
+    fn an_entry_names_one_kind_of_values_and_a_key_store_that_exists() {
+        let dir = std::env::temp_dir().join(format!("px-config-subj-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        std::fs::write(dir.join("v.json"), Keyset::generate().to_tink_json()).unwrap();
+        std::fs::write(dir.join("kek.json"), Keyset::generate().to_tink_json()).unwrap();
+        let load = |entry: &str| {
+            let text = format!(
+                r#"{{"listen":"127.0.0.1:1","bootstrap":"127.0.0.1:1","topics":[{entry}]}}"#
+            );
+            std::fs::write(dir.join("p.json"), text).unwrap();
+            let c = ProxyConfig::from_file(&dir.join("p.json")).unwrap();
+            Policies::load(&c).map(|_| ()).map_err(|e| e.to_string())
+        };
+        for (entry, says) in [
+            (r#"{"topic":"t"}"#, "exactly one of"),
+            (
+                r#"{"topic":"t","value_keyset":"v.json","subject_keyset":"kek.json","subject_key_store":"s.redb"}"#,
+                "exactly one of",
+            ),
+            (
+                r#"{"topic":"t","subject_keyset":"kek.json"}"#,
+                "subject_key_topic",
+            ),
+            (
+                r#"{"topic":"t","value_keyset":"v.json","subject_key_store":"s.redb"}"#,
+                "need \"subject_keyset\"",
+            ),
+            // A mistyped key-store path is an error, never an empty store.
+            (
+                r#"{"topic":"t","subject_keyset":"kek.json","subject_key_store":"missing.redb"}"#,
+                "missing.redb",
+            ),
+        ] {
+            let e = load(entry).unwrap_err();
+            assert!(e.contains(says), "{entry}: {e}");
+        }
+        assert!(!dir.join("missing.redb").exists(), "a key store was made");
+        // Headers under subject keys are refused.
+        let store = dir.join("s.redb");
+        let kek = Keyset::from_tink_json(&std::fs::read_to_string(dir.join("kek.json")).unwrap())
+            .unwrap();
+        SubjectKeys::create(kek, Arc::new(RedbKeyStore::create(&store).unwrap())).unwrap();
+        load(r#"{"topic":"t","subject_keyset":"kek.json","subject_key_store":"s.redb"}"#).unwrap();
+        let e = load(
+            r#"{"topic":"t","subject_keyset":"kek.json","subject_key_store":"s.redb","headers":["x"]}"#,
+        )
+        .unwrap_err();
+        assert!(e.contains("headers"), "{e}");
+        let _ = std::fs::remove_dir_all(&dir);
+    }
+
+    #[test]
     fn no_debug_prints_key_material() {
         let values = Keyset::generate();
         let keys = Keyset::generate_with(tombstone_crypt::KeyTemplate::aes256_siv()).unwrap();
-        let p =
-            Policies::new().with_topic("t", TopicPolicy::new(values.clone(), Some(keys.clone())));
+        let p = Policies::new().with_topic(
+            "t",
+            TopicPolicy::keyset(values.clone())
+                .with_record_keys(keys.clone())
+                .unwrap(),
+        );
         let shown = format!("{p:?}");
         for ks in [values, keys] {
             let json: serde_json::Value = serde_json::from_str(&ks.to_tink_json()).unwrap();

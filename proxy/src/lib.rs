@@ -46,6 +46,30 @@
 //! a value's ciphertext put in a header, it does not authenticate, and its
 //! partition is answered `CORRUPT_MESSAGE` on Fetch.
 //!
+//! # Subject keys (crypto-shredding)
+//! An entry with `"subject_keyset"` (the KEK) and `"subject_key_topic"`
+//! (a compacted topic on the same cluster, made once with `tombstone-crypt
+//! shred create-key-store`) encrypts each value under its subject's key,
+//! the subject being the record key's plaintext
+//! (`tombstone_crypt::shred`). `tombstone-crypt shred --subject-key-topic`
+//! with the same KEK works unchanged while the proxy runs: within the
+//! fences (5 s each for the key store's view and the DEK cache), every
+//! value of a shredded subject reaches a consumer through the proxy as a
+//! tombstone (null value), wherever it is on the topic. A value whose key
+//! the key store neither holds nor records as shredded (a forged or
+//! changed value, the wrong key store) makes its partition
+//! `CORRUPT_MESSAGE`, never a tombstone. A record without a key has no
+//! subject: its partition is refused on Produce. Such an entry names no
+//! headers (a header under a key that a shred does not reach would
+//! outlive the shred). `"subject_key_store"` (a redb file) works too, but
+//! the proxy holds the file open, so `shred` cannot run beside it.
+//!
+//! # One policy, one reader
+//! An entry is the library's [`TopicPolicy`] (`tombstone_crypt::policy`),
+//! which the command line's `consume` and `audit` read with: a value's
+//! format comes from the entry (a keyset, or subject keys), never from its
+//! first byte.
+//!
 //! # KMS keys
 //! A value keyset may hold `kms-envelope` keys, and a keyset file may be
 //! Tink's encrypted keyset under a KMS key (`value_keyset_kms_uri`,

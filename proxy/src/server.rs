@@ -410,7 +410,7 @@ async fn read_requests(
         let (owe, send) = match ApiKey::try_from(key) {
             Ok(ApiKey::Produce) => {
                 let encrypted = in_place(
-                    shared.policies.uses_kms() && !shared.hooks.kms_on_the_worker,
+                    shared.policies.may_block() && !shared.hooks.kms_on_the_worker,
                     || {
                         span.in_scope(|| {
                             api::produce_request(
@@ -629,7 +629,7 @@ async fn write_responses(
                 }
                 let span = tracing::debug_span!("response", correlation);
                 let handed = in_place(
-                    shared.policies.uses_kms() && !shared.hooks.kms_on_the_worker,
+                    shared.policies.may_block() && !shared.hooks.kms_on_the_worker,
                     || span.in_scope(|| respond(&shared, frame, then, &map, peer)),
                 );
                 match handed {

@@ -35,6 +35,9 @@ pub struct Snapshot {
     /// Fetch partitions the proxy could not decrypt (`CORRUPT_MESSAGE`, no
     /// records handed on).
     pub partitions_undecryptable: u64,
+    /// Values under the key of a shredded subject handed on as
+    /// tombstones on Fetch.
+    pub shredded_fetched: u64,
     /// Frames refused: the connection closed on them (a length over the
     /// limit, shorter than a request header, a Produce that does not
     /// decode).
@@ -54,9 +57,10 @@ pub(crate) enum Event {
     PartitionsRefused,
     PartitionsUndecryptable,
     FramesRefused,
+    ShreddedFetched,
 }
 
-const EVENTS: usize = 10;
+const EVENTS: usize = 11;
 
 static COUNTERS: [AtomicU64; EVENTS] = [const { AtomicU64::new(0) }; EVENTS];
 
@@ -74,6 +78,7 @@ pub(crate) struct Tally {
     pub(crate) values: u64,
     pub(crate) keys: u64,
     pub(crate) tombstones: u64,
+    pub(crate) shredded: u64,
 }
 
 impl Tally {
@@ -88,6 +93,7 @@ impl Tally {
             add(Event::ValuesDecrypted, self.values);
             add(Event::KeysDecrypted, self.keys);
             add(Event::TombstonesFetched, self.tombstones);
+            add(Event::ShreddedFetched, self.shredded);
         }
     }
 }
@@ -106,5 +112,6 @@ pub fn process() -> Snapshot {
         partitions_refused: c(Event::PartitionsRefused),
         partitions_undecryptable: c(Event::PartitionsUndecryptable),
         frames_refused: c(Event::FramesRefused),
+        shredded_fetched: c(Event::ShreddedFetched),
     }
 }

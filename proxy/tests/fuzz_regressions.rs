@@ -6,7 +6,7 @@ use tombstone_crypt::Keyset;
 use tombstone_crypt_proxy::{__fuzz, Policies, TopicPolicy};
 
 fn policies() -> Policies {
-    Policies::new().with_prefix("", TopicPolicy::new(Keyset::generate(), None))
+    Policies::new().with_prefix("", TopicPolicy::keyset(Keyset::generate()))
 }
 
 /// A Fetch v12 response whose aborted transactions claim billions of

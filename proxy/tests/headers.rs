@@ -196,7 +196,9 @@ fn run(hooks: Hooks) -> Option<Run> {
     let values = Keyset::generate();
     let policies = Policies::new().with_topic(
         &topic,
-        TopicPolicy::new(values.clone(), None).with_headers(["x-ssn"]),
+        TopicPolicy::keyset(values.clone())
+            .with_headers(["x-ssn"])
+            .unwrap(),
     );
     let proxy = start_proxy(&broker, policies, hooks);
     create_topic(&broker, &topic, 1);

@@ -80,7 +80,7 @@ fn envelope_round_trip(kek_var: &str, keyset_kek_var: &str) {
     std::fs::write(dir.join("proxy.json"), config).unwrap();
     let config = ProxyConfig::from_file(&dir.join("proxy.json")).unwrap();
     let policies = Policies::load(&config).unwrap();
-    assert!(policies.uses_kms());
+    assert!(policies.may_block());
     // The encrypted keyset under the wrong KMS key does not load.
     let wrong = ProxyConfig {
         topics: vec![tombstone_crypt_proxy::TopicEntry {
@@ -152,7 +152,7 @@ fn produce_with_kms_down(hooks: Hooks) -> Option<(Vec<Result<i64, String>>, usiz
     let uri = format!("hcvault://127.0.0.1:{closed}/transit/keys/down");
     let keyset =
         Keyset::generate_with(KeyTemplate::kms_envelope(uri).with_kms_clients(clients)).unwrap();
-    let policies = Policies::new().with_topic(&topic, TopicPolicy::new(keyset, None));
+    let policies = Policies::new().with_topic(&topic, TopicPolicy::keyset(keyset));
     let proxy = start_proxy(&broker, policies, hooks);
     create_topic(&broker, &topic, 1);
     let deliveries = produce(&proxy.addr, &topic, 0, &sample(), "none");
@@ -222,7 +222,7 @@ fn answer_time_while_the_kms_hangs(hooks: Hooks) -> Option<std::time::Duration> 
     let uri = format!("hcvault://127.0.0.1:{port}/transit/keys/silent");
     let keyset =
         Keyset::generate_with(KeyTemplate::kms_envelope(uri).with_kms_clients(clients)).unwrap();
-    let policies = Policies::new().with_topic(&topic, TopicPolicy::new(keyset, None));
+    let policies = Policies::new().with_topic(&topic, TopicPolicy::keyset(keyset));
     let proxy = start_proxy(&broker, policies, hooks);
     create_topic(&broker, &topic, 2);
     let producers: Vec<_> = (0..2)

@@ -38,7 +38,7 @@ fn a_kms_that_is_down_refuses_writes_and_reads_and_never_lets_plaintext_through(
     let keyset = Keyset::generate_with(KeyTemplate::kms_envelope(URI)).unwrap();
     std::fs::write(&file, keyset.to_tink_json()).unwrap();
     let policies = |topic: &str| {
-        Policies::new().with_topic(topic, TopicPolicy::new(load_keyset(&file).unwrap(), None))
+        Policies::new().with_topic(topic, TopicPolicy::keyset(load_keyset(&file).unwrap()))
     };
 
     let topic = fresh_topic("kms-down");

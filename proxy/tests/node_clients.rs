@@ -17,7 +17,7 @@ use std::path::PathBuf;
 use std::process::Command;
 
 use common::{bootstrap, create_topic, fresh_topic, start_proxy, Keys};
-use tombstone_crypt_proxy::{Hooks, Policies, TopicPolicy};
+use tombstone_crypt_proxy::{Hooks, Policies};
 
 fn node_modules() -> Option<String> {
     match std::env::var("TOMBSTONE_PROXY_NODE_MODULES") {
@@ -42,10 +42,7 @@ fn run(hooks: Hooks, codecs: &[&str]) -> Option<(i32, String, String)> {
     let keys_path = dir.join("keys.json");
     std::fs::write(&values_path, keys.values.to_tink_json()).unwrap();
     std::fs::write(&keys_path, keys.keys.as_ref().unwrap().to_tink_json()).unwrap();
-    let policies = Policies::new().with_prefix(
-        &prefix,
-        TopicPolicy::new(keys.values.clone(), keys.keys.clone()),
-    );
+    let policies = Policies::new().with_prefix(&prefix, keys.policy());
     let proxy = start_proxy(&broker, policies, hooks);
     for codec in codecs {
         create_topic(&proxy.addr, &format!("{prefix}{codec}"), 2);

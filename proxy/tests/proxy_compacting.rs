@@ -97,7 +97,12 @@ fn scenario(hooks: Hooks) -> Option<Result<(), String>> {
     let values = Keyset::generate();
     let old_keys = Keyset::generate_with(KeyTemplate::aes256_siv()).unwrap();
     let policy = |keys: &Keyset| {
-        Policies::new().with_topic(&topic, TopicPolicy::new(values.clone(), Some(keys.clone())))
+        Policies::new().with_topic(
+            &topic,
+            TopicPolicy::keyset(values.clone())
+                .with_record_keys(keys.clone())
+                .unwrap(),
+        )
     };
 
     // Before the rotation: one key.

@@ -16,7 +16,7 @@ use std::path::PathBuf;
 use std::process::Command;
 
 use common::{bootstrap, fresh_topic, start_proxy, Keys};
-use tombstone_crypt_proxy::{Hooks, Policies, TopicPolicy};
+use tombstone_crypt_proxy::{Hooks, Policies};
 
 fn python() -> Option<String> {
     match std::env::var("TOMBSTONE_TINK_PYTHON") {
@@ -41,10 +41,7 @@ fn run(script: &str, hooks: Hooks, codecs: &str) -> Option<(i32, String, String)
     let keys_path = dir.join("keys.json");
     std::fs::write(&values_path, keys.values.to_tink_json()).unwrap();
     std::fs::write(&keys_path, keys.keys.as_ref().unwrap().to_tink_json()).unwrap();
-    let policies = Policies::new().with_prefix(
-        &prefix,
-        TopicPolicy::new(keys.values.clone(), keys.keys.clone()),
-    );
+    let policies = Policies::new().with_prefix(&prefix, keys.policy());
     let proxy = start_proxy(&broker, policies, hooks);
     let script = PathBuf::from(env!("CARGO_MANIFEST_DIR"))
         .join("tests/python")

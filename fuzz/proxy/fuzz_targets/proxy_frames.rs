@@ -25,8 +25,8 @@ fn policy() -> &'static (TopicPolicy, Policies) {
         let values = Keyset::generate();
         let mut keys = Keyset::generate_with(KeyTemplate::aes256_siv()).unwrap();
         keys.rotate_with(KeyTemplate::aes256_siv()).unwrap();
-        let policy = TopicPolicy::new(values.clone(), Some(keys.clone()));
-        let policies = Policies::new().with_prefix("", TopicPolicy::new(values, Some(keys)));
+        let policy = TopicPolicy::keyset(values).with_record_keys(keys).unwrap();
+        let policies = Policies::new().with_prefix("", policy.clone());
         (policy, policies)
     })
 }

@@ -325,11 +325,17 @@ impl Keys {
         }
     }
 
+    /// The policy of these keysets.
+    pub fn policy(&self) -> tombstone_crypt_proxy::TopicPolicy {
+        let policy = tombstone_crypt_proxy::TopicPolicy::keyset(self.values.clone());
+        match &self.keys {
+            Some(k) => policy.with_record_keys(k.clone()).unwrap(),
+            None => policy,
+        }
+    }
+
     /// The policy of these keysets for `topic`.
     pub fn policies(&self, topic: &str) -> Policies {
-        Policies::new().with_topic(
-            topic,
-            tombstone_crypt_proxy::TopicPolicy::new(self.values.clone(), self.keys.clone()),
-        )
+        Policies::new().with_topic(topic, self.policy())
     }
 }

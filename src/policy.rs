@@ -1,0 +1,576 @@
+//! One topic's policy: how every writer and reader of a topic treats its
+//! record keys, values and named headers.
+//!
+//! A [`TopicPolicy`] says what a topic holds, and is the one place that
+//! writes and reads it:
+//! - **values**: encrypted whole under a keyset ([`TopicPolicy::keyset`]),
+//!   or under data subjects' keys ([`TopicPolicy::subject_keys`], see
+//!   [`shred`](crate::shred));
+//! - **record keys**: as they are, or encrypted deterministically under an
+//!   AES-SIV keyset ([`TopicPolicy::with_record_keys`]), written by the
+//!   write rule ([`KeyForms::writes`]);
+//! - **headers**: the values of the headers it names
+//!   ([`TopicPolicy::with_headers`]), under the value keyset.
+//!
+//! The command line's `consume` and `audit` and the proxy
+//! (`tombstone-crypt-proxy`) read a topic through it, built from their
+//! options or configuration.
+//!
+//! # A value's format comes from the policy
+//! A present value is read as the policy says, never by guessing from its
+//! first byte: on a topic whose policy is subject keys, a value that is not
+//! a subject-key value (a keyset's ciphertext, a plaintext that starts with
+//! `S`) is an error, and on a topic whose policy is a keyset, a subject-key
+//! value is an error too. Neither is ever a delete.
+//!
+//! # Tombstones
+//! A tombstone (`None`) is written and read as a tombstone, without a
+//! cipher. A present empty value is a value. Only a shred makes a present
+//! value read as a delete ([`Read::Shredded`]), and only on a topic whose
+//! policy is subject keys, for a value whose key the key store records as
+//! shredded.
+//!
+//! # Headers
+//! A named header's value is the keyset's ciphertext
+//! ([`Keyset::encrypt`]) with associated data the
+//! [`AadPolicy::TopicAndKey`] encoding of the record's context (topic and
+//! plaintext record key), then `u32be(len(name)) | name`: moved to another
+//! name, key or topic, or a value's ciphertext put in a header, it does
+//! not authenticate. A null header value stays null, on a tombstone too.
+//! Headers need a value keyset: a policy of subject keys names none (a
+//! header under a key that a shred does not reach would outlive the shred).
+//!
+//! ```
+//! use tombstone_crypt::policy::{Read, TopicPolicy};
+//! use tombstone_crypt::{KeyTemplate, Keyset};
+//!
+//! let policy = TopicPolicy::keyset(Keyset::generate())
+//!     .with_record_keys(Keyset::generate_with(KeyTemplate::aes256_siv())?)?;
+//! let key = policy.write_key("users", b"alice")?.expect("keys are encrypted");
+//! let value = policy.write_value("users", Some(b"alice"), Some(b"{}"))?;
+//!
+//! // A reader of the topic, with the same policy.
+//! let plain_key = policy.read_key("users", key.primary())?;
+//! assert_eq!(&plain_key[..], b"alice");
+//! let read = policy.read_value("users", Some(&plain_key), value.as_deref())?;
+//! assert!(matches!(read, Read::Value(ref v) if &v[..] == b"{}"));
+//! // A tombstone stays one.
+//! assert_eq!(policy.write_value("users", Some(b"alice"), None)?, None);
+//! assert!(matches!(policy.read_value("users", Some(b"alice"), None)?, Read::Tombstone));
+//! # Ok::<(), tombstone_crypt::Error>(())
+//! ```
+
+use std::sync::Arc;
+
+use zeroize::Zeroizing;
+
+use crate::codec::Bytes;
+use crate::context::{AadPolicy, Context};
+use crate::error::{Error, KeysetErrorKind};
+use crate::keyset::Keyset;
+use crate::record_key::KeyForms;
+use crate::serde::{
+    DecryptingDeserializer, Deserializer, DeterministicDeserializer, DeterministicSerializer,
+    EncryptingSerializer, Serializer,
+};
+use crate::shred::{SubjectEncrypting, SubjectKeys};
+
+/// What a topic's present values are under.
+#[derive(Clone, Debug)]
+enum Values {
+    /// Whole, under a keyset.
+    Keyset {
+        keyset: Keyset,
+        aad: AadPolicy,
+        ser: EncryptingSerializer<Bytes>,
+        de: DecryptingDeserializer<Bytes>,
+    },
+    /// Under their subjects' keys.
+    Subjects(SubjectEncrypting<Bytes, [u8]>),
+}
+
+/// A topic's policy: its values' keys, its record keys' keyset (if they
+/// are encrypted) and the headers it encrypts. See the [module
+/// docs](self).
+#[derive(Clone, Debug)]
+pub struct TopicPolicy {
+    values: Values,
+    keys: Option<(
+        Keyset,
+        DeterministicSerializer<Bytes>,
+        DeterministicDeserializer<Bytes>,
+    )>,
+    headers: Vec<String>,
+}
+
+/// A present value or a tombstone, as a reader of the topic gets it.
+#[derive(Debug, PartialEq, Eq)]
+#[non_exhaustive]
+pub enum Read {
+    /// A tombstone: the record's value is null.
+    Tombstone,
+    /// A present value's plaintext (zeroized when dropped).
+    Value(Zeroizing<Vec<u8>>),
+    /// A present value under the key of a subject that was shredded: a
+    /// delete, told apart from a tombstone.
+    Shredded,
+}
+
+impl Read {
+    /// Whether a reader takes it as a delete (a tombstone or a shredded
+    /// value).
+    pub fn is_delete(&self) -> bool {
+        !matches!(self, Read::Value(_))
+    }
+}
+
+/// The context of a record of topic `name` with plaintext key `key`.
+fn context<'a>(name: &'a str, key: Option<&'a [u8]>) -> Context<'a> {
+    match key {
+        Some(k) => Context::new(name).with_key(k),
+        None => Context::new(name),
+    }
+}
+
+/// Whether `keyset` holds a key whose data keys come from a KMS.
+fn has_kms_keys(keyset: &Keyset) -> bool {
+    keyset.keys().any(|(id, _)| {
+        keyset
+            .key_type_url(id)
+            .is_some_and(|u| u.ends_with(".KmsEnvelopeAeadKey"))
+    })
+}
+
+fn refused(detail: impl Into<String>) -> Error {
+    Error::Keyset {
+        kind: KeysetErrorKind::Template,
+        detail: detail.into(),
+    }
+}
+
+impl TopicPolicy {
+    /// Values encrypted whole under `values` (bound to the topic and the
+    /// record key: [`AadPolicy::TopicAndKey`]); record keys and headers as
+    /// they are.
+    pub fn keyset(values: Keyset) -> Self {
+        TopicPolicy {
+            values: Values::Keyset {
+                ser: EncryptingSerializer::new(Bytes, values.clone()),
+                de: DecryptingDeserializer::new(Bytes, values.clone()),
+                keyset: values,
+                aad: AadPolicy::TopicAndKey,
+            },
+            keys: None,
+            headers: Vec::new(),
+        }
+    }
+
+    /// Values under their subjects' keys (the subject is the record key's
+    /// plaintext; values are bound to the topic and the record key).
+    pub fn subject_keys(keys: Arc<SubjectKeys>) -> Self {
+        TopicPolicy {
+            values: Values::Subjects(SubjectEncrypting::new(keys, Bytes)),
+            keys: None,
+            headers: Vec::new(),
+        }
+    }
+
+    /// The same policy with values bound to `aad` (a keyset's values only).
+    ///
+    /// # Errors
+    /// [`Error::Keyset`] on a policy of subject keys: their values are
+    /// always bound to the topic and the record key.
+    pub fn with_aad(mut self, policy: AadPolicy) -> Result<Self, Error> {
+        match &mut self.values {
+            Values::Keyset {
+                keyset,
+                aad,
+                ser,
+                de,
+            } => {
+                *aad = policy;
+                *ser = EncryptingSerializer::new(Bytes, keyset.clone()).with_aad(policy);
+                *de = DecryptingDeserializer::new(Bytes, keyset.clone()).with_aad(policy);
+                Ok(self)
+            }
+            Values::Subjects(_) if policy == AadPolicy::TopicAndKey => Ok(self),
+            Values::Subjects(_) => Err(refused(
+                "values under subject keys are bound to the topic and the record key",
+            )),
+        }
+    }
+
+    /// The same policy with record keys encrypted deterministically under
+    /// `keys` (AES-SIV; the write rule's older forms under its other
+    /// enabled keys).
+    ///
+    /// # Errors
+    /// [`Error::Keyset`] when `keys` is not deterministic.
+    pub fn with_record_keys(mut self, keys: Keyset) -> Result<Self, Error> {
+        if !keys.is_deterministic() {
+            return Err(refused("record keys need a deterministic (AES-SIV) keyset"));
+        }
+        self.keys = Some((
+            keys.clone(),
+            DeterministicSerializer::new(Bytes, keys.clone()),
+            DeterministicDeserializer::new(Bytes, keys),
+        ));
+        Ok(self)
+    }
+
+    /// The same policy with the values of the headers named `names`
+    /// encrypted under the value keyset (see the [module docs](self)).
+    ///
+    /// # Errors
+    /// [`Error::Keyset`] on a policy of subject keys when `names` is not
+    /// empty.
+    pub fn with_headers<S: Into<String>>(
+        mut self,
+        names: impl IntoIterator<Item = S>,
+    ) -> Result<Self, Error> {
+        self.headers = names.into_iter().map(Into::into).collect();
+        if !self.headers.is_empty() && matches!(self.values, Values::Subjects(_)) {
+            return Err(refused(
+                "headers are encrypted under a value keyset: a policy of subject keys has none (a header a shred does not reach would outlive the shred)",
+            ));
+        }
+        Ok(self)
+    }
+
+    /// The value keyset (`None` under subject keys).
+    pub fn value_keyset(&self) -> Option<&Keyset> {
+        match &self.values {
+            Values::Keyset { keyset, .. } => Some(keyset),
+            Values::Subjects(_) => None,
+        }
+    }
+
+    /// The subject keys (`None` under a keyset).
+    pub fn subject_key_set(&self) -> Option<&Arc<SubjectKeys>> {
+        match &self.values {
+            Values::Keyset { .. } => None,
+            Values::Subjects(s) => Some(s.keys()),
+        }
+    }
+
+    /// The record keys' keyset (`None`: record keys as they are).
+    pub fn record_keys(&self) -> Option<&Keyset> {
+        self.keys.as_ref().map(|(k, _, _)| k)
+    }
+
+    /// Whether the header `name`'s values are encrypted.
+    pub fn encrypts_header(&self, name: &str) -> bool {
+        self.headers.iter().any(|n| n == name)
+    }
+
+    /// The headers whose values are encrypted.
+    pub fn headers(&self) -> &[String] {
+        &self.headers
+    }
+
+    /// Whether writing or reading may block on I/O: a keyset with
+    /// `kms-envelope` keys (a KMS call for a data key), or subject keys (the
+    /// key store).
+    pub fn may_block(&self) -> bool {
+        let values = match &self.values {
+            Values::Keyset { keyset, .. } => has_kms_keys(keyset),
+            Values::Subjects(_) => true,
+        };
+        values || self.keys.as_ref().is_some_and(|(k, _, _)| has_kms_keys(k))
+    }
+
+    /// The forms of the plaintext record key `key` on topic `name`: the
+    /// write rule's records ([`KeyForms::writes`]); `None` when the policy
+    /// leaves record keys as they are.
+    ///
+    /// # Errors
+    /// As [`Serializer::key_forms`].
+    pub fn write_key(&self, name: &str, key: &[u8]) -> Result<Option<KeyForms>, Error> {
+        let Some((_, ser, _)) = &self.keys else {
+            return Ok(None);
+        };
+        ser.key_forms(&Context::new(name), key).map(Some)
+    }
+
+    /// A value to write on topic `name` under plaintext record key `key`:
+    /// `None` (a tombstone) stays `None`; a present value is encrypted.
+    ///
+    /// # Errors
+    /// As the value keyset's or the subject keys' serializer
+    /// ([`Error::MissingRecordKey`] under subject keys without a key).
+    pub fn write_value(
+        &self,
+        name: &str,
+        key: Option<&[u8]>,
+        value: Option<&[u8]>,
+    ) -> Result<Option<Vec<u8>>, Error> {
+        let ctx = context(name, key);
+        let written = match &self.values {
+            Values::Keyset { ser, .. } => ser.serialize(&ctx, value)?,
+            Values::Subjects(s) => s.serialize(&ctx, value)?,
+        };
+        match (value, &written) {
+            (Some(_), None) => Err(Error::InnerReturnedNone),
+            _ => Ok(written),
+        }
+    }
+
+    /// A header's value to write: its ciphertext when the policy names
+    /// `header`, `None` when it does not (the value goes as it is).
+    ///
+    /// # Errors
+    /// As [`Keyset::encrypt`]; [`Error::ContextTooLong`] for a name of
+    /// 4 GiB or more.
+    pub fn write_header(
+        &self,
+        name: &str,
+        key: Option<&[u8]>,
+        header: &str,
+        value: &[u8],
+    ) -> Result<Option<Vec<u8>>, Error> {
+        let Some(keyset) = self.header_keyset(header) else {
+            return Ok(None);
+        };
+        let ad = header_aad(&context(name, key), header)?;
+        keyset.encrypt(value, &ad).map(Some)
+    }
+
+    /// The plaintext of the record key `wire` as it is on topic `name`
+    /// (itself when the policy leaves record keys as they are).
+    ///
+    /// # Errors
+    /// A key that does not decrypt under the record keys' keyset.
+    pub fn read_key(&self, name: &str, wire: &[u8]) -> Result<Zeroizing<Vec<u8>>, Error> {
+        match &self.keys {
+            None => Ok(Zeroizing::new(wire.to_vec())),
+            Some((_, _, de)) => {
+                let (_, plaintext) = de.deserialize_key(&Context::new(name), wire)?;
+                Ok(Zeroizing::new(plaintext))
+            }
+        }
+    }
+
+    /// The value `value` of a record of topic `name` with plaintext record
+    /// key `key`, read as the policy says.
+    ///
+    /// # Errors
+    /// A present value that does not authenticate, is not of the policy's
+    /// format, or under subject keys names a key the key store neither
+    /// holds nor records as shredded ([`Error::UnknownSubjectKey`]); with
+    /// strict subject keys, a shredded subject's value
+    /// ([`Error::Shredded`]); a KMS or key-store failure. None of them is
+    /// a delete.
+    pub fn read_value(
+        &self,
+        name: &str,
+        key: Option<&[u8]>,
+        value: Option<&[u8]>,
+    ) -> Result<Read, Error> {
+        let Some(v) = value else {
+            return Ok(Read::Tombstone);
+        };
+        let ctx = context(name, key);
+        let read: Option<Vec<u8>> = match &self.values {
+            Values::Keyset { de, .. } => de.deserialize(&ctx, Some(v))?,
+            Values::Subjects(s) => s.deserialize(&ctx, Some(v))?,
+        };
+        Ok(match read {
+            Some(plain) => Read::Value(Zeroizing::new(plain)),
+            // Only a shred's record reads a present value as a delete.
+            None => match &self.values {
+                Values::Subjects(_) => Read::Shredded,
+                Values::Keyset { .. } => return Err(Error::InnerReturnedNone),
+            },
+        })
+    }
+
+    /// A header's value as read: its plaintext when the policy names
+    /// `header`, `None` when it does not (the value is as it is).
+    ///
+    /// # Errors
+    /// A named header's value that does not authenticate.
+    pub fn read_header(
+        &self,
+        name: &str,
+        key: Option<&[u8]>,
+        header: &str,
+        value: &[u8],
+    ) -> Result<Option<Zeroizing<Vec<u8>>>, Error> {
+        let Some(keyset) = self.header_keyset(header) else {
+            return Ok(None);
+        };
+        let ad = header_aad(&context(name, key), header)?;
+        keyset.decrypt(value, &ad).map(|p| Some(Zeroizing::new(p)))
+    }
+
+    fn header_keyset(&self, header: &str) -> Option<&Keyset> {
+        if !self.encrypts_header(header) {
+            return None;
+        }
+        self.value_keyset()
+    }
+}
+
+/// The associated data of a header value: the [`AadPolicy::TopicAndKey`]
+/// associated data of the record's context, then
+/// `u32be(len(name)) | name` (UTF-8). Longer than any value's associated
+/// data of the same context, with the key's length field in the same
+/// place, so a value never decrypts as a header, nor a header under
+/// another name, key or topic.
+fn header_aad(ctx: &Context<'_>, header: &str) -> Result<Vec<u8>, Error> {
+    let mut ad = ctx.associated_data(AadPolicy::TopicAndKey)?;
+    let len = u32::try_from(header.len()).map_err(|_| Error::ContextTooLong)?;
+    ad.extend_from_slice(&len.to_be_bytes());
+    ad.extend_from_slice(header.as_bytes());
+    Ok(ad)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::shred::MemoryKeyStore;
+    use crate::KeyTemplate;
+
+    fn subjects() -> TopicPolicy {
+        let store = Arc::new(MemoryKeyStore::new());
+        let keys = SubjectKeys::create(Keyset::generate(), store).unwrap();
+        TopicPolicy::subject_keys(Arc::new(keys))
+    }
+
+    #[test]
+    fn a_values_format_comes_from_the_policy_not_its_first_byte() {
+        let ks = Keyset::generate();
+        let whole = TopicPolicy::keyset(ks);
+        let subj = subjects();
+        let under_keyset = whole.write_value("t", Some(b"k"), Some(b"v")).unwrap();
+        let under_subject = subj.write_value("t", Some(b"k"), Some(b"v")).unwrap();
+        assert_eq!(under_subject.as_ref().unwrap()[0], crate::shred::FORMAT);
+        // Each reads its own.
+        assert_eq!(
+            whole
+                .read_value("t", Some(b"k"), under_keyset.as_deref())
+                .unwrap(),
+            Read::Value(Zeroizing::new(b"v".to_vec()))
+        );
+        assert_eq!(
+            subj.read_value("t", Some(b"k"), under_subject.as_deref())
+                .unwrap(),
+            Read::Value(Zeroizing::new(b"v".to_vec()))
+        );
+        // Neither reads the other's, nor a plaintext that starts with `S`:
+        // errors, never a delete.
+        for (policy, other) in [(&whole, &under_subject), (&subj, &under_keyset)] {
+            assert!(policy
+                .read_value("t", Some(b"k"), other.as_deref())
+                .is_err());
+        }
+        let s_plain = b"Some plaintext that starts with S and is long enough".to_vec();
+        assert!(subj.read_value("t", Some(b"k"), Some(&s_plain)).is_err());
+        assert!(whole.read_value("t", Some(b"k"), Some(&s_plain)).is_err());
+    }
+
+    #[test]
+    fn only_a_shred_reads_as_a_delete_and_tombstones_stay_tombstones() {
+        let subj = subjects();
+        let v = subj.write_value("t", Some(b"alice"), Some(b"")).unwrap();
+        assert!(v.is_some(), "an empty value is a value");
+        assert_eq!(subj.write_value("t", Some(b"alice"), None).unwrap(), None);
+        assert_eq!(
+            subj.read_value("t", Some(b"alice"), None).unwrap(),
+            Read::Tombstone
+        );
+        assert_eq!(
+            subj.read_value("t", Some(b"alice"), v.as_deref()).unwrap(),
+            Read::Value(Zeroizing::new(Vec::new()))
+        );
+        // Under another key's context it does not authenticate: an error.
+        assert!(subj.read_value("t", Some(b"bob"), v.as_deref()).is_err());
+        subj.subject_key_set().unwrap().shred(b"alice").unwrap();
+        assert_eq!(
+            subj.read_value("t", Some(b"alice"), v.as_deref()).unwrap(),
+            Read::Shredded
+        );
+        // A keyset policy never reads a present value as a delete.
+        let whole = TopicPolicy::keyset(Keyset::generate());
+        let e = whole.write_value("t", Some(b"k"), Some(b"")).unwrap();
+        assert!(!whole
+            .read_value("t", Some(b"k"), e.as_deref())
+            .unwrap()
+            .is_delete());
+    }
+
+    #[test]
+    fn keys_follow_the_write_rule_and_headers_their_names() {
+        let mut keys = Keyset::generate_with(KeyTemplate::aes256_siv()).unwrap();
+        let policy = TopicPolicy::keyset(Keyset::generate())
+            .with_record_keys(keys.clone())
+            .unwrap()
+            .with_headers(["x-ssn"])
+            .unwrap();
+        let before = policy.write_key("t", b"alice").unwrap().unwrap();
+        assert_eq!(before.older().len(), 0);
+        keys.rotate_with(KeyTemplate::aes256_siv()).unwrap();
+        let rotated = TopicPolicy::keyset(Keyset::generate())
+            .with_record_keys(keys)
+            .unwrap();
+        let forms = rotated.write_key("t", b"alice").unwrap().unwrap();
+        assert_eq!(forms.older(), [before.primary().to_vec()]);
+        assert_eq!(
+            &rotated.read_key("t", forms.primary()).unwrap()[..],
+            b"alice"
+        );
+        assert_eq!(
+            &rotated.read_key("t", before.primary()).unwrap()[..],
+            b"alice"
+        );
+        assert!(rotated.read_key("t", b"alice").is_err());
+
+        let h = policy
+            .write_header("t", Some(b"k"), "x-ssn", b"123")
+            .unwrap()
+            .unwrap();
+        assert_eq!(
+            policy
+                .read_header("t", Some(b"k"), "x-ssn", &h)
+                .unwrap()
+                .as_deref()
+                .map(|v| &v[..]),
+            Some(&b"123"[..])
+        );
+        assert!(policy
+            .read_header("t", Some(b"k"), "x-other-name", &h)
+            .unwrap()
+            .is_none());
+        // Moved to another name (that the policy encrypts), key or topic.
+        let two = policy.clone().with_headers(["x-ssn", "x-id"]).unwrap();
+        assert!(two.read_header("t", Some(b"k"), "x-id", &h).is_err());
+        assert!(policy.read_header("t", Some(b"j"), "x-ssn", &h).is_err());
+        assert!(policy.read_header("u", Some(b"k"), "x-ssn", &h).is_err());
+        // A value's ciphertext is not a header's.
+        let v = policy
+            .write_value("t", Some(b"k"), Some(b"123"))
+            .unwrap()
+            .unwrap();
+        assert!(policy.read_header("t", Some(b"k"), "x-ssn", &v).is_err());
+        assert!(policy
+            .write_header("t", Some(b"k"), "other", b"1")
+            .unwrap()
+            .is_none());
+    }
+
+    #[test]
+    fn what_a_policy_cannot_hold_is_refused() {
+        assert!(TopicPolicy::keyset(Keyset::generate())
+            .with_record_keys(Keyset::generate())
+            .is_err());
+        assert!(subjects().with_headers(["x"]).is_err());
+        assert!(subjects().with_aad(AadPolicy::Topic).is_err());
+        assert!(subjects().with_aad(AadPolicy::TopicAndKey).is_ok());
+        assert!(subjects().may_block());
+        assert!(!TopicPolicy::keyset(Keyset::generate()).may_block());
+        assert!(matches!(
+            subjects().write_value("t", None, Some(b"v")),
+            Err(Error::MissingRecordKey)
+        ));
+    }
+}
