@@ -68,13 +68,14 @@ pub(crate) fn classify(
             (Kind::Tombstone, None)
         }
         Some(v) if s.confluent.is_some() => confluent_kind(s, counts, r, v)?,
-        Some(v) if v.first() == Some(&tombstone_crypt::shred::FORMAT) && s.subjects.is_some() => {
-            subject_kind(s, counts, r, v, bound)?
-        }
-        // Of the subject-key format, and no subject keys given: not a
-        // plaintext value to encrypt again (reencrypt would wrap it, and a
-        // shred would no longer reach the copy), but a value this run
-        // cannot read.
+        // The policy is subject keys: every present value is read as one,
+        // whatever its first byte.
+        Some(v) if s.values.subject_key_set().is_some() => subject_kind(s, counts, r, v, bound)?,
+        // The policy is a keyset, and the value is not its ciphertext but
+        // has the subject-key format: not taken for a plaintext value to
+        // encrypt again (reencrypt would wrap it, and a shred would no
+        // longer reach the copy), but counted as a value this run cannot
+        // read. A refusal to call it plaintext, never a read.
         Some(v)
             if v.first() == Some(&tombstone_crypt::shred::FORMAT)
                 && v.len() >= tombstone_crypt::shred::OVERHEAD
@@ -135,21 +136,18 @@ fn subject_kind(
     v: &[u8],
     bound: Option<&[u8]>,
 ) -> Result<(Kind, Option<u32>), Fail> {
-    use tombstone_crypt::{Deserializer as _, Error};
-    let Some(subjects) = &s.subjects else {
-        return Ok((Kind::Undecryptable, None));
-    };
+    use tombstone_crypt::policy::Read;
+    use tombstone_crypt::Error;
     let Some(key) = bound else {
         counts.undecryptable_values += 1;
         return Ok((Kind::Undecryptable, None));
     };
-    let ctx = value_context(&s.name, Some(key));
-    match subjects.deserialize(&ctx, Some(v)) {
-        Ok(Some(_)) => {
+    match s.values.read_value(&s.name, Some(key), Some(v)) {
+        Ok(Read::Value(_)) => {
             counts.decrypted += 1;
             Ok((Kind::Live, None))
         }
-        Ok(None) => {
+        Ok(Read::Shredded) => {
             counts.shredded_values += 1;
             Ok((Kind::Broken, None))
         }
@@ -168,7 +166,8 @@ fn subject_kind(
         Err(e @ (Error::Store { .. } | Error::Changelog { .. } | Error::Kms { .. })) => {
             Err(value_failed(s, r, &e))
         }
-        Err(_) => {
+        // What this version does not know is never a delete.
+        Ok(_) | Err(_) => {
             counts.undecryptable_values += 1;
             Ok((Kind::Undecryptable, None))
         }

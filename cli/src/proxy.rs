@@ -16,13 +16,18 @@ pub(crate) struct ProxyArgs {
     /// clients connect to; broker node N is served at its port + 1 + N),
     /// `bootstrap` (the real cluster), optional `advertised_host` and
     /// `max_frame_bytes` (default 100 MiB), and `topics`, a list of
-    /// `{"topic": NAME}` or `{"prefix": PREFIX}` entries with
-    /// `value_keyset` and optional `key_keyset` (Tink JSON keyset files,
-    /// relative to the configuration file), optional
-    /// `value_keyset_kms_uri` / `key_keyset_kms_uri` (the file is an
+    /// `{"topic": NAME}` or `{"prefix": PREFIX}` entries with either
+    /// `value_keyset` (values under a keyset) or `subject_keyset` (a KEK:
+    /// values under subject keys, the subject the record key, with
+    /// `subject_key_topic`, a key-store topic on the cluster that `shred
+    /// --subject-key-topic` shreds through while the proxy runs, or
+    /// `subject_key_store`, a redb file; optional `subject_key_view`, a
+    /// directory), optional `key_keyset` (Tink JSON keyset files, relative
+    /// to the configuration file), optional `value_keyset_kms_uri` /
+    /// `subject_keyset_kms_uri` / `key_keyset_kms_uri` (the file is an
     /// encrypted keyset under that KMS key, as --keyset-kms-uri) and
-    /// `headers` (names of headers whose values are encrypted). Topics no
-    /// entry names pass through untouched. Optional `tls` (`cert_file`,
+    /// `headers` (names of headers whose values are encrypted; not with
+    /// `subject_keyset`). Topics no entry names pass through untouched. Optional `tls` (`cert_file`,
     /// `key_file`: the listeners speak TLS) and `upstream_tls` (`ca_file`,
     /// optional `server_name`: TLS to the brokers).
     #[arg(long, value_name = "FILE")]

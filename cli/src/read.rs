@@ -18,8 +18,9 @@ use tombstone_crypt::kafka::rdkafka::{Offset, TopicPartitionList};
 
 use tombstone_crypt::confluent::{ConfluentJson, LocalKms, Registry};
 use tombstone_crypt::kafka::{KafkaChangelog, KafkaKeyStore};
-use tombstone_crypt::shred::{KeyStore, RedbKeyStore, SubjectEncrypting, SubjectKeys};
-use tombstone_crypt::{AadPolicy, Bytes, KeyStatus, Keyset};
+use tombstone_crypt::policy::TopicPolicy;
+use tombstone_crypt::shred::{KeyStore, RedbKeyStore, SubjectKeys};
+use tombstone_crypt::{AadPolicy, KeyStatus, Keyset};
 
 use crate::fields::FieldKeys;
 use crate::key_state::MAX_FORMS;
@@ -69,13 +70,12 @@ pub(crate) struct Setup {
     /// Confluent's format (`audit --schema-registry`): the values are read
     /// with this codec, subject `{topic}-value`, and `keyset` is unused.
     pub(crate) confluent: Option<Arc<ConfluentJson>>,
-    /// Subject keys (`--subject-keyset`): values written under them are read
-    /// with these.
-    pub(crate) subjects: Option<Arc<SubjectValues>>,
+    /// How the values are read: the library's topic policy, of `keyset`
+    /// (bound as `--aad` says) or, with `--subject-keyset`, of subject
+    /// keys; every present value is read as it says, never by its first
+    /// byte.
+    pub(crate) values: TopicPolicy,
 }
-
-/// Values under subject keys, read as bytes.
-pub(crate) type SubjectValues = SubjectEncrypting<Bytes, [u8]>;
 
 /// The subject keys `a` names (`None` without `--subject-keyset`): the KEK
 /// keyset, and the redb file or the compacted topic (on `config`'s
@@ -419,6 +419,11 @@ pub(crate) fn setup(a: &TopicArgs) -> Result<Setup, Fail> {
 /// As [`setup`]; `--keyset` missing without `confluent`.
 pub(crate) fn setup_with(a: &TopicArgs, confluent: Option<ConfluentJson>) -> Result<Setup, Fail> {
     let keyset = match (&a.keyset, &confluent) {
+        (Some(_), None) if a.subject.subject_kek.is_some() => {
+            return Err(fail(
+                "give one of --keyset and --subject-keyset: a topic's values are under one policy, a keyset or subject keys (a value's format is never guessed from its bytes)",
+            ))
+        }
         (Some(path), _) => keysets::load(path, a.decrypt_with.as_deref())?,
         // Values in Confluent's format, or all under subject keys: the
         // keyset reads nothing.
@@ -467,8 +472,11 @@ pub(crate) fn setup_with(a: &TopicArgs, confluent: Option<ConfluentJson>) -> Res
         Duration::from_secs(a.client.connect_timeout.max(1)),
         false,
         a.strict,
-    )?
-    .map(|k| Arc::new(SubjectEncrypting::new(k, Bytes)));
+    )?;
+    let values = match subjects {
+        Some(keys) => TopicPolicy::subject_keys(keys),
+        None => TopicPolicy::keyset(keyset.clone()).with_aad(a.aad.into())?,
+    };
     Ok(Setup {
         topic: a.topic.clone(),
         name: a.aad_name.clone().unwrap_or_else(|| a.topic.clone()),
@@ -486,7 +494,7 @@ pub(crate) fn setup_with(a: &TopicArgs, confluent: Option<ConfluentJson>) -> Res
         parallel,
         fields: None,
         confluent: confluent.map(Arc::new),
-        subjects,
+        values,
     })
 }
 
@@ -505,11 +513,13 @@ impl Setup {
         only: Option<BTreeSet<i32>>,
     ) -> Result<Setup, Fail> {
         let config = client_config(bootstrap, client)?;
+        let keyset = Keyset::generate();
         Ok(Setup {
+            values: TopicPolicy::keyset(keyset.clone()),
             topic: topic.to_owned(),
             name: topic.to_owned(),
             value_key: ValueKey::Plaintext,
-            keyset: Keyset::generate(),
+            keyset,
             key_keyset: None,
             widened_keys: None,
             marker: NullMarker::None,
@@ -522,7 +532,6 @@ impl Setup {
             parallel: 1,
             fields: None,
             confluent: None,
-            subjects: None,
         })
     }
 }

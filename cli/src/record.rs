@@ -5,9 +5,7 @@
 //! with the associated data `--value-key` binds it to; and a record to
 //! write ([`Write`]).
 
-use tombstone_crypt::{
-    Bytes, Context, DecryptingDeserializer, Deserializer as _, DeterministicDeserializer, Keyset,
-};
+use tombstone_crypt::{Bytes, Context, Deserializer as _, DeterministicDeserializer, Keyset};
 use zeroize::Zeroizing;
 
 use crate::read::{Rec, Setup};
@@ -52,10 +50,9 @@ pub(crate) fn open_value(
         return Ok(Value::NotCiphertext);
     }
     let id = key_id(v);
-    let de = DecryptingDeserializer::new(Bytes, s.keyset.clone()).with_aad(s.aad);
-    let ctx = value_context(&s.name, bound);
-    match de.deserialize(&ctx, Some(v)) {
-        Ok(Some(p)) => Ok(Value::Plain(Zeroizing::new(p), id)),
+    // Through the topic's policy, the reader `consume` and the proxy use.
+    match s.values.read_value(&s.name, bound, Some(v)) {
+        Ok(tombstone_crypt::policy::Read::Value(p)) => Ok(Value::Plain(p, id)),
         Err(e @ tombstone_crypt::Error::Kms { .. }) => Err(value_failed(s, r, &e)),
         _ => Ok(Value::Undecryptable(id)),
     }

@@ -58,7 +58,7 @@ fn field_keys(args: &ReencryptArgs, s: &Setup) -> Result<Option<FieldKeys>, Fail
 /// was skipped.
 pub(crate) fn reencrypt(args: &ReencryptArgs, out: &Output) -> Result<Outcome, Fail> {
     let mut s = setup(&args.topic)?;
-    if s.subjects.is_some() {
+    if s.values.subject_key_set().is_some() {
         return Err(fail(
             "reencrypt does not rewrite values under subject keys (--subject-keyset): they stay under their subjects' keys",
         ));

@@ -404,11 +404,14 @@ fn consume(bootstrap: &str, topic: &str, args: &[&str]) -> (i32, Vec<Value>, Str
 }
 
 /// `consume --subject-kek`: every subject's values as written; after
-/// `shred` of c-1, c-1's values as `null` with `"shredded": true` (exit 0:
-/// they are deletes), the tombstone still without `shredded`, every other
+/// `shred` of c-1, c-1's values as `null` with `"shredded": true` (they
+/// are deletes), the tombstone still without `shredded`, every other
 /// value as written; a value with one ciphertext bit flipped an error line
-/// (exit 1), never `null`. Without `--subject-kek` the values are errors
-/// that name it.
+/// (exit 1), never `null`. A value's format comes from the options, never
+/// from its first byte: a value under a keyset on the same topic is an
+/// error line under `--subject-keyset`, and the subject-key values are
+/// error lines (that name `--subject-keyset`) under `--keyset`; both
+/// options at once are refused (exit 2).
 #[test]
 fn consume_prints_a_shredded_subjects_values_as_null_and_shredded() {
     let Some(bootstrap) = bootstrap() else { return };
@@ -450,15 +453,33 @@ fn consume_prints_a_shredded_subjects_values_as_null_and_shredded() {
         lines
     };
     let keys = [
-        "--keyset",
-        &keyset_path,
         "--subject-kek",
         &kek_path,
         "--subject-key-store",
         &store_path,
     ];
-    let (c, lines, err) = consume(&bootstrap, &topic, &keys);
-    assert_eq!((c, &lines), (0, &expected(false)), "{err}");
+    // The keyset's value is the one error line: its format is not the
+    // policy's.
+    let under_subjects = |shredded: bool| {
+        let (c, lines, err) = consume(&bootstrap, &topic, &keys);
+        assert_eq!((c, lines.len()), (1, 7), "{err}");
+        assert_eq!(lines[..6], expected(shredded)[..6], "{err}");
+        assert!(
+            lines[6].get("value").is_none() && lines[6]["error"].is_string(),
+            "{}",
+            lines[6]
+        );
+        lines
+    };
+    under_subjects(false);
+    // Both policies at once: refused, nothing read.
+    let (c, lines, err) = consume(
+        &bootstrap,
+        &topic,
+        &[&["--keyset", &keyset_path][..], &keys[..]].concat(),
+    );
+    assert_eq!((c, lines.len()), (2, 0), "{err}");
+    assert!(err.contains("one policy"), "{err}");
 
     // Without --subject-kek: each value under subject keys is an error
     // that says what to give; the tombstone and the keyset's value read.
@@ -476,14 +497,12 @@ fn consume_prints_a_shredded_subjects_values_as_null_and_shredded() {
         }
     }
     assert_eq!(lines[6], expected(false)[6]);
-    // Without --keyset: the keyset's value is the one error.
-    let (c, lines, err) = consume(&bootstrap, &topic, &keys[2..]);
-    assert_eq!(c, 1, "{err}");
-    assert_eq!(lines[..6], expected(false)[..6]);
     assert!(
-        lines[6]["error"].as_str().unwrap().contains("--keyset"),
-        "{}",
-        lines[6]
+        under_subjects(false)[6]["error"]
+            .as_str()
+            .unwrap()
+            .contains("--keyset"),
+        "the error line says how to read it"
     );
 
     let out = cli(&[
@@ -496,8 +515,7 @@ fn consume_prints_a_shredded_subjects_values_as_null_and_shredded() {
         "c-1",
     ]);
     assert_eq!(code(&out), 0, "{}", String::from_utf8_lossy(&out.stderr));
-    let (c, lines, err) = consume(&bootstrap, &topic, &keys);
-    assert_eq!((c, &lines), (0, &expected(true)), "{err}");
+    under_subjects(true);
 
     // A copy of c-2's value with the last bit of its ciphertext flipped
     // (offset 7): an error line and exit 1, not a delete.
@@ -508,7 +526,7 @@ fn consume_prints_a_shredded_subjects_values_as_null_and_shredded() {
     produce(&bootstrap, &topic, &[("c-2", Some(tampered))]);
     let (c, lines, err) = consume(&bootstrap, &topic, &keys);
     assert_eq!((c, lines.len()), (1, 8), "{err}");
-    assert_eq!(lines[..7], expected(true)[..], "{err}");
+    assert_eq!(lines[..6], expected(true)[..6], "{err}");
     let bad = lines[7].as_object().unwrap();
     assert_eq!((&bad["offset"], &bad["key"]), (&json!(7), &json!("c-2")));
     assert!(bad["error"].is_string(), "{}", lines[7]);
