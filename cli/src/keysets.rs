@@ -19,47 +19,14 @@ pub(crate) fn register_kms_clients() {
     tombstone_crypt::kms::register_kms_client(AwsKmsClient::from_env());
 }
 
-/// The most bytes a keyset file may have (a keyset of `MAX_KEYS` keys is
-/// far smaller).
-const MAX_KEYSET_FILE: u64 = 16 << 20;
-
-/// Reads a keyset file (at most [`MAX_KEYSET_FILE`] bytes) into a buffer
-/// that is zeroized when dropped.
-fn read_secret(path: &Path) -> Result<Zeroizing<String>, Fail> {
-    let file = std::fs::File::open(path)
-        .map_err(|e| fail(format!("reading the keyset {}: {e}", path.display())))?;
-    // Sized up front: a String that grows leaves its old buffers, with
-    // the key material, unzeroized.
-    let size = file.metadata().map_or(0, |m| m.len()).min(MAX_KEYSET_FILE) + 1;
-    let mut text = Zeroizing::new(String::with_capacity(size as usize));
-    std::io::Read::read_to_string(
-        &mut std::io::Read::take(file, MAX_KEYSET_FILE + 1),
-        &mut text,
-    )
-    .map_err(|e| fail(format!("reading the keyset {}: {e}", path.display())))?;
-    if text.len() as u64 > MAX_KEYSET_FILE {
-        return Err(fail(format!(
-            "the keyset {} is larger than {MAX_KEYSET_FILE} bytes",
-            path.display()
-        )));
-    }
-    Ok(text)
-}
-
 /// Reads a keyset file: Tink's cleartext JSON, or Tink's encrypted keyset
-/// with `decrypt_with` (the KMS key it is encrypted with).
+/// with `decrypt_with` (the KMS key it is encrypted with). The proxy's
+/// loader: the file at most 16 MiB, read into a buffer zeroized when
+/// dropped; errors name the file, never key bytes.
 pub(crate) fn load(path: &Path, decrypt_with: Option<&str>) -> Result<Keyset, Fail> {
-    let text = read_secret(path)?;
-    let keyset = match decrypt_with {
-        Some(uri) => Keyset::from_encrypted_tink_json(&text, uri, b""),
-        None => Keyset::from_tink_json(&text),
-    };
-    keyset.map_err(|e| {
-        fail(format!(
-            "the keyset {}: {}",
-            path.display(),
-            crate::chain(&e)
-        ))
+    tombstone_crypt_proxy::load_keyset_with(path, decrypt_with).map_err(|e| match e {
+        tombstone_crypt_proxy::ProxyError::Config(what) => fail(what),
+        e => fail(e.to_string()),
     })
 }
 
