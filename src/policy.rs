@@ -490,6 +490,12 @@ mod tests {
             subj.read_value("t", Some(b"alice"), v.as_deref()).unwrap(),
             Read::Shredded
         );
+        // Copied under another key, a shredded value is still an error,
+        // never a delete of that key: it names alice, not bob.
+        assert!(subj.read_value("t", Some(b"bob"), v.as_deref()).is_err());
+        let mut forged = v.clone().unwrap();
+        forged[crate::shred::OVERHEAD - 16..].fill(0);
+        assert!(subj.read_value("t", Some(b"bob"), Some(&forged)).is_err());
         // A keyset policy never reads a present value as a delete.
         let whole = TopicPolicy::keyset(Keyset::generate());
         let e = whole.write_value("t", Some(b"k"), Some(b"")).unwrap();

@@ -251,7 +251,9 @@ fn decrypt_record(
 }
 
 /// Applies `f` to every record of every data batch in `raw`, batch by
-/// batch; control batches and empty batches are kept byte for byte.
+/// batch. On Fetch (`partial_ok`: a partial batch at the end is dropped)
+/// control batches and empty batches are kept byte for byte; on Produce
+/// they are refused.
 fn transform(
     raw: &Bytes,
     partial_ok: bool,
@@ -302,6 +304,17 @@ fn transform(
         let attributes = i16::from_be_bytes([batch[ATTRIBUTES.start], batch[ATTRIBUTES.start + 1]]);
         let count = &batch[RECORD_COUNT];
         if attributes & CONTROL_FLAG != 0 || count == [0, 0, 0, 0] {
+            // A client writes neither: control batches are the broker's
+            // (transaction markers), and an empty batch is what compaction
+            // leaves. Forwarded as they are, their bytes would reach the
+            // broker unencrypted, whatever they hold.
+            if !partial_ok {
+                return Err(if attributes & CONTROL_FLAG != 0 {
+                    "a control batch in a Produce request (control records are the broker's)".into()
+                } else {
+                    "a batch of 0 records in a Produce request".into()
+                });
+            }
             out.extend_from_slice(&batch);
             continue;
         }
@@ -615,6 +628,39 @@ mod tests {
         let other = encrypt("t", &whole, &Hooks::default(), &raw, LIMIT).unwrap();
         assert!(decrypt("t", &policy, &other.records, LIMIT).is_err());
         assert!(decrypt("t", &whole, &enc.records, LIMIT).is_err());
+    }
+
+    #[test]
+    fn a_produce_with_a_control_or_empty_batch_is_refused_a_fetch_keeps_them() {
+        let policy = TopicPolicy::keyset(Keyset::generate());
+        let plain = batch(
+            &[record(0, Some(b"k"), Some(b"PLAINTEXT"))],
+            Compression::None,
+        );
+        let set_crc = |b: &mut BytesMut| {
+            let crc = crc32c::crc32c(&b[ATTRIBUTES.start..]);
+            b[CRC].copy_from_slice(&crc.to_be_bytes());
+        };
+        let mut control = BytesMut::from(&plain[..]);
+        control[ATTRIBUTES.end - 1] |= CONTROL_FLAG as u8;
+        set_crc(&mut control);
+        let mut empty = BytesMut::from(&plain[..]);
+        empty[RECORD_COUNT].copy_from_slice(&[0, 0, 0, 0]);
+        set_crc(&mut empty);
+        for odd in [control.freeze(), empty.freeze()] {
+            // Produce: refused, so its bytes never reach the broker.
+            let e = encrypt("t", &policy, &Hooks::default(), &odd, LIMIT).unwrap_err();
+            assert!(e.contains("Produce"), "{e}");
+            // Behind an ordinary batch too.
+            let mut two = BytesMut::from(&plain[..]);
+            two.extend_from_slice(&odd);
+            assert!(encrypt("t", &policy, &Hooks::default(), &two.freeze(), LIMIT).is_err());
+            // Fetch: the broker's, handed on as they are.
+            assert_eq!(decrypt("t", &policy, &odd, LIMIT).unwrap(), odd);
+        }
+        // The control: an ordinary batch is encrypted.
+        let enc = encrypt("t", &policy, &Hooks::default(), &plain, LIMIT).unwrap();
+        assert!(!enc.records.windows(9).any(|w| w == b"PLAINTEXT"));
     }
 
     #[test]

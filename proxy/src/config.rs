@@ -150,6 +150,14 @@ pub struct TopicEntry {
     /// per running instance.
     #[serde(default)]
     pub subject_key_view: Option<PathBuf>,
+    /// How stale, in milliseconds, the proxy's view of the key store and
+    /// its cached subject keys may be (default 5000 each): a shred made
+    /// elsewhere reaches the proxy's readers within twice this, and a
+    /// value the proxy writes for the subject within that time after the
+    /// shred goes out under the shredded key, and reads as deleted too.
+    /// Smaller: shreds seen sooner, more reads of the key-store topic.
+    #[serde(default)]
+    pub subject_key_fence_ms: Option<u64>,
     /// The keyset (AES-SIV, Tink cleartext JSON) record keys are encrypted
     /// with, deterministically; record keys stay plaintext without it.
     #[serde(default)]
@@ -315,10 +323,11 @@ fn entry_policy(config: &ProxyConfig, entry: &TopicEntry) -> Result<TopicPolicy,
         && (entry.subject_keyset_kms_uri.is_some()
             || entry.subject_key_topic.is_some()
             || entry.subject_key_store.is_some()
-            || entry.subject_key_view.is_some())
+            || entry.subject_key_view.is_some()
+            || entry.subject_key_fence_ms.is_some())
     {
         return Err(bad(
-            "\"subject_keyset_kms_uri\", \"subject_key_topic\", \"subject_key_store\" and \"subject_key_view\" need \"subject_keyset\"",
+            "\"subject_keyset_kms_uri\", \"subject_key_topic\", \"subject_key_store\", \"subject_key_view\" and \"subject_key_fence_ms\" need \"subject_keyset\"",
         ));
     }
     let policy = match (&entry.value_keyset, &entry.subject_keyset) {
@@ -358,6 +367,7 @@ fn subject_keys(
     bad: &dyn Fn(&str) -> ProxyError,
 ) -> Result<SubjectKeys, ProxyError> {
     let failed = |what: String, e: &tombstone_crypt::Error| bad(&format!("{what}: {}", chain(e)));
+    let fence = std::time::Duration::from_millis(entry.subject_key_fence_ms.unwrap_or(5000));
     let store: Arc<dyn KeyStore> = match (&entry.subject_key_topic, &entry.subject_key_store) {
         (Some(topic), None) => {
             let mut client = ClientConfig::new();
@@ -373,7 +383,7 @@ fn subject_keys(
             }
             let log = KafkaChangelog::existing(client, topic)
                 .map_err(|e| failed(format!("\"subject_key_topic\" {topic:?}"), &e))?;
-            let store = KafkaKeyStore::new(log);
+            let store = KafkaKeyStore::new(log).with_fence(fence);
             let store = match &entry.subject_key_view {
                 None => store,
                 Some(dir) => store.with_view_dir(dir).map_err(|e| {
@@ -396,7 +406,9 @@ fn subject_keys(
             ))
         }
     };
-    SubjectKeys::open(kek, store).map_err(|e| failed("the subject keys".into(), &e))
+    SubjectKeys::open(kek, store)
+        .map(|keys| keys.with_fence(fence))
+        .map_err(|e| failed("the subject keys".into(), &e))
 }
 
 /// The most bytes a keyset file may have.

@@ -1043,7 +1043,11 @@ impl<C, T: ?Sized> SubjectEncrypting<C, T> {
 
     /// The subject is what `subject` takes from the record's context and
     /// value (`None`: the record key). Reading needs no closure: a value
-    /// carries its subject tag.
+    /// carries its subject tag. With the subject the record key (no
+    /// closure), a shredded subject's value read under another record key
+    /// is an error, not a delete (its subject tag is not that key's); with
+    /// a closure the reader cannot tell the value's subject from its
+    /// record, so such a copy reads as a delete.
     #[must_use]
     pub fn with_subject(
         self,
@@ -1097,9 +1101,23 @@ impl<T: ?Sized, U, C: Deserializer<U>> Deserializer<U> for SubjectEncrypting<C, 
             Some(mut plain) => self
                 .inner
                 .deserialize_owned(ctx, std::mem::take(&mut *plain)),
-            None => Err(Error::Shredded {
-                as_delete: !self.keys.strict,
-            }),
+            None => {
+                // A shred's record covers the value's DEK, so its GCM tag
+                // cannot be checked against its record. Its subject tag
+                // can: with the subject the record key, a value copied (or
+                // forged) under another key names another subject, and is
+                // an error, never a delete of that key.
+                if self.subject.is_none() {
+                    let key = ctx.key().ok_or(Error::MissingRecordKey)?;
+                    let named = data.get(1..=TAG).ok_or(Error::Decryption)?;
+                    if named != self.keys.tag(key)? {
+                        return Err(Error::Decryption);
+                    }
+                }
+                Err(Error::Shredded {
+                    as_delete: !self.keys.strict,
+                })
+            }
         }
     }
 }

@@ -1,8 +1,8 @@
-//! Adversarial review of the proxy's subject-key (crypto-shredding) topics
-//! and of its policy topics' Produce path: attempts to delete what nobody
-//! deleted, to bring back what was deleted, and to leak plaintext to the
-//! broker. Each test either shows a problem (it fails) or shows the
-//! property holding.
+//! Attacks on the proxy's subject-key (crypto-shredding) topics and on its
+//! policy topics' Produce path: attempts to delete what nobody deleted, to
+//! bring back what was deleted, and to leak plaintext to the broker, with
+//! forged bytes, wrong key stores and racing instances. Each test shows
+//! the property holding.
 
 mod common;
 
@@ -22,8 +22,7 @@ use kafka_protocol::messages::{
 };
 use kafka_protocol::protocol::{Decodable, Encodable, StrBytes};
 use kafka_protocol::records::{
-    Compression, Record, RecordBatchDecoder, RecordBatchEncoder, RecordEncodeOptions,
-    TimestampType,
+    Compression, Record, RecordBatchDecoder, RecordBatchEncoder, RecordEncodeOptions, TimestampType,
 };
 use tombstone_crypt::kafka::rdkafka::producer::{FutureProducer, FutureRecord};
 use tombstone_crypt::kafka::{KafkaChangelog, KafkaKeyStore};
@@ -99,7 +98,7 @@ fn raw_produce(addr: &str, topic: &str, records: Bytes, version: i16) -> (i16, O
     header.request_api_key = ApiKey::Produce as i16;
     header.request_api_version = version;
     header.correlation_id = 4242;
-    header.client_id = Some(StrBytes::from_static_str("review"));
+    header.client_id = Some(StrBytes::from_static_str("attack"));
     let mut body = BytesMut::new();
     header
         .encode(&mut body, ApiKey::Produce.request_header_version(version))
@@ -144,7 +143,7 @@ fn raw_fetch(addr: &str, topic: &str) -> (i16, Bytes) {
     header.request_api_key = ApiKey::Fetch as i16;
     header.request_api_version = version;
     header.correlation_id = 99;
-    header.client_id = Some(StrBytes::from_static_str("review"));
+    header.client_id = Some(StrBytes::from_static_str("attack"));
     let mut body = BytesMut::new();
     header
         .encode(&mut body, ApiKey::Fetch.request_header_version(version))
@@ -197,7 +196,7 @@ impl SubjectSetup {
     /// A new key store on a new topic under a new KEK, made as
     /// `shred create-key-store` makes it.
     fn new(broker: &str, name: &str) -> Self {
-        let dir = std::env::temp_dir().join(fresh_topic(&format!("review-{name}")));
+        let dir = std::env::temp_dir().join(fresh_topic(&format!("attack-{name}")));
         std::fs::create_dir_all(&dir).unwrap();
         let kek = Keyset::generate();
         std::fs::write(dir.join("kek.json"), kek.to_tink_json()).unwrap();
@@ -220,9 +219,8 @@ impl SubjectSetup {
 
     /// The proxy's policies, through its configuration file.
     fn policies(&self, broker: &str, entries: &str) -> Result<Policies, String> {
-        let text = format!(
-            r#"{{"listen":"127.0.0.1:1","bootstrap":"{broker}","topics":[{entries}]}}"#
-        );
+        let text =
+            format!(r#"{{"listen":"127.0.0.1:1","bootstrap":"{broker}","topics":[{entries}]}}"#);
         let path = self.dir.join(format!("p-{}.json", fresh_topic("cfg")));
         std::fs::write(&path, text).unwrap();
         let c = ProxyConfig::from_file(&path).map_err(|e| e.to_string())?;
@@ -284,7 +282,7 @@ fn show(recs: &[Record]) -> Vec<(i64, String, Option<String>)> {
 #[test]
 fn a_batch_flagged_control_does_not_carry_plaintext_to_the_broker() {
     let Some(broker) = bootstrap() else { return };
-    let topic = fresh_topic("review-control");
+    let topic = fresh_topic("attack-control");
     create_topic(&broker, &topic, 1);
     let keys = Keys::new(false);
     let proxy = start_proxy(&broker, keys.policies(&topic), Hooks::default());
@@ -317,7 +315,7 @@ fn a_batch_flagged_control_does_not_carry_plaintext_to_the_broker() {
 #[test]
 fn a_batch_claiming_zero_records_does_not_carry_plaintext_to_the_broker() {
     let Some(broker) = bootstrap() else { return };
-    let topic = fresh_topic("review-count0");
+    let topic = fresh_topic("attack-count0");
     create_topic(&broker, &topic, 1);
     let keys = Keys::new(false);
     let proxy = start_proxy(&broker, keys.policies(&topic), Hooks::default());
@@ -342,7 +340,7 @@ fn a_batch_claiming_zero_records_does_not_carry_plaintext_to_the_broker() {
 #[test]
 fn every_produce_version_encrypts_and_unkeyed_subject_records_are_refused() {
     let Some(broker) = bootstrap() else { return };
-    let topic = fresh_topic("review-versions");
+    let topic = fresh_topic("attack-versions");
     create_topic(&broker, &topic, 1);
     let keys = Keys::new(true);
     let proxy = start_proxy(&broker, keys.policies(&topic), Hooks::default());
@@ -357,7 +355,7 @@ fn every_produce_version_encrypts_and_unkeyed_subject_records_are_refused() {
     assert!(!contains(&raw, b"key-plain"));
 
     let s = SubjectSetup::new(&broker, "unkeyed");
-    let stopic = fresh_topic("review-unkeyed");
+    let stopic = fresh_topic("attack-unkeyed");
     create_topic(&broker, &stopic, 1);
     let policies = s.policies(&broker, &s.entry(&stopic)).unwrap();
     let sproxy = start_proxy(&broker, policies, Hooks::default());
@@ -379,7 +377,8 @@ fn every_produce_version_encrypts_and_unkeyed_subject_records_are_refused() {
 /// must be an error, not a delete of the other key's record.
 #[test]
 fn policy_a_shredded_value_moved_to_another_key_is_an_error_not_a_delete() {
-    let keys = Arc::new(SubjectKeys::create(Keyset::generate(), Arc::new(MemoryKeyStore::new())).unwrap());
+    let keys =
+        Arc::new(SubjectKeys::create(Keyset::generate(), Arc::new(MemoryKeyStore::new())).unwrap());
     let policy = TopicPolicy::subject_keys(keys.clone());
     let alice = policy
         .write_value("t", Some(b"alice"), Some(b"alice's address"))
@@ -393,7 +392,9 @@ fn policy_a_shredded_value_moved_to_another_key_is_an_error_not_a_delete() {
     assert!(policy.read_value("t", Some(b"bob"), Some(&alice)).is_err());
     keys.shred(b"alice").unwrap();
     assert_eq!(
-        policy.read_value("t", Some(b"alice"), Some(&alice)).unwrap(),
+        policy
+            .read_value("t", Some(b"alice"), Some(&alice))
+            .unwrap(),
         Read::Shredded
     );
     assert!(matches!(
@@ -427,7 +428,7 @@ fn policy_a_shredded_value_moved_to_another_key_is_an_error_not_a_delete() {
 fn proxy_a_shredded_value_copied_under_another_key_is_not_fetched_as_a_tombstone() {
     let Some(broker) = bootstrap() else { return };
     let s = SubjectSetup::new(&broker, "copy");
-    let topic = fresh_topic("review-copy");
+    let topic = fresh_topic("attack-copy");
     create_topic(&broker, &topic, 1);
     let policies = s.policies(&broker, &s.entry(&topic)).unwrap();
     let proxy = start_proxy(&broker, policies, Hooks::default());
@@ -447,15 +448,25 @@ fn proxy_a_shredded_value_copied_under_another_key_is_not_fetched_as_a_tombstone
     let (code, recs) = fetch_until(&proxy.addr, &topic, 25, |code, recs| {
         code == 0 && recs.first().is_some_and(|r| r.value.is_none())
     });
-    eprintln!("after the shred, through the proxy: code {code}, {:?}", show(&recs));
+    eprintln!(
+        "after the shred, through the proxy: code {code}, {:?}",
+        show(&recs)
+    );
     assert_eq!(code, 0);
     assert_eq!(recs[0].value, None, "alice is shredded");
     assert_eq!(recs[1].value.as_deref(), Some(&b"bob: 2 Elm St"[..]));
     // Copied under bob's key, straight to the broker (offset 2).
     produce_direct(&broker, &topic, b"bob", Some(&alice_ct));
     let (code, raw) = raw_fetch(&proxy.addr, &topic);
-    let recs = if code == 0 { decode_records(&raw) } else { Vec::new() };
-    eprintln!("with the copy, through the proxy: code {code}, {:?}", show(&recs));
+    let recs = if code == 0 {
+        decode_records(&raw)
+    } else {
+        Vec::new()
+    };
+    eprintln!(
+        "with the copy, through the proxy: code {code}, {:?}",
+        show(&recs)
+    );
     assert!(
         code == 2,
         "bob's record at offset 2 holds alice's shredded value (it does not authenticate under \
@@ -472,7 +483,7 @@ fn proxy_a_shredded_value_copied_under_another_key_is_not_fetched_as_a_tombstone
 fn proxy_another_key_store_under_the_same_kek_makes_values_corrupt_not_tombstones() {
     let Some(broker) = bootstrap() else { return };
     let s = SubjectSetup::new(&broker, "wrongstore");
-    let topic = fresh_topic("review-wrongstore");
+    let topic = fresh_topic("attack-wrongstore");
     create_topic(&broker, &topic, 1);
     let proxy = start_proxy(
         &broker,
@@ -494,11 +505,15 @@ fn proxy_another_key_store_under_the_same_kek_makes_values_corrupt_not_tombstone
         Hooks::default(),
     );
     let (code, recs) = raw_fetch(&wrong.addr, &topic);
-    let recs = if code == 0 { decode_records(&recs) } else { Vec::new() };
+    let recs = if code == 0 {
+        decode_records(&recs)
+    } else {
+        Vec::new()
+    };
     assert_eq!(code, 2, "{:?}", show(&recs));
     // A key-store topic that does not exist, or is empty, or another KEK's:
     // refused at load.
-    let missing = fresh_topic("review-missing-keys");
+    let missing = fresh_topic("attack-missing-keys");
     let e = s
         .policies(
             &broker,
@@ -508,7 +523,7 @@ fn proxy_another_key_store_under_the_same_kek_makes_values_corrupt_not_tombstone
         )
         .unwrap_err();
     eprintln!("missing: {e}");
-    let empty = fresh_topic("review-empty-keys");
+    let empty = fresh_topic("attack-empty-keys");
     create_topic(&broker, &empty, 1);
     let e = s
         .policies(
@@ -546,56 +561,65 @@ fn proxy_another_key_store_under_the_same_kek_makes_values_corrupt_not_tombstone
 // Races around a shred
 // ---------------------------------------------------------------------
 
-/// A producer writes alice through the proxy right after `shred` (another
-/// instance) has removed her key: the proxy still holds her old DEK in its
-/// cache (fence 5 s) and its view of the key store (5 s), and encrypts the
-/// new value under the shredded DEK. The producer is told the write
-/// succeeded; once the fences pass, the value reads as a tombstone: data
-/// acknowledged after the shred, deleted by a shred that came before it.
+/// A value the proxy writes for a subject after a shred made through
+/// another instance: once the proxy's fences have passed
+/// (`subject_key_fence_ms`, here 300 ms each) it goes under a new DEK and
+/// reads as written. The control, the default fences (5 s each), shows
+/// the window the docs state: written right after the shred, the value
+/// goes out under the shredded DEK and reads as deleted.
 #[test]
-fn proxy_a_value_written_right_after_a_shred_is_not_lost() {
+fn a_value_written_after_a_shred_and_the_fences_gets_a_new_key() {
     let Some(broker) = bootstrap() else { return };
-    let s = SubjectSetup::new(&broker, "after");
-    let topic = fresh_topic("review-after");
-    create_topic(&broker, &topic, 1);
-    let proxy = start_proxy(
-        &broker,
-        s.policies(&broker, &s.entry(&topic)).unwrap(),
-        Hooks::default(),
-    );
-    let b = batch_of(&[record(Some(b"alice"), Some(b"before the shred"), 0)]);
-    assert_eq!(raw_produce(&proxy.addr, &topic, b.freeze(), 9).0, 0);
-    // The shred, by another instance; it returns once the store has it.
-    s.instance(&broker).shred(b"alice").unwrap();
-    // Then a new value for alice, after the shred returned.
-    let b = batch_of(&[record(Some(b"alice"), Some(b"written after the shred"), 0)]);
-    let (code, msg) = raw_produce(&proxy.addr, &topic, b.freeze(), 9);
-    assert_eq!(code, 0, "{msg:?}");
-    let direct = consume_all(&broker, &topic, 1).unwrap();
-    let dek = |v: &[u8]| v[17..25].to_vec();
-    let old = dek(direct[0].value.as_deref().unwrap());
-    let new = dek(direct[1].value.as_deref().unwrap());
-    eprintln!(
-        "DEK of the value before the shred {}, after {}",
-        hex(&old),
-        hex(&new)
-    );
-    // Past both fences: the first value a tombstone.
-    let (code, recs) = fetch_until(&proxy.addr, &topic, 25, |code, recs| {
-        code != 0 || recs.first().is_some_and(|r| r.value.is_none())
-    });
-    eprintln!("through the proxy: code {code}, {:?}", show(&recs));
-    assert_eq!(code, 0);
-    assert_eq!(recs[0].value, None, "the shredded value");
-    assert_ne!(
-        old, new,
-        "the value written after the shred returned was encrypted under the shredded DEK"
-    );
-    assert_eq!(
-        recs[1].value.as_deref(),
-        Some(&b"written after the shred"[..]),
-        "a value produced (and acknowledged) after the shred returned reads as a tombstone"
-    );
+    for (fence_ms, wait, survives) in [
+        (Some(300), Duration::from_millis(1500), true),
+        (None, Duration::ZERO, false),
+    ] {
+        let s = SubjectSetup::new(&broker, "after");
+        let topic = fresh_topic("attack-after");
+        create_topic(&broker, &topic, 1);
+        let entry = match fence_ms {
+            Some(ms) => s
+                .entry(&topic)
+                .replace('}', &format!(r#","subject_key_fence_ms":{ms}}}"#)),
+            None => s.entry(&topic),
+        };
+        let proxy = start_proxy(
+            &broker,
+            s.policies(&broker, &entry).unwrap(),
+            Hooks::default(),
+        );
+        let b = batch_of(&[record(Some(b"alice"), Some(b"before the shred"), 0)]);
+        assert_eq!(raw_produce(&proxy.addr, &topic, b.freeze(), 9).0, 0);
+        // The shred, by another instance; it returns once the store has it.
+        s.instance(&broker).shred(b"alice").unwrap();
+        std::thread::sleep(wait);
+        let b = batch_of(&[record(Some(b"alice"), Some(b"written after the shred"), 0)]);
+        let (code, msg) = raw_produce(&proxy.addr, &topic, b.freeze(), 9);
+        assert_eq!(code, 0, "{msg:?}");
+        let direct = consume_all(&broker, &topic, 1).unwrap();
+        let dek = |v: &[u8]| v[17..25].to_vec();
+        let old = dek(direct[0].value.as_deref().unwrap());
+        let new = dek(direct[1].value.as_deref().unwrap());
+        assert_eq!(
+            old != new,
+            survives,
+            "fence {fence_ms:?}: DEKs {} and {}",
+            hex(&old),
+            hex(&new)
+        );
+        // Past both fences: the first value a tombstone.
+        let (code, recs) = fetch_until(&proxy.addr, &topic, 25, |code, recs| {
+            code != 0 || recs.first().is_some_and(|r| r.value.is_none())
+        });
+        assert_eq!(code, 0);
+        assert_eq!(recs[0].value, None, "the shredded value");
+        let after = recs[1].value.as_deref();
+        if survives {
+            assert_eq!(after, Some(&b"written after the shred"[..]));
+        } else {
+            assert_eq!(after, None, "within the fences: under the shredded DEK");
+        }
+    }
 }
 
 /// Two instances make one key store at once (two `create-key-store`
@@ -605,7 +629,7 @@ fn proxy_a_value_written_right_after_a_shred_is_not_lost() {
 #[test]
 fn racing_creators_share_one_naming_key_and_a_rewrap_brings_nothing_back() {
     let Some(broker) = bootstrap() else { return };
-    let key_topic = fresh_topic("review-race-keys");
+    let key_topic = fresh_topic("attack-race-keys");
     let kek = Keyset::generate();
     // The topic, made first (both creators then race on the naming key).
     drop(KafkaChangelog::with_config(config(&broker), &key_topic).unwrap());
@@ -635,7 +659,7 @@ fn racing_creators_share_one_naming_key_and_a_rewrap_brings_nothing_back() {
         .write_value("t", Some(b"alice"), Some(b"alice's data"))
         .unwrap()
         .unwrap();
-    let dir = std::env::temp_dir().join(fresh_topic("review-race"));
+    let dir = std::env::temp_dir().join(fresh_topic("attack-race"));
     std::fs::create_dir_all(&dir).unwrap();
     std::fs::write(dir.join("kek.json"), kek.to_tink_json()).unwrap();
     let b = SubjectSetup {
@@ -721,14 +745,14 @@ fn produce_no_wait(addr: &str, topic: &str, records: Bytes) -> TcpStream {
     s
 }
 
-/// On the wire to the broker: an ordinary batch is encrypted (the
-/// control), a batch flagged control and a batch whose header claims 0
-/// records are forwarded with their plaintext, whatever the broker then
-/// does with them.
+/// On the wire to the broker (a fake one that keeps what it gets): an
+/// ordinary batch is encrypted (the control); a batch flagged control and
+/// a batch whose header claims 0 records, each holding plaintext, are
+/// refused, never forwarded.
 #[test]
-fn on_the_wire_control_flagged_and_zero_count_batches_are_forwarded_in_plaintext() {
+fn on_the_wire_control_flagged_and_zero_count_batches_never_reach_the_broker() {
     let (fake, seen) = capturing_broker();
-    let topic = "review-wire";
+    let topic = "attack-wire";
     let keys = Keys::new(false);
     let proxy = start_proxy(&fake, keys.policies(topic), Hooks::default());
     let forwarded = |records: BytesMut, secret: &[u8]| {

@@ -1,4 +1,4 @@
-//! Adversarial review of `consume`, `audit` and `repair` under subject
+//! `consume`, `audit` and `repair` under subject
 //! keys: a shredded subject's value copied under another record key must
 //! not read as a delete of that key (a value that does not authenticate
 //! there is an error), and `repair` must not write a tombstone for it.
@@ -40,7 +40,7 @@ fn lines(out: &std::process::Output) -> Vec<Value> {
 fn a_shredded_value_copied_under_another_key_is_an_error_not_a_delete_in_consume_audit_and_repair()
 {
     let Some(bootstrap) = bootstrap() else { return };
-    let dir = Dir::new("review-copy");
+    let dir = Dir::new("attack-copy");
     let (kek_path, kek) = new_keyset(&dir, "kek.json");
     let store = dir.file("keys.redb");
     let out = cli(&[
@@ -52,13 +52,14 @@ fn a_shredded_value_copied_under_another_key_is_an_error_not_a_delete_in_consume
         &store,
     ]);
     assert_eq!(code(&out), 0, "{}", String::from_utf8_lossy(&out.stderr));
-    let topic = fresh_topic("review-copy");
+    let topic = fresh_topic("attack-copy");
     create_topic(&bootstrap, &topic, 1);
     // alice and bob, as a writer under the topic's policy writes them;
     // then alice is shredded.
     let (alice, bob) = {
-        let keys =
-            Arc::new(SubjectKeys::open(kek, Arc::new(RedbKeyStore::open(&store).unwrap())).unwrap());
+        let keys = Arc::new(
+            SubjectKeys::open(kek, Arc::new(RedbKeyStore::open(&store).unwrap())).unwrap(),
+        );
         let policy = TopicPolicy::subject_keys(keys.clone());
         let alice = policy
             .write_value(&topic, Some(b"alice"), Some(b"alice: 1 Main St"))
@@ -77,14 +78,29 @@ fn a_shredded_value_copied_under_another_key_is_an_error_not_a_delete_in_consume
     );
     let keys = ["--subject-keyset", &kek_path, "--subject-key-store", &store];
 
-    let mut consume = vec!["consume", "--bootstrap", &bootstrap, "--topic", &topic, "-q"];
+    let mut consume = vec![
+        "consume",
+        "--bootstrap",
+        &bootstrap,
+        "--topic",
+        &topic,
+        "-q",
+    ];
     consume.extend_from_slice(&keys);
     let out = cli(&consume);
     let got = lines(&out);
     eprintln!("consume (exit {}): {got:#?}", code(&out));
     let copy = got.iter().find(|l| l["offset"] == 2).unwrap();
 
-    let mut audit = vec!["audit", "--bootstrap", &bootstrap, "--topic", &topic, "--json", "-q"];
+    let mut audit = vec![
+        "audit",
+        "--bootstrap",
+        &bootstrap,
+        "--topic",
+        &topic,
+        "--json",
+        "-q",
+    ];
     audit.extend_from_slice(&keys);
     let out = cli(&audit);
     let report = json_of(&out);
