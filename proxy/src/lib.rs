@@ -53,11 +53,15 @@
 //! the subject being the record key's plaintext
 //! (`tombstone_crypt::shred`). `tombstone-crypt shred --subject-key-topic`
 //! with the same KEK works unchanged while the proxy runs: within the
-//! fences (5 s each for the key store's view and the DEK cache), every
-//! value of a shredded subject reaches a consumer through the proxy as a
-//! tombstone (null value), wherever it is on the topic. A value whose key
-//! the key store neither holds nor records as shredded (a forged or
-//! changed value, the wrong key store) makes its partition
+//! fences (`"subject_key_fence_ms"`, 5 s by default, for the key store's
+//! view and again for the DEK cache), every value of a shredded subject
+//! reaches a consumer through the proxy as a tombstone (null value),
+//! wherever it is on the topic. Within that time after the shred, a value
+//! the proxy writes for the subject may go out under the shredded key, and
+//! reads as deleted too; after it, a write makes a new key. A value whose
+//! key the key store neither holds nor records as shredded (a forged or
+//! changed value, the wrong key store), or a shredded subject's value
+//! copied under another record key, makes its partition
 //! `CORRUPT_MESSAGE`, never a tombstone. A record without a key has no
 //! subject: its partition is refused on Produce. Such an entry names no
 //! headers (a header under a key that a shred does not reach would
@@ -108,6 +112,9 @@
 //!   elsewhere.
 //! - The write rule's tombstones are not part of a client's transaction.
 //! - Produce and Fetch are offered up to v12 (v13 names topics by id).
+//! - A Produce to a policy topic with a control batch or a batch of 0
+//!   records is refused (clients write neither; forwarded as they came,
+//!   their bytes would reach the broker unencrypted).
 //! - A batch is refused, not altered, when its records do not encode back
 //!   as they came (two headers of one key in a record, records out of
 //!   timestamp order), or when it decompresses to more than
