@@ -260,10 +260,10 @@ pub(crate) struct ConsumeArgs {
     /// (`user:password`) or a token from `SCHEMA_REGISTRY_BEARER_TOKEN`.
     #[arg(long, value_name = "URL")]
     pub(crate) schema_registry: Option<String>,
-    /// Subject keys (this library's format): values under them (first
-    /// byte 0x53) are read with them, with or without `--keyset` for the
-    /// others; a shredded subject's value prints as `"value": null` with
-    /// `"shredded": true` (a delete, exit 0).
+    /// Subject keys (this library's format): every present value is read
+    /// as a value under them (not with `--keyset`: a topic's values are
+    /// under one policy); a shredded subject's value prints as `"value":
+    /// null` with `"shredded": true` (a delete, exit 0).
     #[command(flatten)]
     pub(crate) subject: SubjectKeyArgs,
     /// With `--subject-keyset`: a value whose subject was shredded is an
@@ -522,8 +522,9 @@ enum ValueKey {
 #[command(group(ArgGroup::new("subject_store").args(["subject_key_store", "subject_key_topic"])))]
 pub(crate) struct SubjectKeyArgs {
     /// The keyset that wraps the subject keys (their KEK, a keyset file).
-    /// Values written under subject keys (first byte 0x53) are read with
-    /// them; a shredded subject's value reads as a delete.
+    /// With a topic (`audit`, `repair`, `consume`): its values are under
+    /// subject keys, each present value read as one (not with --keyset);
+    /// a shredded subject's value reads as a delete.
     #[arg(
         long = "subject-keyset",
         alias = "subject-kek",

@@ -1,0 +1,1046 @@
+//! Round 2 of attacks on the proxy's subject-key topics, its key-store
+//! topic, its configuration and its logs: attempts to delete what nobody
+//! deleted, to bring back what was deleted, and to leak, with wrong
+//! configuration, forged bytes and racing processes.
+//!
+//! Tests named `..._compacting_broker` need the compacting broker
+//! (`TOMBSTONE_KAFKA_COMPACTING_BOOTSTRAP`, default `127.0.0.1:19093`).
+//! The leak test runs the command line's binary (`tombstone-crypt proxy`),
+//! next to this test binary in the target directory
+//! (`cargo build -p tombstone-crypt-cli` first).
+
+mod common;
+
+/// What the library's compacting helpers take from their `kafka` sibling.
+mod kafka {
+    pub use crate::common::{config as client_config, fresh_topic};
+}
+/// The library's compacting-broker helpers (`tests/common/compacting.rs`).
+#[path = "../../tests/common/compacting.rs"]
+mod compacting;
+
+use std::io::{Read as _, Write as _};
+use std::net::TcpStream;
+use std::path::PathBuf;
+use std::process::{Child, Command, Stdio};
+use std::sync::{Arc, Barrier};
+use std::time::{Duration, Instant};
+
+use bytes::{Bytes, BytesMut};
+use common::{bootstrap, config, consume_all, create_topic, fresh_topic, start_proxy};
+use kafka_protocol::messages::fetch_request::{FetchPartition, FetchTopic};
+use kafka_protocol::messages::produce_request::{PartitionProduceData, TopicProduceData};
+use kafka_protocol::messages::{
+    ApiKey, BrokerId, FetchRequest, FetchResponse, ProduceRequest, ProduceResponse, RequestHeader,
+    ResponseHeader, TopicName,
+};
+use kafka_protocol::protocol::{Decodable, Encodable, StrBytes};
+use kafka_protocol::records::{
+    Compression, Record, RecordBatchDecoder, RecordBatchEncoder, RecordEncodeOptions, TimestampType,
+};
+use tombstone_crypt::kafka::{KafkaChangelog, KafkaKeyStore};
+use tombstone_crypt::policy::{Read, TopicPolicy};
+use tombstone_crypt::shred::{MemoryKeyStore, Shred, SubjectKeys};
+use tombstone_crypt::{KeyTemplate, Keyset};
+use tombstone_crypt_proxy::{Hooks, Policies, ProxyConfig};
+
+// ---------------------------------------------------------------------
+// Raw protocol helpers (as proxy/tests/policy_attacks.rs)
+// ---------------------------------------------------------------------
+
+fn record(key: Option<&[u8]>, value: Option<&[u8]>, offset: i64) -> Record {
+    Record {
+        transactional: false,
+        control: false,
+        delete_horizon: false,
+        partition_leader_epoch: -1,
+        producer_id: -1,
+        producer_epoch: -1,
+        timestamp_type: TimestampType::Creation,
+        offset,
+        sequence: -1,
+        timestamp: 1_700_000_000_000 + offset,
+        key: key.map(Bytes::copy_from_slice),
+        value: value.map(Bytes::copy_from_slice),
+        headers: Default::default(),
+    }
+}
+
+fn with_header(mut r: Record, name: &str, value: &[u8]) -> Record {
+    r.headers.insert(
+        StrBytes::from_string(name.to_owned()),
+        Some(Bytes::copy_from_slice(value)),
+    );
+    r
+}
+
+fn batch_of(records: &[Record]) -> BytesMut {
+    let mut buf = BytesMut::new();
+    let options = RecordEncodeOptions {
+        version: 2,
+        compression: Compression::None,
+    };
+    RecordBatchEncoder::encode(&mut buf, records.iter(), &options).unwrap();
+    buf
+}
+
+fn fix_crc(batch: &mut [u8]) {
+    let crc = crc32c::crc32c(&batch[21..]);
+    batch[17..21].copy_from_slice(&crc.to_be_bytes());
+}
+
+fn send_frame(addr: &str, body: &[u8]) -> Option<Bytes> {
+    let mut s = TcpStream::connect(addr).unwrap();
+    s.write_all(&(body.len() as i32).to_be_bytes()).unwrap();
+    s.write_all(body).unwrap();
+    s.set_read_timeout(Some(Duration::from_secs(15))).unwrap();
+    let mut len = [0u8; 4];
+    s.read_exact(&mut len).ok()?;
+    let mut frame = vec![0u8; i32::from_be_bytes(len) as usize];
+    s.read_exact(&mut frame).ok()?;
+    Some(Bytes::from(frame))
+}
+
+/// A Produce v9 (acks=-1) of `records` to partition 0 of `topic` at `addr`:
+/// the partition's error code and message (`(-100, None)`: the connection
+/// closed without an answer).
+fn raw_produce(addr: &str, topic: &str, records: Bytes) -> (i16, Option<String>) {
+    let version = 9;
+    let mut p = PartitionProduceData::default();
+    p.index = 0;
+    p.records = Some(records);
+    let mut t = TopicProduceData::default();
+    t.name = TopicName(StrBytes::from_string(topic.to_owned()));
+    t.partition_data.push(p);
+    let mut req = ProduceRequest::default();
+    req.acks = -1;
+    req.timeout_ms = 5000;
+    req.topic_data.push(t);
+    let mut header = RequestHeader::default();
+    header.request_api_key = ApiKey::Produce as i16;
+    header.request_api_version = version;
+    header.correlation_id = 4242;
+    header.client_id = Some(StrBytes::from_static_str("attack2"));
+    let mut body = BytesMut::new();
+    header
+        .encode(&mut body, ApiKey::Produce.request_header_version(version))
+        .unwrap();
+    req.encode(&mut body, version).unwrap();
+    let Some(mut frame) = send_frame(addr, &body) else {
+        return (-100, None);
+    };
+    ResponseHeader::decode(&mut frame, ApiKey::Produce.response_header_version(version)).unwrap();
+    let resp = ProduceResponse::decode(&mut frame, version).unwrap();
+    let part = &resp.responses[0].partition_responses[0];
+    (
+        part.error_code,
+        part.error_message.as_ref().map(|m| m.as_str().to_owned()),
+    )
+}
+
+/// A Fetch v11 of partition 0 of `topic` from offset 0 at `addr`.
+fn raw_fetch(addr: &str, topic: &str) -> (i16, Bytes) {
+    let version = 11;
+    let mut fp = FetchPartition::default();
+    fp.partition = 0;
+    fp.current_leader_epoch = -1;
+    fp.fetch_offset = 0;
+    fp.last_fetched_epoch = -1;
+    fp.log_start_offset = -1;
+    fp.partition_max_bytes = 1 << 20;
+    let mut ft = FetchTopic::default();
+    ft.topic = TopicName(StrBytes::from_string(topic.to_owned()));
+    ft.partitions.push(fp);
+    let mut req = FetchRequest::default();
+    req.replica_id = BrokerId(-1);
+    req.max_wait_ms = 500;
+    req.min_bytes = 1;
+    req.max_bytes = 1 << 20;
+    req.isolation_level = 0;
+    req.session_id = 0;
+    req.session_epoch = -1;
+    req.topics.push(ft);
+    let mut header = RequestHeader::default();
+    header.request_api_key = ApiKey::Fetch as i16;
+    header.request_api_version = version;
+    header.correlation_id = 99;
+    header.client_id = Some(StrBytes::from_static_str("attack2"));
+    let mut body = BytesMut::new();
+    header
+        .encode(&mut body, ApiKey::Fetch.request_header_version(version))
+        .unwrap();
+    req.encode(&mut body, version).unwrap();
+    let Some(mut frame) = send_frame(addr, &body) else {
+        return (-100, Bytes::new());
+    };
+    ResponseHeader::decode(&mut frame, ApiKey::Fetch.response_header_version(version)).unwrap();
+    let resp = FetchResponse::decode(&mut frame, version).unwrap();
+    let p = &resp.responses[0].partitions[0];
+    (p.error_code, p.records.clone().unwrap_or_default())
+}
+
+fn decode_records(raw: &Bytes) -> Vec<Record> {
+    let mut b = raw.clone();
+    RecordBatchDecoder::decode_all(&mut b)
+        .unwrap()
+        .into_iter()
+        .flat_map(|s| s.records)
+        .collect()
+}
+
+fn contains(hay: &[u8], needle: &[u8]) -> bool {
+    hay.windows(needle.len()).any(|w| w == needle)
+}
+
+fn fetch_records(proxy: &str, topic: &str) -> (i16, Vec<Record>) {
+    let (code, raw) = raw_fetch(proxy, topic);
+    let recs = if code == 0 {
+        decode_records(&raw)
+    } else {
+        Vec::new()
+    };
+    (code, recs)
+}
+
+fn fetch_until(
+    proxy: &str,
+    topic: &str,
+    secs: u64,
+    done: impl Fn(i16, &[Record]) -> bool,
+) -> (i16, Vec<Record>) {
+    let deadline = Instant::now() + Duration::from_secs(secs);
+    loop {
+        let (code, recs) = fetch_records(proxy, topic);
+        if done(code, &recs) || Instant::now() > deadline {
+            return (code, recs);
+        }
+        std::thread::sleep(Duration::from_millis(300));
+    }
+}
+
+fn show(recs: &[Record]) -> Vec<(i64, String, Option<String>)> {
+    recs.iter()
+        .map(|r| {
+            (
+                r.offset,
+                String::from_utf8_lossy(r.key.as_deref().unwrap_or_default()).into_owned(),
+                r.value
+                    .as_deref()
+                    .map(|v| String::from_utf8_lossy(v).into_owned()),
+            )
+        })
+        .collect()
+}
+
+fn hex(b: &[u8]) -> String {
+    b.iter().map(|x| format!("{x:02x}")).collect()
+}
+
+fn compacting_broker() -> String {
+    std::env::var("TOMBSTONE_KAFKA_COMPACTING_BOOTSTRAP")
+        .ok()
+        .filter(|s| !s.is_empty())
+        .unwrap_or_else(|| "127.0.0.1:19093".into())
+}
+
+// ---------------------------------------------------------------------
+// Subject-key plumbing
+// ---------------------------------------------------------------------
+
+struct SubjectSetup {
+    dir: PathBuf,
+    kek: Keyset,
+    key_topic: String,
+    broker: String,
+}
+
+impl SubjectSetup {
+    /// A key store on `key_topic` (made here, compacted, with
+    /// `min.compaction.lag.ms=0`) under a new KEK.
+    fn on_topic(broker: &str, name: &str, key_topic: String) -> Self {
+        let dir = std::env::temp_dir().join(fresh_topic(&format!("attack2-{name}")));
+        std::fs::create_dir_all(&dir).unwrap();
+        let kek = Keyset::generate();
+        std::fs::write(dir.join("kek.json"), kek.to_tink_json()).unwrap();
+        compacting::create_topic_with(
+            broker,
+            &key_topic,
+            1,
+            &[
+                ("cleanup.policy", "compact"),
+                ("min.compaction.lag.ms", "0"),
+            ],
+        );
+        let log = KafkaChangelog::existing(config(broker), &key_topic).unwrap();
+        SubjectKeys::create(kek.clone(), Arc::new(KafkaKeyStore::new(log))).unwrap();
+        SubjectSetup {
+            dir,
+            kek,
+            key_topic,
+            broker: broker.to_owned(),
+        }
+    }
+
+    fn new(broker: &str, name: &str) -> Self {
+        Self::on_topic(broker, name, fresh_topic(&format!("{name}-keys")))
+    }
+
+    /// Another instance on the same key store (as the command line's
+    /// `shred`).
+    fn instance(&self) -> SubjectKeys {
+        let log = KafkaChangelog::existing(config(&self.broker), &self.key_topic).unwrap();
+        SubjectKeys::open(self.kek.clone(), Arc::new(KafkaKeyStore::new(log))).unwrap()
+    }
+
+    fn policies(&self, entries: &str) -> Result<Policies, String> {
+        let text = format!(
+            r#"{{"listen":"127.0.0.1:1","bootstrap":"{}","topics":[{entries}]}}"#,
+            self.broker
+        );
+        let path = self.dir.join(format!("p-{}.json", fresh_topic("cfg")));
+        std::fs::write(&path, text).unwrap();
+        let c = ProxyConfig::from_file(&path).map_err(|e| e.to_string())?;
+        Policies::load(&c).map_err(|e| e.to_string())
+    }
+
+    /// An entry for `topic` with fences of 300 ms.
+    fn entry(&self, topic: &str) -> String {
+        format!(
+            r#"{{"topic":"{topic}","subject_keyset":"kek.json","subject_key_topic":"{}","subject_key_fence_ms":300}}"#,
+            self.key_topic
+        )
+    }
+
+    fn proxy(&self, topic: &str) -> common::RunningProxy {
+        start_proxy(
+            &self.broker,
+            self.policies(&self.entry(topic)).unwrap(),
+            Hooks::default(),
+        )
+    }
+}
+
+/// The key-store records a client fetches through `proxy`: (key, value).
+fn key_store_records(proxy: &str, key_topic: &str) -> (i16, Vec<(Vec<u8>, Option<Vec<u8>>)>) {
+    let (code, recs) = fetch_records(proxy, key_topic);
+    (
+        code,
+        recs.into_iter()
+            .map(|r| {
+                (
+                    r.key.map(|k| k.to_vec()).unwrap_or_default(),
+                    r.value.map(|v| v.to_vec()),
+                )
+            })
+            .collect(),
+    )
+}
+
+/// A DEK record's key: `tag (16) | DEK id (8)`, neither the naming key's
+/// nor a marker's.
+fn is_dek_key(k: &[u8]) -> bool {
+    k.len() == 24 && k[..16] != [0xff; 16] && k[16..] != [0xff; 8]
+}
+
+// ---------------------------------------------------------------------
+// 5. The key-store topic through the proxy
+// ---------------------------------------------------------------------
+
+/// A client of the proxy (no policy names the key-store topic, as in the
+/// documented configuration) reads the key-store topic through the proxy
+/// (every wrapped DEK, keyed by subject tag) and writes to it: a tombstone
+/// for bob's DEK record (bob was never shredded). Bob's value, written
+/// through the proxy before, should still read as written through the
+/// proxy; it does not: the client destroyed a live subject's data through
+/// the proxy (the value is CORRUPT_MESSAGE for every reader from then on,
+/// and stays so: the DEK is gone from the store).
+#[test]
+fn a_client_through_the_proxy_removes_a_live_subjects_key_from_the_key_store_topic() {
+    let Some(broker) = bootstrap() else { return };
+    let s = SubjectSetup::new(&broker, "ks-rw");
+    let topic = fresh_topic("attack2-ks-rw");
+    create_topic(&broker, &topic, 1);
+    let proxy = s.proxy(&topic);
+    let b = batch_of(&[record(Some(b"bob"), Some(b"bob: 2 Elm St"), 0)]);
+    assert_eq!(raw_produce(&proxy.addr, &topic, b.freeze()).0, 0);
+    // The attacker reads the key store through the proxy.
+    let (code, ks) = key_store_records(&proxy.addr, &s.key_topic);
+    let deks: Vec<_> = ks.iter().filter(|(k, _)| is_dek_key(k)).collect();
+    eprintln!(
+        "key-store topic fetched through the proxy: code {code}, {} records, {} DEK records \
+         (wrapped DEKs handed to a client)",
+        ks.len(),
+        deks.len()
+    );
+    // ... and writes a tombstone for every DEK record it saw.
+    let tombstones: Vec<Record> = deks
+        .iter()
+        .enumerate()
+        .map(|(i, (k, _))| record(Some(k), None, i as i64))
+        .collect();
+    let (pcode, msg) = raw_produce(&proxy.addr, &s.key_topic, batch_of(&tombstones).freeze());
+    eprintln!("tombstones for DEK records produced through the proxy: code {pcode}, {msg:?}");
+    // A fresh proxy (a restart) and the running one, past its fences.
+    std::thread::sleep(Duration::from_millis(1500));
+    let fresh = s.proxy(&topic);
+    let (c1, r1) = fetch_records(&proxy.addr, &topic);
+    let (c2, r2) = fetch_records(&fresh.addr, &topic);
+    eprintln!(
+        "bob through the running proxy: code {c1} {:?}; through a fresh one: code {c2} {:?}",
+        show(&r1),
+        show(&r2)
+    );
+    assert!(
+        c1 == 0 && c2 == 0 && r2.first().and_then(|r| r.value.as_deref()) == Some(b"bob: 2 Elm St"),
+        "bob was never shredded, yet after a client of the proxy fetched the key-store topic \
+         ({} DEK records handed out) and produced tombstones for its DEK records through the \
+         proxy (produce answered code {pcode}), bob's value reads through the proxy as code \
+         {c1}/{c2} {:?}: a live subject's data destroyed through the proxy (the key-store topic \
+         is passed through for reads and writes)",
+        deks.len(),
+        show(&r2)
+    );
+}
+
+/// The compacting broker: alice is shredded (by another instance, as
+/// `tombstone-crypt shred`); a restarted proxy after compaction still
+/// reads her value as a tombstone (the control, holds). Then a client
+/// of the proxy, which had read alice's wrapped DEK record through the
+/// proxy before the shred, writes through the proxy to the key-store
+/// topic: a tombstone for alice's shred marker key, then her old DEK
+/// record again. The running proxy still reads a tombstone (its view keeps
+/// the shred's ids); but once the broker compacts the key-store topic (the
+/// marker's value is replaced by the tombstone) a proxy restarted (its
+/// view rebuilt from the topic) reads alice's shredded value again.
+#[test]
+fn a_marker_overwritten_and_a_dek_replayed_through_the_proxy_bring_back_a_shredded_value_compacting_broker(
+) {
+    let broker = compacting_broker();
+    if TcpStream::connect(&broker).is_err() {
+        eprintln!("no compacting broker at {broker}: skipped");
+        return;
+    }
+    let s = SubjectSetup::new(&broker, "replay");
+    let topic = fresh_topic("attack2-replay");
+    compacting::create_topic_with(&broker, &topic, 1, &[]);
+    let proxy = s.proxy(&topic);
+    let b = batch_of(&[
+        record(Some(b"alice"), Some(b"alice: 1 Main St"), 0),
+        record(Some(b"bob"), Some(b"bob: 2 Elm St"), 1),
+    ]);
+    assert_eq!(raw_produce(&proxy.addr, &topic, b.freeze()).0, 0);
+    let alice_tag = {
+        let direct = consume_all(&broker, &topic, 1).unwrap();
+        direct[0].value.as_ref().unwrap()[1..17].to_vec()
+    };
+    // The attacker's earlier read of the key store, through the proxy.
+    let (_, ks) = key_store_records(&proxy.addr, &s.key_topic);
+    let saved: Vec<(Vec<u8>, Vec<u8>)> = ks
+        .into_iter()
+        .filter(|(k, v)| is_dek_key(k) && k[..16] == alice_tag[..] && v.is_some())
+        .map(|(k, v)| (k, v.unwrap()))
+        .collect();
+    assert!(!saved.is_empty(), "alice's DEK record fetched through the proxy");
+    eprintln!("alice's DEK records read through the proxy: {}", saved.len());
+    // The shred.
+    assert!(matches!(s.instance().shred(b"alice").unwrap(), Shred::Removed(_)));
+    let (code, recs) = fetch_until(&proxy.addr, &topic, 20, |c, r| {
+        c == 0 && r.first().is_some_and(|r| r.value.is_none())
+    });
+    assert_eq!((code, recs[0].value.as_deref()), (0, None), "alice shredded");
+    // Control: compaction and a restart alone bring nothing back.
+    compacting::wait_compacted(&broker, &s.key_topic, Duration::from_secs(30));
+    {
+        let restarted = s.proxy(&topic);
+        let (c, r) = fetch_records(&restarted.addr, &topic);
+        eprintln!("control, restarted after compaction: code {c} {:?}", show(&r));
+        assert_eq!((c, r[0].value.as_deref()), (0, None));
+    }
+    // The attack, through the proxy.
+    let mut marker = alice_tag.clone();
+    marker.extend_from_slice(&[0xff; 8]);
+    let mut recs = vec![record(Some(&marker), None, 0)];
+    for (i, (k, v)) in saved.iter().enumerate() {
+        recs.push(record(Some(k), Some(v), 1 + i as i64));
+    }
+    let (pcode, msg) = raw_produce(&proxy.addr, &s.key_topic, batch_of(&recs).freeze());
+    eprintln!("marker tombstone + replayed DEK record through the proxy: code {pcode}, {msg:?}");
+    std::thread::sleep(Duration::from_millis(1500));
+    let (c, r) = fetch_records(&proxy.addr, &topic);
+    eprintln!("the running proxy after the replay: code {c} {:?}", show(&r));
+    let running_ok = c == 0 && r[0].value.is_none();
+    compacting::wait_compacted(&broker, &s.key_topic, Duration::from_secs(30));
+    let restarted = s.proxy(&topic);
+    let (c2, r2) = fetch_records(&restarted.addr, &topic);
+    eprintln!(
+        "a proxy restarted after the key store's compaction: code {c2} {:?}",
+        show(&r2)
+    );
+    let fresh_read = TopicPolicy::subject_keys(Arc::new(s.instance()));
+    let direct = consume_all(&broker, &topic, 1).unwrap();
+    let lib = fresh_read.read_value(&topic, Some(b"alice"), direct[0].value.as_deref());
+    eprintln!("a fresh library instance reads alice's value as {lib:?}");
+    assert!(running_ok, "the running proxy read alice again: {:?}", show(&r));
+    assert!(
+        c2 == 0 && r2[0].value.is_none(),
+        "alice was shredded; a client of the proxy wrote (through the proxy) a tombstone for \
+         her shred marker's key and her old DEK record (read through the proxy before the \
+         shred) to the key-store topic; after the broker compacted it, a restarted proxy \
+         reads alice's shredded value as code {c2} {:?}: a shred undone",
+        show(&r2)
+    );
+}
+
+/// Configuration mistakes around the key-store topic: a prefix entry that
+/// also matches the key-store topic, and an entry that names the
+/// key-store topic itself as its data topic. Both load; through such a
+/// proxy a client's tombstone (a tombstone is never encrypted) for bob's
+/// DEK record reaches the key-store topic, and bob's value is gone.
+#[test]
+fn an_entry_that_matches_its_own_key_store_topic_is_accepted() {
+    let Some(broker) = bootstrap() else { return };
+    let prefix = fresh_topic("attack2-pfx");
+    let key_topic = format!("{prefix}-keys");
+    let s = SubjectSetup::on_topic(&broker, "pfx", key_topic.clone());
+    let topic = format!("{prefix}-data");
+    create_topic(&broker, &topic, 1);
+    let prefix_entry = format!(
+        r#"{{"prefix":"{prefix}","subject_keyset":"kek.json","subject_key_topic":"{key_topic}","subject_key_fence_ms":300}}"#
+    );
+    let itself = format!(
+        r#"{{"topic":"{key_topic}","subject_keyset":"kek.json","subject_key_topic":"{key_topic}"}}"#
+    );
+    let prefix_load = s.policies(&prefix_entry).map(|_| ());
+    let itself_load = s.policies(&itself).map(|_| ());
+    eprintln!("prefix matching the key store: {prefix_load:?}; the key store as data topic: {itself_load:?}");
+    let proxy = start_proxy(&broker, s.policies(&prefix_entry).unwrap(), Hooks::default());
+    let b = batch_of(&[record(Some(b"bob"), Some(b"bob: 2 Elm St"), 0)]);
+    assert_eq!(raw_produce(&proxy.addr, &topic, b.freeze()).0, 0);
+    // What a client gets of the key-store topic through this proxy.
+    let (fcode, _) = raw_fetch(&proxy.addr, &key_topic);
+    // A forged marker value is encrypted (no use); a tombstone is not.
+    let bob_tag = consume_all(&broker, &topic, 1).unwrap()[0]
+        .value
+        .as_ref()
+        .unwrap()[1..17]
+        .to_vec();
+    let bob_deks: Vec<Vec<u8>> = consume_all(&broker, &key_topic, 1)
+        .unwrap()
+        .into_iter()
+        .filter_map(|c| c.key)
+        .filter(|k| is_dek_key(k) && k[..16] == bob_tag[..])
+        .collect();
+    let mut forged_marker = bob_tag.clone();
+    forged_marker.extend_from_slice(&[0xff; 8]);
+    let mut recs = vec![record(
+        Some(&forged_marker),
+        Some(b"shredded\0\0\0\0forged-seal"),
+        0,
+    )];
+    for (i, k) in bob_deks.iter().enumerate() {
+        recs.push(record(Some(k), None, 1 + i as i64));
+    }
+    let (pcode, msg) = raw_produce(&proxy.addr, &key_topic, batch_of(&recs).freeze());
+    let on_broker = consume_all(&broker, &key_topic, 1).unwrap();
+    let marker_plain = on_broker.iter().any(|c| {
+        c.key.as_deref() == Some(&forged_marker[..])
+            && c.value.as_deref().is_some_and(|v| v.starts_with(b"shredded"))
+    });
+    let tombstones_landed = on_broker
+        .iter()
+        .filter(|c| c.key.as_deref().is_some_and(|k| bob_deks.iter().any(|d| d == k)) && c.value.is_none())
+        .count();
+    eprintln!(
+        "key-store topic fetched through the proxy: code {fcode}; client's produce to it: code \
+         {pcode} {msg:?}; forged marker landed in plaintext: {marker_plain}; tombstones for bob's \
+         DEK records landed: {tombstones_landed}"
+    );
+    std::thread::sleep(Duration::from_millis(1500));
+    let fresh = start_proxy(&broker, s.policies(&prefix_entry).unwrap(), Hooks::default());
+    let (c, r) = fetch_records(&fresh.addr, &topic);
+    eprintln!("bob through a fresh proxy: code {c} {:?}", show(&r));
+    assert!(
+        prefix_load.is_err() || itself_load.is_err() || (c == 0 && r[0].value.as_deref() == Some(b"bob: 2 Elm St")),
+        "an entry matching its own key-store topic loads (prefix: {prefix_load:?}; the key \
+         store as its own data topic: {itself_load:?}); through it a client's tombstones for \
+         bob's DEK records reached the key-store topic ({tombstones_landed} landed, produce \
+         code {pcode}) and bob (never shredded) reads as code {c} {:?}",
+        show(&r)
+    );
+}
+
+/// Entries that shadow each other: a prefix entry before an exact entry
+/// for a topic it matches makes the exact one unreachable. Here the exact
+/// entry asks for subject keys (shreddable) and the topic is silently
+/// encrypted under the prefix's keyset: a shred of a subject never
+/// reaches its values. Also: topic names are case-sensitive (`Users` is
+/// not `users`: passes in plaintext, as Kafka's own names are).
+#[test]
+fn a_shadowed_entry_loads_silently_and_its_topic_gets_the_other_policy() {
+    let Some(broker) = bootstrap() else { return };
+    let s = SubjectSetup::new(&broker, "shadow");
+    std::fs::write(s.dir.join("v.json"), Keyset::generate().to_tink_json()).unwrap();
+    let entries = format!(
+        r#"{{"prefix":"orders.","value_keyset":"v.json"}},
+           {{"topic":"orders.pii","subject_keyset":"kek.json","subject_key_topic":"{}"}},
+           {{"topic":"Users","value_keyset":"v.json"}}"#,
+        s.key_topic
+    );
+    let loaded = s.policies(&entries);
+    let p = loaded.as_ref().unwrap();
+    let pii = p.get("orders.pii").unwrap();
+    eprintln!(
+        "orders.pii: subject keys {}, value keyset {}; 'users' has a policy: {}",
+        pii.subject_key_set().is_some(),
+        pii.value_keyset().is_some(),
+        p.get("users").is_some()
+    );
+    assert!(p.get("users").is_none(), "names are case-sensitive");
+    assert!(
+        pii.subject_key_set().is_some(),
+        "the configuration names `orders.pii` for subject keys (shreddable), after a prefix \
+         entry `orders.` with a value keyset: it loads without an error or a warning, and \
+         orders.pii's values go under the prefix's keyset, out of any shred's reach"
+    );
+}
+
+// ---------------------------------------------------------------------
+// 2. Races: shred vs the proxy's first write; two proxies on one store
+// ---------------------------------------------------------------------
+
+/// For each of several fresh subjects: two proxies on the same key-store
+/// topic write the subject's first value at once while `shred` (another
+/// instance) shreds it. Afterwards (past the 300 ms fences) a third proxy
+/// reads the topic. No value may be an error; when the shred found no key
+/// (`NoKey`), the raced values must read as written; and a value written
+/// after the shred and the fences must read as written.
+#[test]
+fn shred_racing_two_proxies_first_writes_deletes_nothing_unshredded_and_errs_nowhere() {
+    let Some(broker) = bootstrap() else { return };
+    let s = SubjectSetup::new(&broker, "race");
+    let topic = fresh_topic("attack2-race");
+    create_topic(&broker, &topic, 1);
+    let p1 = s.proxy(&topic);
+    let p2 = s.proxy(&topic);
+    let shredder = Arc::new(s.instance());
+    let mut outcomes = Vec::new();
+    for i in 0..8 {
+        let subject = format!("subj-{i}");
+        let barrier = Arc::new(Barrier::new(3));
+        let writers: Vec<_> = [&p1.addr, &p2.addr]
+            .into_iter()
+            .enumerate()
+            .map(|(w, addr)| {
+                let (addr, topic, subject, barrier) =
+                    (addr.clone(), topic.clone(), subject.clone(), barrier.clone());
+                std::thread::spawn(move || {
+                    let v = format!("{subject} raced by proxy {w}");
+                    let b = batch_of(&[record(Some(subject.as_bytes()), Some(v.as_bytes()), 0)]);
+                    barrier.wait();
+                    raw_produce(&addr, &topic, b.freeze())
+                })
+            })
+            .collect();
+        let shred = {
+            let (k, subject, barrier) = (shredder.clone(), subject.clone(), barrier.clone());
+            std::thread::spawn(move || {
+                barrier.wait();
+                std::thread::sleep(Duration::from_millis(5 * i));
+                k.shred(subject.as_bytes())
+            })
+        };
+        let produced: Vec<_> = writers.into_iter().map(|t| t.join().unwrap()).collect();
+        let shred = shred.join().unwrap();
+        outcomes.push((subject, produced, shred));
+    }
+    std::thread::sleep(Duration::from_millis(1500));
+    // After the shreds and the fences: one more value per subject.
+    for (subject, _, _) in &outcomes {
+        let v = format!("{subject} after");
+        let b = batch_of(&[record(Some(subject.as_bytes()), Some(v.as_bytes()), 0)]);
+        let (code, msg) = raw_produce(&p1.addr, &topic, b.freeze());
+        assert_eq!(code, 0, "{msg:?}");
+    }
+    let p3 = s.proxy(&topic);
+    let (code, recs) = fetch_records(&p3.addr, &topic);
+    for o in &outcomes {
+        eprintln!("{o:?}");
+    }
+    eprintln!("read: code {code} {:?}", show(&recs));
+    assert_eq!(code, 0, "a value of the race reads as an error");
+    let mut problems = Vec::new();
+    for (subject, produced, shred) in &outcomes {
+        let mine: Vec<&Record> = recs
+            .iter()
+            .filter(|r| r.key.as_deref() == Some(subject.as_bytes()))
+            .collect();
+        let after = mine.iter().find(|r| {
+            r.value
+                .as_deref()
+                .is_some_and(|v| v.ends_with(b" after"))
+        });
+        if after.is_none() {
+            problems.push(format!("{subject}: the value written after the shred is not live"));
+        }
+        let raced: Vec<_> = mine
+            .iter()
+            .filter(|r| !r.value.as_deref().is_some_and(|v| v.ends_with(b" after")))
+            .collect();
+        let written = produced.iter().filter(|(c, _)| *c == 0).count();
+        if matches!(shred, Ok(Shred::NoKey)) && raced.iter().any(|r| r.value.is_none()) {
+            problems.push(format!(
+                "{subject}: the shred found no key, yet a raced value reads as deleted"
+            ));
+        }
+        if matches!(shred, Ok(Shred::Removed(_))) && raced.iter().any(|r| r.value.is_some()) {
+            problems.push(format!(
+                "{subject}: the shred removed a key, yet a value written before it returned \
+                 reads as written ({} written)",
+                written
+            ));
+        }
+    }
+    // A value written during the shred may live under a DEK made after the
+    // shred's read; only report, do not fail, on the last rule.
+    let hard: Vec<_> = problems
+        .iter()
+        .filter(|p| !p.contains("reads as written ("))
+        .collect();
+    eprintln!("problems: {problems:#?}");
+    assert!(hard.is_empty(), "{hard:#?}");
+}
+
+// ---------------------------------------------------------------------
+// 4. Bypasses of the shred check (library, no broker)
+// ---------------------------------------------------------------------
+
+/// A shredded value of alice read under: alice's other record-key form
+/// (a rotated key keyset: still alice, a delete is right); keys that are
+/// a prefix or a suffix of hers, an empty key, no key (errors, never a
+/// delete); truncated to the header (an error); bob's tag with alice's
+/// shredded DEK id, under bob (live, and then shredded himself), as a
+/// marker replay (an error while bob is live).
+#[test]
+fn policy_the_subject_tag_check_has_no_bypass_by_key_form_prefix_empty_truncation_or_dek_swap() {
+    let keys =
+        Arc::new(SubjectKeys::create(Keyset::generate(), Arc::new(MemoryKeyStore::new())).unwrap());
+    let mut kk = Keyset::generate_with(KeyTemplate::aes256_siv()).unwrap();
+    let before = TopicPolicy::subject_keys(keys.clone())
+        .with_record_keys(kk.clone())
+        .unwrap();
+    let t = "t";
+    let alice_old_form = before.write_key(t, b"alice").unwrap().unwrap().primary().to_vec();
+    kk.rotate_with(KeyTemplate::aes256_siv()).unwrap();
+    let policy = TopicPolicy::subject_keys(keys.clone())
+        .with_record_keys(kk)
+        .unwrap();
+    let alice_forms = policy.write_key(t, b"alice").unwrap().unwrap();
+    assert_eq!(alice_forms.older(), [alice_old_form.clone()]);
+    let alice = policy
+        .write_value(t, Some(b"alice"), Some(b"alice: 1 Main St"))
+        .unwrap()
+        .unwrap();
+    let bob = policy
+        .write_value(t, Some(b"bob"), Some(b"bob: 2 Elm St"))
+        .unwrap()
+        .unwrap();
+    let empty = policy.write_value(t, Some(b""), Some(b"empty-key subject")).unwrap().unwrap();
+    keys.shred(b"alice").unwrap();
+    // Alice's other key form: still alice.
+    let plain = policy.read_key(t, &alice_old_form).unwrap();
+    assert_eq!(
+        policy.read_value(t, Some(&plain), Some(&alice)).unwrap(),
+        Read::Shredded
+    );
+    let mut bad = Vec::new();
+    for key in [&b"alic"[..], b"alice\0", b"alicex", b"xalice", b"", b"ALICE"] {
+        let r = policy.read_value(t, Some(key), Some(&alice));
+        if !r.is_err() {
+            bad.push(format!("alice's value under {:?}: {r:?}", String::from_utf8_lossy(key)));
+        }
+    }
+    let none = policy.read_value(t, None, Some(&alice));
+    if !none.is_err() {
+        bad.push(format!("alice's value with no key: {none:?}"));
+    }
+    // The empty key's own value is fine.
+    assert!(matches!(
+        policy.read_value(t, Some(b""), Some(&empty)).unwrap(),
+        Read::Value(_)
+    ));
+    // Truncations.
+    for n in [0, 1, 17, 25, 37, 52] {
+        let r = policy.read_value(t, Some(b"bob"), Some(&alice[..n.min(alice.len())]));
+        if !r.is_err() {
+            bad.push(format!("alice's value cut to {n} bytes under bob: {r:?}"));
+        }
+    }
+    let exact = policy.read_value(t, Some(b"alice"), Some(&alice[..53]));
+    eprintln!("alice's header + 16 bytes (an empty ciphertext) under alice: {exact:?}");
+    // Bob's tag, alice's shredded DEK id, under bob (live).
+    let mut swapped = bob.clone();
+    swapped[17..25].copy_from_slice(&alice[17..25]);
+    let r = policy.read_value(t, Some(b"bob"), Some(&swapped));
+    if !r.is_err() {
+        bad.push(format!("bob's tag + alice's shredded DEK id under bob (live): {r:?}"));
+    }
+    // Alice's tag, bob's live DEK id, under alice and under bob.
+    let mut swapped2 = alice.clone();
+    swapped2[17..25].copy_from_slice(&bob[17..25]);
+    for key in [&b"alice"[..], b"bob"] {
+        let r = policy.read_value(t, Some(key), Some(&swapped2));
+        if !r.is_err() {
+            bad.push(format!(
+                "alice's tag + bob's DEK id under {:?}: {r:?}",
+                String::from_utf8_lossy(key)
+            ));
+        }
+    }
+    // On another topic under alice (same key store): alice is shredded
+    // everywhere, a delete there is right.
+    eprintln!(
+        "alice's value on topic u under alice: {:?}",
+        policy.read_value("u", Some(b"alice"), Some(&alice))
+    );
+    assert!(bad.is_empty(), "{bad:#?}");
+}
+
+// ---------------------------------------------------------------------
+// 1. Leaks in the proxy's logs and its errors
+// ---------------------------------------------------------------------
+
+/// The command line's binary, next to this test's.
+fn cli_binary() -> PathBuf {
+    let exe = std::env::current_exe().unwrap();
+    exe.parent().unwrap().parent().unwrap().join("tombstone-crypt")
+}
+
+fn free_base_port() -> u16 {
+    loop {
+        let l = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+        let p = l.local_addr().unwrap().port();
+        if p < 65000 && std::net::TcpListener::bind(("127.0.0.1", p + 112)).is_ok() {
+            return p;
+        }
+    }
+}
+
+struct ChildProxy {
+    child: Child,
+    log: PathBuf,
+}
+
+impl ChildProxy {
+    fn log(&self) -> String {
+        std::fs::read_to_string(&self.log).unwrap_or_default()
+    }
+}
+
+impl Drop for ChildProxy {
+    fn drop(&mut self) {
+        let _ = Command::new("kill")
+            .args(["-TERM", &self.child.id().to_string()])
+            .status();
+        let deadline = Instant::now() + Duration::from_secs(10);
+        while Instant::now() < deadline {
+            if let Ok(Some(_)) = self.child.try_wait() {
+                return;
+            }
+            std::thread::sleep(Duration::from_millis(50));
+        }
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+fn key_bytes_of(ks: &Keyset) -> Vec<String> {
+    let json: serde_json::Value = serde_json::from_str(&ks.to_tink_json()).unwrap();
+    let mut out = Vec::new();
+    for k in json["key"].as_array().unwrap() {
+        let value = k["keyData"]["value"].as_str().unwrap();
+        out.push(value[..24.min(value.len())].to_owned());
+        let proto =
+            base64::Engine::decode(&base64::engine::general_purpose::STANDARD, value).unwrap();
+        if proto.len() > 10 {
+            out.push(hex(&proto[2..10]));
+            let d = format!("{:?}", &proto[2..10]);
+            out.push(d.trim_matches(|c| c == '[' || c == ']').to_owned());
+        }
+    }
+    out
+}
+
+/// `tombstone-crypt proxy --config ... -vvv` with `RUST_LOG=trace` as a
+/// child, made to refuse: a control-flagged batch, a batch claiming 0
+/// records, an unkeyed record on a subject-key topic, a value and a named
+/// header that do not authenticate (plaintext written to the broker
+/// directly), a record key that does not decrypt, a value whose KMS is
+/// down (a `kms-envelope` keyset whose Vault is a closed port; the child's
+/// `VAULT_TOKEN` a marker). No plaintext value, record key, header value,
+/// Vault token or key bytes may be in its stderr or in the client's error
+/// messages.
+#[test]
+fn the_proxy_binary_logs_and_answers_no_secret_when_it_refuses() {
+    let Some(broker) = bootstrap() else { return };
+    let bin = cli_binary();
+    if !bin.exists() {
+        eprintln!("{} missing: run cargo build -p tombstone-crypt-cli", bin.display());
+        return;
+    }
+    let s = SubjectSetup::new(&broker, "leak");
+    let dir = &s.dir;
+    let values = Keyset::generate();
+    let key_keys = Keyset::generate_with(KeyTemplate::aes256_siv()).unwrap();
+    let kms_uri = "hcvault://127.0.0.1:1/transit/keys/leak-kek";
+    let kms_values = Keyset::generate_with(KeyTemplate::kms_envelope(kms_uri)).unwrap();
+    std::fs::write(dir.join("v.json"), values.to_tink_json()).unwrap();
+    std::fs::write(dir.join("k.json"), key_keys.to_tink_json()).unwrap();
+    std::fs::write(dir.join("kms.json"), kms_values.to_tink_json()).unwrap();
+    let kt = fresh_topic("attack2-leak-ks");
+    let st = fresh_topic("attack2-leak-subj");
+    let mt = fresh_topic("attack2-leak-kms");
+    for t in [&kt, &st, &mt] {
+        create_topic(&broker, t, 1);
+    }
+    let port = free_base_port();
+    let cfg = serde_json::json!({
+        "listen": format!("127.0.0.1:{port}"),
+        "bootstrap": broker,
+        "topics": [
+            {"topic": kt, "value_keyset": "v.json", "key_keyset": "k.json", "headers": ["x-ssn"]},
+            {"topic": st, "subject_keyset": "kek.json", "subject_key_topic": s.key_topic,
+             "subject_key_fence_ms": 300},
+            {"topic": mt, "value_keyset": "kms.json"},
+        ]
+    });
+    std::fs::write(dir.join("proxy.json"), cfg.to_string()).unwrap();
+    let token = "hvs.LEAKTOKEN0123456789abcdef";
+    let log = dir.join("proxy.log");
+    let child = Command::new(&bin)
+        .args(["proxy", "--config"])
+        .arg(dir.join("proxy.json"))
+        .args(["--drain-seconds", "2", "-vvv"])
+        .env("RUST_LOG", "trace")
+        .env("VAULT_ADDR", "http://127.0.0.1:1")
+        .env("VAULT_TOKEN", token)
+        .stdout(Stdio::null())
+        .stderr(std::fs::File::create(&log).unwrap())
+        .spawn()
+        .unwrap();
+    let proxy = ChildProxy { child, log };
+    let addr = format!("127.0.0.1:{port}");
+    let deadline = Instant::now() + Duration::from_secs(20);
+    while TcpStream::connect(&addr).is_err() {
+        assert!(Instant::now() < deadline, "the proxy did not listen: {}", proxy.log());
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    let mut secrets: Vec<Vec<u8>> = Vec::new();
+    let mut answers = Vec::new();
+    let mut secret = |s: &str| {
+        secrets.push(s.as_bytes().to_vec());
+        s.to_owned()
+    };
+    // Control-flagged and zero-count batches.
+    let v1 = secret("LEAK-CONTROL-VALUE-4111111111111111");
+    let k1 = secret("LEAK-CONTROL-KEY-alice@example.com");
+    let h1 = secret("LEAK-CONTROL-HDR-123-45-6789");
+    let mut b = batch_of(&[with_header(
+        record(Some(k1.as_bytes()), Some(v1.as_bytes()), 0),
+        "x-ssn",
+        h1.as_bytes(),
+    )]);
+    let attrs = i16::from_be_bytes([b[21], b[22]]) | (1 << 5);
+    b[21..23].copy_from_slice(&attrs.to_be_bytes());
+    fix_crc(&mut b);
+    answers.push(("control", raw_produce(&addr, &kt, b.freeze())));
+    let v2 = secret("LEAK-ZERO-VALUE-5500000000000004");
+    let mut b = batch_of(&[record(Some(b"k"), Some(v2.as_bytes()), 0)]);
+    b[57..61].copy_from_slice(&0i32.to_be_bytes());
+    fix_crc(&mut b);
+    answers.push(("zero-count", raw_produce(&addr, &kt, b.freeze())));
+    // A batch that does not decode (a bad CRC) holding a secret.
+    let v2b = secret("LEAK-BADCRC-VALUE-6011000000000004");
+    let mut b = batch_of(&[record(Some(b"k"), Some(v2b.as_bytes()), 0)]);
+    b[17] ^= 0xff;
+    answers.push(("bad crc", raw_produce(&addr, &kt, b.freeze())));
+    // Unkeyed on the subject-key topic.
+    let v3 = secret("LEAK-UNKEYED-SUBJECT-VALUE-378282246310005");
+    let b = batch_of(&[record(None, Some(v3.as_bytes()), 0)]);
+    answers.push(("unkeyed subject", raw_produce(&addr, &st, b.freeze())));
+    // The KMS down.
+    let v4 = secret("LEAK-KMS-DOWN-VALUE-30569309025904");
+    let b = batch_of(&[record(Some(b"k"), Some(v4.as_bytes()), 0)]);
+    answers.push(("kms down", raw_produce(&addr, &mt, b.freeze())));
+    // Plaintext on the broker directly: a value and a header that do not
+    // authenticate, a key that does not decrypt; read through the proxy.
+    let v5 = secret("LEAK-DIRECT-VALUE-6221260000000000");
+    let h5 = secret("LEAK-DIRECT-HDR-987-65-4321");
+    let k5 = secret("LEAK-DIRECT-KEY-bob@example.com");
+    let b = batch_of(&[with_header(
+        record(Some(k5.as_bytes()), Some(v5.as_bytes()), 0),
+        "x-ssn",
+        h5.as_bytes(),
+    )]);
+    assert_eq!(raw_produce(&broker, &kt, b.freeze()).0, 0);
+    let (fc1, _) = raw_fetch(&addr, &kt);
+    // On the subject topic: a plaintext value and a forged one.
+    let v6 = secret("LEAK-DIRECT-SUBJECT-VALUE-3530111333300000");
+    let b = batch_of(&[record(Some(b"carol"), Some(v6.as_bytes()), 0)]);
+    assert_eq!(raw_produce(&broker, &st, b.freeze()).0, 0);
+    let (fc2, _) = raw_fetch(&addr, &st);
+    std::thread::sleep(Duration::from_millis(500));
+    let stderr = proxy.log();
+    drop(proxy);
+    let stderr = stderr + &std::fs::read_to_string(dir.join("proxy.log")).unwrap_or_default();
+    eprintln!("answers: {answers:#?}\nfetch codes: {fc1} {fc2}");
+    eprintln!("--- proxy stderr ({} bytes) ---\n{}", stderr.len(), {
+        let lines: Vec<&str> = stderr
+            .lines()
+            .filter(|l| l.contains("WARN") || l.contains("ERROR") || l.contains("refused"))
+            .collect();
+        lines.join("\n")
+    });
+    let mut leaks = Vec::new();
+    let mut needles: Vec<(String, Vec<u8>)> = secrets
+        .iter()
+        .map(|s| (String::from_utf8_lossy(s).into_owned(), s.clone()))
+        .collect();
+    needles.push(("vault token".into(), token.as_bytes().to_vec()));
+    for ks in [&values, &key_keys, &kms_values, &s.kek] {
+        for k in key_bytes_of(ks) {
+            needles.push((format!("key bytes {k}"), k.into_bytes()));
+        }
+    }
+    // Hex and Debug forms of the plaintexts too.
+    for s in &secrets {
+        needles.push((format!("hex of {}", String::from_utf8_lossy(s)), hex(&s[..12]).into_bytes()));
+        let d = format!("{:?}", &s[..8]);
+        needles.push((
+            format!("debug of {}", String::from_utf8_lossy(s)),
+            d.trim_matches(|c| c == '[' || c == ']').as_bytes().to_vec(),
+        ));
+    }
+    for (what, n) in &needles {
+        if contains(stderr.as_bytes(), n) {
+            leaks.push(format!("stderr holds {what}"));
+        }
+        for (case, (_, msg)) in &answers {
+            if msg.as_deref().is_some_and(|m| contains(m.as_bytes(), n)) {
+                leaks.push(format!("the client's error for {case} holds {what}"));
+            }
+        }
+    }
+    // Every refusal was one (never a success that would store plaintext).
+    for (case, (code, msg)) in &answers {
+        if *code == 0 {
+            leaks.push(format!("{case}: accepted ({msg:?})"));
+        }
+    }
+    let (_, raw) = raw_fetch(&broker, &kt);
+    for s in [&v1, &v2, &v2b] {
+        if contains(&raw, s.as_bytes()) {
+            leaks.push(format!("{s} reached the broker"));
+        }
+    }
+    assert!(leaks.is_empty(), "{leaks:#?}");
+}
