@@ -193,8 +193,10 @@ cargo test --workspace --all-features --test writers_model --test compaction -- 
 # The report's scenario through the proxy: a changelog written by
 # confluent-kafka for Python through a key rotation, compacted, restored;
 # and the proxy across a restart of a broker of its own (the compacting
-# broker's binary, which keeps its records across a restart).
-cargo test --workspace --all-features --test proxy_compacting --test faults -- compacting_broker
+# broker's binary, which keeps its records across a restart); and a shred
+# that a client's writes through the proxy to the key-store topic cannot
+# undo once it is compacted.
+cargo test --workspace --all-features --test proxy_compacting --test faults --test shred_attacks -- compacting_broker
 # The command line's resumes across a compaction, with their negative
 # control, the shredding model with the command line as a second process,
 # and the typed producer's write-order model checked after compaction

@@ -209,6 +209,8 @@ pub enum Error {
     /// key store neither holds nor records as shredded: the wrong key
     /// store, one that lost records, or a value whose header was changed.
     /// Never a delete: only a shred's record makes a value read as one.
+    /// Its message names neither field: they are the value's bytes as
+    /// read, a plaintext's when the value is not one of this format.
     UnknownSubjectKey {
         /// The value's subject tag (a keyed hash: never the subject).
         tag: [u8; 16],
@@ -415,21 +417,16 @@ impl fmt::Display for Error {
             Error::Shredded { .. } => {
                 f.write_str("the value's subject was shredded: its key is gone")
             }
-            Error::UnknownSubjectKey { tag, dek_id } => {
-                f.write_str("the key store has no key for subject tag ")?;
-                hex(f, tag)?;
-                f.write_str(" (DEK ")?;
-                hex(f, dek_id)?;
-                f.write_str(") and no record of its shred: the wrong key store, a lost one, or a changed value")
-            }
+            // Neither the tag nor the DEK id: they are the value's bytes,
+            // which a value that is not one of this format (a plaintext
+            // that starts with `S`) makes plaintext. They stay in the
+            // variant's fields.
+            Error::UnknownSubjectKey { .. } => f.write_str(
+                "the key store has no key for the value's subject (its tag and DEK id are in the error's fields) and no record of its shred: the wrong key store, a lost one, or a changed value, or not a value under subject keys",
+            ),
             Error::Field { path, cause } => write!(f, "field {path}: {cause}"),
         }
     }
-}
-
-/// Writes `bytes` in lowercase hex.
-fn hex(f: &mut fmt::Formatter<'_>, bytes: &[u8]) -> fmt::Result {
-    bytes.iter().try_for_each(|b| write!(f, "{b:02x}"))
 }
 
 impl StdError for Error {

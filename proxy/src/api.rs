@@ -24,6 +24,9 @@ use crate::hooks::Hooks;
 /// `CORRUPT_MESSAGE`: retriable for producers; what a partition whose
 /// records the proxy cannot encrypt or decrypt gets.
 pub(crate) const CORRUPT_MESSAGE: i16 = 2;
+/// `TOPIC_AUTHORIZATION_FAILED`: what a client gets for a key-store topic
+/// of subject keys, which it may neither write nor read through the proxy.
+pub(crate) const TOPIC_AUTHORIZATION_FAILED: i16 = 29;
 
 /// The highest Produce and Fetch versions the proxy accepts: later ones
 /// name topics by id only (Produce v13, Fetch v13), and the proxy reads
@@ -106,6 +109,8 @@ pub(crate) struct Refused {
     pub(crate) topic: TopicName,
     pub(crate) partition: i32,
     pub(crate) reason: String,
+    /// The error code the client gets.
+    pub(crate) code: i16,
 }
 
 /// What to do with a Produce request.
@@ -168,13 +173,29 @@ pub(crate) fn produce_request(
     if !request
         .topic_data
         .iter()
-        .any(|t| policies.get(t.name.as_str()).is_some())
+        .any(|t| policies.get(t.name.as_str()).is_some() || policies.guards(t.name.as_str()))
     {
         return Ok(ProduceAction::Unchanged { acks: request.acks });
     }
     let mut refused = Vec::new();
     let mut older = Vec::new();
     for topic in &mut request.topic_data {
+        if policies.guards(topic.name.as_str()) {
+            // A key-store topic: a record written there by a client could
+            // remove a subject's key, or undo a shred once compacted.
+            for p in &topic.partition_data {
+                crate::stats::add(crate::stats::Event::PartitionsRefused, 1);
+                refused.push(Refused {
+                    topic: topic.name.clone(),
+                    partition: p.index,
+                    reason: "a key-store topic of subject keys: not written through the proxy"
+                        .into(),
+                    code: TOPIC_AUTHORIZATION_FAILED,
+                });
+            }
+            topic.partition_data.clear();
+            continue;
+        }
         let Some(policy) = policies.get(topic.name.as_str()) else {
             continue;
         };
@@ -201,6 +222,7 @@ pub(crate) fn produce_request(
                         topic: name.clone(),
                         partition: p.index,
                         reason,
+                        code: CORRUPT_MESSAGE,
                     });
                     false
                 }
@@ -309,7 +331,7 @@ fn merge_refused(response: &mut ProduceResponse, refused: &[Refused], version: i
     for r in refused {
         let mut p = PartitionProduceResponse::default();
         p.index = r.partition;
-        p.error_code = CORRUPT_MESSAGE;
+        p.error_code = r.code;
         p.base_offset = -1;
         if version >= 8 {
             p.error_message = Some(StrBytes::from_string(format!(
@@ -391,7 +413,7 @@ pub(crate) fn fetch_response(
     failed: &mut Vec<Undecryptable>,
     limit: usize,
 ) -> Result<Option<Bytes>, String> {
-    if policies.is_empty() {
+    if policies.is_empty() && !policies.guards_any() {
         return Ok(None);
     }
     crate::bounds::fetch_response(frame, version)
@@ -416,6 +438,20 @@ pub(crate) fn fetch_response(
     let mut changed = false;
     for topic in &mut body.responses {
         let name = topic.topic.as_str().to_owned();
+        if version < 13 && policies.guards(&name) {
+            // A key-store topic: its records (subjects' wrapped keys, the
+            // records of shreds) are not handed to clients.
+            for p in &mut topic.partitions {
+                changed = true;
+                p.error_code = TOPIC_AUTHORIZATION_FAILED;
+                p.records = Some(Bytes::new());
+                p.high_watermark = -1;
+                p.last_stable_offset = -1;
+                p.log_start_offset = -1;
+                p.aborted_transactions = None;
+            }
+            continue;
+        }
         // From v13 topics are named by id only: the proxy cannot tell
         // which policy applies, so no records are handed on.
         let policy = if version >= 13 {

@@ -227,12 +227,25 @@ impl ProxyConfig {
 #[derive(Clone, Debug, Default)]
 pub struct Policies {
     entries: Vec<(Match, Arc<TopicPolicy>)>,
+    /// The key-store topics of subject keys: no client writes or reads
+    /// them through the proxy.
+    guarded: Vec<String>,
 }
 
 #[derive(Clone, Debug)]
 enum Match {
     Exact(String),
     Prefix(String),
+}
+
+impl Match {
+    /// As the configuration names it.
+    fn show(&self) -> String {
+        match self {
+            Match::Exact(t) => format!("topic {t:?}"),
+            Match::Prefix(p) => format!("prefix {p:?}"),
+        }
+    }
 }
 
 impl Policies {
@@ -263,7 +276,13 @@ impl Policies {
     /// [`ProxyError::Config`] when an entry names neither or both of
     /// `topic` and `prefix`, or a keyset does not load.
     pub fn load(config: &ProxyConfig) -> Result<Self, ProxyError> {
+        check_entries(config)?;
         let mut policies = Policies::new();
+        for entry in &config.topics {
+            if let Some(topic) = &entry.subject_key_topic {
+                policies = policies.with_guarded_topic(topic);
+            }
+        }
         for entry in &config.topics {
             let policy = entry_policy(config, entry)?;
             policies = match (&entry.topic, &entry.prefix) {
@@ -277,6 +296,27 @@ impl Policies {
             };
         }
         Ok(policies)
+    }
+
+    /// The same policies, and `topic` (a key-store topic of subject keys)
+    /// guarded: a client's Produce to it is refused and its Fetch gets no
+    /// records (`TOPIC_AUTHORIZATION_FAILED`). A record written there
+    /// could remove a subject's key, or, with a record read there before a
+    /// shred, undo the shred once the topic is compacted.
+    #[must_use]
+    pub fn with_guarded_topic(mut self, topic: &str) -> Self {
+        self.guarded.push(topic.to_owned());
+        self
+    }
+
+    /// Whether `topic` is a guarded key-store topic.
+    pub fn guards(&self, topic: &str) -> bool {
+        self.guarded.iter().any(|t| t == topic)
+    }
+
+    /// Whether any topic is guarded.
+    pub fn guards_any(&self) -> bool {
+        !self.guarded.is_empty()
     }
 
     /// The policy of `topic`, if one names it.
@@ -300,6 +340,52 @@ impl Policies {
     pub fn is_empty(&self) -> bool {
         self.entries.is_empty()
     }
+}
+
+/// Refuses entries that cannot be meant: one that an earlier entry
+/// shadows (its topics would get the earlier entry's policy), and one that
+/// names a key-store topic of subject keys (the proxy would encrypt the
+/// key store's own records, and pass its tombstones).
+fn check_entries(config: &ProxyConfig) -> Result<(), ProxyError> {
+    let named = |e: &TopicEntry| match (&e.topic, &e.prefix) {
+        (Some(t), None) => Some(Match::Exact(t.clone())),
+        (None, Some(p)) => Some(Match::Prefix(p.clone())),
+        _ => None,
+    };
+    let covers = |m: &Match, topic: &str| match m {
+        Match::Exact(t) => t == topic,
+        Match::Prefix(p) => topic.starts_with(p.as_str()),
+    };
+    let key_stores: Vec<&str> = config
+        .topics
+        .iter()
+        .filter_map(|e| e.subject_key_topic.as_deref())
+        .collect();
+    for (i, entry) in config.topics.iter().enumerate() {
+        let Some(this) = named(entry) else { continue };
+        for earlier in config.topics[..i].iter().filter_map(named) {
+            let shadowed = match &this {
+                Match::Exact(t) => covers(&earlier, t),
+                Match::Prefix(p) => {
+                    matches!(&earlier, Match::Prefix(q) if p.starts_with(q.as_str()))
+                }
+            };
+            if shadowed {
+                return Err(ProxyError::Config(format!(
+                    "the topics entry of {} is shadowed by the earlier entry of {}: its topics would get that entry's policy (put the narrower entry first)",
+                    this.show(),
+                    earlier.show()
+                )));
+            }
+        }
+        if let Some(ks) = key_stores.iter().find(|ks| covers(&this, ks)) {
+            return Err(ProxyError::Config(format!(
+                "the topics entry of {} names the key-store topic {ks:?} of subject keys: a key store is not a data topic",
+                this.show()
+            )));
+        }
+    }
+    Ok(())
 }
 
 /// The policy of one entry, its keysets loaded and its key store opened.

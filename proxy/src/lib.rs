@@ -63,7 +63,13 @@
 //! changed value, the wrong key store), or a shredded subject's value
 //! copied under another record key, makes its partition
 //! `CORRUPT_MESSAGE`, never a tombstone. A record without a key has no
-//! subject: its partition is refused on Produce. Such an entry names no
+//! subject: its partition is refused on Produce. Every key-store topic
+//! the configuration names is guarded: a client's Produce to it is
+//! refused and its Fetch gets no records (`TOPIC_AUTHORIZATION_FAILED`),
+//! since a client that reads a subject's key record before a shred and
+//! writes it back after could undo the shred once the topic is compacted;
+//! an entry that would match a key-store topic, or that an earlier entry
+//! shadows, is a configuration error. Such an entry names no
 //! headers (a header under a key that a shred does not reach would
 //! outlive the shred). `"subject_key_store"` (a redb file) works too, but
 //! the proxy holds the file open, so `shred` cannot run beside it.

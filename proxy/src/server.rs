@@ -483,6 +483,7 @@ async fn read_requests(
                                             "the write rule's tombstones of older key forms \
                                              were not written: {reason}"
                                         ),
+                                        code: api::CORRUPT_MESSAGE,
                                     }
                                 }));
                                 log_refused(peer, &all);
