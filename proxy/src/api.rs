@@ -94,10 +94,18 @@ fn encode_response<M: Encodable>(
     api: ApiKey,
     version: i16,
 ) -> Result<Bytes, String> {
-    let mut buf = BytesMut::new();
+    let header_version = api.response_header_version(version);
+    // Sized up front, so it does not grow: a block it grew out of would be
+    // freed unwiped (a Fetch response holds decrypted records). Wiped if
+    // the encoding fails half-way.
+    let size = header
+        .compute_size(header_version)
+        .and_then(|h| Ok(h + body.compute_size(version)?))
+        .unwrap_or(0);
+    let mut buf = crate::wipe::Buf::with_capacity(size, true);
     header
-        .encode(&mut buf, api.response_header_version(version))
-        .and_then(|()| body.encode(&mut buf, version))
+        .encode(buf.inner(), header_version)
+        .and_then(|()| body.encode(buf.inner(), version))
         .map_err(|e| format!("encoding a {api:?} v{version} response: {e:#}"))?;
     Ok(buf.freeze())
 }
@@ -402,13 +410,35 @@ pub(crate) struct Undecryptable {
     pub(crate) reason: String,
 }
 
+/// A Fetch response whose partitions' records are wiped when it is dropped:
+/// the batches decrypted into it. The broker's own (slices of its frame)
+/// are only let go.
+struct Decrypted {
+    body: FetchResponse,
+    wipe: bool,
+}
+
+impl Drop for Decrypted {
+    fn drop(&mut self) {
+        for topic in &mut self.body.responses {
+            for p in &mut topic.partitions {
+                if let Some(records) = p.records.take() {
+                    crate::wipe::bytes(records, self.wipe);
+                }
+            }
+        }
+    }
+}
+
 /// A Fetch response with the policy topics' records decrypted (a
 /// partition that does not decrypt gets `CORRUPT_MESSAGE` and no records);
-/// `None` when it passes as it came.
+/// `None` when it passes as it came. The response frame holds the
+/// plaintext: the caller wipes it once written.
 pub(crate) fn fetch_response(
     frame: &Bytes,
     version: i16,
     policies: &Policies,
+    hooks: &Hooks,
     map: &NodeMap<'_>,
     failed: &mut Vec<Undecryptable>,
     limit: usize,
@@ -418,25 +448,28 @@ pub(crate) fn fetch_response(
     }
     crate::bounds::fetch_response(frame, version)
         .map_err(|e| format!("a Fetch v{version} response that does not decode: {e}"))?;
-    let (header, mut body): (_, FetchResponse) =
-        match decode_response(frame, ApiKey::Fetch, version) {
-            Ok(decoded) => decoded,
-            Err(e) if e.contains("Tag 0 is not valid") => {
-                match without_node_endpoints(frame, version) {
-                    Some(stripped) => {
-                        // The stripped frame is walked too: only it is decoded.
-                        crate::bounds::fetch_response(&stripped, version).map_err(|e| {
-                            format!("a Fetch v{version} response that does not decode: {e}")
-                        })?;
-                        decode_response(&stripped, ApiKey::Fetch, version)?
-                    }
-                    None => return Err(e),
+    let (header, body): (_, FetchResponse) = match decode_response(frame, ApiKey::Fetch, version) {
+        Ok(decoded) => decoded,
+        Err(e) if e.contains("Tag 0 is not valid") => {
+            match without_node_endpoints(frame, version) {
+                Some(stripped) => {
+                    // The stripped frame is walked too: only it is decoded.
+                    crate::bounds::fetch_response(&stripped, version).map_err(|e| {
+                        format!("a Fetch v{version} response that does not decode: {e}")
+                    })?;
+                    decode_response(&stripped, ApiKey::Fetch, version)?
                 }
+                None => return Err(e),
             }
-            Err(e) => return Err(e),
-        };
+        }
+        Err(e) => return Err(e),
+    };
+    let mut body = Decrypted {
+        body,
+        wipe: hooks.wipes(),
+    };
     let mut changed = false;
-    for topic in &mut body.responses {
+    for topic in &mut body.body.responses {
         let name = topic.topic.as_str().to_owned();
         if version < 13 && policies.guards(&name) {
             // A key-store topic: its records (subjects' wrapped keys, the
@@ -477,7 +510,7 @@ pub(crate) fn fetch_response(
             )
             .entered();
             let result = match policy {
-                Some(policy) => crate::batch::decrypt(&name, policy, records, limit),
+                Some(policy) => crate::batch::decrypt(&name, policy, hooks, records, limit),
                 None => Err(format!("a Fetch v{version} names topics by id only")),
             };
             match result {
@@ -495,14 +528,14 @@ pub(crate) fn fetch_response(
             }
         }
     }
-    for n in &mut body.node_endpoints {
+    for n in &mut body.body.node_endpoints {
         changed = true;
         rewrite(map, n.node_id.0, &mut n.host, &mut n.port)?;
     }
     if !changed {
         return Ok(None);
     }
-    encode_response(&header, &body, ApiKey::Fetch, version).map(Some)
+    encode_response(&header, &body.body, ApiKey::Fetch, version).map(Some)
 }
 
 /// A Fetch response below v16 without its top-level tagged field 0 (the
@@ -717,6 +750,16 @@ mod tests {
             crate::TopicPolicy::keyset(tombstone_crypt::Keyset::generate()),
         );
         let mut failed = Vec::new();
-        assert!(fetch_response(&tagged, version, &policies, &map, &mut failed, 1 << 20).is_ok());
+        let hooks = Hooks::default();
+        assert!(fetch_response(
+            &tagged,
+            version,
+            &policies,
+            &hooks,
+            &map,
+            &mut failed,
+            1 << 20
+        )
+        .is_ok());
     }
 }

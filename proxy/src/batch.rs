@@ -14,6 +14,13 @@
 //! headers of one key would lose one; a batch whose records are out of
 //! timestamp order is rebased by the encoder): otherwise it is refused,
 //! never altered.
+//!
+//! Plaintext is wiped before it is freed (`crate::wipe`): on Produce the
+//! decompressed records and the re-encoding of the check; on Fetch the
+//! records' decrypted keys, values and headers and the batch they are
+//! encoded into. Not the compression codecs' own buffers nor
+//! kafka-protocol's buffer of a compressed batch's records (see the
+//! crate's limits). Ciphertext is not wiped.
 
 use std::cell::RefCell;
 
@@ -25,6 +32,7 @@ use tombstone_crypt::policy::{Read, TopicPolicy};
 
 use crate::hooks::Hooks;
 use crate::stats::{self, Event, Tally};
+use crate::wipe::{self, Buf};
 
 /// The size of a v2 record batch's header, up to and including its record
 /// count.
@@ -64,7 +72,11 @@ pub(crate) fn encrypt(
 ) -> Result<Encrypted, String> {
     let mut tombstones = Vec::new();
     let mut tally = Tally::default();
-    let records = transform(raw, false, limit, |record| {
+    let wipe = Wipe {
+        input: hooks.wipes(),
+        output: false,
+    };
+    let records = transform(raw, false, limit, wipe, |record| {
         encrypt_record(topic, policy, hooks, record, &mut tombstones, &mut tally)
     })?;
     if hooks.skip_fanout {
@@ -124,11 +136,16 @@ fn tombstone_batch(tombstones: &[(Bytes, i64)]) -> Result<Bytes, String> {
 pub(crate) fn decrypt(
     topic: &str,
     policy: &TopicPolicy,
+    hooks: &Hooks,
     raw: &Bytes,
     limit: usize,
 ) -> Result<Bytes, String> {
     let mut tally = Tally::default();
-    let out = transform(raw, true, limit, |record| {
+    let wipe = Wipe {
+        input: false,
+        output: hooks.wipes(),
+    };
+    let out = transform(raw, true, limit, wipe, |record| {
         decrypt_record(topic, policy, record, &mut tally)
     })?;
     tally.commit(false);
@@ -205,10 +222,12 @@ fn decrypt_record(
     tally: &mut Tally,
 ) -> Result<(), String> {
     if let (Some(_), Some(key)) = (policy.record_keys(), &record.key) {
-        let plaintext = policy
+        let mut plaintext = policy
             .read_key(topic, &key[..])
             .map_err(|e| format!("decrypting a record key at offset {}: {e}", record.offset))?;
-        record.key = Some(Bytes::copy_from_slice(&plaintext));
+        // The plaintext's own buffer, moved (not copied): the records are
+        // wiped when dropped (`Records`).
+        record.key = Some(Bytes::from(std::mem::take(&mut *plaintext)));
         tally.keys += 1;
     }
     let key = record.key.as_deref();
@@ -223,15 +242,15 @@ fn decrypt_record(
                     record.offset
                 )
             })?;
-        if let Some(pt) = opened {
-            *v = Bytes::copy_from_slice(&pt);
+        if let Some(mut pt) = opened {
+            *v = Bytes::from(std::mem::take(&mut *pt));
         }
     }
     match policy.read_value(topic, key, record.value.as_deref()) {
         Ok(Read::Tombstone) => tally.tombstones += 1,
-        Ok(Read::Value(pt)) => {
+        Ok(Read::Value(mut pt)) => {
             tally.values += 1;
-            record.value = Some(Bytes::copy_from_slice(&pt));
+            record.value = Some(Bytes::from(std::mem::take(&mut *pt)));
         }
         // Its subject was shredded: a delete, as the library's readers
         // take it. The client gets a tombstone.
@@ -250,17 +269,71 @@ fn decrypt_record(
     Ok(())
 }
 
+/// Which side of a transform is plaintext, wiped before it is freed: what
+/// comes in (Produce: the client's records, decompressed, and the check's
+/// re-encoding of them) or what goes out (Fetch: the records' decrypted
+/// fields and the batches encoded from them). The other side is
+/// ciphertext, and fields the policy does not encrypt.
+#[derive(Clone, Copy, Debug)]
+struct Wipe {
+    input: bool,
+    output: bool,
+}
+
+/// Decoded records whose fields are wiped when dropped (`wipe::bytes`):
+/// what `f` put in them (a decrypted key, value or header on Fetch). A
+/// field still a slice of its batch is only let go (the batch is wiped
+/// with it once every slice is dropped).
+struct Records {
+    list: Vec<Record>,
+    wipe: bool,
+}
+
+impl Drop for Records {
+    fn drop(&mut self) {
+        if !self.wipe {
+            return;
+        }
+        for record in self.list.drain(..) {
+            let Record {
+                key,
+                value,
+                headers,
+                ..
+            } = record;
+            for field in key.into_iter().chain(value) {
+                wipe::bytes(field, true);
+            }
+            for field in headers.into_values().flatten() {
+                wipe::bytes(field, true);
+            }
+        }
+    }
+}
+
 /// Applies `f` to every record of every data batch in `raw`, batch by
 /// batch. On Fetch (`partial_ok`: a partial batch at the end is dropped)
 /// control batches and empty batches are kept byte for byte; on Produce
-/// they are refused.
+/// they are refused. Every buffer of plaintext it made (`wipe` says which
+/// side is plaintext) is wiped before it is freed; the result is the
+/// caller's to wipe.
 fn transform(
     raw: &Bytes,
     partial_ok: bool,
     limit: usize,
+    wipe: Wipe,
     mut f: impl FnMut(&mut Record) -> Result<(), String>,
 ) -> Result<Bytes, String> {
-    let mut out = BytesMut::with_capacity(raw.len() + raw.len() / 4);
+    // Decrypted (Fetch) uncompressed batches are no longer than they came:
+    // `raw`'s length is room enough, and `Buf` wipes a block it grows out
+    // of. (Room it never writes to is wiped all the same, at the cost of
+    // its pages.) Encrypted ones are longer.
+    let capacity = if wipe.output {
+        raw.len()
+    } else {
+        raw.len() + raw.len() / 4
+    };
+    let mut out = Buf::with_capacity(capacity, wipe.output);
     let mut rest = raw.clone();
     while !rest.is_empty() {
         if rest.len() < LOG_OVERHEAD {
@@ -318,20 +391,40 @@ fn transform(
             out.extend_from_slice(&batch);
             continue;
         }
-        out.extend_from_slice(&transform_batch(&batch, limit, &mut f)?);
+        transform_batch(&batch, limit, &mut f, &mut out, wipe)?;
     }
     Ok(out.freeze())
 }
 
-/// One data batch: decompressed (at most `limit` bytes), decoded, checked to encode back as it came, each record
-/// through `f`, encoded with the same codec under the original header.
+/// One data batch: decompressed (at most `limit` bytes), decoded, checked
+/// to encode back as it came, each record through `f`, encoded with the
+/// same codec under the original header, appended to `out`.
 fn transform_batch(
     batch: &Bytes,
     limit: usize,
     f: &mut impl FnMut(&mut Record) -> Result<(), String>,
-) -> Result<Bytes, String> {
-    // The records' bytes as they came (decompressed), kept for the check.
+    out: &mut Buf,
+    wipe: Wipe,
+) -> Result<(), String> {
+    // The records' bytes as they came (decompressed), kept for the check:
+    // a slice of `batch` uncompressed, else a buffer of its own.
     let plain: RefCell<Option<Bytes>> = RefCell::new(None);
+    let result = transform_records(batch, limit, f, out, wipe, &plain);
+    // Every record, slices of it, is dropped by now: its last handle.
+    if let Some(plain) = plain.into_inner() {
+        wipe::bytes(plain, wipe.input);
+    }
+    result
+}
+
+fn transform_records(
+    batch: &Bytes,
+    limit: usize,
+    f: &mut impl FnMut(&mut Record) -> Result<(), String>,
+    out: &mut Buf,
+    wipe: Wipe,
+    plain: &RefCell<Option<Bytes>>,
+) -> Result<(), String> {
     let decompress = |buf: &mut Bytes, c: Compression| -> anyhow::Result<Bytes> {
         let all = crate::inflate::decompress(buf, c, limit).map_err(anyhow::Error::msg)?;
         plain.replace(Some(all.clone()));
@@ -340,19 +433,26 @@ fn transform_batch(
     let mut input = batch.clone();
     let set = RecordBatchDecoder::decode_with_custom_compression(&mut input, Some(decompress))
         .map_err(|e| format!("decoding a record batch: {e:#}"))?;
+    let mut records = Records {
+        list: set.records,
+        wipe: wipe.output,
+    };
     if !input.is_empty() {
         return Err("a record batch did not decode to its end".into());
     }
     let expected = plain
-        .into_inner()
+        .borrow()
+        .clone()
         .ok_or("a record batch decoded without its records")?;
-    let mut records = set.records;
-    let mut check = BytesMut::new();
+    // Sized for a batch that encodes back as it came (the encoder writes
+    // uncompressed records straight into it): it does not grow. One that
+    // does not (refused) may outgrow it, leaving a block unwiped.
+    let mut check = Buf::with_capacity(HEADER + expected.len() + 64, wipe.input);
     let options = RecordEncodeOptions {
         version: 2,
         compression: Compression::None,
     };
-    RecordBatchEncoder::encode(&mut check, records.iter(), &options)
+    RecordBatchEncoder::encode(check.inner(), records.list.iter(), &options)
         .map_err(|e| format!("encoding a record batch: {e:#}"))?;
     if check.len() < HEADER || check[HEADER..] != expected[..] {
         return Err(
@@ -361,16 +461,29 @@ fn transform_batch(
                 .into(),
         );
     }
-    for record in &mut records {
+    drop(check);
+    drop(expected);
+    for record in &mut records.list {
         f(record)?;
     }
-    let mut encoded = BytesMut::new();
     let options = RecordEncodeOptions {
         version: 2,
         compression: set.compression,
     };
-    RecordBatchEncoder::encode(&mut encoded, records.iter(), &options)
+    // Room for the batch as it came: a decrypted uncompressed batch is
+    // never longer, so the encoder does not grow `out` (a block it grew
+    // out of would be freed unwiped). A compressed one may be: a quarter
+    // more. An encrypted one may be longer; what it leaves is ciphertext.
+    out.reserve(if set.compression == Compression::None {
+        batch.len()
+    } else {
+        batch.len() + batch.len() / 4 + 64
+    });
+    let start = out.len();
+    RecordBatchEncoder::encode(out.inner(), records.list.iter(), &options)
         .map_err(|e| format!("encoding a record batch: {e:#}"))?;
+    drop(records);
+    let encoded = &mut out[start..];
     if encoded.len() < HEADER {
         return Err("a record batch encoded to less than its header".into());
     }
@@ -385,7 +498,7 @@ fn transform_batch(
     encoded[CRC.end..HEADER].copy_from_slice(&batch[CRC.end..HEADER]);
     let crc = crc32c::crc32c(&encoded[ATTRIBUTES.start..]);
     encoded[CRC].copy_from_slice(&crc.to_be_bytes());
-    Ok(encoded.freeze())
+    Ok(())
 }
 
 #[cfg(test)]
@@ -475,7 +588,7 @@ mod tests {
                 .unwrap()
                 .windows(2)
                 .any(|w| w == b"v1"));
-            let dec = decrypt("t", &policy, &enc, LIMIT).unwrap();
+            let dec = decrypt("t", &policy, &Hooks::default(), &enc, LIMIT).unwrap();
             let back = decode(&dec);
             for (a, b) in back.iter().zip(&records) {
                 assert_eq!(
@@ -488,7 +601,7 @@ mod tests {
             two.extend_from_slice(&enc[..enc.len() - 5]);
             let two = two.freeze();
             assert_eq!(
-                decode(&decrypt("t", &policy, &two, LIMIT).unwrap()).len(),
+                decode(&decrypt("t", &policy, &Hooks::default(), &two, LIMIT).unwrap()).len(),
                 5
             );
             assert!(encrypt("t", &policy, &Hooks::default(), &two, LIMIT).is_err());
@@ -503,8 +616,8 @@ mod tests {
         let enc = encrypt("t", &policy, &Hooks::default(), &raw, LIMIT)
             .unwrap()
             .records;
-        assert!(decrypt("t", &other, &enc, LIMIT).is_err());
-        assert!(decrypt("u", &policy, &enc, LIMIT).is_err());
+        assert!(decrypt("t", &other, &Hooks::default(), &enc, LIMIT).is_err());
+        assert!(decrypt("u", &policy, &Hooks::default(), &enc, LIMIT).is_err());
         let mut keys = Keyset::generate_with(KeyTemplate::aes256_siv()).unwrap();
         keys.rotate();
         let rotated = TopicPolicy::keyset(Keyset::generate())
@@ -518,7 +631,16 @@ mod tests {
         let sealed = decode(&enc.records);
         assert_ne!(older[0].key, sealed[0].key);
         assert_eq!(older[0].timestamp, sealed[0].timestamp);
-        let back = decode(&decrypt("t", &rotated, &enc.older_forms.unwrap(), LIMIT).unwrap());
+        let back = decode(
+            &decrypt(
+                "t",
+                &rotated,
+                &Hooks::default(),
+                &enc.older_forms.unwrap(),
+                LIMIT,
+            )
+            .unwrap(),
+        );
         assert_eq!(back[0].key.as_deref(), Some(&b"k"[..]));
     }
 
@@ -552,7 +674,7 @@ mod tests {
             assert_eq!(r.headers[2].as_deref(), Some(&b"abc"[..]));
         }
         assert_eq!(sealed[1].value, None, "a tombstone stays a tombstone");
-        let back = decode(&decrypt("t", &policy, &enc, LIMIT).unwrap());
+        let back = decode(&decrypt("t", &policy, &Hooks::default(), &enc, LIMIT).unwrap());
         for (a, b) in back.iter().zip(&records) {
             assert_eq!((&a.value, &a.headers), (&b.value, &b.headers));
         }
@@ -566,15 +688,29 @@ mod tests {
             r.headers.insert("x-ssn2".into(), ssn);
         }
         let moved = batch(&moved, Compression::None);
-        assert!(decrypt("t", &renamed, &moved, LIMIT).is_err());
-        assert!(decrypt("u", &policy, &enc, LIMIT).is_err());
+        assert!(decrypt("t", &renamed, &Hooks::default(), &moved, LIMIT).is_err());
+        assert!(decrypt("u", &policy, &Hooks::default(), &enc, LIMIT).is_err());
         let mut other_key = sealed.clone();
         other_key[0].key = Some(Bytes::from_static(b"j"));
-        assert!(decrypt("t", &policy, &batch(&other_key, Compression::None), LIMIT).is_err());
+        assert!(decrypt(
+            "t",
+            &policy,
+            &Hooks::default(),
+            &batch(&other_key, Compression::None),
+            LIMIT
+        )
+        .is_err());
         // A value's ciphertext put in a named header does not authenticate.
         let mut swapped = sealed.clone();
         swapped[0].headers[0] = swapped[0].value.clone();
-        assert!(decrypt("t", &policy, &batch(&swapped, Compression::None), LIMIT).is_err());
+        assert!(decrypt(
+            "t",
+            &policy,
+            &Hooks::default(),
+            &batch(&swapped, Compression::None),
+            LIMIT
+        )
+        .is_err());
         // The negative control: the hook forwards the header as it came.
         let hooks = Hooks {
             skip_header_encryption: true,
@@ -605,12 +741,12 @@ mod tests {
             tombstone_crypt::shred::FORMAT
         );
         assert_eq!(sealed[2].value, None);
-        let back = decode(&decrypt("t", &policy, &enc.records, LIMIT).unwrap());
+        let back = decode(&decrypt("t", &policy, &Hooks::default(), &enc.records, LIMIT).unwrap());
         for (a, b) in back.iter().zip(&records) {
             assert_eq!((&a.key, &a.value), (&b.key, &b.value));
         }
         keys.shred(b"alice").unwrap();
-        let back = decode(&decrypt("t", &policy, &enc.records, LIMIT).unwrap());
+        let back = decode(&decrypt("t", &policy, &Hooks::default(), &enc.records, LIMIT).unwrap());
         let values: Vec<_> = back.iter().map(|r| r.value.as_deref()).collect();
         assert_eq!(values, [None, Some(&b"b1"[..]), None, None]);
         // An unkeyed record has no subject: refused, never written.
@@ -623,11 +759,18 @@ mod tests {
         let mut bytes = v.to_vec();
         bytes[1 + 16] ^= 1;
         *v = Bytes::from(bytes);
-        assert!(decrypt("t", &policy, &batch(&forged, Compression::None), LIMIT).is_err());
+        assert!(decrypt(
+            "t",
+            &policy,
+            &Hooks::default(),
+            &batch(&forged, Compression::None),
+            LIMIT
+        )
+        .is_err());
         let whole = TopicPolicy::keyset(Keyset::generate());
         let other = encrypt("t", &whole, &Hooks::default(), &raw, LIMIT).unwrap();
-        assert!(decrypt("t", &policy, &other.records, LIMIT).is_err());
-        assert!(decrypt("t", &whole, &enc.records, LIMIT).is_err());
+        assert!(decrypt("t", &policy, &Hooks::default(), &other.records, LIMIT).is_err());
+        assert!(decrypt("t", &whole, &Hooks::default(), &enc.records, LIMIT).is_err());
     }
 
     #[test]
@@ -656,7 +799,10 @@ mod tests {
             two.extend_from_slice(&odd);
             assert!(encrypt("t", &policy, &Hooks::default(), &two.freeze(), LIMIT).is_err());
             // Fetch: the broker's, handed on as they are.
-            assert_eq!(decrypt("t", &policy, &odd, LIMIT).unwrap(), odd);
+            assert_eq!(
+                decrypt("t", &policy, &Hooks::default(), &odd, LIMIT).unwrap(),
+                odd
+            );
         }
         // The control: an ordinary batch is encrypted.
         let enc = encrypt("t", &policy, &Hooks::default(), &plain, LIMIT).unwrap();

@@ -19,4 +19,15 @@ pub struct Hooks {
     pub skip_header_encryption: bool,
     /// Make KMS calls on the runtime's worker, without `block_in_place`.
     pub kms_on_the_worker: bool,
+    /// Free frames, records and batches that held plaintext without
+    /// wiping them.
+    pub skip_wipe: bool,
+}
+
+impl Hooks {
+    /// Whether the proxy wipes the plaintext it frees (always, but for
+    /// the test hook `skip_wipe`).
+    pub(crate) fn wipes(&self) -> bool {
+        !self.skip_wipe
+    }
 }

@@ -2,11 +2,19 @@
 //! or inflates to more than the limit is refused before the memory is
 //! taken (kafka-protocol's own decompressors take what a snappy header
 //! claims, and inflate gzip, lz4 and zstd to their end).
+//!
+//! The decompressed records are plaintext on Produce: the buffer they go
+//! into grows by moving to a larger block and wiping the one it leaves, and
+//! is wiped if decompression fails (the proxy wipes it after use otherwise,
+//! `crate::batch`). The codecs' own buffers (a window, a block, a frame)
+//! are theirs, freed unwiped.
 
 use std::io::Read;
 
 use bytes::Bytes;
 use kafka_protocol::records::Compression;
+
+use crate::wipe::Buf;
 
 /// Xerial's snappy framing (the Java client's): magic, then version and
 /// compatible version (4 bytes each), then blocks of `u32be length | raw
@@ -42,36 +50,56 @@ fn too_long(what: &str, limit: usize) -> String {
     format!("a {what} batch decompresses to more than {limit} bytes (max_frame_bytes)")
 }
 
+/// The first read's room; then the buffer doubles.
+const FIRST_READ: usize = 8 << 10;
+
 fn bounded(reader: impl Read, limit: usize, what: &str) -> Result<Bytes, String> {
-    let mut out = Vec::new();
-    reader
-        .take(limit as u64 + 1)
-        .read_to_end(&mut out)
-        .map_err(|e| format!("decompressing {what}: {e}"))?;
-    if out.len() > limit {
+    let mut reader = reader.take(limit as u64 + 1);
+    // Grows by moving and wiping the block it leaves; wiped if dropped.
+    let mut out = Buf::with_capacity(0, true);
+    let mut filled = 0;
+    loop {
+        if filled == out.len() {
+            if filled > limit {
+                return Err(too_long(what, limit));
+            }
+            let room = out.len().max(FIRST_READ).min(limit + 1 - filled);
+            out.reserve(room);
+            out.inner().resize(filled + room, 0);
+        }
+        match reader.read(&mut out[filled..]) {
+            Ok(0) => break,
+            Ok(n) => filled += n,
+            Err(e) if e.kind() == std::io::ErrorKind::Interrupted => {}
+            Err(e) => return Err(format!("decompressing {what}: {e}")),
+        }
+    }
+    if filled > limit {
         return Err(too_long(what, limit));
     }
-    Ok(out.into())
+    out.inner().truncate(filled);
+    Ok(out.freeze())
 }
 
 fn snappy(data: &[u8], limit: usize) -> Result<Bytes, String> {
-    let raw = |block: &[u8], out: &mut Vec<u8>| -> Result<(), String> {
+    let raw = |block: &[u8], out: &mut Buf| -> Result<(), String> {
         let len =
             snap::raw::decompress_len(block).map_err(|e| format!("decompressing snappy: {e}"))?;
         if len > limit - out.len() {
             return Err(too_long("snappy", limit));
         }
         let start = out.len();
-        out.resize(start + len, 0);
+        out.reserve(len);
+        out.inner().resize(start + len, 0);
         snap::raw::Decoder::new()
             .decompress(block, &mut out[start..])
             .map_err(|e| format!("decompressing snappy: {e}"))?;
         Ok(())
     };
-    let mut out = Vec::new();
+    let mut out = Buf::with_capacity(0, true);
     if !data.starts_with(SNAPPY_MAGIC) {
         raw(data, &mut out)?;
-        return Ok(out.into());
+        return Ok(out.freeze());
     }
     let mut rest = data
         .get(SNAPPY_HEADER..)
@@ -87,7 +115,7 @@ fn snappy(data: &[u8], limit: usize) -> Result<Bytes, String> {
         raw(block, &mut out)?;
         rest = tail;
     }
-    Ok(out.into())
+    Ok(out.freeze())
 }
 
 #[cfg(test)]

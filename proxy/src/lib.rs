@@ -131,6 +131,21 @@
 //! - SASL passes through (SaslHandshake v1 and SaslAuthenticate; the
 //!   unframed tokens after SaslHandshake v0 are not read). TLS client
 //!   certificates (mutual TLS) are neither asked for nor presented.
+//! - Plaintext in freed memory: the proxy zeroizes what it owns before it
+//!   is freed, whole blocks (a client's request frames once forwarded or
+//!   refused; the batches it decompresses and the re-encoding it checks
+//!   them with; on Fetch the decrypted keys, values and headers, the
+//!   batches encoded from them and the response frame once written to
+//!   the client; `tests/freed_memory.rs`, on uncompressed batches). Not
+//!   what it does not own, freed unzeroized: the compression codecs' own
+//!   buffers (flate2, lz4, snap, zstd: their windows, blocks and frames)
+//!   when a batch is compressed; kafka-protocol's buffer of the records of
+//!   a compressed batch as it encodes one (on Fetch, the decrypted
+//!   records), and the blocks it grew out of; tokio's and rustls' I/O
+//!   buffers (rustls keeps a copy of what it encrypts to a TLS client);
+//!   the kernel's socket buffers. The frame of a broker's Fetch response
+//!   the proxy decrypts into a new one (ciphertext, for policy topics) is
+//!   not wiped.
 //!
 //! # Use
 //! ```no_run
@@ -159,6 +174,7 @@ mod inflate;
 mod server;
 pub mod stats;
 mod tls;
+mod wipe;
 
 pub use config::{
     load_keyset, load_keyset_with, ListenerTls, Policies, ProxyConfig, TopicEntry, TopicPolicy,
@@ -195,11 +211,21 @@ pub mod __fuzz {
     /// forwarded frame and the proxy's own Produce of older forms' tombstones,
     /// when it is a Produce the proxy forwards.
     pub fn produce(frame: &Bytes, policies: &Policies, limit: usize) -> Result<(), String> {
+        produce_with(frame, policies, limit, &Hooks::default())
+    }
+
+    /// [`produce`] with test hooks.
+    pub fn produce_with(
+        frame: &Bytes,
+        policies: &Policies,
+        limit: usize,
+        hooks: &Hooks,
+    ) -> Result<(), String> {
         let (key, version, _) = crate::api::request_head(frame).ok_or("short")?;
         if key != 0 {
             return Ok(());
         }
-        crate::api::produce_request(frame, version, policies, &Hooks::default(), limit).map(|_| ())
+        crate::api::produce_request(frame, version, policies, hooks, limit).map(|_| ())
     }
 
     /// A Fetch response frame's body (`version`) through the proxy's Fetch
@@ -210,6 +236,20 @@ pub mod __fuzz {
         policies: &Policies,
         limit: usize,
     ) -> Result<usize, String> {
+        fetch_with(frame, version, policies, limit, &Hooks::default()).map(|(_, failed)| failed)
+    }
+
+    /// [`fetch`] with test hooks: the response frame handed to the client
+    /// (`None` when the broker's passes as it came; wipe it with [`wipe`]
+    /// once done, as the proxy does once it wrote it), and the number of
+    /// partitions it could not decrypt.
+    pub fn fetch_with(
+        frame: &Bytes,
+        version: i16,
+        policies: &Policies,
+        limit: usize,
+        hooks: &Hooks,
+    ) -> Result<(Option<Bytes>, usize), String> {
         let map = |_: i32, h: &str, p: i32| {
             Some((
                 kafka_protocol::protocol::StrBytes::from_string(h.to_owned()),
@@ -217,8 +257,17 @@ pub mod __fuzz {
             ))
         };
         let mut failed = Vec::new();
-        crate::api::fetch_response(frame, version, policies, &map, &mut failed, limit)?;
-        Ok(failed.len())
+        let out =
+            crate::api::fetch_response(frame, version, policies, hooks, &map, &mut failed, limit)?;
+        Ok((out, failed.len()))
+    }
+
+    /// What the proxy does with a frame once it is done with it (a
+    /// client's request, a response written to the client): wiped if this
+    /// is the last handle to its buffer (and the hooks do not say
+    /// `skip_wipe`). Whether it was.
+    pub fn wipe(frame: Bytes, hooks: &Hooks) -> bool {
+        crate::wipe::bytes(frame, hooks.wipes())
     }
 
     /// A partition's record batches encrypted as on Produce: the records,
@@ -229,8 +278,18 @@ pub mod __fuzz {
         raw: &Bytes,
         limit: usize,
     ) -> Result<(Bytes, Option<Bytes>), String> {
-        crate::batch::encrypt(topic, policy, &Hooks::default(), raw, limit)
-            .map(|e| (e.records, e.older_forms))
+        encrypt_with(topic, policy, raw, limit, &Hooks::default())
+    }
+
+    /// [`encrypt`] with test hooks.
+    pub fn encrypt_with(
+        topic: &str,
+        policy: &TopicPolicy,
+        raw: &Bytes,
+        limit: usize,
+        hooks: &Hooks,
+    ) -> Result<(Bytes, Option<Bytes>), String> {
+        crate::batch::encrypt(topic, policy, hooks, raw, limit).map(|e| (e.records, e.older_forms))
     }
 
     /// A partition's record batches decrypted as on Fetch.
@@ -240,6 +299,18 @@ pub mod __fuzz {
         raw: &Bytes,
         limit: usize,
     ) -> Result<Bytes, String> {
-        crate::batch::decrypt(topic, policy, raw, limit)
+        decrypt_with(topic, policy, raw, limit, &Hooks::default())
+    }
+
+    /// [`decrypt`] with test hooks. The batches hold the plaintext: wipe
+    /// them with [`wipe`] once done.
+    pub fn decrypt_with(
+        topic: &str,
+        policy: &TopicPolicy,
+        raw: &Bytes,
+        limit: usize,
+        hooks: &Hooks,
+    ) -> Result<Bytes, String> {
+        crate::batch::decrypt(topic, policy, hooks, raw, limit)
     }
 }

@@ -30,6 +30,7 @@ use crate::error::ProxyError;
 use crate::frame::{read_frame, write_frame, FrameError};
 use crate::hooks::Hooks;
 use crate::stats::{self, Event};
+use crate::wipe::Wiped;
 use tokio_rustls::{TlsAcceptor, TlsConnector};
 
 /// A running proxy's listeners, before [`Proxy::run`].
@@ -380,8 +381,11 @@ async fn read_requests(
             _ = stopping.changed() => return End::Finished,
             frame = read_frame(&mut client, shared.max_frame) => frame,
         };
+        // The client's frame (a Produce's plaintext records): wiped when
+        // this iteration ends, once every slice of it is dropped (it was
+        // encrypted and forwarded, forwarded as it came, or refused).
         let frame = match frame {
-            Ok(f) => f,
+            Ok(f) => Wiped::new(f, shared.hooks.wipes()),
             Err(FrameError::Closed) => return End::Finished,
             Err(e @ FrameError::TooLong { .. }) => {
                 stats::add(Event::FramesRefused, 1);
@@ -439,11 +443,11 @@ async fn read_requests(
                         };
                         (
                             (acks != 0).then_some(then).and_then(upstream_then),
-                            Some(frame),
+                            Some(Bytes::clone(&frame)),
                         )
                     }
                     Ok(ProduceAction::Forward {
-                        frame,
+                        frame: forwarded,
                         refused,
                         acks,
                         older_forms,
@@ -469,7 +473,7 @@ async fn read_requests(
                                 let then = Then::Produce { version, refused };
                                 (
                                     (acks != 0).then_some(then).and_then(upstream_then),
-                                    Some(frame),
+                                    Some(forwarded),
                                 )
                             }
                             Err(reason) => {
@@ -508,19 +512,31 @@ async fn read_requests(
                     }
                 }
             }
-            Ok(ApiKey::Fetch) => (upstream_then(Then::Fetch { version }), Some(frame)),
-            Ok(ApiKey::Metadata) => (upstream_then(Then::Metadata { version }), Some(frame)),
+            Ok(ApiKey::Fetch) => (
+                upstream_then(Then::Fetch { version }),
+                Some(Bytes::clone(&frame)),
+            ),
+            Ok(ApiKey::Metadata) => (
+                upstream_then(Then::Metadata { version }),
+                Some(Bytes::clone(&frame)),
+            ),
             Ok(ApiKey::FindCoordinator) => (
                 upstream_then(Then::FindCoordinator { version }),
-                Some(frame),
+                Some(Bytes::clone(&frame)),
             ),
             Ok(ApiKey::DescribeCluster) => (
                 upstream_then(Then::DescribeCluster { version }),
-                Some(frame),
+                Some(Bytes::clone(&frame)),
             ),
-            Ok(ApiKey::ApiVersions) => (upstream_then(Then::ApiVersions { version }), Some(frame)),
-            _ => (upstream_then(Then::Pass), Some(frame)),
+            Ok(ApiKey::ApiVersions) => (
+                upstream_then(Then::ApiVersions { version }),
+                Some(Bytes::clone(&frame)),
+            ),
+            _ => (upstream_then(Then::Pass), Some(Bytes::clone(&frame))),
         };
+        // What goes to the broker: the client's frame (a handle, dropped
+        // first: declared after it) or the encrypted one.
+        let send = send.map(|b| Wiped::new(b, shared.hooks.wipes()));
         if let Some(owe) = owe {
             if owed.send(owe).await.is_err() {
                 return End::Closed;
@@ -645,6 +661,10 @@ async fn write_responses(
                 }
             }
         };
+        // Written, then wiped: a Fetch response holds the decrypted records.
+        // (tokio hands it to the socket; rustls copies it into its own
+        // buffers first, which this cannot reach.)
+        let out = Wiped::new(out, shared.hooks.wipes());
         if let Err(e) = write_frame(&mut client, &out).await {
             tracing::debug!("client {peer}: writing to the client: {e}");
             return;
@@ -686,6 +706,7 @@ fn respond(
                 &frame,
                 version,
                 &shared.policies,
+                &shared.hooks,
                 map,
                 &mut failed,
                 shared.max_frame,
