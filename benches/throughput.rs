@@ -1168,8 +1168,13 @@ fn confluent(c: &mut Criterion) {
                 "card":{"type":"string","confluent:tags":["PII"]},
                 "iban":{"type":"string","confluent:tags":["PII"]},
                 "email":{"type":"string","confluent:tags":["PII"]}}}"#,
-            "ruleSet": {"domainRules": [{"mode": "WRITEREAD", "type": rule, "tags": ["PII"],
-                "params": {"encrypt.kek.name": "bench"}}]}
+            // Confluent's client runs ENCRYPT as a domain rule and
+            // ENCRYPT_PAYLOAD as an encoding rule.
+            "ruleSet": {
+                (if rule == "ENCRYPT" { "domainRules" } else { "encodingRules" }):
+                [{"mode": "WRITEREAD", "type": rule, "tags": ["PII"],
+                  "params": {"encrypt.kek.name": "bench"}}]
+            }
         })
     };
     let serde_of = |rule: &str| {
