@@ -34,10 +34,9 @@ struct Scope {
     /// `None`: a sealed scope (no keys: fields stay sealed).
     keys: Option<FieldKeys>,
     /// The current path, `/`-separated, each segment escaped as in a JSON
-    /// Pointer.
+    /// Pointer (each pushed segment's [`PathGuard`] holds the length to
+    /// truncate it back to).
     path: String,
-    /// The path's length before each pushed segment.
-    marks: Vec<usize>,
     /// How many segments of the current path have no name (a map key that
     /// is neither a string nor a number).
     unnamed: usize,
@@ -60,14 +59,13 @@ thread_local! {
     /// Buffers of scopes that ended, for the next one on this thread (a
     /// record's path, associated data and field buffer cost no allocation
     /// once the thread has handled one).
-    static SPARE: RefCell<Spare> = const { RefCell::new(Spare { bytes: Vec::new(), path: String::new(), marks: Vec::new() }) };
+    static SPARE: RefCell<Spare> = const { RefCell::new(Spare { bytes: Vec::new(), path: String::new() }) };
 }
 
 /// Buffers kept between scopes.
 struct Spare {
     bytes: Vec<Vec<u8>>,
     path: String,
-    marks: Vec<usize>,
 }
 
 /// How many byte buffers a thread keeps.
@@ -80,18 +78,25 @@ pub(crate) fn spare_bytes() -> Vec<u8> {
         .unwrap_or_default()
 }
 
-/// Keeps `buf` for a later scope: its contents are zeroized first (it may
-/// have held a plaintext).
-fn keep_spare(mut buf: Vec<u8>) {
-    if buf.capacity() == 0 || buf.capacity() > 4096 {
+/// Keeps `bufs` and `path` for a later scope, in one visit to this
+/// thread's spares: each buffer's contents are zeroized first (it may have
+/// held a plaintext).
+fn keep_spares<const N: usize>(bufs: [Vec<u8>; N], mut path: String) {
+    let mut bufs = bufs.map(|mut buf| {
         zeroize::Zeroize::zeroize(&mut buf);
-        return;
-    }
-    zeroize::Zeroize::zeroize(&mut buf);
+        buf
+    });
+    path.clear();
     SPARE.with(|s| {
         let mut s = s.borrow_mut();
-        if s.bytes.len() < SPARE_BUFFERS {
-            s.bytes.push(buf);
+        for buf in &mut bufs {
+            let cap = buf.capacity();
+            if cap > 0 && cap <= 4096 && s.bytes.len() < SPARE_BUFFERS {
+                s.bytes.push(std::mem::take(buf));
+            }
+        }
+        if s.path.capacity() < path.capacity() {
+            s.path = path;
         }
     });
 }
@@ -113,20 +118,22 @@ pub(crate) fn enter_probe(keys: FieldKeys) -> ScopeGuard {
 }
 
 fn enter_with(keys: Option<FieldKeys>, probe: Option<Vec<BlockingWork>>) -> ScopeGuard {
-    let (path, marks) = SPARE.with(|s| {
+    let (path, aad, scratch) = SPARE.with(|s| {
         let mut s = s.borrow_mut();
-        (std::mem::take(&mut s.path), std::mem::take(&mut s.marks))
+        let path = std::mem::take(&mut s.path);
+        let aad = s.bytes.pop().unwrap_or_default();
+        let scratch = s.bytes.pop().unwrap_or_default();
+        (path, aad, scratch)
     });
     let scope = Scope {
         keys,
         path,
-        marks,
         unnamed: 0,
         in_field: false,
         error: None,
         probe,
-        aad: spare_bytes(),
-        scratch: spare_bytes(),
+        aad,
+        scratch,
     };
     let previous = SCOPE.with(|s| s.borrow_mut().replace(scope));
     ScopeGuard { previous }
@@ -154,43 +161,37 @@ impl Drop for ScopeGuard {
         // borrow is held across a call out of this module.
         let ended = SCOPE.with(|s| std::mem::replace(&mut *s.borrow_mut(), previous));
         let Some(ended) = ended else { return };
-        keep_spare(ended.aad);
-        keep_spare(ended.scratch);
-        if let Some(keys) = ended.keys {
-            keep_spare(keys.record_aad);
-            keep_spare(keys.deterministic_aad);
+        match ended.keys {
+            Some(keys) => keep_spares(
+                [
+                    ended.aad,
+                    ended.scratch,
+                    keys.record_aad,
+                    keys.deterministic_aad,
+                ],
+                ended.path,
+            ),
+            None => keep_spares([ended.aad, ended.scratch], ended.path),
         }
-        let (mut path, mut marks) = (ended.path, ended.marks);
-        path.clear();
-        marks.clear();
-        SPARE.with(|s| {
-            let mut s = s.borrow_mut();
-            if s.path.capacity() < path.capacity() {
-                s.path = path;
-            }
-            if s.marks.capacity() < marks.capacity() {
-                s.marks = marks;
-            }
-        });
     }
 }
 
-/// Pops the segment pushed with it when dropped.
+/// Pops the segment pushed with it when dropped (guards drop in the reverse
+/// order of their pushes: each is a local of the call that pushed it).
 pub(crate) struct PathGuard {
-    pushed: bool,
+    /// The path's length before the segment; `None` if nothing was pushed.
+    mark: Option<usize>,
     unnamed: bool,
 }
 
 impl Drop for PathGuard {
     fn drop(&mut self) {
-        if !self.pushed {
+        let Some(mark) = self.mark else {
             return;
-        }
+        };
         SCOPE.with(|s| {
             if let Some(s) = s.borrow_mut().as_mut() {
-                if let Some(mark) = s.marks.pop() {
-                    s.path.truncate(mark);
-                }
+                s.path.truncate(mark);
                 if self.unnamed {
                     s.unnamed = s.unnamed.saturating_sub(1);
                 }
@@ -217,14 +218,18 @@ pub(crate) fn push(segment: Segment<'_>) -> PathGuard {
         let mut s = s.borrow_mut();
         let Some(s) = s.as_mut() else {
             return PathGuard {
-                pushed: false,
+                mark: None,
                 unnamed: false,
             };
         };
-        s.marks.push(s.path.len());
+        let mark = s.path.len();
         s.path.push('/');
         let unnamed = matches!(segment, Segment::Unnamed);
         match segment {
+            // Most names have nothing to escape: copied whole.
+            Segment::Name(name) if !name.bytes().any(|b| b == b'~' || b == b'/') => {
+                s.path.push_str(name);
+            }
             Segment::Name(name) => {
                 for c in name.chars() {
                     match c {
@@ -245,7 +250,7 @@ pub(crate) fn push(segment: Segment<'_>) -> PathGuard {
             }
         }
         PathGuard {
-            pushed: true,
+            mark: Some(mark),
             unnamed,
         }
     })
