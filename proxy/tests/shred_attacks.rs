@@ -321,7 +321,10 @@ impl SubjectSetup {
 }
 
 /// The key-store records a client fetches through `proxy`: (key, value).
-fn key_store_records(proxy: &str, key_topic: &str) -> (i16, Vec<(Vec<u8>, Option<Vec<u8>>)>) {
+/// A record as (key, value).
+type KeyValue = (Vec<u8>, Option<Vec<u8>>);
+
+fn key_store_records(proxy: &str, key_topic: &str) -> (i16, Vec<KeyValue>) {
     let (code, recs) = fetch_records(proxy, key_topic);
     (
         code,
@@ -444,7 +447,7 @@ fn a_marker_overwritten_and_a_dek_replayed_through_the_proxy_do_not_bring_back_a
     );
     // Alice's DEK record, as read before the shred by someone with access
     // to the broker itself.
-    let ks: Vec<(Vec<u8>, Option<Vec<u8>>)> = consume_all(&broker, &s.key_topic, 1)
+    let ks: Vec<KeyValue> = consume_all(&broker, &s.key_topic, 1)
         .unwrap()
         .into_iter()
         .map(|c| {
@@ -736,7 +739,7 @@ fn policy_the_subject_tag_check_has_no_bypass_by_key_form_prefix_empty_truncatio
         .with_record_keys(kk)
         .unwrap();
     let alice_forms = policy.write_key(t, b"alice").unwrap().unwrap();
-    assert_eq!(alice_forms.older(), [alice_old_form.clone()]);
+    assert_eq!(alice_forms.older(), std::slice::from_ref(&alice_old_form));
     let alice = policy
         .write_value(t, Some(b"alice"), Some(b"alice: 1 Main St"))
         .unwrap()
@@ -766,7 +769,7 @@ fn policy_the_subject_tag_check_has_no_bypass_by_key_form_prefix_empty_truncatio
         b"ALICE",
     ] {
         let r = policy.read_value(t, Some(key), Some(&alice));
-        if !r.is_err() {
+        if r.is_ok() {
             bad.push(format!(
                 "alice's value under {:?}: {r:?}",
                 String::from_utf8_lossy(key)
@@ -774,7 +777,7 @@ fn policy_the_subject_tag_check_has_no_bypass_by_key_form_prefix_empty_truncatio
         }
     }
     let none = policy.read_value(t, None, Some(&alice));
-    if !none.is_err() {
+    if none.is_ok() {
         bad.push(format!("alice's value with no key: {none:?}"));
     }
     // The empty key's own value is fine.
@@ -785,7 +788,7 @@ fn policy_the_subject_tag_check_has_no_bypass_by_key_form_prefix_empty_truncatio
     // Truncations.
     for n in [0, 1, 17, 25, 37, 52] {
         let r = policy.read_value(t, Some(b"bob"), Some(&alice[..n.min(alice.len())]));
-        if !r.is_err() {
+        if r.is_ok() {
             bad.push(format!("alice's value cut to {n} bytes under bob: {r:?}"));
         }
     }
@@ -795,7 +798,7 @@ fn policy_the_subject_tag_check_has_no_bypass_by_key_form_prefix_empty_truncatio
     let mut swapped = bob.clone();
     swapped[17..25].copy_from_slice(&alice[17..25]);
     let r = policy.read_value(t, Some(b"bob"), Some(&swapped));
-    if !r.is_err() {
+    if r.is_ok() {
         bad.push(format!(
             "bob's tag + alice's shredded DEK id under bob (live): {r:?}"
         ));
@@ -805,7 +808,7 @@ fn policy_the_subject_tag_check_has_no_bypass_by_key_form_prefix_empty_truncatio
     swapped2[17..25].copy_from_slice(&bob[17..25]);
     for key in [&b"alice"[..], b"bob"] {
         let r = policy.read_value(t, Some(key), Some(&swapped2));
-        if !r.is_err() {
+        if r.is_ok() {
             bad.push(format!(
                 "alice's tag + bob's DEK id under {:?}: {r:?}",
                 String::from_utf8_lossy(key)
