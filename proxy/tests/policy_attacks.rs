@@ -13,17 +13,11 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use bytes::{Bytes, BytesMut};
+use common::wire::*;
 use common::{bootstrap, config, consume_all, create_topic, fresh_topic, start_proxy, Keys};
-use kafka_protocol::messages::fetch_request::{FetchPartition, FetchTopic};
 use kafka_protocol::messages::produce_request::{PartitionProduceData, TopicProduceData};
-use kafka_protocol::messages::{
-    ApiKey, BrokerId, FetchRequest, FetchResponse, ProduceRequest, ProduceResponse, RequestHeader,
-    ResponseHeader, TopicName,
-};
-use kafka_protocol::protocol::{Decodable, Encodable, StrBytes};
-use kafka_protocol::records::{
-    Compression, Record, RecordBatchDecoder, RecordBatchEncoder, RecordEncodeOptions, TimestampType,
-};
+use kafka_protocol::messages::{ApiKey, ProduceRequest, RequestHeader, TopicName};
+use kafka_protocol::protocol::{Encodable, StrBytes};
 use tombstone_crypt::kafka::rdkafka::producer::{FutureProducer, FutureRecord};
 use tombstone_crypt::kafka::{KafkaChangelog, KafkaKeyStore};
 use tombstone_crypt::policy::{Read, TopicPolicy};
@@ -34,140 +28,6 @@ use tombstone_crypt_proxy::{Hooks, Policies, ProxyConfig};
 // ---------------------------------------------------------------------
 // Raw protocol helpers
 // ---------------------------------------------------------------------
-
-fn record(key: Option<&[u8]>, value: Option<&[u8]>, offset: i64) -> Record {
-    Record {
-        transactional: false,
-        control: false,
-        delete_horizon: false,
-        partition_leader_epoch: -1,
-        producer_id: -1,
-        producer_epoch: -1,
-        timestamp_type: TimestampType::Creation,
-        offset,
-        sequence: -1,
-        timestamp: 1_700_000_000_000 + offset,
-        key: key.map(Bytes::copy_from_slice),
-        value: value.map(Bytes::copy_from_slice),
-        headers: Default::default(),
-    }
-}
-
-fn batch_of(records: &[Record]) -> BytesMut {
-    let mut buf = BytesMut::new();
-    let options = RecordEncodeOptions {
-        version: 2,
-        compression: Compression::None,
-    };
-    RecordBatchEncoder::encode(&mut buf, records.iter(), &options).unwrap();
-    buf
-}
-
-/// Recomputes a v2 batch's CRC (over attributes to the end).
-fn fix_crc(batch: &mut [u8]) {
-    let crc = crc32c::crc32c(&batch[21..]);
-    batch[17..21].copy_from_slice(&crc.to_be_bytes());
-}
-
-fn send_frame(addr: &str, body: &[u8]) -> Bytes {
-    let mut s = TcpStream::connect(addr).unwrap();
-    s.write_all(&(body.len() as i32).to_be_bytes()).unwrap();
-    s.write_all(body).unwrap();
-    s.set_read_timeout(Some(Duration::from_secs(15))).unwrap();
-    let mut len = [0u8; 4];
-    s.read_exact(&mut len).unwrap();
-    let mut frame = vec![0u8; i32::from_be_bytes(len) as usize];
-    s.read_exact(&mut frame).unwrap();
-    Bytes::from(frame)
-}
-
-/// A Produce (`version`, acks=-1) of `records` to partition 0 of `topic`
-/// at `addr`: the partition's error code and message.
-fn raw_produce(addr: &str, topic: &str, records: Bytes, version: i16) -> (i16, Option<String>) {
-    let mut p = PartitionProduceData::default();
-    p.index = 0;
-    p.records = Some(records);
-    let mut t = TopicProduceData::default();
-    t.name = TopicName(StrBytes::from_string(topic.to_owned()));
-    t.partition_data.push(p);
-    let mut req = ProduceRequest::default();
-    req.acks = -1;
-    req.timeout_ms = 5000;
-    req.topic_data.push(t);
-    let mut header = RequestHeader::default();
-    header.request_api_key = ApiKey::Produce as i16;
-    header.request_api_version = version;
-    header.correlation_id = 4242;
-    header.client_id = Some(StrBytes::from_static_str("attack"));
-    let mut body = BytesMut::new();
-    header
-        .encode(&mut body, ApiKey::Produce.request_header_version(version))
-        .unwrap();
-    req.encode(&mut body, version).unwrap();
-    let mut frame = send_frame(addr, &body);
-    let h = ResponseHeader::decode(&mut frame, ApiKey::Produce.response_header_version(version))
-        .unwrap();
-    assert_eq!(h.correlation_id, 4242);
-    let resp = ProduceResponse::decode(&mut frame, version).unwrap();
-    let part = &resp.responses[0].partition_responses[0];
-    (
-        part.error_code,
-        part.error_message.as_ref().map(|m| m.as_str().to_owned()),
-    )
-}
-
-/// A Fetch v11 of partition 0 of `topic` from offset 0 at `addr`: the
-/// partition's error code and its record bytes.
-fn raw_fetch(addr: &str, topic: &str) -> (i16, Bytes) {
-    let version = 11;
-    let mut fp = FetchPartition::default();
-    fp.partition = 0;
-    fp.current_leader_epoch = -1;
-    fp.fetch_offset = 0;
-    fp.last_fetched_epoch = -1;
-    fp.log_start_offset = -1;
-    fp.partition_max_bytes = 1 << 20;
-    let mut ft = FetchTopic::default();
-    ft.topic = TopicName(StrBytes::from_string(topic.to_owned()));
-    ft.partitions.push(fp);
-    let mut req = FetchRequest::default();
-    req.replica_id = BrokerId(-1);
-    req.max_wait_ms = 500;
-    req.min_bytes = 1;
-    req.max_bytes = 1 << 20;
-    req.isolation_level = 0;
-    req.session_id = 0;
-    req.session_epoch = -1;
-    req.topics.push(ft);
-    let mut header = RequestHeader::default();
-    header.request_api_key = ApiKey::Fetch as i16;
-    header.request_api_version = version;
-    header.correlation_id = 99;
-    header.client_id = Some(StrBytes::from_static_str("attack"));
-    let mut body = BytesMut::new();
-    header
-        .encode(&mut body, ApiKey::Fetch.request_header_version(version))
-        .unwrap();
-    req.encode(&mut body, version).unwrap();
-    let mut frame = send_frame(addr, &body);
-    ResponseHeader::decode(&mut frame, ApiKey::Fetch.response_header_version(version)).unwrap();
-    let resp = FetchResponse::decode(&mut frame, version).unwrap();
-    let p = &resp.responses[0].partitions[0];
-    (p.error_code, p.records.clone().unwrap_or_default())
-}
-
-fn decode_records(raw: &Bytes) -> Vec<Record> {
-    let mut b = raw.clone();
-    RecordBatchDecoder::decode_all(&mut b)
-        .unwrap()
-        .into_iter()
-        .flat_map(|s| s.records)
-        .collect()
-}
-
-fn contains(hay: &[u8], needle: &[u8]) -> bool {
-    hay.windows(needle.len()).any(|w| w == needle)
-}
 
 /// Produces one record straight to the broker (no proxy).
 fn produce_direct(broker: &str, topic: &str, key: &[u8], value: Option<&[u8]>) {
@@ -233,43 +93,6 @@ impl SubjectSetup {
             self.key_topic
         )
     }
-}
-
-/// Polls a raw Fetch of `topic` through `proxy` until `done` holds for the
-/// partition's (error code, records) or `secs` pass; the last answer.
-fn fetch_until(
-    proxy: &str,
-    topic: &str,
-    secs: u64,
-    done: impl Fn(i16, &[Record]) -> bool,
-) -> (i16, Vec<Record>) {
-    let deadline = Instant::now() + Duration::from_secs(secs);
-    loop {
-        let (code, raw) = raw_fetch(proxy, topic);
-        let recs = if code == 0 {
-            decode_records(&raw)
-        } else {
-            Vec::new()
-        };
-        if done(code, &recs) || Instant::now() > deadline {
-            return (code, recs);
-        }
-        std::thread::sleep(Duration::from_millis(500));
-    }
-}
-
-fn show(recs: &[Record]) -> Vec<(i64, String, Option<String>)> {
-    recs.iter()
-        .map(|r| {
-            (
-                r.offset,
-                String::from_utf8_lossy(r.key.as_deref().unwrap_or_default()).into_owned(),
-                r.value
-                    .as_deref()
-                    .map(|v| String::from_utf8_lossy(v).into_owned()),
-            )
-        })
-        .collect()
 }
 
 // ---------------------------------------------------------------------
@@ -686,10 +509,6 @@ fn racing_creators_share_one_naming_key_and_a_rewrap_brings_nothing_back() {
         assert!(Instant::now() < deadline, "the writer still reads {r:?}");
         std::thread::sleep(Duration::from_millis(500));
     }
-}
-
-fn hex(b: &[u8]) -> String {
-    b.iter().map(|x| format!("{x:02x}")).collect()
 }
 
 /// Starts a fake broker on loopback that records every frame it is sent

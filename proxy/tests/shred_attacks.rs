@@ -19,25 +19,15 @@ mod kafka {
 #[path = "../../tests/common/compacting.rs"]
 mod compacting;
 
-use std::io::{Read as _, Write as _};
 use std::net::TcpStream;
 use std::path::PathBuf;
 use std::process::{Child, Command, Stdio};
 use std::sync::{Arc, Barrier};
 use std::time::{Duration, Instant};
 
-use bytes::{Bytes, BytesMut};
+use common::wire::*;
 use common::{bootstrap, config, consume_all, create_topic, fresh_topic, start_proxy};
-use kafka_protocol::messages::fetch_request::{FetchPartition, FetchTopic};
-use kafka_protocol::messages::produce_request::{PartitionProduceData, TopicProduceData};
-use kafka_protocol::messages::{
-    ApiKey, BrokerId, FetchRequest, FetchResponse, ProduceRequest, ProduceResponse, RequestHeader,
-    ResponseHeader, TopicName,
-};
-use kafka_protocol::protocol::{Decodable, Encodable, StrBytes};
-use kafka_protocol::records::{
-    Compression, Record, RecordBatchDecoder, RecordBatchEncoder, RecordEncodeOptions, TimestampType,
-};
+use kafka_protocol::records::Record;
 use tombstone_crypt::kafka::{KafkaChangelog, KafkaKeyStore};
 use tombstone_crypt::policy::{Read, TopicPolicy};
 use tombstone_crypt::shred::{MemoryKeyStore, Shred, SubjectKeys};
@@ -47,194 +37,6 @@ use tombstone_crypt_proxy::{Hooks, Policies, ProxyConfig};
 // ---------------------------------------------------------------------
 // Raw protocol helpers (as proxy/tests/policy_attacks.rs)
 // ---------------------------------------------------------------------
-
-fn record(key: Option<&[u8]>, value: Option<&[u8]>, offset: i64) -> Record {
-    Record {
-        transactional: false,
-        control: false,
-        delete_horizon: false,
-        partition_leader_epoch: -1,
-        producer_id: -1,
-        producer_epoch: -1,
-        timestamp_type: TimestampType::Creation,
-        offset,
-        sequence: -1,
-        timestamp: 1_700_000_000_000 + offset,
-        key: key.map(Bytes::copy_from_slice),
-        value: value.map(Bytes::copy_from_slice),
-        headers: Default::default(),
-    }
-}
-
-fn with_header(mut r: Record, name: &str, value: &[u8]) -> Record {
-    r.headers.insert(
-        StrBytes::from_string(name.to_owned()),
-        Some(Bytes::copy_from_slice(value)),
-    );
-    r
-}
-
-fn batch_of(records: &[Record]) -> BytesMut {
-    let mut buf = BytesMut::new();
-    let options = RecordEncodeOptions {
-        version: 2,
-        compression: Compression::None,
-    };
-    RecordBatchEncoder::encode(&mut buf, records.iter(), &options).unwrap();
-    buf
-}
-
-fn fix_crc(batch: &mut [u8]) {
-    let crc = crc32c::crc32c(&batch[21..]);
-    batch[17..21].copy_from_slice(&crc.to_be_bytes());
-}
-
-fn send_frame(addr: &str, body: &[u8]) -> Option<Bytes> {
-    let mut s = TcpStream::connect(addr).unwrap();
-    s.write_all(&(body.len() as i32).to_be_bytes()).unwrap();
-    s.write_all(body).unwrap();
-    s.set_read_timeout(Some(Duration::from_secs(15))).unwrap();
-    let mut len = [0u8; 4];
-    s.read_exact(&mut len).ok()?;
-    let mut frame = vec![0u8; i32::from_be_bytes(len) as usize];
-    s.read_exact(&mut frame).ok()?;
-    Some(Bytes::from(frame))
-}
-
-/// A Produce v9 (acks=-1) of `records` to partition 0 of `topic` at `addr`:
-/// the partition's error code and message (`(-100, None)`: the connection
-/// closed without an answer).
-fn raw_produce(addr: &str, topic: &str, records: Bytes) -> (i16, Option<String>) {
-    let version = 9;
-    let mut p = PartitionProduceData::default();
-    p.index = 0;
-    p.records = Some(records);
-    let mut t = TopicProduceData::default();
-    t.name = TopicName(StrBytes::from_string(topic.to_owned()));
-    t.partition_data.push(p);
-    let mut req = ProduceRequest::default();
-    req.acks = -1;
-    req.timeout_ms = 5000;
-    req.topic_data.push(t);
-    let mut header = RequestHeader::default();
-    header.request_api_key = ApiKey::Produce as i16;
-    header.request_api_version = version;
-    header.correlation_id = 4242;
-    header.client_id = Some(StrBytes::from_static_str("attack2"));
-    let mut body = BytesMut::new();
-    header
-        .encode(&mut body, ApiKey::Produce.request_header_version(version))
-        .unwrap();
-    req.encode(&mut body, version).unwrap();
-    let Some(mut frame) = send_frame(addr, &body) else {
-        return (-100, None);
-    };
-    ResponseHeader::decode(&mut frame, ApiKey::Produce.response_header_version(version)).unwrap();
-    let resp = ProduceResponse::decode(&mut frame, version).unwrap();
-    let part = &resp.responses[0].partition_responses[0];
-    (
-        part.error_code,
-        part.error_message.as_ref().map(|m| m.as_str().to_owned()),
-    )
-}
-
-/// A Fetch v11 of partition 0 of `topic` from offset 0 at `addr`.
-fn raw_fetch(addr: &str, topic: &str) -> (i16, Bytes) {
-    let version = 11;
-    let mut fp = FetchPartition::default();
-    fp.partition = 0;
-    fp.current_leader_epoch = -1;
-    fp.fetch_offset = 0;
-    fp.last_fetched_epoch = -1;
-    fp.log_start_offset = -1;
-    fp.partition_max_bytes = 1 << 20;
-    let mut ft = FetchTopic::default();
-    ft.topic = TopicName(StrBytes::from_string(topic.to_owned()));
-    ft.partitions.push(fp);
-    let mut req = FetchRequest::default();
-    req.replica_id = BrokerId(-1);
-    req.max_wait_ms = 500;
-    req.min_bytes = 1;
-    req.max_bytes = 1 << 20;
-    req.isolation_level = 0;
-    req.session_id = 0;
-    req.session_epoch = -1;
-    req.topics.push(ft);
-    let mut header = RequestHeader::default();
-    header.request_api_key = ApiKey::Fetch as i16;
-    header.request_api_version = version;
-    header.correlation_id = 99;
-    header.client_id = Some(StrBytes::from_static_str("attack2"));
-    let mut body = BytesMut::new();
-    header
-        .encode(&mut body, ApiKey::Fetch.request_header_version(version))
-        .unwrap();
-    req.encode(&mut body, version).unwrap();
-    let Some(mut frame) = send_frame(addr, &body) else {
-        return (-100, Bytes::new());
-    };
-    ResponseHeader::decode(&mut frame, ApiKey::Fetch.response_header_version(version)).unwrap();
-    let resp = FetchResponse::decode(&mut frame, version).unwrap();
-    let p = &resp.responses[0].partitions[0];
-    (p.error_code, p.records.clone().unwrap_or_default())
-}
-
-fn decode_records(raw: &Bytes) -> Vec<Record> {
-    let mut b = raw.clone();
-    RecordBatchDecoder::decode_all(&mut b)
-        .unwrap()
-        .into_iter()
-        .flat_map(|s| s.records)
-        .collect()
-}
-
-fn contains(hay: &[u8], needle: &[u8]) -> bool {
-    hay.windows(needle.len()).any(|w| w == needle)
-}
-
-fn fetch_records(proxy: &str, topic: &str) -> (i16, Vec<Record>) {
-    let (code, raw) = raw_fetch(proxy, topic);
-    let recs = if code == 0 {
-        decode_records(&raw)
-    } else {
-        Vec::new()
-    };
-    (code, recs)
-}
-
-fn fetch_until(
-    proxy: &str,
-    topic: &str,
-    secs: u64,
-    done: impl Fn(i16, &[Record]) -> bool,
-) -> (i16, Vec<Record>) {
-    let deadline = Instant::now() + Duration::from_secs(secs);
-    loop {
-        let (code, recs) = fetch_records(proxy, topic);
-        if done(code, &recs) || Instant::now() > deadline {
-            return (code, recs);
-        }
-        std::thread::sleep(Duration::from_millis(300));
-    }
-}
-
-fn show(recs: &[Record]) -> Vec<(i64, String, Option<String>)> {
-    recs.iter()
-        .map(|r| {
-            (
-                r.offset,
-                String::from_utf8_lossy(r.key.as_deref().unwrap_or_default()).into_owned(),
-                r.value
-                    .as_deref()
-                    .map(|v| String::from_utf8_lossy(v).into_owned()),
-            )
-        })
-        .collect()
-}
-
-fn hex(b: &[u8]) -> String {
-    b.iter().map(|x| format!("{x:02x}")).collect()
-}
 
 fn compacting_broker() -> String {
     std::env::var("TOMBSTONE_KAFKA_COMPACTING_BOOTSTRAP")
@@ -365,7 +167,7 @@ fn a_client_through_the_proxy_cannot_read_or_write_the_key_store_topic() {
     create_topic(&broker, &topic, 1);
     let proxy = s.proxy(&topic);
     let b = batch_of(&[record(Some(b"bob"), Some(b"bob: 2 Elm St"), 0)]);
-    assert_eq!(raw_produce(&proxy.addr, &topic, b.freeze()).0, 0);
+    assert_eq!(raw_produce(&proxy.addr, &topic, b.freeze(), 9).0, 0);
     // The attacker reads the key store through the proxy.
     let (code, ks) = key_store_records(&proxy.addr, &s.key_topic);
     let deks: Vec<_> = ks.iter().filter(|(k, _)| is_dek_key(k)).collect();
@@ -381,7 +183,7 @@ fn a_client_through_the_proxy_cannot_read_or_write_the_key_store_topic() {
         .enumerate()
         .map(|(i, (k, _))| record(Some(k), None, i as i64))
         .collect();
-    let (pcode, msg) = raw_produce(&proxy.addr, &s.key_topic, batch_of(&tombstones).freeze());
+    let (pcode, msg) = raw_produce(&proxy.addr, &s.key_topic, batch_of(&tombstones).freeze(), 9);
     eprintln!("tombstones for DEK records produced through the proxy: code {pcode}, {msg:?}");
     // A fresh proxy (a restart) and the running one, past its fences.
     std::thread::sleep(Duration::from_millis(1500));
@@ -433,7 +235,7 @@ fn a_marker_overwritten_and_a_dek_replayed_through_the_proxy_do_not_bring_back_a
         record(Some(b"alice"), Some(b"alice: 1 Main St"), 0),
         record(Some(b"bob"), Some(b"bob: 2 Elm St"), 1),
     ]);
-    assert_eq!(raw_produce(&proxy.addr, &topic, b.freeze()).0, 0);
+    assert_eq!(raw_produce(&proxy.addr, &topic, b.freeze(), 9).0, 0);
     let alice_tag = {
         let direct = consume_all(&broker, &topic, 1).unwrap();
         direct[0].value.as_ref().unwrap()[1..17].to_vec()
@@ -494,7 +296,7 @@ fn a_marker_overwritten_and_a_dek_replayed_through_the_proxy_do_not_bring_back_a
     for (i, (k, v)) in saved.iter().enumerate() {
         recs.push(record(Some(k), Some(v), 1 + i as i64));
     }
-    let (pcode, msg) = raw_produce(&proxy.addr, &s.key_topic, batch_of(&recs).freeze());
+    let (pcode, msg) = raw_produce(&proxy.addr, &s.key_topic, batch_of(&recs).freeze(), 9);
     assert_eq!(
         pcode, 29,
         "the replay through the proxy is refused: {msg:?}"
@@ -636,7 +438,7 @@ fn shred_racing_two_proxies_first_writes_deletes_nothing_unshredded_and_errs_now
                     let v = format!("{subject} raced by proxy {w}");
                     let b = batch_of(&[record(Some(subject.as_bytes()), Some(v.as_bytes()), 0)]);
                     barrier.wait();
-                    raw_produce(&addr, &topic, b.freeze())
+                    raw_produce(&addr, &topic, b.freeze(), 9)
                 })
             })
             .collect();
@@ -657,7 +459,7 @@ fn shred_racing_two_proxies_first_writes_deletes_nothing_unshredded_and_errs_now
     for (subject, _, _) in &outcomes {
         let v = format!("{subject} after");
         let b = batch_of(&[record(Some(subject.as_bytes()), Some(v.as_bytes()), 0)]);
-        let (code, msg) = raw_produce(&p1.addr, &topic, b.freeze());
+        let (code, msg) = raw_produce(&p1.addr, &topic, b.freeze(), 9);
         assert_eq!(code, 0, "{msg:?}");
     }
     let p3 = s.proxy(&topic);
@@ -984,25 +786,25 @@ fn the_proxy_binary_logs_and_answers_no_secret_when_it_refuses() {
     let attrs = i16::from_be_bytes([b[21], b[22]]) | (1 << 5);
     b[21..23].copy_from_slice(&attrs.to_be_bytes());
     fix_crc(&mut b);
-    answers.push(("control", raw_produce(&addr, &kt, b.freeze())));
+    answers.push(("control", raw_produce(&addr, &kt, b.freeze(), 9)));
     let v2 = secret("LEAK-ZERO-VALUE-5500000000000004");
     let mut b = batch_of(&[record(Some(b"k"), Some(v2.as_bytes()), 0)]);
     b[57..61].copy_from_slice(&0i32.to_be_bytes());
     fix_crc(&mut b);
-    answers.push(("zero-count", raw_produce(&addr, &kt, b.freeze())));
+    answers.push(("zero-count", raw_produce(&addr, &kt, b.freeze(), 9)));
     // A batch that does not decode (a bad CRC) holding a secret.
     let v2b = secret("LEAK-BADCRC-VALUE-6011000000000004");
     let mut b = batch_of(&[record(Some(b"k"), Some(v2b.as_bytes()), 0)]);
     b[17] ^= 0xff;
-    answers.push(("bad crc", raw_produce(&addr, &kt, b.freeze())));
+    answers.push(("bad crc", raw_produce(&addr, &kt, b.freeze(), 9)));
     // Unkeyed on the subject-key topic.
     let v3 = secret("LEAK-UNKEYED-SUBJECT-VALUE-378282246310005");
     let b = batch_of(&[record(None, Some(v3.as_bytes()), 0)]);
-    answers.push(("unkeyed subject", raw_produce(&addr, &st, b.freeze())));
+    answers.push(("unkeyed subject", raw_produce(&addr, &st, b.freeze(), 9)));
     // The KMS down.
     let v4 = secret("LEAK-KMS-DOWN-VALUE-30569309025904");
     let b = batch_of(&[record(Some(b"k"), Some(v4.as_bytes()), 0)]);
-    answers.push(("kms down", raw_produce(&addr, &mt, b.freeze())));
+    answers.push(("kms down", raw_produce(&addr, &mt, b.freeze(), 9)));
     // Plaintext on the broker directly: a value and a header that do not
     // authenticate, a key that does not decrypt; read through the proxy.
     let v5 = secret("LEAK-DIRECT-VALUE-6221260000000000");
@@ -1013,19 +815,19 @@ fn the_proxy_binary_logs_and_answers_no_secret_when_it_refuses() {
         "x-ssn",
         h5.as_bytes(),
     )]);
-    assert_eq!(raw_produce(&broker, &kt, b.freeze()).0, 0);
+    assert_eq!(raw_produce(&broker, &kt, b.freeze(), 9).0, 0);
     let (fc1, _) = raw_fetch(&addr, &kt);
     // On the subject topic: a plaintext value and a forged one.
     let v6 = secret("LEAK-DIRECT-SUBJECT-VALUE-3530111333300000");
     let b = batch_of(&[record(Some(b"carol"), Some(v6.as_bytes()), 0)]);
-    assert_eq!(raw_produce(&broker, &st, b.freeze()).0, 0);
+    assert_eq!(raw_produce(&broker, &st, b.freeze(), 9).0, 0);
     let (fc2, _) = raw_fetch(&addr, &st);
     // A plaintext value on the subject topic that starts with `S` (0x53,
     // the format byte) and is longer than a value's overhead: its bytes
     // 1..25 are read as a subject tag and a DEK id.
     let v7 = secret("SSN 123-45-6789, born 1970-01-01, Jane Q. Public, 1 Main St");
     let b = batch_of(&[record(Some(b"jane"), Some(v7.as_bytes()), 0)]);
-    assert_eq!(raw_produce(&broker, &st2, b.freeze()).0, 0);
+    assert_eq!(raw_produce(&broker, &st2, b.freeze(), 9).0, 0);
     let (fc4, _) = raw_fetch(&addr, &st2);
     eprintln!("S-plaintext subject topic fetch: code {fc4}");
     // A named header that does not authenticate, on a topic without a
@@ -1036,7 +838,7 @@ fn the_proxy_binary_logs_and_answers_no_secret_when_it_refuses() {
         "x-ssn",
         h8.as_bytes(),
     )]);
-    assert_eq!(raw_produce(&broker, &ht, b.freeze()).0, 0);
+    assert_eq!(raw_produce(&broker, &ht, b.freeze(), 9).0, 0);
     let (fc3, _) = raw_fetch(&addr, &ht);
     eprintln!("header topic fetch: code {fc3}");
     std::thread::sleep(Duration::from_millis(500));

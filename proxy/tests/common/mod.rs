@@ -2,6 +2,8 @@
 //! rdkafka clients through it and beside it.
 #![allow(dead_code)]
 
+pub mod wire;
+
 use std::net::TcpListener;
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
