@@ -15,9 +15,6 @@ use std::time::{Duration, Instant};
 use bytes::{Bytes, BytesMut};
 use common::wire::*;
 use common::{bootstrap, config, consume_all, create_topic, fresh_topic, start_proxy, Keys};
-use kafka_protocol::messages::produce_request::{PartitionProduceData, TopicProduceData};
-use kafka_protocol::messages::{ApiKey, ProduceRequest, RequestHeader, TopicName};
-use kafka_protocol::protocol::{Encodable, StrBytes};
 use tombstone_crypt::kafka::rdkafka::producer::{FutureProducer, FutureRecord};
 use tombstone_crypt::kafka::{KafkaChangelog, KafkaKeyStore};
 use tombstone_crypt::policy::{Read, TopicPolicy};
@@ -538,26 +535,7 @@ fn capturing_broker() -> (String, Arc<std::sync::Mutex<Vec<u8>>>) {
 
 /// Sends a Produce to the proxy without waiting for an answer.
 fn produce_no_wait(addr: &str, topic: &str, records: Bytes) -> TcpStream {
-    let version = 9;
-    let mut p = PartitionProduceData::default();
-    p.index = 0;
-    p.records = Some(records);
-    let mut t = TopicProduceData::default();
-    t.name = TopicName(StrBytes::from_string(topic.to_owned()));
-    t.partition_data.push(p);
-    let mut req = ProduceRequest::default();
-    req.acks = -1;
-    req.timeout_ms = 5000;
-    req.topic_data.push(t);
-    let mut header = RequestHeader::default();
-    header.request_api_key = ApiKey::Produce as i16;
-    header.request_api_version = version;
-    header.correlation_id = 7;
-    let mut body = BytesMut::new();
-    header
-        .encode(&mut body, ApiKey::Produce.request_header_version(version))
-        .unwrap();
-    req.encode(&mut body, version).unwrap();
+    let body = produce_body(topic, records, 9);
     let mut s = TcpStream::connect(addr).unwrap();
     s.write_all(&(body.len() as i32).to_be_bytes()).unwrap();
     s.write_all(&body).unwrap();

@@ -81,6 +81,24 @@ pub fn send_frame(addr: &str, body: &[u8]) -> Option<Bytes> {
 /// at `addr`: the partition's error code and message (`(-100, None)`: the
 /// connection closed without an answer).
 pub fn raw_produce(addr: &str, topic: &str, records: Bytes, version: i16) -> (i16, Option<String>) {
+    let body = produce_body(topic, records, version);
+    let Some(mut frame) = send_frame(addr, &body) else {
+        return (-100, None);
+    };
+    let h = ResponseHeader::decode(&mut frame, ApiKey::Produce.response_header_version(version))
+        .unwrap();
+    assert_eq!(h.correlation_id, 4242);
+    let resp = ProduceResponse::decode(&mut frame, version).unwrap();
+    let part = &resp.responses[0].partition_responses[0];
+    (
+        part.error_code,
+        part.error_message.as_ref().map(|m| m.as_str().to_owned()),
+    )
+}
+
+/// The body of a Produce request frame (`version`, acks=-1, correlation id
+/// 4242) of `records` to partition 0 of `topic`.
+pub fn produce_body(topic: &str, records: Bytes, version: i16) -> BytesMut {
     let mut p = PartitionProduceData::default();
     p.index = 0;
     p.records = Some(records);
@@ -101,18 +119,7 @@ pub fn raw_produce(addr: &str, topic: &str, records: Bytes, version: i16) -> (i1
         .encode(&mut body, ApiKey::Produce.request_header_version(version))
         .unwrap();
     req.encode(&mut body, version).unwrap();
-    let Some(mut frame) = send_frame(addr, &body) else {
-        return (-100, None);
-    };
-    let h = ResponseHeader::decode(&mut frame, ApiKey::Produce.response_header_version(version))
-        .unwrap();
-    assert_eq!(h.correlation_id, 4242);
-    let resp = ProduceResponse::decode(&mut frame, version).unwrap();
-    let part = &resp.responses[0].partition_responses[0];
-    (
-        part.error_code,
-        part.error_message.as_ref().map(|m| m.as_str().to_owned()),
-    )
+    body
 }
 
 /// A Fetch v11 of partition 0 of `topic` from offset 0 at `addr`: the
