@@ -67,7 +67,8 @@
 //! the configuration names is guarded: a client's Produce to it is
 //! refused and its Fetch gets no records (`TOPIC_AUTHORIZATION_FAILED`),
 //! since a client that reads a subject's key record before a shred and
-//! writes it back after could undo the shred once the topic is compacted;
+//! writes it back after could undo the shred once the topic is compacted
+//! (`tombstone-crypt shred` reaches the key store at the cluster's brokers);
 //! an entry that would match a key-store topic, or that an earlier entry
 //! shadows, is a configuration error. Such an entry names no
 //! headers (a header under a key that a shred does not reach would
