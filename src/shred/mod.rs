@@ -534,6 +534,15 @@ impl SubjectKeys {
         Ok(tag)
     }
 
+    /// The subject tag of `subject`, not kept in the tag cache: for a
+    /// shredded subject's value, whose name a shred dropped from it.
+    fn tag_uncached(&self, subject: &[u8]) -> Result<SubjectTag, Error> {
+        if let Some(t) = self.lock().tags.get(subject) {
+            return Ok(*t);
+        }
+        Self::tag_under(self.naming()?, subject)
+    }
+
     /// Shreds `subject`: its DEK is removed from the key store, with a
     /// record of the shred that covers it, and from this process's caches
     /// (the subject's name too, zeroized); this returns once the store has
@@ -1110,7 +1119,7 @@ impl<T: ?Sized, U, C: Deserializer<U>> Deserializer<U> for SubjectEncrypting<C, 
                 if self.subject.is_none() {
                     let key = ctx.key().ok_or(Error::MissingRecordKey)?;
                     let named = data.get(1..=TAG).ok_or(Error::Decryption)?;
-                    if named != self.keys.tag(key)? {
+                    if named != self.keys.tag_uncached(key)? {
                         return Err(Error::Decryption);
                     }
                 }
