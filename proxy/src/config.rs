@@ -139,6 +139,8 @@ pub struct TopicEntry {
     /// the subject keys: `tombstone-crypt shred --subject-key-topic` with
     /// the same KEK shreds while the proxy runs. It must exist and hold a
     /// naming key the KEK opens (`tombstone-crypt shred create-key-store`).
+    /// The proxy's own client reaches it at `bootstrap`, with
+    /// `upstream_tls`'s CA when that is set, and no SASL.
     #[serde(default)]
     pub subject_key_topic: Option<String>,
     /// The subject keys in a redb file instead (the proxy holds it open:
