@@ -77,6 +77,13 @@ pub struct ProxyConfig {
     /// TLS to the brokers: without it the proxy connects in plaintext.
     #[serde(default)]
     pub upstream_tls: Option<UpstreamTls>,
+    /// librdkafka settings of the proxy's own client of key-store topics
+    /// (`subject_key_topic`), applied after `upstream_tls`'s: only
+    /// `security.protocol`, `sasl.*` and `ssl.*` (SASL credentials, a
+    /// client certificate); the brokers are `bootstrap`'s, and the key
+    /// store's writes keep their own acknowledgement settings.
+    #[serde(default)]
+    pub key_store_client: std::collections::BTreeMap<String, String>,
     /// The topics to encrypt, first match wins.
     #[serde(default)]
     pub topics: Vec<TopicEntry>,
@@ -140,7 +147,8 @@ pub struct TopicEntry {
     /// the same KEK shreds while the proxy runs. It must exist and hold a
     /// naming key the KEK opens (`tombstone-crypt shred create-key-store`).
     /// The proxy's own client reaches it at `bootstrap`, with
-    /// `upstream_tls`'s CA when that is set, and no SASL.
+    /// `upstream_tls`'s CA when that is set and the `key_store_client`
+    /// settings.
     #[serde(default)]
     pub subject_key_topic: Option<String>,
     /// The subject keys in a redb file instead (the proxy holds it open:
@@ -469,6 +477,18 @@ fn subject_keys(
                 client.set("security.protocol", "ssl");
                 client.set("ssl.ca.location", tls.ca_file.to_string_lossy());
             }
+            for (name, value) in &config.key_store_client {
+                let allowed = name == "security.protocol"
+                    || name.starts_with("sasl.")
+                    || name.starts_with("ssl.");
+                if !allowed {
+                    // Names only: a value may be a secret.
+                    return Err(ProxyError::Config(format!(
+                        "\"key_store_client\": {name:?} is not a setting it takes (security.protocol, sasl.*, ssl.*)"
+                    )));
+                }
+                client.set(name, value);
+            }
             let log = KafkaChangelog::existing(client, topic)
                 .map_err(|e| failed(format!("\"subject_key_topic\" {topic:?}"), &e))?;
             let store = KafkaKeyStore::new(log).with_fence(fence);
@@ -646,6 +666,25 @@ mod tests {
             assert!(e.contains(says), "{entry}: {e}");
         }
         assert!(!dir.join("missing.redb").exists(), "a key store was made");
+        // The key store's client takes its security settings, and no other
+        // (a value is never shown: it may be a secret).
+        let text = r#"{"listen":"127.0.0.1:1","bootstrap":"127.0.0.1:1",
+            "key_store_client":{"acks":"0","sasl.password":"s3cret"},
+            "topics":[{"topic":"t","subject_keyset":"kek.json","subject_key_topic":"ks"}]}"#;
+        std::fs::write(dir.join("p.json"), text).unwrap();
+        let c = ProxyConfig::from_file(&dir.join("p.json")).unwrap();
+        let e = Policies::load(&c).unwrap_err().to_string();
+        assert!(e.contains("\"acks\"") && !e.contains("s3cret"), "{e}");
+        // A setting it takes reaches the client: librdkafka refuses this
+        // value when the client is made.
+        let bogus = text.replace(r#""acks":"0","#, r#""security.protocol":"bogus","#);
+        std::fs::write(dir.join("p.json"), bogus).unwrap();
+        let c = ProxyConfig::from_file(&dir.join("p.json")).unwrap();
+        let e = Policies::load(&c).unwrap_err().to_string();
+        assert!(
+            e.contains("subject_key_topic") && !e.contains("s3cret"),
+            "{e}"
+        );
         // Headers under subject keys are refused.
         let store = dir.join("s.redb");
         let kek = Keyset::from_tink_json(&std::fs::read_to_string(dir.join("kek.json")).unwrap())

@@ -129,10 +129,11 @@
 //! - A broker node id `N` needs port + 1 + `N` free on the listen address;
 //!   a client that kept a node's address across a restart of the proxy
 //!   bootstraps again.
-//! - The proxy's own client of a `subject_key_topic` connects with
-//!   `bootstrap` and `upstream_tls`'s CA, without SASL or a client
-//!   certificate: a cluster that asks either of it needs a
-//!   `subject_key_store` instead, in this version.
+//! - The proxy's own client of a `subject_key_topic` connects to
+//!   `bootstrap` with `upstream_tls`'s CA and the `key_store_client`
+//!   settings (`security.protocol`, `sasl.*`, `ssl.*`: its own
+//!   credentials, since the clients' SASL passes through to their own
+//!   connections).
 //! - SASL passes through (SaslHandshake v1 and SaslAuthenticate; the
 //!   unframed tokens after SaslHandshake v0 are not read). TLS client
 //!   certificates (mutual TLS) are neither asked for nor presented.
