@@ -29,7 +29,9 @@ pub(crate) struct ProxyArgs {
     /// `headers` (names of headers whose values are encrypted; not with
     /// `subject_keyset`). Topics no entry names pass through untouched. Optional `tls` (`cert_file`,
     /// `key_file`: the listeners speak TLS) and `upstream_tls` (`ca_file`,
-    /// optional `server_name`: TLS to the brokers).
+    /// optional `server_name`: TLS to the brokers) and `key_store_client`
+    /// (librdkafka's `security.protocol`, `sasl.*`, `ssl.*` for the
+    /// proxy's own client of key-store topics).
     #[arg(long, value_name = "FILE")]
     pub(crate) config: PathBuf,
     /// After SIGINT or SIGTERM, how long to wait for in-flight requests to

@@ -682,7 +682,7 @@ mod tests {
         let c = ProxyConfig::from_file(&dir.join("p.json")).unwrap();
         let e = Policies::load(&c).unwrap_err().to_string();
         assert!(
-            e.contains("subject_key_topic") && !e.contains("s3cret"),
+            e.contains("security.protocol") && !e.contains("s3cret"),
             "{e}"
         );
         // Headers under subject keys are refused.
