@@ -193,10 +193,11 @@ cargo test --workspace --all-features --test writers_model --test compaction -- 
 # The report's scenario through the proxy: a changelog written by
 # confluent-kafka for Python through a key rotation, compacted, restored;
 # and the proxy across a restart of a broker of its own (the compacting
-# broker's binary, which keeps its records across a restart); and a shred
+# broker's binary, which keeps its records across a restart); a shred
 # that a client's writes through the proxy to the key-store topic cannot
-# undo once it is compacted.
-cargo test --workspace --all-features --test proxy_compacting --test faults --test shred_attacks -- compacting_broker
+# undo once it is compacted; and TLS to every broker connection (a broker
+# of its own, on that binary, advertising a TLS forwarder).
+cargo test --workspace --all-features --test proxy_compacting --test faults --test shred_attacks --test tls -- compacting_broker
 # The command line's resumes across a compaction, with their negative
 # control, the shredding model with the command line as a second process,
 # and the typed producer's write-order model checked after compaction

@@ -9,10 +9,10 @@ mod common;
 use std::io::Write;
 use std::net::TcpStream;
 use std::path::PathBuf;
-use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
 use bytes::{Bytes, BytesMut};
+use common::own_broker::{tansu_sqlite, OwnBroker};
 use common::{
     bootstrap, consume_all, create_topic, fresh_topic, produce, produce_ok, start_proxy, Consumed,
     Keys,
@@ -176,102 +176,6 @@ fn a_client_dropped_mid_request_writes_nothing_partial_and_the_proxy_keeps_servi
     plaintext.skip_encryption = true;
     let e = dropped_clients(&broker, plaintext).unwrap_err();
     assert!(e.contains("plaintext on the broker"), "{e}");
-}
-
-/// The compacting broker's binary (tansu with SQLite, which keeps its
-/// records across a restart): `TOMBSTONE_TANSU_SQLITE`, else the cached
-/// build under target/tansu-sqlite.
-fn tansu_sqlite() -> Option<PathBuf> {
-    let bin = std::env::var_os("TOMBSTONE_TANSU_SQLITE")
-        .map(PathBuf::from)
-        .unwrap_or_else(|| {
-            PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../target/tansu-sqlite/bin/tansu")
-        });
-    if bin.is_file() {
-        Some(bin)
-    } else {
-        eprintln!(
-            "{} is missing: broker restart test skipped (scripts/broker.sh build-compacting)",
-            bin.display()
-        );
-        None
-    }
-}
-
-/// A broker of the test's own, on its own port and database.
-struct OwnBroker {
-    bin: PathBuf,
-    dir: PathBuf,
-    port: u16,
-    child: Option<Child>,
-}
-
-impl OwnBroker {
-    fn start(bin: PathBuf) -> Self {
-        let port = std::net::TcpListener::bind("127.0.0.1:0")
-            .unwrap()
-            .local_addr()
-            .unwrap()
-            .port();
-        let dir = std::env::temp_dir().join(fresh_topic("own-broker"));
-        std::fs::create_dir_all(&dir).unwrap();
-        let mut b = OwnBroker {
-            bin,
-            dir,
-            port,
-            child: None,
-        };
-        b.up();
-        b
-    }
-
-    fn addr(&self) -> String {
-        format!("127.0.0.1:{}", self.port)
-    }
-
-    fn up(&mut self) {
-        let url = format!("tcp://{}", self.addr());
-        let child = Command::new(&self.bin)
-            .current_dir(&self.dir)
-            .env_clear()
-            .env("NO_COLOR", "1")
-            .args(["broker", "--cluster-id", "proxy-faults"])
-            .args(["--listener-url", &url, "--advertised-listener-url", &url])
-            .args(["--storage-engine", "sqlite://own.db"])
-            .stdout(Stdio::null())
-            .stderr(Stdio::null())
-            .spawn()
-            .unwrap();
-        self.child = Some(child);
-        let deadline = Instant::now() + Duration::from_secs(20);
-        while TcpStream::connect(self.addr()).is_err() {
-            assert!(Instant::now() < deadline, "the broker did not start");
-            std::thread::sleep(Duration::from_millis(50));
-        }
-    }
-
-    /// Stops the broker (SIGTERM, then SIGKILL after 5 s).
-    fn down(&mut self) {
-        if let Some(mut c) = self.child.take() {
-            let _ = Command::new("kill").arg(c.id().to_string()).status();
-            let deadline = Instant::now() + Duration::from_secs(5);
-            while c.try_wait().ok().flatten().is_none() {
-                if Instant::now() > deadline {
-                    let _ = c.kill();
-                    let _ = c.wait();
-                    break;
-                }
-                std::thread::sleep(Duration::from_millis(20));
-            }
-        }
-    }
-}
-
-impl Drop for OwnBroker {
-    fn drop(&mut self) {
-        self.down();
-        let _ = std::fs::remove_dir_all(&self.dir);
-    }
 }
 
 /// Writes `n` records through a proxy with `hooks` to a broker of its

@@ -7,8 +7,8 @@
 //! TLS-terminating forwarder in the test stands before it; the proxy's
 //! bootstrap connection goes through it with TLS (ApiVersions answered), and
 //! fails against a forwarder whose certificate the configured CA did not
-//! sign. The broker nodes' own connections are not tested with TLS (the
-//! broker advertises its plaintext address).
+//! sign. With a broker of the test's own that advertises the forwarder,
+//! the broker node's connection is TLS too, and records round-trip.
 //!
 //! The certificates are fixed test material in `tests/certs/`, made by
 //! `tests/certs/make.sh` (openssl).
@@ -296,4 +296,66 @@ fn the_proxy_reaches_a_tls_broker_that_its_ca_signed_and_no_other() {
     // broker in plaintext, is answered: the check can pass.
     let direct = start_proxy_json(&broker, Policies::new(), Hooks::default(), None, "");
     api_versions(&direct.addr).unwrap();
+}
+
+/// Every connection to the brokers is TLS, the broker nodes' as the
+/// bootstrap's: a broker of the test's own advertises a TLS forwarder in
+/// front of it, so librdkafka, through the proxy, reaches the node only
+/// over the proxy's TLS connection to the forwarder. A topic made,
+/// records with a tombstone produced and consumed back through the proxy;
+/// on the broker (one Fetch straight to its plaintext port) the values are
+/// sealed. The control: a proxy that trusts another CA gets no record
+/// written. (Named for the compacting broker's binary, which it runs: the
+/// test command builds it in the background, so this runs in the
+/// compacting stage.)
+#[test]
+fn every_connection_to_a_tls_broker_is_tls_compacting_broker() {
+    use common::own_broker::{free_port, tansu_sqlite, OwnBroker};
+    use common::wire::{contains, decode_records, raw_fetch};
+    let Some(bin) = tansu_sqlite() else { return };
+    let port = free_port();
+    let (forwarder, handshakes) = tls_forwarder(format!("127.0.0.1:{port}"));
+    let broker = OwnBroker::start_on(bin, port, Some(forwarder.clone()));
+    let topic = fresh_topic("tls-nodes");
+    let keys = Keys::new(true);
+    let proxy = start_proxy_json(
+        &forwarder,
+        keys.policies(&topic),
+        Hooks::default(),
+        None,
+        &upstream_tls("ca.pem"),
+    );
+    create_topic(&proxy.addr, &topic, 1);
+    let records: Vec<common::Rec> = vec![
+        (Some(b"k1".to_vec()), Some(b"SECRET-OVER-TLS-1".to_vec())),
+        (Some(b"k2".to_vec()), Some(b"SECRET-OVER-TLS-2".to_vec())),
+        (Some(b"k1".to_vec()), None),
+    ];
+    common::produce_ok(&proxy.addr, &topic, 0, &records, "none");
+    let back = consume_all(&proxy.addr, &topic, 1).unwrap();
+    let got: Vec<common::Rec> = back.into_iter().map(|c| (c.key, c.value)).collect();
+    assert_eq!(got, records, "read back through the proxy");
+    // The bootstrap's connection and at least one to the broker node,
+    // each a TLS handshake with the forwarder.
+    assert!(handshakes.load(Ordering::SeqCst) >= 2);
+    let (code, raw) = raw_fetch(&broker.addr(), &topic);
+    assert_eq!(code, 0);
+    assert_eq!(decode_records(&raw).len(), 3);
+    assert!(
+        !contains(&raw, b"SECRET-OVER-TLS"),
+        "plaintext on the broker"
+    );
+    // The control: trusting another CA, the proxy reaches no broker, and
+    // nothing more is written.
+    let other = start_proxy_json(
+        &forwarder,
+        keys.policies(&topic),
+        Hooks::default(),
+        None,
+        &upstream_tls("other-ca.pem"),
+    );
+    let sent = common::produce(&other.addr, &topic, 0, &records[..1], "none");
+    assert!(sent.iter().all(Result::is_err), "{sent:?}");
+    let (_, raw) = raw_fetch(&broker.addr(), &topic);
+    assert_eq!(decode_records(&raw).len(), 3);
 }

@@ -2,6 +2,7 @@
 //! rdkafka clients through it and beside it.
 #![allow(dead_code)]
 
+pub mod own_broker;
 pub mod wire;
 
 use std::net::TcpListener;
