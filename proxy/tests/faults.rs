@@ -17,9 +17,6 @@ use common::{
     bootstrap, consume_all, create_topic, fresh_topic, produce, produce_ok, start_proxy, Consumed,
     Keys,
 };
-use kafka_protocol::messages::produce_request::{PartitionProduceData, TopicProduceData};
-use kafka_protocol::messages::{ApiKey, ProduceRequest, RequestHeader, TopicName};
-use kafka_protocol::protocol::{Encodable, StrBytes};
 use kafka_protocol::records::{
     Compression, Record, RecordBatchEncoder, RecordEncodeOptions, TimestampType,
 };
@@ -54,27 +51,7 @@ fn produce_frame(topic: &str, values: &[&str]) -> Vec<u8> {
         compression: Compression::None,
     };
     RecordBatchEncoder::encode(&mut batch, records.iter(), &options).unwrap();
-    let version = 9;
-    let mut p = PartitionProduceData::default();
-    p.index = 0;
-    p.records = Some(batch.freeze());
-    let mut t = TopicProduceData::default();
-    t.name = TopicName(StrBytes::from_string(topic.to_owned()));
-    t.partition_data.push(p);
-    let mut req = ProduceRequest::default();
-    req.acks = -1;
-    req.timeout_ms = 5000;
-    req.topic_data.push(t);
-    let mut header = RequestHeader::default();
-    header.request_api_key = ApiKey::Produce as i16;
-    header.request_api_version = version;
-    header.correlation_id = 5;
-    header.client_id = Some(StrBytes::from_static_str("dropped"));
-    let mut body = BytesMut::new();
-    header
-        .encode(&mut body, ApiKey::Produce.request_header_version(version))
-        .unwrap();
-    req.encode(&mut body, version).unwrap();
+    let body = common::wire::produce_body(topic, batch.freeze(), 9);
     let mut frame = (body.len() as i32).to_be_bytes().to_vec();
     frame.extend_from_slice(&body);
     frame

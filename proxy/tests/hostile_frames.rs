@@ -10,14 +10,10 @@ use std::net::TcpStream;
 use std::time::Duration;
 
 use bytes::{Bytes, BytesMut};
+use common::wire::raw_produce;
 use common::{
     bootstrap, consume_all, create_topic, fresh_topic, produce_ok, start_proxy_with, Keys,
 };
-use kafka_protocol::messages::produce_request::{PartitionProduceData, TopicProduceData};
-use kafka_protocol::messages::{
-    ApiKey, ProduceRequest, ProduceResponse, RequestHeader, ResponseHeader, TopicName,
-};
-use kafka_protocol::protocol::{Decodable, Encodable, StrBytes};
 use kafka_protocol::records::{
     Compression, Record, RecordBatchEncoder, RecordEncodeOptions, TimestampType,
 };
@@ -62,50 +58,6 @@ fn batch(value: &'static [u8]) -> Bytes {
     };
     RecordBatchEncoder::encode(&mut buf, [&r], &options).unwrap();
     buf.freeze()
-}
-
-/// Sends a Produce v9 (acks=-1) of `records` to partition 0 of `topic`
-/// and returns the partition's error code and message.
-fn raw_produce(proxy: &str, topic: &str, records: Bytes) -> (i16, Option<String>) {
-    let version = 9;
-    let mut p = PartitionProduceData::default();
-    p.index = 0;
-    p.records = Some(records);
-    let mut t = TopicProduceData::default();
-    t.name = TopicName(StrBytes::from_string(topic.to_owned()));
-    t.partition_data.push(p);
-    let mut req = ProduceRequest::default();
-    req.acks = -1;
-    req.timeout_ms = 5000;
-    req.topic_data.push(t);
-    let mut header = RequestHeader::default();
-    header.request_api_key = ApiKey::Produce as i16;
-    header.request_api_version = version;
-    header.correlation_id = 77;
-    header.client_id = Some(StrBytes::from_static_str("hostile"));
-    let mut body = BytesMut::new();
-    header
-        .encode(&mut body, ApiKey::Produce.request_header_version(version))
-        .unwrap();
-    req.encode(&mut body, version).unwrap();
-    let mut s = TcpStream::connect(proxy).unwrap();
-    s.write_all(&(body.len() as i32).to_be_bytes()).unwrap();
-    s.write_all(&body).unwrap();
-    s.set_read_timeout(Some(Duration::from_secs(10))).unwrap();
-    let mut len = [0u8; 4];
-    s.read_exact(&mut len).unwrap();
-    let mut frame = vec![0u8; i32::from_be_bytes(len) as usize];
-    s.read_exact(&mut frame).unwrap();
-    let mut frame = Bytes::from(frame);
-    let h = ResponseHeader::decode(&mut frame, ApiKey::Produce.response_header_version(version))
-        .unwrap();
-    assert_eq!(h.correlation_id, 77);
-    let resp = ProduceResponse::decode(&mut frame, version).unwrap();
-    let part = &resp.responses[0].partition_responses[0];
-    (
-        part.error_code,
-        part.error_message.as_ref().map(|m| m.as_str().to_owned()),
-    )
 }
 
 #[test]
@@ -174,7 +126,7 @@ fn a_batch_the_proxy_cannot_decode_is_refused_and_nothing_is_written() {
         Bytes::from_static(&[1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13]),
         cut,
     ] {
-        let (code, message) = raw_produce(&proxy.addr, &topic, bad);
+        let (code, message) = raw_produce(&proxy.addr, &topic, bad, 9);
         assert_eq!(code, 2, "CORRUPT_MESSAGE");
         let message = message.unwrap();
         assert!(
@@ -185,7 +137,7 @@ fn a_batch_the_proxy_cannot_decode_is_refused_and_nothing_is_written() {
     // Nothing of it reached the broker; a good batch through the same path
     // does.
     assert_eq!(consume_all(&broker, &topic, 1).unwrap(), vec![]);
-    let (code, _) = raw_produce(&proxy.addr, &topic, good);
+    let (code, _) = raw_produce(&proxy.addr, &topic, good, 9);
     assert_eq!(code, 0);
     let direct = consume_all(&broker, &topic, 1).unwrap();
     assert_eq!(direct.len(), 1);

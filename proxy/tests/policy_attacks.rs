@@ -8,11 +8,11 @@ mod common;
 
 use std::io::{Read as _, Write as _};
 use std::net::TcpStream;
-use std::path::PathBuf;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use bytes::{Bytes, BytesMut};
+use common::subjects::SubjectSetup;
 use common::wire::*;
 use common::{bootstrap, config, consume_all, create_topic, fresh_topic, start_proxy, Keys};
 use tombstone_crypt::kafka::rdkafka::producer::{FutureProducer, FutureRecord};
@@ -20,7 +20,7 @@ use tombstone_crypt::kafka::{KafkaChangelog, KafkaKeyStore};
 use tombstone_crypt::policy::{Read, TopicPolicy};
 use tombstone_crypt::shred::{KeyStore, MemoryKeyStore, SubjectKeys};
 use tombstone_crypt::Keyset;
-use tombstone_crypt_proxy::{Hooks, Policies, ProxyConfig};
+use tombstone_crypt_proxy::Hooks;
 
 // ---------------------------------------------------------------------
 // Raw protocol helpers
@@ -37,59 +37,6 @@ fn produce_direct(broker: &str, topic: &str, key: &[u8], value: Option<&[u8]>) {
         r = r.payload(v);
     }
     futures_executor::block_on(p.send(r, Duration::from_secs(10))).unwrap();
-}
-
-// ---------------------------------------------------------------------
-// Subject-key plumbing
-// ---------------------------------------------------------------------
-
-struct SubjectSetup {
-    dir: PathBuf,
-    kek: Keyset,
-    key_topic: String,
-}
-
-impl SubjectSetup {
-    /// A new key store on a new topic under a new KEK, made as
-    /// `shred create-key-store` makes it.
-    fn new(broker: &str, name: &str) -> Self {
-        let dir = std::env::temp_dir().join(fresh_topic(&format!("attack-{name}")));
-        std::fs::create_dir_all(&dir).unwrap();
-        let kek = Keyset::generate();
-        std::fs::write(dir.join("kek.json"), kek.to_tink_json()).unwrap();
-        let key_topic = fresh_topic(&format!("{name}-keys"));
-        let log = KafkaChangelog::with_config(config(broker), &key_topic).unwrap();
-        SubjectKeys::create(kek.clone(), Arc::new(KafkaKeyStore::new(log))).unwrap();
-        SubjectSetup {
-            dir,
-            kek,
-            key_topic,
-        }
-    }
-
-    /// Another instance on the same key store (as the command line's
-    /// `shred`).
-    fn instance(&self, broker: &str) -> SubjectKeys {
-        let log = KafkaChangelog::existing(config(broker), &self.key_topic).unwrap();
-        SubjectKeys::open(self.kek.clone(), Arc::new(KafkaKeyStore::new(log))).unwrap()
-    }
-
-    /// The proxy's policies, through its configuration file.
-    fn policies(&self, broker: &str, entries: &str) -> Result<Policies, String> {
-        let text =
-            format!(r#"{{"listen":"127.0.0.1:1","bootstrap":"{broker}","topics":[{entries}]}}"#);
-        let path = self.dir.join(format!("p-{}.json", fresh_topic("cfg")));
-        std::fs::write(&path, text).unwrap();
-        let c = ProxyConfig::from_file(&path).map_err(|e| e.to_string())?;
-        Policies::load(&c).map_err(|e| e.to_string())
-    }
-
-    fn entry(&self, topic: &str) -> String {
-        format!(
-            r#"{{"topic":"{topic}","subject_keyset":"kek.json","subject_key_topic":"{}"}}"#,
-            self.key_topic
-        )
-    }
 }
 
 // ---------------------------------------------------------------------
@@ -177,7 +124,7 @@ fn every_produce_version_encrypts_and_unkeyed_subject_records_are_refused() {
     let s = SubjectSetup::new(&broker, "unkeyed");
     let stopic = fresh_topic("attack-unkeyed");
     create_topic(&broker, &stopic, 1);
-    let policies = s.policies(&broker, &s.entry(&stopic)).unwrap();
+    let policies = s.policies(&s.entry(&stopic)).unwrap();
     let sproxy = start_proxy(&broker, policies, Hooks::default());
     let b = batch_of(&[record(None, Some(b"UNKEYED-SUBJECT-PLAINTEXT"), 0)]);
     let (code, msg) = raw_produce(&sproxy.addr, &stopic, b.freeze(), 9);
@@ -250,7 +197,7 @@ fn proxy_a_shredded_value_copied_under_another_key_is_not_fetched_as_a_tombstone
     let s = SubjectSetup::new(&broker, "copy");
     let topic = fresh_topic("attack-copy");
     create_topic(&broker, &topic, 1);
-    let policies = s.policies(&broker, &s.entry(&topic)).unwrap();
+    let policies = s.policies(&s.entry(&topic)).unwrap();
     let proxy = start_proxy(&broker, policies, Hooks::default());
     let b = batch_of(&[
         record(Some(b"alice"), Some(b"alice: 1 Main St"), 0),
@@ -262,7 +209,7 @@ fn proxy_a_shredded_value_copied_under_another_key_is_not_fetched_as_a_tombstone
     let alice_ct = direct[0].value.clone().unwrap();
     assert_eq!(alice_ct[0], 0x53);
     // The shred, by another instance on the key store.
-    let other = s.instance(&broker);
+    let other = s.instance();
     other.shred(b"alice").unwrap();
     // Until alice reads as a tombstone through the proxy (the fences).
     let (code, recs) = fetch_until(&proxy.addr, &topic, 25, |code, recs| {
@@ -307,7 +254,7 @@ fn proxy_another_key_store_under_the_same_kek_makes_values_corrupt_not_tombstone
     create_topic(&broker, &topic, 1);
     let proxy = start_proxy(
         &broker,
-        s.policies(&broker, &s.entry(&topic)).unwrap(),
+        s.policies(&s.entry(&topic)).unwrap(),
         Hooks::default(),
     );
     let b = batch_of(&[record(Some(b"alice"), Some(b"alice: 1 Main St"), 0)]);
@@ -319,11 +266,7 @@ fn proxy_another_key_store_under_the_same_kek_makes_values_corrupt_not_tombstone
     let entry = format!(
         r#"{{"topic":"{topic}","subject_keyset":"kek.json","subject_key_topic":"{other_topic}"}}"#
     );
-    let wrong = start_proxy(
-        &broker,
-        s.policies(&broker, &entry).unwrap(),
-        Hooks::default(),
-    );
+    let wrong = start_proxy(&broker, s.policies(&entry).unwrap(), Hooks::default());
     let (code, recs) = raw_fetch(&wrong.addr, &topic);
     let recs = if code == 0 {
         decode_records(&recs)
@@ -335,44 +278,32 @@ fn proxy_another_key_store_under_the_same_kek_makes_values_corrupt_not_tombstone
     // refused at load.
     let missing = fresh_topic("attack-missing-keys");
     let e = s
-        .policies(
-            &broker,
-            &format!(
-                r#"{{"topic":"{topic}","subject_keyset":"kek.json","subject_key_topic":"{missing}"}}"#
-            ),
-        )
+        .policies(&format!(
+            r#"{{"topic":"{topic}","subject_keyset":"kek.json","subject_key_topic":"{missing}"}}"#
+        ))
         .unwrap_err();
     eprintln!("missing: {e}");
     let empty = fresh_topic("attack-empty-keys");
     create_topic(&broker, &empty, 1);
     let e = s
-        .policies(
-            &broker,
-            &format!(
-                r#"{{"topic":"{topic}","subject_keyset":"kek.json","subject_key_topic":"{empty}"}}"#
-            ),
-        )
+        .policies(&format!(
+            r#"{{"topic":"{topic}","subject_keyset":"kek.json","subject_key_topic":"{empty}"}}"#
+        ))
         .unwrap_err();
     eprintln!("empty: {e}");
     let foreign = SubjectSetup::new(&broker, "foreign");
     let e = s
-        .policies(
-            &broker,
-            &format!(
-                r#"{{"topic":"{topic}","subject_keyset":"kek.json","subject_key_topic":"{}"}}"#,
-                foreign.key_topic
-            ),
-        )
+        .policies(&format!(
+            r#"{{"topic":"{topic}","subject_keyset":"kek.json","subject_key_topic":"{}"}}"#,
+            foreign.key_topic
+        ))
         .unwrap_err();
     eprintln!("another KEK's: {e}");
     // The data topic itself named as the key store.
     let e = s
-        .policies(
-            &broker,
-            &format!(
-                r#"{{"topic":"{topic}","subject_keyset":"kek.json","subject_key_topic":"{topic}"}}"#
-            ),
-        )
+        .policies(&format!(
+            r#"{{"topic":"{topic}","subject_keyset":"kek.json","subject_key_topic":"{topic}"}}"#
+        ))
         .unwrap_err();
     eprintln!("the data topic as key store: {e}");
 }
@@ -403,15 +334,11 @@ fn a_value_written_after_a_shred_and_the_fences_gets_a_new_key() {
                 .replace('}', &format!(r#","subject_key_fence_ms":{ms}}}"#)),
             None => s.entry(&topic),
         };
-        let proxy = start_proxy(
-            &broker,
-            s.policies(&broker, &entry).unwrap(),
-            Hooks::default(),
-        );
+        let proxy = start_proxy(&broker, s.policies(&entry).unwrap(), Hooks::default());
         let b = batch_of(&[record(Some(b"alice"), Some(b"before the shred"), 0)]);
         assert_eq!(raw_produce(&proxy.addr, &topic, b.freeze(), 9).0, 0);
         // The shred, by another instance; it returns once the store has it.
-        s.instance(&broker).shred(b"alice").unwrap();
+        s.instance().shred(b"alice").unwrap();
         std::thread::sleep(wait);
         let b = batch_of(&[record(Some(b"alice"), Some(b"written after the shred"), 0)]);
         let (code, msg) = raw_produce(&proxy.addr, &topic, b.freeze(), 9);
@@ -486,12 +413,13 @@ fn racing_creators_share_one_naming_key_and_a_rewrap_brings_nothing_back() {
         dir,
         kek: kek.clone(),
         key_topic: key_topic.clone(),
+        broker: broker.clone(),
     };
-    b.instance(&broker).shred(b"alice").unwrap();
+    b.instance().shred(b"alice").unwrap();
     // A rewrap by a third instance, then a fresh reader.
-    let rewrapped = b.instance(&broker).rewrap().unwrap();
+    let rewrapped = b.instance().rewrap().unwrap();
     eprintln!("rewrap: {rewrapped} records");
-    let fresh = TopicPolicy::subject_keys(Arc::new(b.instance(&broker)));
+    let fresh = TopicPolicy::subject_keys(Arc::new(b.instance()));
     assert_eq!(
         fresh.read_value("t", Some(b"alice"), Some(&v)).unwrap(),
         Read::Shredded

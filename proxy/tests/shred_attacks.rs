@@ -25,14 +25,13 @@ use std::process::{Child, Command, Stdio};
 use std::sync::{Arc, Barrier};
 use std::time::{Duration, Instant};
 
+use common::subjects::SubjectSetup;
 use common::wire::*;
-use common::{bootstrap, config, consume_all, create_topic, fresh_topic, start_proxy};
+use common::{bootstrap, consume_all, create_topic, fresh_topic};
 use kafka_protocol::records::Record;
-use tombstone_crypt::kafka::{KafkaChangelog, KafkaKeyStore};
 use tombstone_crypt::policy::{Read, TopicPolicy};
 use tombstone_crypt::shred::{MemoryKeyStore, Shred, SubjectKeys};
 use tombstone_crypt::{KeyTemplate, Keyset};
-use tombstone_crypt_proxy::{Hooks, Policies, ProxyConfig};
 
 // ---------------------------------------------------------------------
 // Raw protocol helpers (as proxy/tests/policy_attacks.rs)
@@ -43,83 +42,6 @@ fn compacting_broker() -> String {
         .ok()
         .filter(|s| !s.is_empty())
         .unwrap_or_else(|| "127.0.0.1:19093".into())
-}
-
-// ---------------------------------------------------------------------
-// Subject-key plumbing
-// ---------------------------------------------------------------------
-
-struct SubjectSetup {
-    dir: PathBuf,
-    kek: Keyset,
-    key_topic: String,
-    broker: String,
-}
-
-impl SubjectSetup {
-    /// A key store on `key_topic` (made here, compacted, with
-    /// `min.compaction.lag.ms=0`) under a new KEK.
-    fn on_topic(broker: &str, name: &str, key_topic: String) -> Self {
-        let dir = std::env::temp_dir().join(fresh_topic(&format!("attack2-{name}")));
-        std::fs::create_dir_all(&dir).unwrap();
-        let kek = Keyset::generate();
-        std::fs::write(dir.join("kek.json"), kek.to_tink_json()).unwrap();
-        compacting::create_topic_with(
-            broker,
-            &key_topic,
-            1,
-            &[
-                ("cleanup.policy", "compact"),
-                ("min.compaction.lag.ms", "0"),
-            ],
-        );
-        let log = KafkaChangelog::existing(config(broker), &key_topic).unwrap();
-        SubjectKeys::create(kek.clone(), Arc::new(KafkaKeyStore::new(log))).unwrap();
-        SubjectSetup {
-            dir,
-            kek,
-            key_topic,
-            broker: broker.to_owned(),
-        }
-    }
-
-    fn new(broker: &str, name: &str) -> Self {
-        Self::on_topic(broker, name, fresh_topic(&format!("{name}-keys")))
-    }
-
-    /// Another instance on the same key store (as the command line's
-    /// `shred`).
-    fn instance(&self) -> SubjectKeys {
-        let log = KafkaChangelog::existing(config(&self.broker), &self.key_topic).unwrap();
-        SubjectKeys::open(self.kek.clone(), Arc::new(KafkaKeyStore::new(log))).unwrap()
-    }
-
-    fn policies(&self, entries: &str) -> Result<Policies, String> {
-        let text = format!(
-            r#"{{"listen":"127.0.0.1:1","bootstrap":"{}","topics":[{entries}]}}"#,
-            self.broker
-        );
-        let path = self.dir.join(format!("p-{}.json", fresh_topic("cfg")));
-        std::fs::write(&path, text).unwrap();
-        let c = ProxyConfig::from_file(&path).map_err(|e| e.to_string())?;
-        Policies::load(&c).map_err(|e| e.to_string())
-    }
-
-    /// An entry for `topic` with fences of 300 ms.
-    fn entry(&self, topic: &str) -> String {
-        format!(
-            r#"{{"topic":"{topic}","subject_keyset":"kek.json","subject_key_topic":"{}","subject_key_fence_ms":300}}"#,
-            self.key_topic
-        )
-    }
-
-    fn proxy(&self, topic: &str) -> common::RunningProxy {
-        start_proxy(
-            &self.broker,
-            self.policies(&self.entry(topic)).unwrap(),
-            Hooks::default(),
-        )
-    }
 }
 
 /// The key-store records a client fetches through `proxy`: (key, value).

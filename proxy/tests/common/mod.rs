@@ -3,6 +3,7 @@
 #![allow(dead_code)]
 
 pub mod own_broker;
+pub mod subjects;
 pub mod wire;
 
 use std::net::TcpListener;
@@ -172,12 +173,21 @@ pub fn config(bootstrap: &str) -> ClientConfig {
 
 /// Creates `topic` with `partitions` partitions through `bootstrap`.
 pub fn create_topic(bootstrap: &str, topic: &str, partitions: i32) {
+    create_topic_with(bootstrap, topic, partitions, &[]);
+}
+
+/// Creates `topic` with `partitions` partitions and the topic settings
+/// `settings` through `bootstrap`.
+pub fn create_topic_with(bootstrap: &str, topic: &str, partitions: i32, settings: &[(&str, &str)]) {
     use tombstone_crypt::kafka::rdkafka::admin::{
         AdminClient, AdminOptions, NewTopic, TopicReplication,
     };
     use tombstone_crypt::kafka::rdkafka::client::DefaultClientContext;
     let admin: AdminClient<DefaultClientContext> = config(bootstrap).create().unwrap();
-    let new = NewTopic::new(topic, partitions, TopicReplication::Fixed(1));
+    let mut new = NewTopic::new(topic, partitions, TopicReplication::Fixed(1));
+    for (k, v) in settings {
+        new = new.set(k, v);
+    }
     let results =
         futures_executor::block_on(admin.create_topics([&new], &AdminOptions::new())).unwrap();
     for r in results {
