@@ -71,7 +71,8 @@ pub(crate) struct Progress {
     /// way on resume (a source created again is refused).
     pub(crate) source: Option<Mark>,
     /// The partition's journal: `None` before the run journaled a chunk
-    /// there (recorded before the first is written); then the offset the
+    /// there (recorded once the first is written, before its chunk is
+    /// produced); then the offset the
     /// last acknowledged chunk ends below, -1 before one is. A journal is
     /// never removed before the run completes, so one missing is refused,
     /// and a journal ending there is done even when `done` moved past it

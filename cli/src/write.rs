@@ -184,16 +184,19 @@ impl<'a> Sink<'a> {
         let chunk = std::mem::take(&mut self.chunk);
         self.bytes = 0;
         if !chunk.is_empty() {
+            self.checkpoint.journal(self.partition, through, &chunk)?;
             if self.base.journal.is_none() {
-                // Recorded before the partition's first journal is
-                // written: a resume then knows one must be there.
+                // Recorded once the partition's first journal is written
+                // and before anything of its chunk is produced: a resume
+                // then knows one must be there. A run stopped between the
+                // two produced nothing, and its journal, if there, is
+                // finished on resume all the same.
                 self.base = Progress {
                     journal: Some(-1),
                     ..self.base
                 };
                 self.checkpoint.set(self.partition, self.base)?;
             }
-            self.checkpoint.journal(self.partition, through, &chunk)?;
             let offsets = produce(
                 self.producer,
                 self.topic,

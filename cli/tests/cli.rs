@@ -3859,15 +3859,21 @@ fn runs_of_two_users_on_one_machine_do_not_write_one_partition_at_once() {
         .spawn()
         .unwrap();
     let locks = format!("{home_a}/.cache/tombstone-crypt/locks");
-    let deadline = std::time::Instant::now() + Duration::from_secs(60);
-    loop {
-        let held = std::fs::read_dir(&locks).ok().is_some_and(|entries| {
+    // The run takes its own lock, then the machine's: it holds partition
+    // 1 once both name it (stopped between the two, the other user's run
+    // would take the machine's lock first).
+    let pid = format!("pid {}", first.id());
+    let holds = |dir: &str| {
+        std::fs::read_dir(dir).ok().is_some_and(|entries| {
             entries.filter_map(Result::ok).any(|e| {
                 e.file_name().to_string_lossy().ends_with(".p1.lock")
-                    && std::fs::read_to_string(e.path()).is_ok_and(|h| h.contains("pid"))
+                    && std::fs::read_to_string(e.path()).is_ok_and(|h| h.contains(&pid))
             })
-        });
-        if held {
+        })
+    };
+    let deadline = std::time::Instant::now() + Duration::from_secs(60);
+    loop {
+        if holds(&locks) && holds("/tmp/tombstone-crypt-locks") {
             break;
         }
         assert!(
