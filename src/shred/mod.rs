@@ -199,6 +199,10 @@ struct DekCache {
     /// DEKs served from here ([`SubjectStats::cache_hits`]): counted under
     /// the lock a hit takes anyway, not with an atomic of its own.
     hits: u64,
+    /// Bumped whenever a cached DEK is removed (a shred), evicted or
+    /// replaced (read again from the store): a [`WriteHint`] of an older
+    /// generation is never followed.
+    generation: u64,
 }
 
 impl DekCache {
@@ -210,6 +214,7 @@ impl DekCache {
         };
         if let Some(e) = self.entries.get_mut(&tag) {
             *e = entry;
+            self.generation = self.generation.wrapping_add(1);
             return;
         }
         while self.entries.len() >= capacity {
@@ -223,6 +228,7 @@ impl DekCache {
                 }
                 Some(_) => {
                     self.entries.remove(&old);
+                    self.generation = self.generation.wrapping_add(1);
                 }
                 None => {}
             }
@@ -233,6 +239,7 @@ impl DekCache {
 
     /// Forgets `tag` (a shred: rare, so the ring's scan is fine).
     fn remove(&mut self, tag: &SubjectTag) {
+        self.generation = self.generation.wrapping_add(1);
         if self.entries.remove(tag).is_some() {
             self.ring.retain(|t| t != tag);
         }
@@ -242,36 +249,142 @@ impl DekCache {
     /// `fence` ns ago, marked used and counted as a hit.
     #[inline]
     fn fresh(&mut self, tag: &SubjectTag, fence: u64) -> Option<Arc<Dek>> {
+        self.fresh_with_hint(tag, fence).map(|(dek, _)| dek)
+    }
+
+    /// [`fresh`](DekCache::fresh), with a [`WriteHint`] to it.
+    #[inline]
+    fn fresh_with_hint(&mut self, tag: &SubjectTag, fence: u64) -> Option<(Arc<Dek>, WriteHint)> {
         let entry = self.entries.get_mut(tag)?;
-        // The kernel's coarse clock (a few ns a read) when far from the
-        // fence, the precise one near it: the bound is exact.
-        let coarse_age = hooks::coarse().saturating_sub(entry.read_at);
-        let fresh = coarse_age.saturating_add(hooks::COARSE_MARGIN) < fence
-            || hooks::precise().saturating_sub(entry.read_at) <= fence;
-        if fresh {
+        if within_fence(entry.read_at, fence) {
             entry.used = true;
             self.hits += 1;
-            Some(Arc::clone(&entry.dek))
+            let hint = WriteHint {
+                dek: Arc::downgrade(&entry.dek),
+                read_at: entry.read_at,
+                generation: self.generation,
+            };
+            Some((Arc::clone(&entry.dek), hint))
         } else {
             None
         }
     }
+
+    /// The DEK a subject's [`WriteHint`] points to, if it is still this
+    /// cache's (no shred and no newer read since) and within the fence;
+    /// counted as a hit. The hint is cleared when it is stale.
+    #[inline]
+    fn hinted(&mut self, hint: &mut Option<WriteHint>, fence: u64) -> Option<Arc<Dek>> {
+        let h = hint.as_ref()?;
+        let dek = (h.generation == self.generation && within_fence(h.read_at, fence))
+            .then(|| h.dek.upgrade())
+            .flatten();
+        match dek {
+            Some(dek) => {
+                self.hits += 1;
+                Some(dek)
+            }
+            None => {
+                *hint = None;
+                None
+            }
+        }
+    }
 }
 
-/// A subject as a key of the tag cache: its bytes are zeroized when it
-/// leaves the cache (a shred, the cache cleared, the keys dropped).
-#[derive(PartialEq, Eq, Hash)]
-struct Subject(Box<[u8]>);
+/// Whether a DEK read from the store at `read_at` is within `fence` ns of
+/// it: the kernel's coarse clock (a few ns a read) when far from the
+/// fence, the precise one near it, so the bound is exact.
+#[inline]
+fn within_fence(read_at: u64, fence: u64) -> bool {
+    let coarse_age = hooks::coarse().saturating_sub(read_at);
+    coarse_age.saturating_add(hooks::COARSE_MARGIN) < fence
+        || hooks::precise().saturating_sub(read_at) <= fence
+}
+
+/// Where a subject's last value found its DEK in the DEK cache, kept
+/// beside the subject's tag so that a write finds its DEK with one lookup
+/// (by subject) instead of two (subject, then tag). It holds no key: a
+/// weak reference, dead once the cache drops the DEK and no value is
+/// being written with it; and the cache's generation changes whenever it
+/// drops or replaces any DEK (a shred, an eviction, a newer read), so a
+/// hint taken before is never followed, even while its DEK is alive.
+struct WriteHint {
+    dek: std::sync::Weak<Dek>,
+    read_at: u64,
+    generation: u64,
+}
+
+/// A subject's entry in the tag cache.
+struct Named {
+    tag: SubjectTag,
+    hint: Option<WriteHint>,
+}
+
+/// A subject as a key of the tag cache: up to [`INLINE_SUBJECT`] bytes
+/// in the cache's own entry (a lookup follows no pointer to compare it),
+/// longer ones on the heap. Its bytes are zeroized when it leaves the
+/// cache (a shred, the cache cleared, the keys dropped). It hashes and
+/// compares as its bytes (`[u8]`), so the cache is looked up by slice.
+enum Subject {
+    Inline(u8, [u8; INLINE_SUBJECT]),
+    Heap(Box<[u8]>),
+}
+
+/// Subjects up to this long are kept in the tag cache's entry itself
+/// (an entry of 48 bytes with its tag).
+const INLINE_SUBJECT: usize = 30;
+
+impl Subject {
+    fn new(bytes: &[u8]) -> Self {
+        let mut inline = [0u8; INLINE_SUBJECT];
+        match (inline.get_mut(..bytes.len()), u8::try_from(bytes.len())) {
+            (Some(to), Ok(n)) => {
+                to.copy_from_slice(bytes);
+                Subject::Inline(n, inline)
+            }
+            _ => Subject::Heap(bytes.into()),
+        }
+    }
+
+    fn bytes(&self) -> &[u8] {
+        match self {
+            Subject::Inline(n, b) => &b[..usize::from(*n)],
+            Subject::Heap(b) => b,
+        }
+    }
+}
 
 impl Borrow<[u8]> for Subject {
     fn borrow(&self) -> &[u8] {
-        &self.0
+        self.bytes()
+    }
+}
+
+impl PartialEq for Subject {
+    fn eq(&self, other: &Self) -> bool {
+        self.bytes() == other.bytes()
+    }
+}
+
+impl Eq for Subject {}
+
+impl std::hash::Hash for Subject {
+    fn hash<H: Hasher>(&self, state: &mut H) {
+        // As `[u8]` hashes: `Borrow` requires it.
+        self.bytes().hash(state);
     }
 }
 
 impl Drop for Subject {
     fn drop(&mut self) {
-        zeroize::Zeroize::zeroize(&mut *self.0);
+        match self {
+            Subject::Inline(n, b) => {
+                zeroize::Zeroize::zeroize(&mut b[..]);
+                *n = 0;
+            }
+            Subject::Heap(b) => zeroize::Zeroize::zeroize(&mut **b),
+        }
     }
 }
 
@@ -281,7 +394,7 @@ impl Drop for Subject {
 struct Caches {
     /// Subjects' tags computed here (the subjects are this process's own
     /// data: a tag never changes). Keyed by the subject: SipHash.
-    tags: HashMap<Subject, SubjectTag>,
+    tags: HashMap<Subject, Named>,
     deks: DekCache,
 }
 
@@ -521,8 +634,8 @@ impl SubjectKeys {
     /// What the key store or the KEK reports when the naming key is first
     /// loaded or made.
     pub fn tag(&self, subject: &[u8]) -> Result<SubjectTag, Error> {
-        if let Some(t) = self.lock().tags.get(subject) {
-            return Ok(*t);
+        if let Some(n) = self.lock().tags.get(subject) {
+            return Ok(n.tag);
         }
         let tag = Self::tag_under(self.naming()?, subject)?;
         let tags = &mut self.lock().tags;
@@ -530,15 +643,15 @@ impl SubjectKeys {
             // Bounded: start again (tags are cheap to compute, ~0.5 us).
             tags.clear();
         }
-        tags.insert(Subject(subject.into()), tag);
+        tags.insert(Subject::new(subject), Named { tag, hint: None });
         Ok(tag)
     }
 
     /// The subject tag of `subject`, not kept in the tag cache: for a
     /// shredded subject's value, whose name a shred dropped from it.
     fn tag_uncached(&self, subject: &[u8]) -> Result<SubjectTag, Error> {
-        if let Some(t) = self.lock().tags.get(subject) {
-            return Ok(*t);
+        if let Some(n) = self.lock().tags.get(subject) {
+            return Ok(n.tag);
         }
         Self::tag_under(self.naming()?, subject)
     }
@@ -807,9 +920,21 @@ impl SubjectKeys {
     fn to_write(&self, subject: &[u8]) -> Result<(SubjectTag, Arc<Dek>), Error> {
         let known = {
             let mut caches = self.lock();
-            let caches = &mut *caches;
-            match caches.tags.get(subject) {
-                Some(&tag) => Some((tag, caches.deks.fresh(&tag, self.fence_ns))),
+            let Caches { tags, deks } = &mut *caches;
+            match tags.get_mut(subject) {
+                Some(named) => {
+                    let tag = named.tag;
+                    if let Some(dek) = deks.hinted(&mut named.hint, self.fence_ns) {
+                        return Ok((tag, dek));
+                    }
+                    match deks.fresh_with_hint(&tag, self.fence_ns) {
+                        Some((dek, hint)) => {
+                            named.hint = Some(hint);
+                            Some((tag, Some(dek)))
+                        }
+                        None => Some((tag, None)),
+                    }
+                }
                 None => None,
             }
         };
@@ -1128,5 +1253,78 @@ impl<T: ?Sized, U, C: Deserializer<U>> Deserializer<U> for SubjectEncrypting<C, 
                 })
             }
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn keys() -> SubjectKeys {
+        SubjectKeys::create(Keyset::generate(), Arc::new(MemoryKeyStore::new()))
+            .expect("subject keys")
+            .with_fence(Duration::from_secs(3600))
+    }
+
+    fn write(keys: &SubjectKeys, subject: &[u8]) -> Vec<u8> {
+        let mut out = Vec::new();
+        keys.seal_into(subject, b"record", &mut out, 1, |o| {
+            o.push(7);
+            Ok(())
+        })
+        .expect("sealed");
+        out
+    }
+
+    fn dek_id(value: &[u8]) -> [u8; DEK_ID] {
+        value[1 + TAG..1 + TAG + DEK_ID]
+            .try_into()
+            .expect("a DEK id")
+    }
+
+    /// A write hint (the subject's DEK found with one lookup) is followed
+    /// only while the cache has dropped no DEK since it was taken. Here the
+    /// shredded DEK is still alive (a value is being written with it
+    /// elsewhere), so only the cache's generation stops the next write
+    /// from using it; without the generation's bump on removal this fails.
+    #[test]
+    fn a_write_hint_is_never_followed_after_a_shred_even_while_its_dek_is_alive() {
+        let keys = keys();
+        let first = write(&keys, b"alice");
+        // The second write finds the DEK by tag and leaves the hint; the
+        // third follows it.
+        assert_eq!(dek_id(&write(&keys, b"alice")), dek_id(&first));
+        assert_eq!(dek_id(&write(&keys, b"alice")), dek_id(&first));
+        let tag = keys.tag(b"alice").expect("tag");
+        let in_flight = keys.cached(&tag).expect("the DEK is cached");
+        assert_eq!(keys.shred_tag(&tag).expect("shred"), Shred::Removed(1));
+        let after = write(&keys, b"alice");
+        assert_ne!(dek_id(&after), dek_id(&first), "a shredded DEK wrote again");
+        assert!(keys
+            .open_value(b"record", &first)
+            .expect("shredded")
+            .is_none());
+        drop(in_flight);
+    }
+
+    /// The hint is kept and followed: once a subject's DEK has been found
+    /// by tag, the subject's entry holds a hint, and the next write is a
+    /// cache hit that leaves it in place (a stale hint is cleared).
+    #[test]
+    fn a_subjects_next_write_follows_its_hint() {
+        let keys = keys();
+        write(&keys, b"bob");
+        write(&keys, b"bob");
+        let hinted = |keys: &SubjectKeys| {
+            keys.lock()
+                .tags
+                .get(&b"bob"[..])
+                .is_some_and(|n| n.hint.is_some())
+        };
+        assert!(hinted(&keys));
+        let hits = keys.stats().cache_hits;
+        write(&keys, b"bob");
+        assert_eq!(keys.stats().cache_hits, hits + 1);
+        assert!(hinted(&keys));
     }
 }
