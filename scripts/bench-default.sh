@@ -1,0 +1,123 @@
+#!/usr/bin/env bash
+# The default path's figures, each measured over several process layouts:
+#   - the layer on aws-lc over raw aws-lc (`layer_aws_lc` / `raw_aws_lc`),
+#     1 KiB and 64 KiB, encrypt and decrypt (goals 1.10 and 1.03);
+#   - subject keys over the envelope key, one subject and a hot set of
+#     1000 (`subject`, `subject-hot1000` / `envelope`), 1 KiB, encrypt and
+#     decrypt (goal 1.10).
+#
+#   scripts/bench-default.sh                 # 3 rounds, 8 layouts per row
+#   ROUNDS=5 LAYOUTS=4 scripts/bench-default.sh
+#   ONLY=subject scripts/bench-default.sh    # only the rows whose pair names it
+#
+# Why layouts: where a process's stack and heap happen to lie (address
+# space layout randomization) moves a row's time at 1 KiB by up to 8 %,
+# the raw primitive's as much as the layer's (false dependencies between
+# loads and stores whose addresses agree in their low 12 bits), more than
+# the layer's own cost. So each row is run in LAYOUTS processes, each with
+# randomization off and its stack moved by a different multiple of
+# 4096/LAYOUTS bytes (an environment variable of that length); a row's
+# figure is the median, over its processes, of each process's fastest
+# criterion sample. A round measures every row once, in alternating order
+# (the second row of a pair first in even rounds); the table gives each
+# round's ratio. Without `setarch` the processes keep the randomization
+# the kernel gives them (same count, same median).
+#
+# Run it on a quiet machine: about 4 minutes a round with the defaults.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+
+ROUNDS="${ROUNDS:-3}"
+LAYOUTS="${LAYOUTS:-8}"
+ONLY="${ONLY:-}"
+BENCH_ARGS="${BENCH_ARGS:---warm-up-time 0.3 --measurement-time 0.8}"
+
+# group first second size goal
+PAIRS=(
+    "encrypt layer_aws_lc raw_aws_lc 1024 1.10"
+    "decrypt layer_aws_lc raw_aws_lc 1024 1.10"
+    "encrypt layer_aws_lc raw_aws_lc 65536 1.03"
+    "decrypt layer_aws_lc raw_aws_lc 65536 1.03"
+    "encrypt subject envelope 1024 1.10"
+    "decrypt subject envelope 1024 1.10"
+    "encrypt subject-hot1000 envelope 1024 1.10"
+    "decrypt subject-hot1000 envelope 1024 1.10"
+)
+
+BIN="$(cargo bench --bench throughput --no-run 2>&1 |
+    sed -n 's/.*Executable benches\/throughput.rs (\(.*\))$/\1/p' | tail -1)"
+[[ -x "$BIN" ]] || {
+    echo "bench-default: no bench binary (cargo bench --bench throughput --no-run)" >&2
+    exit 1
+}
+NORAND=()
+if setarch "$(uname -m)" -R true 2>/dev/null; then
+    NORAND=(setarch "$(uname -m)" -R)
+else
+    echo "bench-default: no setarch: layouts are the kernel's random ones" >&2
+fi
+
+OUT="$(mktemp -d)"
+trap 'rm -rf "$OUT"' EXIT
+CRITERION=target/criterion
+
+# row_value GROUP ROW SIZE: the median over LAYOUTS processes of each one's
+# fastest sample, in ns.
+row_value() {
+    local group="$1" row="$2" size="$3" i pad samples=()
+    for ((i = 0; i < LAYOUTS; i++)); do
+        pad="$(head -c $((i * 4096 / LAYOUTS)) /dev/zero | tr '\0' x)"
+        # shellcheck disable=SC2086 # BENCH_ARGS is a list of words
+        TOMBSTONE_BENCH_PAD="$pad" "${NORAND[@]}" "$BIN" --bench "^$group/$row/$size\$" \
+            --noplot $BENCH_ARGS >"$OUT/log" 2>&1 || {
+            cat "$OUT/log" >&2
+            exit 1
+        }
+        samples+=("$(python3 - "$CRITERION/$group/$row/$size/new/sample.json" <<'PY'
+import json, sys
+s = json.load(open(sys.argv[1]))
+print(min(t / n for t, n in zip(s["times"], s["iters"])))
+PY
+)")
+    done
+    python3 -c 'import statistics, sys; print(statistics.median(map(float, sys.argv[1:])))' "${samples[@]}"
+}
+
+for ((round = 1; round <= ROUNDS; round++)); do
+    echo "==> round $round of $ROUNDS ($LAYOUTS layouts a row)" >&2
+    for pair in "${PAIRS[@]}"; do
+        read -r group first second size goal <<<"$pair"
+        [[ -z "$ONLY" || "$pair" == *"$ONLY"* ]] || continue
+        if ((round % 2)); then order=("$first" "$second"); else order=("$second" "$first"); fi
+        for row in "${order[@]}"; do
+            printf '%s %s %s %s %s\n' "$round" "$group" "$row" "$size" \
+                "$(row_value "$group" "$row" "$size")" >>"$OUT/values"
+        done
+    done
+done
+
+python3 - "$OUT/values" "$ROUNDS" "${PAIRS[@]}" <<'PY'
+import sys
+values, rounds, pairs = sys.argv[1], int(sys.argv[2]), sys.argv[3:]
+v = {}
+for line in open(values):
+    r, group, row, size, ns = line.split()
+    v[(int(r), group, row, size)] = float(ns)
+print(f"{'pair':48} {'goal':>5}  per round (first / second, ns)")
+missed = 0
+for pair in pairs:
+    group, first, second, size, goal = pair.split()
+    rs = []
+    for r in range(1, rounds + 1):
+        a, b = v.get((r, group, first, size)), v.get((r, group, second, size))
+        if a is not None and b is not None:
+            rs.append((a / b, a, b))
+    if not rs:
+        continue
+    miss = sum(x > float(goal) for x, _, _ in rs)
+    missed += miss
+    cells = "  ".join(f"{x:.3f} ({a:.0f}/{b:.0f})" for x, a, b in rs)
+    print(f"{group + ' ' + first + ' / ' + second + ' ' + size:48} {goal:>5}  {cells}"
+          + ("" if not miss else f"  MISSED in {miss}"))
+print("\nevery round within its goal" if not missed else f"\n{missed} round(s) over the goal")
+PY
