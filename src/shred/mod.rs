@@ -203,6 +203,10 @@ struct DekCache {
     /// replaced (read again from the store): a [`WriteHint`] of an older
     /// generation is never followed.
     generation: u64,
+    /// Bumped whenever a cached DEK is removed (a shred): a DEK read from
+    /// the key store is cached only if no removal happened since before
+    /// the read (see [`SubjectKeys::keep`]).
+    removals: u64,
 }
 
 impl DekCache {
@@ -240,6 +244,7 @@ impl DekCache {
     /// Forgets `tag` (a shred: rare, so the ring's scan is fine).
     fn remove(&mut self, tag: &SubjectTag) {
         self.generation = self.generation.wrapping_add(1);
+        self.removals = self.removals.wrapping_add(1);
         if self.entries.remove(tag).is_some() {
             self.ring.retain(|t| t != tag);
         }
@@ -321,71 +326,24 @@ struct Named {
     hint: Option<WriteHint>,
 }
 
-/// A subject as a key of the tag cache: up to [`INLINE_SUBJECT`] bytes
-/// in the cache's own entry (a lookup follows no pointer to compare it),
-/// longer ones on the heap. Its bytes are zeroized when it leaves the
-/// cache (a shred, the cache cleared, the keys dropped). It hashes and
-/// compares as its bytes (`[u8]`), so the cache is looked up by slice.
-enum Subject {
-    Inline(u8, [u8; INLINE_SUBJECT]),
-    Heap(Box<[u8]>),
-}
-
-/// Subjects up to this long are kept in the tag cache's entry itself
-/// (72 bytes with the tag and the write hint, against 32 and a heap block
-/// of the subject's length before).
-const INLINE_SUBJECT: usize = 30;
-
-impl Subject {
-    fn new(bytes: &[u8]) -> Self {
-        let mut inline = [0u8; INLINE_SUBJECT];
-        match (inline.get_mut(..bytes.len()), u8::try_from(bytes.len())) {
-            (Some(to), Ok(n)) => {
-                to.copy_from_slice(bytes);
-                Subject::Inline(n, inline)
-            }
-            _ => Subject::Heap(bytes.into()),
-        }
-    }
-
-    fn bytes(&self) -> &[u8] {
-        match self {
-            Subject::Inline(n, b) => &b[..usize::from(*n)],
-            Subject::Heap(b) => b,
-        }
-    }
-}
+/// A subject as a key of the tag cache, in a heap block of its own: its
+/// bytes are zeroized where they are when it leaves the cache (a shred,
+/// the cache cleared, the keys dropped). Never in the cache's table
+/// itself: the table moves its entries when it grows and frees the old
+/// table as it is, and a removal moves the entry out of it, so bytes kept
+/// in it would outlive their subject in freed or spare memory.
+#[derive(PartialEq, Eq, Hash)]
+struct Subject(Box<[u8]>);
 
 impl Borrow<[u8]> for Subject {
     fn borrow(&self) -> &[u8] {
-        self.bytes()
-    }
-}
-
-impl PartialEq for Subject {
-    fn eq(&self, other: &Self) -> bool {
-        self.bytes() == other.bytes()
-    }
-}
-
-impl Eq for Subject {}
-
-impl std::hash::Hash for Subject {
-    fn hash<H: Hasher>(&self, state: &mut H) {
-        // As `[u8]` hashes: `Borrow` requires it.
-        self.bytes().hash(state);
+        &self.0
     }
 }
 
 impl Drop for Subject {
     fn drop(&mut self) {
-        match self {
-            Subject::Inline(n, b) => {
-                zeroize::Zeroize::zeroize(&mut b[..]);
-                *n = 0;
-            }
-            Subject::Heap(b) => zeroize::Zeroize::zeroize(&mut **b),
-        }
+        zeroize::Zeroize::zeroize(&mut *self.0);
     }
 }
 
@@ -644,7 +602,7 @@ impl SubjectKeys {
             // Bounded: start again (tags are cheap to compute, ~0.5 us).
             tags.clear();
         }
-        tags.insert(Subject::new(subject), Named { tag, hint: None });
+        tags.insert(Subject(subject.into()), Named { tag, hint: None });
         Ok(tag)
     }
 
@@ -909,9 +867,12 @@ impl SubjectKeys {
         })
     }
 
-    /// The cached DEK of `tag` if it is within the fence.
-    fn cached(&self, tag: &SubjectTag) -> Option<Arc<Dek>> {
-        self.lock().deks.fresh(tag, self.fence_ns)
+    /// The cached DEK of `tag` if it is within the fence, and the DEK
+    /// cache's count of removals, for [`keep`](SubjectKeys::keep) after a
+    /// read of the key store.
+    fn cached(&self, tag: &SubjectTag) -> (Option<Arc<Dek>>, u64) {
+        let mut caches = self.lock();
+        (caches.deks.fresh(tag, self.fence_ns), caches.deks.removals)
     }
 
     /// `subject`'s tag and the DEK to write its values with: both from
@@ -947,20 +908,30 @@ impl SubjectKeys {
         Ok((tag, self.dek_to_write(&tag)?))
     }
 
-    fn keep(&self, tag: SubjectTag, dek: Arc<Dek>) {
-        self.lock().deks.insert(tag, dek, self.cache_capacity);
+    /// Caches `tag`'s DEK, read from the key store, unless the cache has
+    /// removed a DEK (a shred) since `since`, its count of removals before
+    /// the store was read. A shred that returned while the store was being
+    /// read must not find the DEK it shredded cached again afterwards, for
+    /// writes that start after it to use. (The read itself may still use
+    /// the DEK: it began before the shred returned.)
+    fn keep(&self, tag: SubjectTag, dek: Arc<Dek>, since: u64) {
+        let mut caches = self.lock();
+        if caches.deks.removals == since {
+            caches.deks.insert(tag, dek, self.cache_capacity);
+        }
     }
 
     /// The DEK of `tag` as the key store holds it now (`None`: there is
-    /// none: never made, or shredded).
-    fn stored(&self, tag: &SubjectTag) -> Result<Option<Arc<Dek>>, Error> {
+    /// none: never made, or shredded); `since` as for
+    /// [`keep`](SubjectKeys::keep).
+    fn stored(&self, tag: &SubjectTag, since: u64) -> Result<Option<Arc<Dek>>, Error> {
         self.check_naming()?;
         self.counters.store_reads.fetch_add(1, Ordering::Relaxed);
         match self.store.get(tag)? {
             None => Ok(None),
             Some(record) => {
                 let dek = Arc::new(self.open_record(tag, &record)?);
-                self.keep(*tag, Arc::clone(&dek));
+                self.keep(*tag, Arc::clone(&dek), since);
                 Ok(Some(dek))
             }
         }
@@ -968,10 +939,11 @@ impl SubjectKeys {
 
     /// The DEK to write `tag`'s values with: the current one, or a new one.
     fn dek_to_write(&self, tag: &SubjectTag) -> Result<Arc<Dek>, Error> {
-        if let Some(d) = self.cached(tag) {
-            return Ok(d);
-        }
-        if let Some(d) = self.stored(tag)? {
+        let since = match self.cached(tag) {
+            (Some(d), _) => return Ok(d),
+            (None, since) => since,
+        };
+        if let Some(d) = self.stored(tag, since)? {
             return Ok(d);
         }
         let mut id = [0u8; DEK_ID];
@@ -987,7 +959,7 @@ impl SubjectKeys {
             self.counters.deks_created.fetch_add(1, Ordering::Relaxed);
         }
         let dek = Arc::new(self.open_record(tag, &stored)?);
-        self.keep(*tag, Arc::clone(&dek));
+        self.keep(*tag, Arc::clone(&dek), since);
         Ok(dek)
     }
 
@@ -997,11 +969,10 @@ impl SubjectKeys {
     /// [`Error::UnknownSubjectKey`] when the store neither holds it nor
     /// records its shred; what the store or the KEK reports.
     fn dek_to_read(&self, tag: &SubjectTag, id: &[u8; DEK_ID]) -> Result<ToRead, Error> {
-        if let Some(d) = self.cached(tag) {
-            if d.id == *id {
-                return Ok(ToRead::Dek(d));
-            }
-        }
+        let since = match self.cached(tag) {
+            (Some(d), _) if d.id == *id => return Ok(ToRead::Dek(d)),
+            (_, since) => since,
+        };
         self.check_naming()?;
         self.counters.store_reads.fetch_add(1, Ordering::Relaxed);
         match self.store.find(tag, id)? {
@@ -1034,7 +1005,7 @@ impl SubjectKeys {
                         "corrupt store",
                     ));
                 }
-                self.keep(*tag, Arc::clone(&dek));
+                self.keep(*tag, Arc::clone(&dek), since);
                 Ok(ToRead::Dek(dek))
             }
         }
@@ -1297,7 +1268,7 @@ mod tests {
         assert_eq!(dek_id(&write(&keys, b"alice")), dek_id(&first));
         assert_eq!(dek_id(&write(&keys, b"alice")), dek_id(&first));
         let tag = keys.tag(b"alice").expect("tag");
-        let in_flight = keys.cached(&tag).expect("the DEK is cached");
+        let in_flight = keys.cached(&tag).0.expect("the DEK is cached");
         assert_eq!(keys.shred_tag(&tag).expect("shred"), Shred::Removed(1));
         let after = write(&keys, b"alice");
         assert_ne!(dek_id(&after), dek_id(&first), "a shredded DEK wrote again");
@@ -1311,8 +1282,8 @@ mod tests {
     /// A tag cache entry stays small: 10^7 subjects pass through a cache
     /// of bounded entries, and a hot set's entries are what a write reads.
     #[test]
-    fn a_tag_cache_entry_is_72_bytes() {
-        assert_eq!(std::mem::size_of::<(Subject, Named)>(), 72);
+    fn a_tag_cache_entry_is_56_bytes() {
+        assert_eq!(std::mem::size_of::<(Subject, Named)>(), 56);
     }
 
     /// The hint is kept and followed: once a subject's DEK has been found
