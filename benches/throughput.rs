@@ -24,7 +24,11 @@
 //!   KMS envelope key (`KeyTemplate::kms_envelope`) with a warm DEK, an
 //!   in-process KMS, RustCrypto: compare with `encrypt/layer/1024`. The
 //!   reader is a keyset loaded from the writer's JSON (its DEK comes from
-//!   the reader cache, as in another process).
+//!   the reader cache, as in another process). `decrypt/envelope-values1000/1024`
+//!   reads 1000 values of that key in turn, as `decrypt/subject-hot1000/1024`
+//!   reads its 1000 subjects' values: the two differ only in their keys.
+//! - `encrypt|decrypt/subject/1024`, `.../subject-hot1000/1024`: subject
+//!   keys (`tombstone_crypt::shred`), one subject and a hot set of 1000.
 //!
 //! `tombstone/*` and `typed/*` use the default backend: aws-lc when the
 //! feature is on, RustCrypto otherwise.
@@ -438,11 +442,32 @@ fn envelope(c: &mut Criterion) {
         b.iter(|| ser.serialize(black_box(&ctx), Some(black_box(&pt[..]))))
     });
     group.finish();
+    // 1000 values of the same key, read in turn: what `subject-hot1000`
+    // reads (a value is new input, not the same bytes again and again),
+    // so that the two differ only in their keys.
+    let cts: Vec<Vec<u8>> = (0..1000)
+        .map(|_| {
+            ser.serialize(&ctx, Some(&pt[..]))
+                .expect("encrypt")
+                .expect("present")
+        })
+        .collect();
     let mut group = c.benchmark_group("decrypt");
     group.throughput(Throughput::Bytes(N as u64));
     group.bench_with_input(BenchmarkId::new("envelope", N), &ct, |b, ct| {
         b.iter(|| de.deserialize(black_box(&ctx), Some(black_box(&ct[..]))))
     });
+    let mut i = 0;
+    group.bench_with_input(
+        BenchmarkId::new("envelope-values1000", N),
+        &cts,
+        |b, cts| {
+            b.iter(|| {
+                i = (i + 1) % cts.len();
+                de.deserialize(black_box(&ctx), Some(black_box(&cts[i][..])))
+            })
+        },
+    );
     group.finish();
 }
 

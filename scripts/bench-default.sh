@@ -4,7 +4,10 @@
 #     1 KiB and 64 KiB, encrypt and decrypt (goals 1.10 and 1.03);
 #   - subject keys over the envelope key, one subject and a hot set of
 #     1000 (`subject`, `subject-hot1000` / `envelope`), 1 KiB, encrypt and
-#     decrypt (goal 1.10).
+#     decrypt (goal 1.10). The hot set's reads go through 1000 values (one
+#     per subject) and are held to the envelope key reading 1000 values
+#     too (`envelope-values1000`); beside the envelope key reading one
+#     value again and again (no goal: its input stays in the nearest cache).
 #
 #   scripts/bench-default.sh                 # 3 rounds, 8 layouts per row
 #   ROUNDS=5 LAYOUTS=4 scripts/bench-default.sh
@@ -41,7 +44,8 @@ PAIRS=(
     "encrypt subject envelope 1024 1.10"
     "decrypt subject envelope 1024 1.10"
     "encrypt subject-hot1000 envelope 1024 1.10"
-    "decrypt subject-hot1000 envelope 1024 1.10"
+    "decrypt subject-hot1000 envelope-values1000 1024 1.10"
+    "decrypt subject-hot1000 envelope 1024 -"
 )
 
 BIN="$(cargo bench --bench throughput --no-run 2>&1 |
@@ -114,7 +118,7 @@ for pair in pairs:
             rs.append((a / b, a, b))
     if not rs:
         continue
-    miss = sum(x > float(goal) for x, _, _ in rs)
+    miss = 0 if goal == "-" else sum(x > float(goal) for x, _, _ in rs)
     missed += miss
     cells = "  ".join(f"{x:.3f} ({a:.0f}/{b:.0f})" for x, a, b in rs)
     print(f"{group + ' ' + first + ' / ' + second + ' ' + size:48} {goal:>5}  {cells}"
