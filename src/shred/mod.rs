@@ -275,9 +275,10 @@ impl DekCache {
         }
     }
 
-    /// The DEK a subject's [`WriteHint`] points to, if it is still this
-    /// cache's (no shred and no newer read since) and within the fence;
-    /// counted as a hit. The hint is cleared when it is stale.
+    /// The DEK a subject's [`WriteHint`] points to, if the cache has
+    /// dropped or replaced no DEK since the hint was taken, the DEK is
+    /// within the fence and still alive; counted as a hit. The hint is
+    /// cleared when it is stale.
     #[inline]
     fn hinted(&mut self, hint: &mut Option<WriteHint>, fence: u64) -> Option<Arc<Dek>> {
         let h = hint.as_ref()?;
