@@ -229,20 +229,23 @@ fn a_dek_read_before_a_shred_and_cached_after_it_is_not_written_with_again() {
     );
 }
 
+/// Two instances of subject keys on one store under one KEK: `a` with the
+/// default fence, `b` with `fence`.
+fn two_instances(fence: Duration) -> (Arc<SubjectKeys>, Arc<SubjectKeys>) {
+    let kek = Keyset::generate();
+    let store = Arc::new(MemoryKeyStore::new());
+    let a = Arc::new(SubjectKeys::create(kek.clone(), store.clone()).unwrap());
+    let b = Arc::new(SubjectKeys::create(kek, store).unwrap().with_fence(fence));
+    (a, b)
+}
+
 /// Two instances on one store: once another instance shredded the subject
 /// and this one's fence passed, this one's next write (which held a hint)
 /// makes a new DEK; short fences by sleeping.
 #[test]
 fn another_instances_shred_is_seen_by_a_hinted_writer_after_its_fence() {
     for fence_ms in [0u64, 1, 15, 60] {
-        let kek = Keyset::generate();
-        let store = Arc::new(MemoryKeyStore::new());
-        let a = Arc::new(SubjectKeys::create(kek.clone(), store.clone()).unwrap());
-        let b = Arc::new(
-            SubjectKeys::create(kek, store.clone())
-                .unwrap()
-                .with_fence(Duration::from_millis(fence_ms)),
-        );
+        let (a, b) = two_instances(Duration::from_millis(fence_ms));
         let (va, vb) = (values(&a), values(&b));
         for subject in [
             &b""[..],
@@ -273,14 +276,7 @@ fn another_instances_shred_is_seen_by_a_hinted_writer_after_its_fence() {
 /// followed past it.
 #[test]
 fn a_long_fence_passed_stops_the_hint() {
-    let kek = Keyset::generate();
-    let store = Arc::new(MemoryKeyStore::new());
-    let a = Arc::new(SubjectKeys::create(kek.clone(), store.clone()).unwrap());
-    let b = Arc::new(
-        SubjectKeys::create(kek, store.clone())
-            .unwrap()
-            .with_fence(Duration::from_secs(3600)),
-    );
+    let (a, b) = two_instances(Duration::from_secs(3600));
     let vb = values(&b);
     let old = write(&vb, b"dave", b"1");
     write(&vb, b"dave", b"2");
