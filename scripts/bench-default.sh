@@ -15,9 +15,10 @@
 #
 # Why layouts: where a process's stack and heap happen to lie (address
 # space layout randomization) moves a row's time at 1 KiB by up to 8 %,
-# the raw primitive's as much as the layer's (false dependencies between
-# loads and stores whose addresses agree in their low 12 bits), more than
-# the layer's own cost. So each row is run in LAYOUTS processes, each with
+# the raw primitive's as much as the layer's (most likely false
+# dependencies between loads and stores whose addresses agree in their
+# low 12 bits: moving the stack alone moves the rows), more than the
+# layer's own cost. So each row is run in LAYOUTS processes, each with
 # randomization off and its stack moved by a different multiple of
 # 4096/LAYOUTS bytes (an environment variable of that length); a row's
 # figure is the median, over its processes, of each process's fastest
