@@ -67,7 +67,7 @@ trap 'rm -rf "$OUT"' EXIT
 CRITERION=target/criterion
 
 # row_value GROUP ROW SIZE: the median over LAYOUTS processes of each one's
-# fastest sample, in ns.
+# fastest sample, then the fastest and slowest of those processes, in ns.
 row_value() {
     local group="$1" row="$2" size="$3" i pad samples=()
     for ((i = 0; i < LAYOUTS; i++)); do
@@ -85,7 +85,7 @@ print(min(t / n for t, n in zip(s["times"], s["iters"])))
 PY
 )")
     done
-    python3 -c 'import statistics, sys; print(statistics.median(map(float, sys.argv[1:])))' "${samples[@]}"
+    python3 -c 'import statistics, sys; v = list(map(float, sys.argv[1:])); print(statistics.median(v), min(v), max(v))' "${samples[@]}"
 }
 
 for ((round = 1; round <= ROUNDS; round++)); do
@@ -105,9 +105,11 @@ python3 - "$OUT/values" "$ROUNDS" "${PAIRS[@]}" <<'PY'
 import sys
 values, rounds, pairs = sys.argv[1], int(sys.argv[2]), sys.argv[3:]
 v = {}
+spread = {}
 for line in open(values):
-    r, group, row, size, ns = line.split()
+    r, group, row, size, ns, lo, hi = line.split()
     v[(int(r), group, row, size)] = float(ns)
+    spread.setdefault((group, row, size), []).append((float(lo), float(hi)))
 print(f"{'pair':48} {'goal':>5}  per round (first / second, ns)")
 missed = 0
 for pair in pairs:
@@ -124,5 +126,8 @@ for pair in pairs:
     cells = "  ".join(f"{x:.3f} ({a:.0f}/{b:.0f})" for x, a, b in rs)
     print(f"{group + ' ' + first + ' / ' + second + ' ' + size:48} {goal:>5}  {cells}"
           + ("" if not miss else f"  MISSED in {miss}"))
+print(f"\n{'row':48} {'fastest and slowest process, each round (ns)'}")
+for (group, row, size), rs in sorted(spread.items()):
+    print(f"{group + ' ' + row + ' ' + size:48} " + "  ".join(f"{lo:.0f}-{hi:.0f}" for lo, hi in rs))
 print("\nevery round within its goal" if not missed else f"\n{missed} round(s) over the goal")
 PY
