@@ -40,7 +40,8 @@
 # by other work on the machine and is measured again (DISTURBED_TRIES, 3 in
 # all); the tables say which rows were, and whether a row stayed so.
 #
-# Run it on a quiet machine: about 3 minutes a round with the defaults.
+# Run it on a quiet machine: about 4 minutes a round with the defaults,
+# about 10 minutes for `ROUNDS=3 LAYOUTS=16 ONLY=subject`.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
