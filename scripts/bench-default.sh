@@ -29,9 +29,9 @@
 # the kernel gives them (same count, same median).
 #
 # The heap is a second draw that no switch turns off: the sizes of the
-# allocations a process makes before a row's loop depend on random key ids
-# (their encodings vary in length), so a row's buffers and key fall at one
-# of a few places, each process its own. The envelope key's write, one DEK
+# allocations a process makes before a row's loop depend on random values
+# (key ids, whose length in digits varies, for one), so a row's buffers
+# and key fall at one of a few places, each process its own. The envelope key's write, one DEK
 # and one output buffer, moves by up to 15 % with that draw; the subject
 # hot set, 1000 DEKs, averages over it. More processes a row (LAYOUTS=16)
 # make the median's draw steadier.
@@ -81,13 +81,10 @@ OUT="$(mktemp -d)"
 trap 'rm -rf "$OUT"' EXIT
 CRITERION=target/criterion
 
-# row_value GROUP ROW SIZE: the median over LAYOUTS processes of each one's
-# fastest sample, the fastest and slowest of those processes (ns), and how
-# many times the row was measured. A row whose median is over 1.20 times
-# its fastest process was disturbed (other work on the machine for much of
-# the row's processes: the layouts alone spread a row by at most 1.15) and
-# is measured again, up to DISTURBED_TRIES times in all; the table counts
-# these.
+# row_value GROUP ROW SIZE: row_once's figures, then how many times the row
+# was measured and whether its last try was still disturbed (1) or not (0).
+# Disturbed: the median over 1.20 times the fastest process, which the
+# layouts alone do not reach (they spread a row by at most 1.15).
 row_value() {
     local group="$1" row="$2" size="$3" try out median fastest disturbed
     for ((try = 1; try <= DISTURBED_TRIES; try++)); do
@@ -103,6 +100,8 @@ row_value() {
     echo "$out $((try > DISTURBED_TRIES ? DISTURBED_TRIES : try)) $disturbed"
 }
 
+# row_once GROUP ROW SIZE: the median over LAYOUTS processes of each one's
+# fastest sample, then the fastest and slowest of them, in ns.
 row_once() {
     local group="$1" row="$2" size="$3" i pad samples=()
     for ((i = 0; i < LAYOUTS; i++)); do
@@ -174,6 +173,8 @@ for (group, row, size), rs in sorted(spread.items()):
 again = sum(t - 1 for rs in spread.values() for _, _, t, _ in rs)
 left = sum(d for rs in spread.values() for _, _, _, d in rs)
 print(f"\nrows measured again after a disturbed try: {again}; still disturbed: {left}")
-print("\nevery round within its goal" if not missed else f"\n{missed} round(s) over the goal",
-      "" if not left else f"({left} row(s) disturbed in every try)")
+verdict = "every round within its goal" if not missed else f"{missed} round(s) over the goal"
+if left:
+    verdict += f" ({left} row(s) disturbed in every try)"
+print("\n" + verdict)
 PY
