@@ -169,12 +169,14 @@ fn schema_with(rules: Value, extra: Value) -> Value {
     s
 }
 
+/// A rule as Confluent's documentation writes one (no `kind` or `mode`,
+/// `onFailure` `"ERROR,NONE"`), with `extra` merged in (a null removes).
 fn rule(ty: &str, extra: Value) -> Value {
     let mut r = json!({
-        "name": "r", "kind": "TRANSFORM", "mode": "WRITEREAD", "type": ty, "tags": ["PII"],
+        "name": "r", "type": ty, "tags": ["PII"],
         "params": {"encrypt.kek.name": "k1", "encrypt.kms.type": "local-kms",
                    "encrypt.kms.key.id": "local-kms://k1"},
-        "onFailure": "ERROR,ERROR",
+        "onFailure": "ERROR,NONE",
     });
     if let (Some(r), Some(extra)) = (r.as_object_mut(), extra.as_object()) {
         for (k, v) in extra {
@@ -209,11 +211,6 @@ fn what_this_codec_does_not_implement_is_refused() {
             "mode",
         ),
         (
-            "no mode",
-            schema_with(json!([rule("ENCRYPT", json!({"mode": null}))]), json!({})),
-            "mode",
-        ),
-        (
             "kind CONDITION",
             schema_with(
                 json!([rule("ENCRYPT", json!({"kind": "CONDITION"}))]),
@@ -222,20 +219,28 @@ fn what_this_codec_does_not_implement_is_refused() {
             "kind",
         ),
         (
-            "onFailure NONE",
-            schema_with(
-                json!([rule("ENCRYPT", json!({"onFailure": "NONE"}))]),
-                json!({}),
-            ),
-            "onFailure",
-        ),
-        (
             "onFailure DLQ",
             schema_with(
                 json!([rule("ENCRYPT", json!({"onFailure": "DLQ"}))]),
                 json!({}),
             ),
-            "onFailure",
+            "\"DLQ\"",
+        ),
+        (
+            "onFailure ERROR,DLQ",
+            schema_with(
+                json!([rule("ENCRYPT", json!({"onFailure": "ERROR,DLQ"}))]),
+                json!({}),
+            ),
+            "\"DLQ\"",
+        ),
+        (
+            "onSuccess an application's own action",
+            schema_with(
+                json!([rule("ENCRYPT", json!({"onSuccess": "NONE,AuditAction"}))]),
+                json!({}),
+            ),
+            "\"AuditAction\"",
         ),
         (
             "a rule without tags on a schema with an integer",
@@ -263,19 +268,6 @@ fn what_this_codec_does_not_implement_is_refused() {
                 json!({}),
             ),
             "one without the other",
-        ),
-        (
-            "a KMS type not implemented",
-            schema_with(
-                json!([rule(
-                    "ENCRYPT",
-                    params(
-                        json!({"encrypt.kek.name": "k1", "encrypt.kms.type": "gcp-kms", "encrypt.kms.key.id": "gcp-kms://x"})
-                    )
-                )]),
-                json!({}),
-            ),
-            "gcp-kms",
         ),
         (
             "two ENCRYPT rules",
@@ -456,5 +448,152 @@ fn record_keys_under_a_randomized_rule_are_refused() {
             let refused = once.unwrap_err();
             assert!(refused.to_string().contains("randomized"), "{refused}");
         }
+    }
+}
+
+/// `onFailure` and `onSuccess` per direction, as Confluent's client reads
+/// them: the write part on write, the read part on read. `NONE` on a failed
+/// read would hand on the ciphertext as the value: here the read fails
+/// closed, naming the field, the rule and the action. `NONE` on a failed
+/// write would write plaintext: no write under such a rule. `ERROR` on
+/// success fails its direction.
+#[test]
+fn actions_apply_per_direction() {
+    let record = json!({"id": 1, "ssn": "078-05-1120"});
+    let with = |rules: Value| {
+        let mut codec = ConfluentJson::new(LocalKms::new(SECRET));
+        codec
+            .register(1, "t-value", &schema_with(rules, json!({})))
+            .unwrap_or_else(|e| panic!("registered: {e}"));
+        codec
+    };
+    // The documented default: reads and writes.
+    let documented = with(json!([rule("ENCRYPT", json!({}))]));
+    let bytes = documented
+        .encode("t-value", Some(&record))
+        .unwrap()
+        .unwrap();
+    assert_eq!(
+        documented.decode(Some(&bytes)).unwrap(),
+        Some(record.clone())
+    );
+    let deks = documented.wrapped_deks();
+
+    // A reader without the DEK: under "ERROR,NONE" the read fails, naming
+    // the field, the rule and NONE; never the ciphertext as the value.
+    let lacking = with(json!([rule("ENCRYPT", json!({}))]));
+    let e = lacking.decode(Some(&bytes)).unwrap_err().to_string();
+    assert!(
+        e.contains("/ssn") && e.contains("NONE") && e.contains("\"r\""),
+        "{e}"
+    );
+    // A tampered field, the same.
+    let mut tampered = bytes.clone();
+    let at = tampered.len() - 4;
+    tampered[at] = if tampered[at] == b'A' { b'B' } else { b'A' };
+    let e = documented.decode(Some(&tampered)).unwrap_err().to_string();
+    assert!(e.contains("/ssn") && e.contains("NONE"), "{e}");
+    // Under "ERROR,ERROR" the same failure is the plain error.
+    let strict = with(json!([rule(
+        "ENCRYPT",
+        json!({"onFailure": "ERROR,ERROR"})
+    )]));
+    let e = strict.decode(Some(&bytes)).unwrap_err().to_string();
+    assert!(e.contains("/ssn") && !e.contains("NONE"), "{e}");
+
+    // NONE on write (alone, or as the write part): registered, read, and
+    // never written under.
+    for on_failure in ["NONE", "NONE,ERROR", "NONE,NONE"] {
+        let open = with(json!([rule("ENCRYPT", json!({"onFailure": on_failure}))]));
+        for (k, s, a, v, w) in &deks {
+            open.add_wrapped_dek(k, s, *a, *v, w).unwrap();
+        }
+        assert_eq!(
+            open.decode(Some(&bytes)).unwrap(),
+            Some(record.clone()),
+            "{on_failure}"
+        );
+        let e = open
+            .encode("t-value", Some(&record))
+            .unwrap_err()
+            .to_string();
+        assert!(
+            e.contains("plaintext") && e.contains("onFailure"),
+            "{on_failure}: {e}"
+        );
+    }
+
+    // ERROR on success fails its own direction only.
+    let write_fails = with(json!([rule("ENCRYPT", json!({"onSuccess": "ERROR,NONE"}))]));
+    for (k, s, a, v, w) in &deks {
+        write_fails.add_wrapped_dek(k, s, *a, *v, w).unwrap();
+    }
+    assert!(write_fails.encode("t-value", Some(&record)).is_err());
+    assert_eq!(
+        write_fails.decode(Some(&bytes)).unwrap(),
+        Some(record.clone())
+    );
+    let read_fails = with(json!([rule("ENCRYPT", json!({"onSuccess": "NONE,ERROR"}))]));
+    read_fails.encode("t-value", Some(&record)).unwrap();
+    for (k, s, a, v, w) in &deks {
+        read_fails.add_wrapped_dek(k, s, *a, *v, w).unwrap();
+    }
+    let e = read_fails.decode(Some(&bytes)).unwrap_err().to_string();
+    assert!(e.contains("onSuccess ERROR on read"), "{e}");
+    // A tombstone runs no rule, whatever the actions.
+    assert_eq!(read_fails.decode(None).unwrap(), None);
+    assert_eq!(write_fails.encode("t-value", None).unwrap(), None);
+
+    // A payload rule under "ERROR,NONE" whose DEK is not to be had.
+    let payload = |secret: &str| {
+        let mut codec = ConfluentJson::new(LocalKms::new(secret));
+        codec
+            .register(
+                1,
+                "t-value",
+                &json!({"schemaType": "JSON",
+                    "schema": r#"{"type":"object","properties":{"id":{"type":"integer"}}}"#,
+                    "ruleSet": {"encodingRules": [rule("ENCRYPT_PAYLOAD", json!({"tags": null}))]}}),
+            )
+            .unwrap();
+        codec
+    };
+    let writer = payload(SECRET);
+    let sealed = writer
+        .encode("t-value", Some(&json!({"id": 7})))
+        .unwrap()
+        .unwrap();
+    // A reader without the DEK.
+    let reader = payload(SECRET);
+    let e = reader.decode(Some(&sealed)).unwrap_err().to_string();
+    assert!(e.contains("NONE"), "{e}");
+}
+
+/// A KEK in a KMS this crate has no client for (`gcp-kms`, `azure-kms`, as
+/// in Confluent's documented examples): the schema is read, and the KEK is
+/// an error where it is opened (naming the type), never `local-kms`.
+#[test]
+fn a_kms_type_without_a_client_here_is_read_and_fails_where_opened() {
+    for kms in ["gcp-kms", "azure-kms"] {
+        let mut codec = ConfluentJson::new(LocalKms::new(SECRET));
+        codec
+            .register(
+                1,
+                "t-value",
+                &schema_with(
+                    json!([rule(
+                        "ENCRYPT",
+                        json!({"params": {"encrypt.kek.name": "k1", "encrypt.kms.type": kms,
+                                          "encrypt.kms.key.id": "projects/p/keys/k"}})
+                    )]),
+                    json!({}),
+                ),
+            )
+            .unwrap_or_else(|e| panic!("{kms}: {e}"));
+        let e = codec
+            .encode("t-value", Some(&json!({"id": 1, "ssn": "078-05-1120"})))
+            .unwrap_err()
+            .to_string();
+        assert!(e.contains(kms), "{kms}: {e}");
     }
 }

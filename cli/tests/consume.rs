@@ -275,11 +275,18 @@ fn consume_reads_what_confluents_producer_wrote_with_its_registry() {
         return;
     };
     let server = registry(&py);
+    // Confluent's rules as its documentation writes them (`onFailure`
+    // "ERROR,NONE", the KEK's name, KMS type and key id): JSON, Avro, SIV,
+    // DEKs rotated, payloads; every record reads.
     for case in [
         "field-gcm",
         "field-siv",
+        "field-gcm-rotated",
         "payload-gcm",
+        "payload-gcm-rotated",
         "avro-field-gcm",
+        "avro-field-siv",
+        "avro-field-gcm-rotated",
         "avro-payload-gcm",
     ] {
         let topic = fresh_topic(&format!("consume-confluent-{case}"));

@@ -350,7 +350,7 @@ pub fn rule_set(rule_type: &str, kek_name: &str, kms_key_id: &str, algorithm: &s
         ])),
         expr: None,
         on_success: None,
-        on_failure: Some("ERROR,ERROR".to_owned()),
+        on_failure: Some("ERROR,NONE".to_owned()),
         disabled: Some(false),
     };
     RuleSet {

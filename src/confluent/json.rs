@@ -38,6 +38,14 @@ struct Registered {
     avro: Option<Arc<super::avro::AvroSchema>>,
 }
 
+impl Registered {
+    /// Every encryption rule of the schema: its field rules, then its
+    /// payload rule.
+    fn rules(&self) -> impl Iterator<Item = &Rule> {
+        self.fields.iter().map(|(r, _)| r).chain(&self.payload)
+    }
+}
+
 /// What a field rule reaches ([`tags`](super::tags)).
 #[derive(Debug, Default)]
 struct Reached {
@@ -100,10 +108,13 @@ struct Deks {
 ///     "schema": r#"{"type":"object","properties":{"id":{"type":"integer"},
 ///                  "ssn":{"type":"string","confluent:tags":["PII"]}}}"#,
 ///     "schemaType": "JSON",
-///     "ruleSet": {"domainRules": [{"name": "pii", "kind": "TRANSFORM", "mode": "WRITEREAD",
-///         "type": "ENCRYPT", "tags": ["PII"],
+///     // As Confluent's documentation writes a rule: no kind or mode (a
+///     // WRITEREAD transform), and a failed read would hand on the field as
+///     // it lies (NONE), which this codec refuses: it fails the read instead.
+///     "ruleSet": {"domainRules": [{"name": "encryptPII", "type": "ENCRYPT", "tags": ["PII"],
 ///         "params": {"encrypt.kek.name": "k1", "encrypt.kms.type": "local-kms",
-///                    "encrypt.kms.key.id": "local-kms://k1"}}]}
+///                    "encrypt.kms.key.id": "local-kms://k1"},
+///         "onFailure": "ERROR,NONE"}]}
 /// });
 /// let mut codec = ConfluentJson::new(LocalKms::new("mysecret"));
 /// codec.register(1, "customers-value", &schema)?;
@@ -362,6 +373,9 @@ impl ConfluentJson {
             .get("schema")
             .and_then(Value::as_str)
             .ok_or_else(|| Error::confluent("a schema without its text"))?;
+        // Before the text is parsed: a schema with references names types
+        // the text alone does not define.
+        refuse_unimplemented(schema)?;
         // The registry leaves `schemaType` out for Avro, its default.
         let (doc, avro): (Value, Option<AvroParsed>) = match schema
             .get("schemaType")
@@ -382,7 +396,6 @@ impl ConfluentJson {
                 }))
             }
         };
-        refuse_unimplemented(schema)?;
         let meta = super::tags::MetadataTags::from_schema(schema)?;
         match &avro {
             None => super::tags::check_inline_tags(&doc)?,
@@ -763,16 +776,22 @@ impl ConfluentJson {
         }
         let (id, body) = parse_frame(bytes)?;
         let schema = self.schema(id, subject)?;
+        for rule in schema.rules() {
+            rule.check_read()?;
+        }
         let subject = subject.unwrap_or(&schema.subject);
         let text: Zeroizing<Vec<u8>>;
         let body = match &schema.payload {
             Some(rule) => {
-                let (version, ct) = if rule.rotates() {
-                    split_version(body)?
-                } else {
-                    (1, body)
+                let open = || {
+                    let (version, ct) = if rule.rotates() {
+                        split_version(body)?
+                    } else {
+                        (1, body)
+                    };
+                    self.dek_to_read(rule, subject, version)?.decrypt(ct)
                 };
-                text = self.dek_to_read(rule, subject, version)?.decrypt(ct)?;
+                text = open().map_err(|e| rule.read_failed(e))?;
                 &text[..]
             }
             None => body,
@@ -792,7 +811,7 @@ impl ConfluentJson {
             for path in &reached.paths {
                 let mut at = Vec::new();
                 each_at(&mut value, path, &mut at, &mut |field, at| {
-                    open_field(rule, &mut dek, field).map_err(|e| in_field(at, e))
+                    open_field(rule, &mut dek, field).map_err(|e| in_field(at, rule.read_failed(e)))
                 })?;
             }
         }
@@ -816,6 +835,9 @@ impl ConfluentJson {
 
     fn encode_value(&self, subject: &str, id: u32, mut value: Value) -> Result<Vec<u8>, Error> {
         let schema = self.schema(id, Some(subject))?;
+        for rule in schema.rules() {
+            rule.check_write()?;
+        }
         if schema.unruled_tags > 0 && !self.plaintext_tags {
             return Err(Error::confluent(format!(
                 "the schema (id {id}) has {} tagged field(s) and no encryption rule (registered without its rules?): \
@@ -884,7 +906,8 @@ impl ConfluentJson {
         for (rule, reached) in schema.fields.iter().rev() {
             let mut dek = self.dek_reader(rule, subject);
             avro.each_tagged(&mut record, &reached.avro, &mut |field, at| {
-                super::avro::open_field(rule, &mut dek, field).map_err(|e| in_field(at, e))
+                super::avro::open_field(rule, &mut dek, field)
+                    .map_err(|e| in_field(at, rule.read_failed(e)))
             })?;
         }
         avro.to_json(record, self.avro_base64)

@@ -46,6 +46,18 @@
 //!   `WRITEREAD`; `disabled` rules skipped; parameters from the rule, then
 //!   from the schema's `metadata.properties`; on reading, rules undone in
 //!   the reverse order (the payload first, then the fields);
+//! - **actions** (`onSuccess`, `onFailure`), per direction as Confluent's
+//!   client reads them: one action for both, or two comma-separated, the
+//!   first on write and the second on read (`"ERROR,NONE"`, the documented
+//!   default). `ERROR` is an error. `NONE` on a failed *write* would send
+//!   the field in plaintext, so no record is written under such a rule
+//!   (reads still are). `NONE` on a failed *read* would hand on the
+//!   ciphertext as the field's value: this codec never does, so such a
+//!   read fails closed, with an error that names the field, the rule and
+//!   the action ([`Rule::read_failed`]); there is no lenient mode that
+//!   hands a record on with a field left sealed (a caller that wants the
+//!   record anyway has its bytes). `ERROR` on success fails every record
+//!   in its direction, as in Confluent's client;
 //! - **DEK versions**: version 1 and no prefix when the rule does not
 //!   rotate (`encrypt.dek.expiry.days` absent or 0), the newest unexpired
 //!   one and the version prefix when it does; a soft-deleted DEK still
@@ -69,11 +81,16 @@
 //! - a `metadata.tags` pattern holding `[`, `]` or `\` (a regular
 //!   expression to Confluent's client);
 //! - a rule type other than `ENCRYPT` and `ENCRYPT_PAYLOAD`, a `kind` other
-//!   than `TRANSFORM`, a `mode` other than `WRITEREAD` (or none), an
-//!   `onFailure` or `onSuccess` other than `ERROR` (and `NONE` on success),
-//!   a parameter it does not know, a KMS type it does not know or one
-//!   without its key id (never a fall back to `local-kms`), two rules of
-//!   one kind;
+//!   than `TRANSFORM`, a `mode` other than `WRITEREAD` (a rule without
+//!   `kind` or `mode`, as Confluent's documentation writes one, is a
+//!   `WRITEREAD` transform, as its Schema Registry stores it), an
+//!   `onFailure` or `onSuccess` action other than `ERROR` and `NONE` (a
+//!   dead-letter queue, an application's own action), or with more than
+//!   two comma-separated parts, a parameter it does not know, a KMS type
+//!   without its key id or the other way round, two rules of one kind (a
+//!   KMS type with no client here, `azure-kms` or `gcp-kms`, is read: its
+//!   KEK is an error where it is opened, never a fall back to
+//!   `local-kms`);
 //! - `items` beside a type other than `array` (Confluent's client takes one
 //!   or the other by the value), `confluent:tags` that is not an array of
 //!   strings, an Avro type with an empty namespace inside another (named

@@ -16,9 +16,32 @@ pub enum RuleKind {
     Payload,
 }
 
+/// What Confluent's client does once a rule has run in one direction
+/// (`onSuccess`, `onFailure`): one of the two actions it builds in.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Action {
+    /// `ERROR`: the record fails.
+    Error,
+    /// `NONE`: the record goes on as the rule left it (on a failure: with
+    /// the field or payload as it lay, unencrypted on a write, still
+    /// encrypted on a read).
+    None,
+}
+
+/// A rule's actions in one direction, write or read.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Actions {
+    /// After the rule ran (Confluent's default: `NONE`).
+    pub on_success: Action,
+    /// After the rule failed (Confluent's default: `ERROR`).
+    pub on_failure: Action,
+}
+
 /// An encryption rule of a schema's rule set, as Confluent writes it.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct Rule {
+    /// Its `name` (empty when it has none), for errors.
+    pub name: String,
     /// Fields or payload.
     pub kind: RuleKind,
     /// `encrypt.kek.name`.
@@ -31,6 +54,12 @@ pub struct Rule {
     /// `encrypt.kms.type` and `encrypt.kms.key.id`: where a writer creates
     /// the KEK in the DEK registry when it is not there.
     pub kms: Option<(String, String)>,
+    /// `onSuccess` and `onFailure` on a write: the first of two
+    /// comma-separated actions, or the one action.
+    pub write: Actions,
+    /// `onSuccess` and `onFailure` on a read: the second of two
+    /// comma-separated actions, or the one action.
+    pub read: Actions,
 }
 
 /// The parameters of an encryption rule this codec implements; any other
@@ -42,9 +71,6 @@ const KNOWN_PARAMS: [&str; 5] = [
     "encrypt.dek.algorithm",
     "encrypt.dek.expiry.days",
 ];
-
-/// The KMS types a KEK can be in here.
-const KMS_TYPES: [&str; 3] = ["local-kms", "aws-kms", "hcvault"];
 
 impl Rule {
     /// Reads a rule from its JSON (an element of `domainRules` or
@@ -64,9 +90,20 @@ impl Rule {
     /// schema, so that nothing Confluent would encrypt goes out in
     /// plaintext: a rule type other than `ENCRYPT` and `ENCRYPT_PAYLOAD`
     /// (a `CEL` transform, say), a `kind` other than `TRANSFORM`, a `mode`
-    /// other than `WRITEREAD`, an `onFailure` or `onSuccess` action, a parameter
-    /// it does not know, a KMS type it does not know or one without its
-    /// key id (or the other way round).
+    /// other than `WRITEREAD`, an `onFailure` or `onSuccess` action other
+    /// than `ERROR` and `NONE` (a dead-letter queue, an application's own;
+    /// named as written, spaces included, since Confluent's client does not
+    /// trim them) or with more than two parts, a parameter it does not
+    /// know, a KMS type without its key id (or the other way round). A KMS
+    /// type with no client here (`azure-kms`, `gcp-kms`) is read, and its
+    /// KEK is an error where it is opened.
+    ///
+    /// A rule without a `kind` or a `mode` is a `TRANSFORM` in `WRITEREAD`
+    /// mode, as Confluent's Schema Registry stores it (and its Java client
+    /// reads it): Confluent's documented examples leave both out. The
+    /// actions are read per direction; what they ask for is enforced where
+    /// the rule runs ([`check_write`](Rule::check_write),
+    /// [`check_read`](Rule::check_read), [`read_failed`](Rule::read_failed)).
     ///
     /// # Errors
     /// [`Error::Confluent`] naming what is refused; an encryption rule with
@@ -111,24 +148,21 @@ impl Rule {
             None | Some("TRANSFORM") => {}
             Some(k) => return refuse(format!("an encryption rule of kind {k:?}")),
         }
-        match rule.get("mode").and_then(Value::as_str) {
-            Some("WRITEREAD") => {}
-            Some(m) => return refuse(format!("an encryption rule of mode {m:?}")),
-            None => return refuse("an encryption rule without a mode".into()),
+        match rule.get("mode") {
+            // Confluent's Schema Registry stores a rule registered without
+            // a mode as WRITEREAD.
+            None | Some(Value::Null) => {}
+            Some(Value::String(m)) if m == "WRITEREAD" => {}
+            Some(m) => return refuse(format!("an encryption rule of mode {m}")),
         }
-        for action in ["onFailure", "onSuccess"] {
-            if let Some(a) = rule.get(action).filter(|a| !a.is_null()) {
-                let plain = a.as_str().is_some_and(|a| {
-                    a.split(',').all(|part| {
-                        let part = part.trim();
-                        part == "ERROR" || (action == "onSuccess" && part == "NONE")
-                    })
-                });
-                if !plain {
-                    return refuse(format!("{action} {a}"));
-                }
-            }
-        }
+        let (write_success, read_success) = match actions(rule.get("onSuccess"), Action::None) {
+            Ok(a) => a,
+            Err(what) => return refuse(format!("onSuccess {what}")),
+        };
+        let (write_failure, read_failure) = match actions(rule.get("onFailure"), Action::Error) {
+            Ok(a) => a,
+            Err(what) => return refuse(format!("onFailure {what}")),
+        };
         let params = rule.get("params").and_then(Value::as_object);
         if let Some(p) = params {
             if let Some(unknown) = p.keys().find(|k| !KNOWN_PARAMS.contains(&k.as_str())) {
@@ -164,13 +198,13 @@ impl Rule {
             })?,
             None => 0,
         };
+        // Any KMS type is read (Confluent's documented examples name
+        // azure-kms and gcp-kms too); a KEK in one without a client here is
+        // an error where it is opened, never a fall back to local-kms.
         let kms = match (param("encrypt.kms.type"), param("encrypt.kms.key.id")) {
             (None, None) => None,
-            (Some(t), Some(k)) if KMS_TYPES.contains(&t) && !k.is_empty() => {
+            (Some(t), Some(k)) if !t.is_empty() && !k.is_empty() => {
                 Some((t.to_owned(), k.to_owned()))
-            }
-            (Some(t), Some(_)) if !KMS_TYPES.contains(&t) => {
-                return refuse(format!("the KMS type {t:?}"))
             }
             _ => {
                 return refuse(
@@ -179,15 +213,222 @@ impl Rule {
             }
         };
         Ok(Some(Rule {
+            name: name.to_owned(),
             kind,
             kek_name,
             algorithm,
             expiry_days,
             kms,
+            write: Actions {
+                on_success: write_success,
+                on_failure: write_failure,
+            },
+            read: Actions {
+                on_success: read_success,
+                on_failure: read_failure,
+            },
         }))
+    }
+
+    /// Whether a record may be written under this rule: not when its
+    /// write action on failure is `NONE` (Confluent's client then writes
+    /// what it could not encrypt in plaintext; this codec never writes
+    /// plaintext, and does not write under a rule that says it may), nor
+    /// when its write action on success is `ERROR` (Confluent's client
+    /// fails every write under it).
+    ///
+    /// # Errors
+    /// [`Error::Confluent`] naming the rule and the action.
+    pub fn check_write(&self) -> Result<(), Error> {
+        if self.write.on_failure == Action::None {
+            return Err(Error::confluent(format!(
+                "rule {:?}: onFailure NONE on write lets a field that fails to encrypt go out in plaintext \
+                 (as Confluent's client would write it): refusing to write under this rule",
+                self.name
+            )));
+        }
+        if self.write.on_success == Action::Error {
+            return Err(Error::confluent(format!(
+                "rule {:?}: onSuccess ERROR on write fails every write (as in Confluent's client)",
+                self.name
+            )));
+        }
+        Ok(())
+    }
+
+    /// Whether a record may be read under this rule: not when its read
+    /// action on success is `ERROR` (Confluent's client fails every read
+    /// under it).
+    ///
+    /// # Errors
+    /// [`Error::Confluent`] naming the rule and the action.
+    pub fn check_read(&self) -> Result<(), Error> {
+        if self.read.on_success == Action::Error {
+            return Err(Error::confluent(format!(
+                "rule {:?}: onSuccess ERROR on read fails every read (as in Confluent's client)",
+                self.name
+            )));
+        }
+        Ok(())
+    }
+
+    /// The error for a read under this rule that failed with `e`. Where
+    /// the rule's read action on failure is `NONE`, Confluent's client
+    /// hands the field (or payload) on as it lies, ciphertext as the
+    /// value; this codec never does, and says so: the read fails closed
+    /// with an error that names the rule and the action, `e` within it.
+    /// A failure of the environment (a KMS, a registry) is `e` as it is,
+    /// so that a caller still tells "stop" from "this value is bad".
+    pub fn read_failed(&self, e: Error) -> Error {
+        if self.read.on_failure == Action::Error
+            || matches!(e, Error::Kms { .. } | Error::Registry { .. })
+        {
+            return e;
+        }
+        Error::confluent(format!(
+            "rule {:?} asks for NONE on a failed read (Confluent's client would hand on the ciphertext as \
+             the value); never done here, so the read fails: {e}",
+            self.name
+        ))
     }
 
     pub(super) fn rotates(&self) -> bool {
         self.expiry_days > 0
+    }
+}
+
+/// An `onSuccess` or `onFailure` as Confluent's client reads it for a
+/// `WRITEREAD` rule: absent, null or empty, `default` both ways; one
+/// action, both ways; two comma-separated, the first on write and the
+/// second on read. What it cannot take: why, to name.
+fn actions(value: Option<&Value>, default: Action) -> Result<(Action, Action), String> {
+    let text = match value {
+        None | Some(Value::Null) => return Ok((default, default)),
+        Some(Value::String(s)) if s.is_empty() => return Ok((default, default)),
+        Some(Value::String(s)) => s,
+        Some(other) => return Err(format!("{other} (not a string)")),
+    };
+    let one = |part: &str| match part {
+        "ERROR" => Ok(Action::Error),
+        "NONE" => Ok(Action::None),
+        other => Err(format!(
+            "{text:?}: the action {other:?} (only ERROR and NONE are implemented here)"
+        )),
+    };
+    let parts: Vec<&str> = text.split(',').collect();
+    match parts[..] {
+        [both] => one(both).map(|a| (a, a)),
+        [write, read] => Ok((one(write)?, one(read)?)),
+        _ => Err(format!("{text:?}: more than two actions")),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::json;
+
+    fn parsed(extra: Value) -> Result<Rule, Error> {
+        let mut r = json!({
+            "name": "r", "type": "ENCRYPT", "tags": ["PII"],
+            "params": {"encrypt.kek.name": "k"},
+        });
+        for (k, v) in extra.as_object().into_iter().flatten() {
+            r[k] = v.clone();
+        }
+        Rule::from_json(&r).map(|r| r.expect("enabled"))
+    }
+
+    #[test]
+    fn actions_split_by_direction_as_confluents_client_reads_them() {
+        let (e, n) = (Action::Error, Action::None);
+        for (on_failure, write, read) in [
+            (Value::Null, e, e),
+            (json!(""), e, e),
+            (json!("ERROR"), e, e),
+            (json!("NONE"), n, n),
+            (json!("ERROR,NONE"), e, n),
+            (json!("NONE,ERROR"), n, e),
+        ] {
+            let r = parsed(json!({ "onFailure": on_failure })).unwrap();
+            assert_eq!(
+                (r.write.on_failure, r.read.on_failure),
+                (write, read),
+                "{on_failure}"
+            );
+            assert_eq!((r.write.on_success, r.read.on_success), (n, n));
+        }
+        let r = parsed(json!({"onSuccess": "NONE,ERROR"})).unwrap();
+        assert_eq!((r.write.on_success, r.read.on_success), (n, e));
+    }
+
+    #[test]
+    fn other_actions_are_refused_by_name() {
+        for (field, action, named) in [
+            ("onFailure", json!("DLQ"), "\"DLQ\""),
+            ("onFailure", json!("ERROR,DLQ"), "\"DLQ\""),
+            ("onFailure", json!("ERROR, NONE"), "\" NONE\""),
+            ("onSuccess", json!("NONE,MyAction"), "\"MyAction\""),
+            ("onFailure", json!("ERROR,"), "\"\""),
+            ("onFailure", json!("error"), "\"error\""),
+            ("onFailure", json!("ERROR,NONE,ERROR"), "more than two"),
+            ("onSuccess", json!(["NONE"]), "not a string"),
+        ] {
+            let e = parsed(json!({ field: action })).unwrap_err().to_string();
+            assert!(e.contains(field) && e.contains(named), "{action}: {e}");
+        }
+    }
+
+    #[test]
+    fn each_direction_enforces_its_own_part() {
+        // Confluent's documented rule: writes fail on error, reads would
+        // hand on the field as it lies.
+        let r = parsed(json!({"onFailure": "ERROR,NONE"})).unwrap();
+        r.check_write().unwrap();
+        r.check_read().unwrap();
+        let failed = r.read_failed(Error::Decryption).to_string();
+        assert!(
+            failed.contains("NONE") && failed.contains("\"r\""),
+            "{failed}"
+        );
+        // An environment's failure stays what it is.
+        let kms = Error::Kms {
+            detail: "down".into(),
+            cause: None,
+        };
+        assert!(matches!(r.read_failed(kms), Error::Kms { .. }));
+        // ERROR on read: the failure as it is.
+        let strict = parsed(json!({"onFailure": "ERROR,ERROR"})).unwrap();
+        assert_eq!(strict.read_failed(Error::Decryption), Error::Decryption);
+        // NONE on write: no write under it; a read still reads.
+        let open = parsed(json!({"onFailure": "NONE,ERROR"})).unwrap();
+        assert!(open
+            .check_write()
+            .unwrap_err()
+            .to_string()
+            .contains("plaintext"));
+        open.check_read().unwrap();
+        // ERROR on success fails its direction.
+        let w = parsed(json!({"onSuccess": "ERROR,NONE"})).unwrap();
+        assert!(w.check_write().is_err());
+        w.check_read().unwrap();
+        let rd = parsed(json!({"onSuccess": "NONE,ERROR"})).unwrap();
+        rd.check_write().unwrap();
+        assert!(rd.check_read().is_err());
+    }
+
+    #[test]
+    fn a_rule_without_kind_or_mode_is_a_writeread_transform() {
+        parsed(json!({})).unwrap();
+        parsed(json!({"mode": "WRITEREAD", "kind": "TRANSFORM"})).unwrap();
+        for (field, v) in [
+            ("mode", json!("WRITE")),
+            ("mode", json!("READ")),
+            ("mode", json!(1)),
+            ("kind", json!("CONDITION")),
+        ] {
+            let e = parsed(json!({ field: v })).unwrap_err().to_string();
+            assert!(e.contains(field), "{e}");
+        }
     }
 }

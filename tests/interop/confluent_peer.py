@@ -20,6 +20,16 @@ offline: `mock://` schema and DEK registries, the `local-kms` KEK driver.
     confluent_peer.py read-registry reads stdin {subject, secret, records}:
                               everything else from the registry at
                               CONFLUENT_PEER_REGISTRY, over its REST client
+    confluent_peer.py corpus  reads stdin [fixture, ...] (tests/fixtures/
+                              confluent-corpus/*.json: Confluent's own test
+                              and documented schemas): for each, writes its
+                              records with this client under its schema and
+                              rule set (as the Schema Registry stores them:
+                              a rule's kind and mode filled in where left
+                              out; a KEK outside local-kms moved to it,
+                              offline), and reads each back; prints what
+                              write prints (with "read_back"), or {"case",
+                              "write_error"}
     (with CONFLUENT_PEER_REGISTRY=http://..., write and produce use that
     registry instead of one in memory; with CONFLUENT_PEER_KMS="TYPE KEY_ID",
     e.g. "aws-kms arn:aws:kms:..." or "hcvault http://HOST:PORT/transit/
@@ -165,11 +175,11 @@ def case(name, rule_type, algorithm, expiry_days, rotate_after=None, topic=None,
         params["encrypt.dek.expiry.days"] = str(expiry_days)
     if rule_type == "ENCRYPT":
         rule = Rule("encrypt-pii", "", RuleKind.TRANSFORM, RuleMode.WRITEREAD, "ENCRYPT", ["PII"],
-                    RuleParams(params), None, None, "ERROR,ERROR", False)
+                    RuleParams(params), None, None, "ERROR,NONE", False)
         rule_set = RuleSet(None, [rule])
     else:
         rule = Rule("encrypt-payload", "", RuleKind.TRANSFORM, RuleMode.WRITEREAD, "ENCRYPT_PAYLOAD", None,
-                    RuleParams(params), None, None, "ERROR,ERROR", False)
+                    RuleParams(params), None, None, "ERROR,NONE", False)
         rule_set = RuleSet(None, None, [rule])
     text = json.dumps(AVRO_SCHEMA if fmt == "AVRO" else SCHEMA)
     schema = Schema(text, fmt, [], None, rule_set)
@@ -367,7 +377,7 @@ def rule_variant(name):
         metadata = Metadata(MetadataTags(meta_tags) if meta_tags else None,
                             MetadataProperties(meta_props) if meta_props else None, None)
     rule = Rule("encrypt-pii", "", RuleKind.TRANSFORM, RuleMode.WRITEREAD, rule_type, tags,
-                RuleParams(params), None, None, "ERROR,ERROR", False)
+                RuleParams(params), None, None, "ERROR,NONE", False)
     text = json.dumps(doc)
     schema = Schema(text, fmt, [], metadata, RuleSet(None, [rule]))
     schema_id = client.register_schema(subject, schema)
@@ -525,16 +535,119 @@ def produce(job):
     def send(key, value):
         producer.produce(job["topic"], key=key, value=value, partition=0)
 
-    kinds = {"field-gcm": ("ENCRYPT", "AES256_GCM", 0), "field-siv": ("ENCRYPT", "AES256_SIV", 0),
-             "payload-gcm": ("ENCRYPT_PAYLOAD", "AES256_GCM", 0),
-             "avro-field-gcm": ("ENCRYPT", "AES256_GCM", 0), "avro-field-siv": ("ENCRYPT", "AES256_SIV", 0),
-             "avro-payload-gcm": ("ENCRYPT_PAYLOAD", "AES256_GCM", 0)}
-    rule_type, algorithm, expiry = kinds[job["case"]]
+    kinds = dict(CASES, **AVRO_CASES)
+    rule_type, algorithm, expiry, rotate_after = kinds[job["case"]]
     fmt = "AVRO" if job["case"] in AVRO_CASES else "JSON"
-    c = case(job["case"], rule_type, algorithm, expiry, topic=job["topic"], produce=send, fmt=fmt)
+    c = case(job["case"], rule_type, algorithm, expiry, rotate_after=rotate_after, topic=job["topic"],
+             produce=send, fmt=fmt)
     if producer.flush(30) != 0:
         raise SystemExit("records not delivered")
     return c
+
+
+def from_corpus(value):
+    """A corpus value as this client takes it: {"$bytes": base64} as bytes."""
+    if isinstance(value, dict):
+        if set(value) == {"$bytes"}:
+            return base64.b64decode(value["$bytes"])
+        return {k: from_corpus(v) for k, v in value.items()}
+    if isinstance(value, list):
+        return [from_corpus(v) for v in value]
+    return value
+
+
+def to_corpus(value):
+    """This client's value in the corpus's JSON: bytes as {"$bytes": base64}."""
+    if isinstance(value, dict):
+        return {k: to_corpus(v) for k, v in value.items()}
+    if isinstance(value, list):
+        return [to_corpus(v) for v in value]
+    if isinstance(value, (bytes, bytearray)):
+        return {"$bytes": base64.b64encode(value).decode()}
+    return value
+
+
+def as_registered(rule_set):
+    """A rule set as Confluent's Schema Registry stores it (a rule without
+    kind or mode is a WRITEREAD transform: this client's mock registry
+    would keep it without, and this client then skips the rule), each KEK
+    in local-kms (offline; the KEK's name and the rule's other fields as
+    written)."""
+    rule_set = copy.deepcopy(rule_set or {})
+    for kind in ("domainRules", "encodingRules", "migrationRules"):
+        for rule in rule_set.get(kind) or []:
+            rule.setdefault("kind", "TRANSFORM")
+            rule.setdefault("mode", "WRITEREAD")
+            params = rule.get("params") or {}
+            if params.get("encrypt.kms.type") not in (None, "local-kms"):
+                params["encrypt.kms.type"] = "local-kms"
+                params["encrypt.kms.key.id"] = "mykey"
+    return rule_set
+
+
+def corpus_case(c):
+    from confluent_kafka.schema_registry import SchemaReference
+
+    name = c["case"]
+    topic = "corpus-" + name
+    subject = topic + "-value"
+    client = SchemaRegistryClient.new_client({"url": URL})
+    refs = []
+    for r in c.get("references") or []:
+        ref_subject = f"{topic}-{r['subject']}"
+        client.register_schema(ref_subject, Schema(json.dumps(r["schema"]), r["format"]))
+        refs.append(SchemaReference(r["name"], ref_subject, 1))
+    rule_set = as_registered(c["ruleSet"])
+    metadata = Metadata.from_dict(c["metadata"]) if c.get("metadata") else None
+    text = json.dumps(c["schema"])
+    schema = Schema(text, c["format"], refs, metadata, RuleSet.from_dict(rule_set))
+    schema_id = client.register_schema(subject, schema)
+    conf = {"auto.register.schemas": False, "use.latest.version": True}
+    rule_conf = {"secret": SECRET}
+    if c["format"] == "AVRO":
+        ser = AvroSerializer(client, None, conf=conf, rule_conf=rule_conf)
+        de = AvroDeserializer(client, rule_conf=rule_conf)
+    else:
+        ser = JSONSerializer(text, client, conf=conf, rule_conf=rule_conf)
+        de = JSONDeserializer(None, schema_registry_client=client, rule_conf=rule_conf)
+    ctx = SerializationContext(topic, MessageField.VALUE)
+    registered = client.get_latest_version(subject).schema.to_dict()
+    out = {"case": name, "subject": subject, "schema_id": schema_id, "schema": registered}
+    records = []
+    advance = c.get("advance_days") or [0] * len(c["records"])
+    try:
+        for value, days in zip(c["records"], advance):
+            CLOCK.fixed_now += days * DAY_MS
+            data = ser(from_corpus(copy.deepcopy(value)), ctx)
+            back = None if data is None else to_corpus(de(data, ctx))
+            records.append({"value": value, "bytes": None if data is None else base64.b64encode(data).decode(),
+                            "read_back": back})
+    except Exception as e:
+        out["write_error"] = repr(e.__cause__ or e)
+        return out
+    finally:
+        CLOCK.fixed_now = int(time.time() * 1000)
+    dek_list = []
+    for rule in (rule_set.get("domainRules") or []) + (rule_set.get("encodingRules") or []):
+        params = rule.get("params") or {}
+        kek = params.get("encrypt.kek.name")
+        if not kek or rule.get("type", "").upper() not in ("ENCRYPT", "ENCRYPT_PAYLOAD"):
+            continue
+        algorithm = params.get("encrypt.dek.algorithm", "AES256_GCM")
+        registry = FIELD_EXECUTOR.executor.client if rule["type"].upper() == "ENCRYPT" else PAYLOAD_EXECUTOR.client
+        for version in range(1, 21):
+            try:
+                dek = registry.get_dek(kek, subject, DekAlgorithm[algorithm], version)
+            except Exception:
+                break
+            if dek is None or not dek.encrypted_key_material:
+                break
+            dek_list.append({"kekName": kek, "subject": subject, "version": dek.version, "algorithm": algorithm,
+                             "encryptedKeyMaterial": dek.encrypted_key_material})
+    out["deks"] = dek_list
+    out["secret"] = SECRET
+    out["records"] = records
+    return out
 
 
 def main():
@@ -550,10 +663,12 @@ def main():
         json.dump(produce(json.load(sys.stdin)), sys.stdout, ensure_ascii=False)
     elif sys.argv[1:] == ["rules"]:
         json.dump([rule_variant(n) for n in RULE_VARIANTS], sys.stdout, ensure_ascii=False)
+    elif sys.argv[1:] == ["corpus"]:
+        json.dump([corpus_case(c) for c in json.load(sys.stdin)], sys.stdout, ensure_ascii=False)
     elif sys.argv[1:] == ["read"]:
         json.dump(read(json.load(sys.stdin)), sys.stdout, ensure_ascii=False)
     else:
-        raise SystemExit("usage: confluent_peer.py write|write-avro|rules|read|read-registry|consume|produce")
+        raise SystemExit("usage: confluent_peer.py write|write-avro|rules|corpus|read|read-registry|consume|produce")
 
 
 if __name__ == "__main__":
