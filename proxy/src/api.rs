@@ -158,7 +158,7 @@ pub(crate) fn produce_request(
     version: i16,
     policies: &Policies,
     hooks: &Hooks,
-    limit: usize,
+    budget: &crate::budget::Budget,
 ) -> Result<ProduceAction, String> {
     let range = decodable(ApiKey::Produce).ok_or("produce")?;
     if version < range.min || version > range.max {
@@ -216,7 +216,7 @@ pub(crate) fn produce_request(
             let _span =
                 tracing::debug_span!("partition", topic = name.as_str(), partition = p.index)
                     .entered();
-            match crate::batch::encrypt(name.as_str(), policy, hooks, records, limit) {
+            match crate::batch::encrypt(name.as_str(), policy, hooks, records, budget) {
                 Ok(encrypted) => {
                     p.records = Some(encrypted.records);
                     if let Some(tombstones) = encrypted.older_forms {
@@ -441,7 +441,7 @@ pub(crate) fn fetch_response(
     hooks: &Hooks,
     map: &NodeMap<'_>,
     failed: &mut Vec<Undecryptable>,
-    limit: usize,
+    budget: &crate::budget::Budget,
 ) -> Result<Option<Bytes>, String> {
     if policies.is_empty() && !policies.guards_any() {
         return Ok(None);
@@ -510,7 +510,7 @@ pub(crate) fn fetch_response(
             )
             .entered();
             let result = match policy {
-                Some(policy) => crate::batch::decrypt(&name, policy, hooks, records, limit),
+                Some(policy) => crate::batch::decrypt(&name, policy, hooks, records, budget),
                 None => Err(format!("a Fetch v{version} names topics by id only")),
             };
             match result {
@@ -758,7 +758,7 @@ mod tests {
             &hooks,
             &map,
             &mut failed,
-            1 << 20
+            &crate::budget::Budget::alone(64 << 20, 1 << 20)
         )
         .is_ok());
     }

@@ -30,6 +30,7 @@ use kafka_protocol::records::{
 };
 use tombstone_crypt::policy::{Read, TopicPolicy};
 
+use crate::budget::Budget;
 use crate::hooks::Hooks;
 use crate::stats::{self, Event, Tally};
 use crate::wipe::{self, Buf};
@@ -60,7 +61,9 @@ pub(crate) struct Encrypted {
 ///
 /// # Errors
 /// A reason (no key material, no record contents) when a batch cannot be
-/// decoded, is not magic v2, decompresses to more than `limit` bytes, does
+/// decoded, is not magic v2, decompresses to more than the budget's
+/// limit, would take more memory to decode than the budget holds
+/// ([`crate::budget`]: its counts are walked first, [`crate::records`]), does
 /// not re-encode as it came, or a record cannot be encrypted; the
 /// partition is then refused whole.
 pub(crate) fn encrypt(
@@ -68,7 +71,7 @@ pub(crate) fn encrypt(
     policy: &TopicPolicy,
     hooks: &Hooks,
     raw: &Bytes,
-    limit: usize,
+    budget: &Budget,
 ) -> Result<Encrypted, String> {
     let mut tombstones = Vec::new();
     let mut tally = Tally::default();
@@ -76,7 +79,7 @@ pub(crate) fn encrypt(
         input: hooks.wipes(),
         output: false,
     };
-    let records = transform(raw, false, limit, wipe, |record| {
+    let records = transform(raw, false, budget, wipe, |record| {
         encrypt_record(topic, policy, hooks, record, &mut tombstones, &mut tally)
     })?;
     if hooks.skip_fanout {
@@ -138,14 +141,14 @@ pub(crate) fn decrypt(
     policy: &TopicPolicy,
     hooks: &Hooks,
     raw: &Bytes,
-    limit: usize,
+    budget: &Budget,
 ) -> Result<Bytes, String> {
     let mut tally = Tally::default();
     let wipe = Wipe {
         input: false,
         output: hooks.wipes(),
     };
-    let out = transform(raw, true, limit, wipe, |record| {
+    let out = transform(raw, true, budget, wipe, |record| {
         decrypt_record(topic, policy, record, &mut tally)
     })?;
     tally.commit(false);
@@ -320,7 +323,7 @@ impl Drop for Records {
 fn transform(
     raw: &Bytes,
     partial_ok: bool,
-    limit: usize,
+    budget: &Budget,
     wipe: Wipe,
     mut f: impl FnMut(&mut Record) -> Result<(), String>,
 ) -> Result<Bytes, String> {
@@ -391,17 +394,18 @@ fn transform(
             out.extend_from_slice(&batch);
             continue;
         }
-        transform_batch(&batch, limit, &mut f, &mut out, wipe)?;
+        transform_batch(&batch, budget, &mut f, &mut out, wipe)?;
     }
     Ok(out.freeze())
 }
 
-/// One data batch: decompressed (at most `limit` bytes), decoded, checked
+/// One data batch: decompressed (within the budget), walked (its counts
+/// checked against its bytes, its cost taken from the budget), decoded, checked
 /// to encode back as it came, each record through `f`, encoded with the
 /// same codec under the original header, appended to `out`.
 fn transform_batch(
     batch: &Bytes,
-    limit: usize,
+    budget: &Budget,
     f: &mut impl FnMut(&mut Record) -> Result<(), String>,
     out: &mut Buf,
     wipe: Wipe,
@@ -409,7 +413,7 @@ fn transform_batch(
     // The records' bytes as they came (decompressed), kept for the check:
     // a slice of `batch` uncompressed, else a buffer of its own.
     let plain: RefCell<Option<Bytes>> = RefCell::new(None);
-    let result = transform_records(batch, limit, f, out, wipe, &plain);
+    let result = transform_records(batch, budget, f, out, wipe, &plain);
     // Every record, slices of it, is dropped by now: its last handle.
     if let Some(plain) = plain.into_inner() {
         wipe::bytes(plain, wipe.input);
@@ -419,17 +423,48 @@ fn transform_batch(
 
 fn transform_records(
     batch: &Bytes,
-    limit: usize,
+    budget: &Budget,
     f: &mut impl FnMut(&mut Record) -> Result<(), String>,
     out: &mut Buf,
     wipe: Wipe,
     plain: &RefCell<Option<Bytes>>,
 ) -> Result<(), String> {
-    let decompress = |buf: &mut Bytes, c: Compression| -> anyhow::Result<Bytes> {
-        let all = crate::inflate::decompress(buf, c, limit).map_err(anyhow::Error::msg)?;
-        plain.replace(Some(all.clone()));
-        Ok(all)
+    // The records, decompressed within the budget, then walked: every
+    // count checked against the bytes, and what decoding them costs taken
+    // from the budget, before kafka-protocol sizes anything from a count.
+    let attributes = i16::from_be_bytes([batch[ATTRIBUTES.start], batch[ATTRIBUTES.start + 1]]);
+    let compression = match attributes & 0x07 {
+        0 => Compression::None,
+        1 => Compression::Gzip,
+        2 => Compression::Snappy,
+        3 => Compression::Lz4,
+        4 => Compression::Zstd,
+        other => return Err(format!("a record batch of compression type {other}")),
     };
+    let all = crate::inflate::decompress(&batch.slice(HEADER..), compression, budget)?;
+    plain.replace(Some(all.clone()));
+    let count = i32::from_be_bytes([
+        batch[RECORD_COUNT.start],
+        batch[RECORD_COUNT.start + 1],
+        batch[RECORD_COUNT.start + 2],
+        batch[RECORD_COUNT.start + 3],
+    ]);
+    // The records' cost first (a count the bytes cannot hold is refused
+    // before), so that a batch too large to decode is not walked either;
+    // then the walk, and its headers' cost.
+    let claimed = crate::records::claimed(&all, count)?;
+    budget.take(
+        crate::records::record_cost(claimed, all.len()),
+        "a record batch",
+    )?;
+    let walked = crate::records::walk(&all, count)?;
+    budget.take(
+        crate::records::header_cost(walked.headers),
+        "a record batch's headers",
+    )?;
+    // kafka-protocol hands its decompressor the batch's records; they are
+    // decompressed already.
+    let decompress = |_: &mut Bytes, _: Compression| -> anyhow::Result<Bytes> { Ok(all.clone()) };
     let mut input = batch.clone();
     let set = RecordBatchDecoder::decode_with_custom_compression(&mut input, Some(decompress))
         .map_err(|e| format!("decoding a record batch: {e:#}"))?;
@@ -510,6 +545,10 @@ mod tests {
 
     const LIMIT: usize = 1 << 20;
 
+    fn budget() -> Budget {
+        Budget::alone(64 << 20, LIMIT)
+    }
+
     fn record(offset: i64, key: Option<&'static [u8]>, value: Option<&'static [u8]>) -> Record {
         Record {
             transactional: false,
@@ -567,7 +606,7 @@ mod tests {
             Compression::Zstd,
         ] {
             let raw = batch(&records, codec);
-            let enc = encrypt("t", &policy, &Hooks::default(), &raw, LIMIT).unwrap();
+            let enc = encrypt("t", &policy, &Hooks::default(), &raw, &budget()).unwrap();
             assert!(enc.older_forms.is_none());
             let enc = enc.records;
             // The header but length and CRC: as it came.
@@ -588,7 +627,7 @@ mod tests {
                 .unwrap()
                 .windows(2)
                 .any(|w| w == b"v1"));
-            let dec = decrypt("t", &policy, &Hooks::default(), &enc, LIMIT).unwrap();
+            let dec = decrypt("t", &policy, &Hooks::default(), &enc, &budget()).unwrap();
             let back = decode(&dec);
             for (a, b) in back.iter().zip(&records) {
                 assert_eq!(
@@ -601,10 +640,10 @@ mod tests {
             two.extend_from_slice(&enc[..enc.len() - 5]);
             let two = two.freeze();
             assert_eq!(
-                decode(&decrypt("t", &policy, &Hooks::default(), &two, LIMIT).unwrap()).len(),
+                decode(&decrypt("t", &policy, &Hooks::default(), &two, &budget()).unwrap()).len(),
                 5
             );
-            assert!(encrypt("t", &policy, &Hooks::default(), &two, LIMIT).is_err());
+            assert!(encrypt("t", &policy, &Hooks::default(), &two, &budget()).is_err());
         }
     }
 
@@ -613,17 +652,17 @@ mod tests {
         let policy = TopicPolicy::keyset(Keyset::generate());
         let other = TopicPolicy::keyset(Keyset::generate());
         let raw = batch(&[record(0, Some(b"k"), Some(b"v"))], Compression::None);
-        let enc = encrypt("t", &policy, &Hooks::default(), &raw, LIMIT)
+        let enc = encrypt("t", &policy, &Hooks::default(), &raw, &budget())
             .unwrap()
             .records;
-        assert!(decrypt("t", &other, &Hooks::default(), &enc, LIMIT).is_err());
-        assert!(decrypt("u", &policy, &Hooks::default(), &enc, LIMIT).is_err());
+        assert!(decrypt("t", &other, &Hooks::default(), &enc, &budget()).is_err());
+        assert!(decrypt("u", &policy, &Hooks::default(), &enc, &budget()).is_err());
         let mut keys = Keyset::generate_with(KeyTemplate::aes256_siv()).unwrap();
         keys.rotate();
         let rotated = TopicPolicy::keyset(Keyset::generate())
             .with_record_keys(keys)
             .unwrap();
-        let enc = encrypt("t", &rotated, &Hooks::default(), &raw, LIMIT).unwrap();
+        let enc = encrypt("t", &rotated, &Hooks::default(), &raw, &budget()).unwrap();
         // One tombstone, under the older form, not idempotent.
         let older = decode(enc.older_forms.as_ref().unwrap());
         assert_eq!(older.len(), 1);
@@ -637,7 +676,7 @@ mod tests {
                 &rotated,
                 &Hooks::default(),
                 &enc.older_forms.unwrap(),
-                LIMIT,
+                &budget(),
             )
             .unwrap(),
         );
@@ -663,7 +702,7 @@ mod tests {
             with_headers(record(1, Some(b"k"), None)),
         ];
         let raw = batch(&records, Compression::None);
-        let enc = encrypt("t", &policy, &Hooks::default(), &raw, LIMIT)
+        let enc = encrypt("t", &policy, &Hooks::default(), &raw, &budget())
             .unwrap()
             .records;
         let sealed = decode(&enc);
@@ -674,7 +713,7 @@ mod tests {
             assert_eq!(r.headers[2].as_deref(), Some(&b"abc"[..]));
         }
         assert_eq!(sealed[1].value, None, "a tombstone stays a tombstone");
-        let back = decode(&decrypt("t", &policy, &Hooks::default(), &enc, LIMIT).unwrap());
+        let back = decode(&decrypt("t", &policy, &Hooks::default(), &enc, &budget()).unwrap());
         for (a, b) in back.iter().zip(&records) {
             assert_eq!((&a.value, &a.headers), (&b.value, &b.headers));
         }
@@ -688,8 +727,8 @@ mod tests {
             r.headers.insert("x-ssn2".into(), ssn);
         }
         let moved = batch(&moved, Compression::None);
-        assert!(decrypt("t", &renamed, &Hooks::default(), &moved, LIMIT).is_err());
-        assert!(decrypt("u", &policy, &Hooks::default(), &enc, LIMIT).is_err());
+        assert!(decrypt("t", &renamed, &Hooks::default(), &moved, &budget()).is_err());
+        assert!(decrypt("u", &policy, &Hooks::default(), &enc, &budget()).is_err());
         let mut other_key = sealed.clone();
         other_key[0].key = Some(Bytes::from_static(b"j"));
         assert!(decrypt(
@@ -697,7 +736,7 @@ mod tests {
             &policy,
             &Hooks::default(),
             &batch(&other_key, Compression::None),
-            LIMIT
+            &budget()
         )
         .is_err());
         // A value's ciphertext put in a named header does not authenticate.
@@ -708,7 +747,7 @@ mod tests {
             &policy,
             &Hooks::default(),
             &batch(&swapped, Compression::None),
-            LIMIT
+            &budget()
         )
         .is_err());
         // The negative control: the hook forwards the header as it came.
@@ -716,7 +755,11 @@ mod tests {
             skip_header_encryption: true,
             ..Hooks::default()
         };
-        let open = decode(&encrypt("t", &policy, &hooks, &raw, LIMIT).unwrap().records);
+        let open = decode(
+            &encrypt("t", &policy, &hooks, &raw, &budget())
+                .unwrap()
+                .records,
+        );
         assert_eq!(open[0].headers[0].as_deref(), Some(&b"123-45-6789"[..]));
     }
 
@@ -734,24 +777,26 @@ mod tests {
             record(3, Some(b"alice"), Some(b"")),
         ];
         let raw = batch(&records, Compression::Lz4);
-        let enc = encrypt("t", &policy, &Hooks::default(), &raw, LIMIT).unwrap();
+        let enc = encrypt("t", &policy, &Hooks::default(), &raw, &budget()).unwrap();
         let sealed = decode(&enc.records);
         assert_eq!(
             sealed[0].value.as_ref().unwrap()[0],
             tombstone_crypt::shred::FORMAT
         );
         assert_eq!(sealed[2].value, None);
-        let back = decode(&decrypt("t", &policy, &Hooks::default(), &enc.records, LIMIT).unwrap());
+        let back =
+            decode(&decrypt("t", &policy, &Hooks::default(), &enc.records, &budget()).unwrap());
         for (a, b) in back.iter().zip(&records) {
             assert_eq!((&a.key, &a.value), (&b.key, &b.value));
         }
         keys.shred(b"alice").unwrap();
-        let back = decode(&decrypt("t", &policy, &Hooks::default(), &enc.records, LIMIT).unwrap());
+        let back =
+            decode(&decrypt("t", &policy, &Hooks::default(), &enc.records, &budget()).unwrap());
         let values: Vec<_> = back.iter().map(|r| r.value.as_deref()).collect();
         assert_eq!(values, [None, Some(&b"b1"[..]), None, None]);
         // An unkeyed record has no subject: refused, never written.
         let unkeyed = batch(&[record(0, None, Some(b"v"))], Compression::None);
-        assert!(encrypt("t", &policy, &Hooks::default(), &unkeyed, LIMIT).is_err());
+        assert!(encrypt("t", &policy, &Hooks::default(), &unkeyed, &budget()).is_err());
         // A forged value (a bit of its DEK id flipped) is an error, never a
         // tombstone; so is a value under a keyset on this topic.
         let mut forged = sealed.clone();
@@ -764,13 +809,13 @@ mod tests {
             &policy,
             &Hooks::default(),
             &batch(&forged, Compression::None),
-            LIMIT
+            &budget()
         )
         .is_err());
         let whole = TopicPolicy::keyset(Keyset::generate());
-        let other = encrypt("t", &whole, &Hooks::default(), &raw, LIMIT).unwrap();
-        assert!(decrypt("t", &policy, &Hooks::default(), &other.records, LIMIT).is_err());
-        assert!(decrypt("t", &whole, &Hooks::default(), &enc.records, LIMIT).is_err());
+        let other = encrypt("t", &whole, &Hooks::default(), &raw, &budget()).unwrap();
+        assert!(decrypt("t", &policy, &Hooks::default(), &other.records, &budget()).is_err());
+        assert!(decrypt("t", &whole, &Hooks::default(), &enc.records, &budget()).is_err());
     }
 
     #[test]
@@ -792,20 +837,20 @@ mod tests {
         set_crc(&mut empty);
         for odd in [control.freeze(), empty.freeze()] {
             // Produce: refused, so its bytes never reach the broker.
-            let e = encrypt("t", &policy, &Hooks::default(), &odd, LIMIT).unwrap_err();
+            let e = encrypt("t", &policy, &Hooks::default(), &odd, &budget()).unwrap_err();
             assert!(e.contains("Produce"), "{e}");
             // Behind an ordinary batch too.
             let mut two = BytesMut::from(&plain[..]);
             two.extend_from_slice(&odd);
-            assert!(encrypt("t", &policy, &Hooks::default(), &two.freeze(), LIMIT).is_err());
+            assert!(encrypt("t", &policy, &Hooks::default(), &two.freeze(), &budget()).is_err());
             // Fetch: the broker's, handed on as they are.
             assert_eq!(
-                decrypt("t", &policy, &Hooks::default(), &odd, LIMIT).unwrap(),
+                decrypt("t", &policy, &Hooks::default(), &odd, &budget()).unwrap(),
                 odd
             );
         }
         // The control: an ordinary batch is encrypted.
-        let enc = encrypt("t", &policy, &Hooks::default(), &plain, LIMIT).unwrap();
+        let enc = encrypt("t", &policy, &Hooks::default(), &plain, &budget()).unwrap();
         assert!(!enc.records.windows(9).any(|w| w == b"PLAINTEXT"));
     }
 
@@ -831,7 +876,14 @@ mod tests {
         batch[8..12].copy_from_slice(&len.to_be_bytes());
         let crc = crc32c::crc32c(&batch[21..]);
         batch[17..21].copy_from_slice(&crc.to_be_bytes());
-        let err = encrypt("t", &policy, &Hooks::default(), &Bytes::from(batch), LIMIT).unwrap_err();
+        let err = encrypt(
+            "t",
+            &policy,
+            &Hooks::default(),
+            &Bytes::from(batch),
+            &budget(),
+        )
+        .unwrap_err();
         assert!(err.contains("encode back"), "{err}");
     }
 }

@@ -53,6 +53,11 @@ use crate::error::ProxyError;
 /// The largest frame the proxy reads by default: 100 MiB.
 pub const DEFAULT_MAX_FRAME_BYTES: usize = 100 << 20;
 
+/// A request's decoding budget by default: 4 times the frame limit.
+pub(crate) fn decoded_per_request(max_frame_bytes: usize) -> usize {
+    max_frame_bytes.saturating_mul(4)
+}
+
 /// The configuration file, as written.
 #[derive(Clone, Debug, Deserialize)]
 #[serde(deny_unknown_fields)]
@@ -70,6 +75,19 @@ pub struct ProxyConfig {
     /// a longer one closes its connection (default 100 MiB).
     #[serde(default)]
     pub max_frame_bytes: Option<usize>,
+    /// What decoding one request's record batches (or one Fetch
+    /// response's) may take in memory, in bytes: decompressed records,
+    /// decoded records and headers, their re-encodings (default 4 times
+    /// `max_frame_bytes`). A batch that would take more is refused,
+    /// `CORRUPT_MESSAGE`.
+    #[serde(default)]
+    pub max_decoded_bytes_per_request: Option<usize>,
+    /// What decoding may take in memory for all requests in flight
+    /// together, in bytes (default 8 times `max_frame_bytes`; at least
+    /// `max_decoded_bytes_per_request`). A batch that finds it full is
+    /// refused, `CORRUPT_MESSAGE` (retriable).
+    #[serde(default)]
+    pub max_decoded_bytes: Option<usize>,
     /// TLS on the listeners (the bootstrap and every broker node's):
     /// without it they speak plaintext.
     #[serde(default)]
@@ -230,6 +248,21 @@ impl ProxyConfig {
     /// The largest frame the proxy reads.
     pub fn max_frame_bytes(&self) -> usize {
         self.max_frame_bytes.unwrap_or(DEFAULT_MAX_FRAME_BYTES)
+    }
+
+    /// `max_decoded_bytes_per_request`, or its default: 4 times
+    /// `max_frame_bytes`.
+    pub fn max_decoded_bytes_per_request(&self) -> usize {
+        self.max_decoded_bytes_per_request
+            .unwrap_or_else(|| decoded_per_request(self.max_frame_bytes()))
+    }
+
+    /// `max_decoded_bytes`, or its default: 8 times `max_frame_bytes`
+    /// (and never less than a request's budget).
+    pub fn max_decoded_bytes(&self) -> usize {
+        self.max_decoded_bytes
+            .unwrap_or_else(|| self.max_frame_bytes().saturating_mul(8))
+            .max(self.max_decoded_bytes_per_request())
     }
 }
 

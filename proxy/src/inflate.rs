@@ -14,6 +14,7 @@ use std::io::Read;
 use bytes::Bytes;
 use kafka_protocol::records::Compression;
 
+use crate::budget::Budget;
 use crate::wipe::Buf;
 
 /// Xerial's snappy framing (the Java client's): magic, then version and
@@ -23,26 +24,32 @@ const SNAPPY_MAGIC: &[u8; 8] = b"\x82SNAPPY\x00";
 const SNAPPY_HEADER: usize = 16;
 
 /// The records of a batch compressed with `codec`, decompressed, at most
-/// `limit` bytes.
+/// the budget's `decompress_limit` bytes; the buffer's room is taken from
+/// `budget` before it grows.
 ///
 /// # Errors
-/// A reason when the data does not decompress, or would be longer than
-/// `limit`.
-pub(crate) fn decompress(data: &Bytes, codec: Compression, limit: usize) -> Result<Bytes, String> {
+/// A reason when the data does not decompress, would be longer than the
+/// limit, or its room does not fit in the budget.
+pub(crate) fn decompress(
+    data: &Bytes,
+    codec: Compression,
+    budget: &Budget,
+) -> Result<Bytes, String> {
+    let limit = budget.decompress_limit;
     match codec {
         Compression::None => Ok(data.clone()),
-        Compression::Gzip => bounded(flate2::read::MultiGzDecoder::new(&data[..]), limit, "gzip"),
+        Compression::Gzip => bounded(flate2::read::MultiGzDecoder::new(&data[..]), budget, "gzip"),
         Compression::Lz4 => {
             let decoder =
                 lz4::Decoder::new(&data[..]).map_err(|e| format!("decompressing lz4: {e}"))?;
-            bounded(decoder, limit, "lz4")
+            bounded(decoder, budget, "lz4")
         }
         Compression::Zstd => {
             let decoder = zstd::stream::read::Decoder::new(&data[..])
                 .map_err(|e| format!("decompressing zstd: {e}"))?;
-            bounded(decoder, limit, "zstd")
+            bounded(decoder, budget, "zstd")
         }
-        Compression::Snappy => snappy(data, limit),
+        Compression::Snappy => snappy(data, limit, budget),
     }
 }
 
@@ -53,7 +60,8 @@ fn too_long(what: &str, limit: usize) -> String {
 /// The first read's room; then the buffer doubles.
 const FIRST_READ: usize = 8 << 10;
 
-fn bounded(reader: impl Read, limit: usize, what: &str) -> Result<Bytes, String> {
+fn bounded(reader: impl Read, budget: &Budget, what: &str) -> Result<Bytes, String> {
+    let limit = budget.decompress_limit;
     let mut reader = reader.take(limit as u64 + 1);
     // Grows by moving and wiping the block it leaves; wiped if dropped.
     let mut out = Buf::with_capacity(0, true);
@@ -64,6 +72,8 @@ fn bounded(reader: impl Read, limit: usize, what: &str) -> Result<Bytes, String>
                 return Err(too_long(what, limit));
             }
             let room = out.len().max(FIRST_READ).min(limit + 1 - filled);
+            // The block it moves to holds the old room and the new.
+            budget.take(room, "a compressed batch")?;
             out.reserve(room);
             out.inner().resize(filled + room, 0);
         }
@@ -81,7 +91,7 @@ fn bounded(reader: impl Read, limit: usize, what: &str) -> Result<Bytes, String>
     Ok(out.freeze())
 }
 
-fn snappy(data: &[u8], limit: usize) -> Result<Bytes, String> {
+fn snappy(data: &[u8], limit: usize, budget: &Budget) -> Result<Bytes, String> {
     let raw = |block: &[u8], out: &mut Buf| -> Result<(), String> {
         let len =
             snap::raw::decompress_len(block).map_err(|e| format!("decompressing snappy: {e}"))?;
@@ -89,6 +99,7 @@ fn snappy(data: &[u8], limit: usize) -> Result<Bytes, String> {
             return Err(too_long("snappy", limit));
         }
         let start = out.len();
+        budget.take(len, "a snappy batch")?;
         out.reserve(len);
         out.inner().resize(start + len, 0);
         snap::raw::Decoder::new()
@@ -152,12 +163,18 @@ mod tests {
         ] {
             let packed = compress(codec, &plain);
             assert!(packed.len() < plain.len() / 10, "{codec:?}");
+            let budget = Budget::alone(64 << 20, 4 << 20);
             assert_eq!(
-                &decompress(&packed, codec, 4 << 20).unwrap()[..],
+                &decompress(&packed, codec, &budget).unwrap()[..],
                 &plain[..]
             );
-            let err = decompress(&packed, codec, 1 << 20).unwrap_err();
+            let budget = Budget::alone(64 << 20, 1 << 20);
+            let err = decompress(&packed, codec, &budget).unwrap_err();
             assert!(err.contains("more than 1048576 bytes"), "{codec:?}: {err}");
+            // Within the limit, past the budget: refused as it grows.
+            let budget = Budget::alone(2 << 20, 4 << 20);
+            let err = decompress(&packed, codec, &budget).unwrap_err();
+            assert!(err.contains("budget"), "{codec:?}: {err}");
         }
     }
 
@@ -165,12 +182,13 @@ mod tests {
     fn a_raw_snappy_header_that_claims_gigabytes_is_refused_before_allocation() {
         // A varint length of 2^32 - 1, then nothing.
         let claim = Bytes::from_static(&[0xff, 0xff, 0xff, 0xff, 0x0f, 0x00]);
-        let err = decompress(&claim, Compression::Snappy, 100 << 20).unwrap_err();
+        let budget = Budget::alone(usize::MAX, 100 << 20);
+        let err = decompress(&claim, Compression::Snappy, &budget).unwrap_err();
         assert!(err.contains("more than 104857600 bytes"), "{err}");
         let mut framed = BytesMut::from(&b"\x82SNAPPY\x00\x00\x00\x00\x01\x00\x00\x00\x01"[..]);
         framed.extend_from_slice(&6u32.to_be_bytes());
         framed.extend_from_slice(&claim);
-        let err = decompress(&framed.freeze(), Compression::Snappy, 100 << 20).unwrap_err();
+        let err = decompress(&framed.freeze(), Compression::Snappy, &budget).unwrap_err();
         assert!(err.contains("more than 104857600 bytes"), "{err}");
     }
 }

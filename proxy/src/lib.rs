@@ -172,11 +172,13 @@
 mod api;
 mod batch;
 mod bounds;
+mod budget;
 mod config;
 mod error;
 mod frame;
 mod hooks;
 mod inflate;
+mod records;
 mod server;
 pub mod stats;
 mod tls;
@@ -231,7 +233,8 @@ pub mod __fuzz {
         if key != 0 {
             return Ok(());
         }
-        crate::api::produce_request(frame, version, policies, hooks, limit).map(|_| ())
+        let budget = crate::budget::Budget::alone(crate::config::decoded_per_request(limit), limit);
+        crate::api::produce_request(frame, version, policies, hooks, &budget).map(|_| ())
     }
 
     /// A Fetch response frame's body (`version`) through the proxy's Fetch
@@ -263,8 +266,16 @@ pub mod __fuzz {
             ))
         };
         let mut failed = Vec::new();
-        let out =
-            crate::api::fetch_response(frame, version, policies, hooks, &map, &mut failed, limit)?;
+        let budget = crate::budget::Budget::alone(crate::config::decoded_per_request(limit), limit);
+        let out = crate::api::fetch_response(
+            frame,
+            version,
+            policies,
+            hooks,
+            &map,
+            &mut failed,
+            &budget,
+        )?;
         Ok((out, failed.len()))
     }
 
@@ -295,7 +306,9 @@ pub mod __fuzz {
         limit: usize,
         hooks: &Hooks,
     ) -> Result<(Bytes, Option<Bytes>), String> {
-        crate::batch::encrypt(topic, policy, hooks, raw, limit).map(|e| (e.records, e.older_forms))
+        let budget = crate::budget::Budget::alone(crate::config::decoded_per_request(limit), limit);
+        crate::batch::encrypt(topic, policy, hooks, raw, &budget)
+            .map(|e| (e.records, e.older_forms))
     }
 
     /// A partition's record batches decrypted as on Fetch.
@@ -317,6 +330,7 @@ pub mod __fuzz {
         limit: usize,
         hooks: &Hooks,
     ) -> Result<Bytes, String> {
-        crate::batch::decrypt(topic, policy, hooks, raw, limit)
+        let budget = crate::budget::Budget::alone(crate::config::decoded_per_request(limit), limit);
+        crate::batch::decrypt(topic, policy, hooks, raw, &budget)
     }
 }

@@ -25,6 +25,7 @@ use tokio::net::{TcpListener, TcpStream};
 use tokio::sync::{mpsc, watch};
 
 use crate::api::{self, ProduceAction, Refused};
+use crate::budget::Budget;
 use crate::config::{Policies, ProxyConfig};
 use crate::error::ProxyError;
 use crate::frame::{read_frame, write_frame, FrameError};
@@ -49,6 +50,10 @@ struct Shared {
     advertised_host: StrBytes,
     base_port: u16,
     max_frame: usize,
+    /// What decoding one request (or Fetch response) may take.
+    request_budget: usize,
+    /// What decoding may take, all requests in flight together.
+    pool: Arc<crate::budget::Pool>,
     policies: Policies,
     hooks: Hooks,
     /// TLS on the listeners.
@@ -116,6 +121,8 @@ impl Proxy {
             advertised_host: StrBytes::from_string(advertised),
             base_port: local.port(),
             max_frame: config.max_frame_bytes(),
+            request_budget: config.max_decoded_bytes_per_request(),
+            pool: crate::budget::Pool::new(config.max_decoded_bytes()),
             policies,
             hooks: Hooks::default(),
             acceptor,
@@ -411,6 +418,9 @@ async fn read_requests(
         // (the partitions' spans, topic and partition, nest in it).
         let span =
             tracing::debug_span!("request", api_key = key, api_version = version, correlation);
+        // What decoding this request may take, held until it is forwarded
+        // (the encrypted frame is part of it).
+        let budget = Budget::new(&shared.pool, shared.request_budget, shared.max_frame);
         let (owe, send) = match ApiKey::try_from(key) {
             Ok(ApiKey::Produce) => {
                 let encrypted = in_place(
@@ -422,7 +432,7 @@ async fn read_requests(
                                 version,
                                 &shared.policies,
                                 &shared.hooks,
-                                shared.max_frame,
+                                &budget,
                             )
                         })
                     },
@@ -601,8 +611,10 @@ async fn write_responses(
     let map_shared = shared.clone();
     let map = move |node: i32, host: &str, port: i32| map_shared.node_address(node, host, port);
     while let Some(pending) = owed.recv().await {
-        let out = match pending {
-            Pending::Local(frame) => frame,
+        // The frame to write, and the budget of its decoding (a Fetch
+        // response's plaintext), held until it is written.
+        let (out, _held) = match pending {
+            Pending::Local(frame) => (frame, None),
             Pending::OlderForms {
                 correlation,
                 version,
@@ -645,12 +657,13 @@ async fn write_responses(
                     return;
                 }
                 let span = tracing::debug_span!("response", correlation);
+                let budget = Budget::new(&shared.pool, shared.request_budget, shared.max_frame);
                 let handed = in_place(
                     shared.policies.may_block() && !shared.hooks.kms_on_the_worker,
-                    || span.in_scope(|| respond(&shared, frame, then, &map, peer)),
+                    || span.in_scope(|| respond(&shared, frame, then, &map, peer, &budget)),
                 );
                 match handed {
-                    Ok(out) => out,
+                    Ok(out) => (out, Some(budget)),
                     Err(reason) => {
                         tracing::warn!(
                             "client {peer}: a response from the broker {broker} cannot be \
@@ -694,6 +707,7 @@ fn respond(
     then: Then,
     map: &api::NodeMap<'_>,
     peer: SocketAddr,
+    budget: &Budget,
 ) -> Result<Bytes, String> {
     Ok(match then {
         Then::Pass => frame,
@@ -709,7 +723,7 @@ fn respond(
                 &shared.hooks,
                 map,
                 &mut failed,
-                shared.max_frame,
+                budget,
             )?;
             for f in failed {
                 tracing::warn!(

@@ -42,6 +42,10 @@ pub struct Snapshot {
     /// limit, shorter than a request header, a Produce that does not
     /// decode).
     pub frames_refused: u64,
+    /// Record batches refused because decoding them would take more
+    /// memory than a request's budget or the process's holds
+    /// (`max_decoded_bytes_per_request`, `max_decoded_bytes`).
+    pub decode_budget_refused: u64,
 }
 
 /// The events counted.
@@ -58,9 +62,10 @@ pub(crate) enum Event {
     PartitionsUndecryptable,
     FramesRefused,
     ShreddedFetched,
+    DecodeBudgetRefused,
 }
 
-const EVENTS: usize = 11;
+const EVENTS: usize = 12;
 
 static COUNTERS: [AtomicU64; EVENTS] = [const { AtomicU64::new(0) }; EVENTS];
 
@@ -112,6 +117,7 @@ pub fn process() -> Snapshot {
         partitions_refused: c(Event::PartitionsRefused),
         partitions_undecryptable: c(Event::PartitionsUndecryptable),
         frames_refused: c(Event::FramesRefused),
+        decode_budget_refused: c(Event::DecodeBudgetRefused),
         shredded_fetched: c(Event::ShreddedFetched),
     }
 }

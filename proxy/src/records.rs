@@ -1,0 +1,278 @@
+//! A bounded walk over a v2 record batch's records, before kafka-protocol
+//! decodes them, on Produce and on Fetch alike.
+//!
+//! kafka-protocol's decoder reserves a batch's record count of records
+//! (176 bytes each) before it reads one, and a record's header count of
+//! headers: a 70-byte batch that claims 2^31-1 records, or a record that
+//! claims 2^31-1 headers, aborts the process on the failed allocation, and
+//! a batch of millions of tiny records inflates to gigabytes. So the
+//! records are walked first, every count and length checked against the
+//! bytes that remain (the batch holds exactly its record count of
+//! records, each within its length; a key, a value and each header within
+//! the record; a header count no larger than the record's bytes can
+//! hold), and what decoding them will cost is taken from the request's
+//! budget (for the claimed count, once the bytes can hold it; for the
+//! headers, once found): only then does kafka-protocol decode them. The
+//! walk allocates nothing.
+//!
+//! The decoder is kept (rather than replaced by one of the proxy's own)
+//! because the proxy encodes with kafka-protocol's encoder and checks that
+//! each batch encodes back exactly as it came: one decoder and one encoder
+//! of the same crate, with this walk in front of the decoder as its bound.
+
+use kafka_protocol::records::Record;
+
+/// The smallest record: its length, attributes, timestamp delta, offset
+/// delta, key length, value length and header count, a byte each.
+const MIN_RECORD: usize = 7;
+/// The smallest header: its key length and value length, a byte each.
+const MIN_HEADER: usize = 2;
+/// What a decoded header takes in memory, at most: its entry in the
+/// record's map (the key, the value's handle, the hash) and its index.
+const HEADER_COST: usize = 96;
+
+/// What a batch's records hold, as walked.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) struct Walked {
+    /// Records (the batch's record count, checked).
+    pub(crate) records: usize,
+    /// Headers, all records together.
+    pub(crate) headers: usize,
+}
+
+/// What decoding a batch of `records` records in `bytes` bytes of records,
+/// transforming them and encoding the result takes in memory, at most, but
+/// for their headers ([`header_cost`]): the records as decoded, and the
+/// bytes three times (the re-encoding that checks the batch, the new keys
+/// and values, the new batch).
+pub(crate) fn record_cost(records: usize, bytes: usize) -> usize {
+    records
+        .saturating_mul(std::mem::size_of::<Record>() + 64)
+        .saturating_add(bytes.saturating_mul(3))
+}
+
+/// What `headers` decoded headers take in memory, at most.
+pub(crate) fn header_cost(headers: usize) -> usize {
+    headers.saturating_mul(HEADER_COST)
+}
+
+/// A batch's claimed record count, if `records` bytes can hold it.
+///
+/// # Errors
+/// A negative count, or more records than the bytes can hold.
+pub(crate) fn claimed(records: &[u8], count: i32) -> Result<usize, String> {
+    let Ok(count) = usize::try_from(count) else {
+        return Err(format!("a batch claims {count} records"));
+    };
+    if count > records.len() / MIN_RECORD {
+        return Err(format!(
+            "a batch claims {count} records in {} bytes (a record takes {MIN_RECORD} at least)",
+            records.len()
+        ));
+    }
+    Ok(count)
+}
+
+struct Reader<'a> {
+    rest: &'a [u8],
+}
+
+impl<'a> Reader<'a> {
+    fn take(&mut self, n: usize, what: &str) -> Result<&'a [u8], String> {
+        let Some((head, tail)) = self.rest.split_at_checked(n) else {
+            return Err(format!(
+                "{what} claims {n} bytes and {} are left",
+                self.rest.len()
+            ));
+        };
+        self.rest = tail;
+        Ok(head)
+    }
+
+    /// A zigzag varint of at most `max_bytes` bytes.
+    fn zigzag(&mut self, max_bytes: usize, what: &str) -> Result<i64, String> {
+        let mut v = 0u64;
+        for i in 0..max_bytes {
+            let Some((&b, tail)) = self.rest.split_first() else {
+                return Err(format!("{what} cut short"));
+            };
+            self.rest = tail;
+            v |= u64::from(b & 0x7f) << (7 * i);
+            if b & 0x80 == 0 {
+                return Ok(((v >> 1) as i64) ^ -((v & 1) as i64));
+            }
+        }
+        Err(format!("{what}: a varint longer than {max_bytes} bytes"))
+    }
+
+    fn varint(&mut self, what: &str) -> Result<i64, String> {
+        let v = self.zigzag(5, what)?;
+        i32::try_from(v)
+            .map(i64::from)
+            .map_err(|_| format!("{what}: a varint out of range"))
+    }
+
+    /// A length: `-1` (null) is `None`.
+    fn length(&mut self, what: &str, nullable: bool) -> Result<Option<usize>, String> {
+        match self.varint(what)? {
+            -1 if nullable => Ok(None),
+            n if n < 0 => Err(format!("{what}: a negative length {n}")),
+            n => Ok(Some(n as usize)),
+        }
+    }
+
+    /// A sized field (a key, a value, a header's key or value), skipped.
+    fn skip_sized(&mut self, what: &str, nullable: bool) -> Result<(), String> {
+        if let Some(n) = self.length(what, nullable)? {
+            self.take(n, what)?;
+        }
+        Ok(())
+    }
+}
+
+/// Walks `records`, the (decompressed) records of a batch whose header
+/// claims `count`.
+///
+/// # Errors
+/// What is wrong: a count the bytes cannot hold, a record, key, value or
+/// header longer than what is left, a negative length, a varint too long,
+/// fewer records than claimed or bytes after the last.
+pub(crate) fn walk(records: &[u8], count: i32) -> Result<Walked, String> {
+    let count = claimed(records, count)?;
+    let mut input = Reader { rest: records };
+    let mut headers = 0usize;
+    for i in 0..count {
+        let Some(len) = input.length("a record", false)? else {
+            unreachable!("a record's length is never null here")
+        };
+        let mut r = Reader {
+            rest: input.take(len, &format!("record {i}"))?,
+        };
+        r.take(1, "a record's attributes")?;
+        r.zigzag(10, "a record's timestamp delta")?;
+        r.varint("a record's offset delta")?;
+        r.skip_sized("a record's key", true)?;
+        r.skip_sized("a record's value", true)?;
+        let Some(n) = r.length("a record's header count", false)? else {
+            unreachable!("a header count is never null here")
+        };
+        if n > r.rest.len() / MIN_HEADER {
+            return Err(format!(
+                "record {i} claims {n} headers in {} bytes",
+                r.rest.len()
+            ));
+        }
+        for _ in 0..n {
+            r.skip_sized("a header's key", false)?;
+            r.skip_sized("a header's value", true)?;
+        }
+        headers += n;
+    }
+    if !input.rest.is_empty() {
+        return Err(format!(
+            "{} bytes after the last of {count} records",
+            input.rest.len()
+        ));
+    }
+    Ok(Walked {
+        records: count,
+        headers,
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use bytes::BytesMut;
+    use indexmap::IndexMap;
+    use kafka_protocol::protocol::StrBytes;
+    use kafka_protocol::records::{
+        Compression, RecordBatchEncoder, RecordEncodeOptions, TimestampType,
+    };
+
+    fn record(i: i64, headers: usize) -> Record {
+        let mut h = IndexMap::new();
+        for n in 0..headers {
+            h.insert(
+                StrBytes::from_string(format!("h{n}")),
+                Some(bytes::Bytes::from_static(b"v")),
+            );
+        }
+        Record {
+            transactional: false,
+            control: false,
+            delete_horizon: false,
+            partition_leader_epoch: 0,
+            producer_id: 7,
+            producer_epoch: 0,
+            timestamp_type: TimestampType::Creation,
+            offset: i,
+            sequence: i as i32,
+            timestamp: 0,
+            key: (i % 2 == 0).then(|| bytes::Bytes::from_static(b"k")),
+            value: (i % 3 != 0).then(|| bytes::Bytes::from(vec![7u8; i as usize])),
+            headers: h,
+        }
+    }
+
+    /// A batch of `records` records, and where its records start.
+    fn batch(records: &[Record]) -> BytesMut {
+        let mut out = BytesMut::new();
+        RecordBatchEncoder::encode(
+            &mut out,
+            records.iter(),
+            &RecordEncodeOptions {
+                version: 2,
+                compression: Compression::None,
+            },
+        )
+        .unwrap();
+        out
+    }
+
+    #[test]
+    fn a_batch_walks_as_kafka_protocol_encodes_it() {
+        let records: Vec<Record> = (0..5).map(|i| record(i, i as usize % 3)).collect();
+        let b = batch(&records);
+        assert_eq!(&b[57..61], &5i32.to_be_bytes(), "one batch of the five");
+        let w = walk(&b[61..], 5).unwrap();
+        // Records 0 to 4 carry 0, 1, 2, 0 and 1 headers.
+        assert_eq!(
+            w,
+            Walked {
+                records: 5,
+                headers: 4
+            }
+        );
+        assert!(record_cost(w.records, b.len() - 61) > 5 * std::mem::size_of::<Record>());
+    }
+
+    #[test]
+    fn counts_the_bytes_cannot_hold_are_refused_before_anything_is_sized() {
+        let b = batch(&[record(1, 0)]);
+        let records = &b[61..];
+        // The 70-byte batch's count: 2^31-1 records.
+        assert!(walk(records, i32::MAX).unwrap_err().contains("claims"));
+        assert!(walk(records, -1).is_err());
+        assert!(walk(records, 2).is_err(), "more records claimed than held");
+        assert!(walk(records, 0).is_err(), "bytes after the last record");
+        // A header count of 2^31-1: the record's last byte is its header
+        // count (0); a count of 2^31-1 as a zigzag varint, with the
+        // record's length grown to hold it.
+        let mut forged = records.to_vec();
+        forged.pop();
+        forged.extend_from_slice(&[0xfe, 0xff, 0xff, 0xff, 0x0f]);
+        forged[0] += 8; // the record's length (zigzag: 2 x length), 4 bytes more
+        assert!(
+            walk(&forged, 1).unwrap_err().contains("headers in"),
+            "{:?}",
+            walk(&forged, 1)
+        );
+        // A key length past the record.
+        let mut long_key = records.to_vec();
+        long_key[4] = 0x7e; // the key's length: 63
+        assert!(walk(&long_key, 1).is_err());
+        // A varint that never ends.
+        assert!(walk(&[0xff; 64], 1).unwrap_err().contains("varint"));
+    }
+}
