@@ -257,7 +257,7 @@ impl ConfluentJson {
             (None, None) => None,
         };
         let place = match (known, ruled) {
-            (Some(k), Some(r)) if self.registry.is_some() && k != r => {
+            (Some(k), Some(r)) if !same_place(&k, &r) => {
                 return Err(Error::confluent(format!(
                     "the KEK {:?} is in {} {:?}, and the rule names {} {:?} (Confluent's client refuses such a rule too)",
                     crate::error::printable(name),
@@ -280,6 +280,51 @@ impl ConfluentJson {
             self.kms_clients.as_ref(),
             &self.vault_addresses,
         )
+    }
+
+    /// One KEK, one place: the rules of a schema (and of the schemas known
+    /// here) that name a KEK's KMS name the same one; a rule that names
+    /// none takes the place another rule names. Otherwise a DEK opened for
+    /// one rule under one KMS would serve another rule that names another.
+    ///
+    /// # Errors
+    /// [`Error::Confluent`] naming the KEK and the two places.
+    fn check_kek_places(
+        &self,
+        fields: &mut [(Rule, Reached)],
+        payload: &mut Option<Rule>,
+    ) -> Result<(), Error> {
+        let mut rules: Vec<&mut Rule> = fields.iter_mut().map(|(r, _)| r).collect();
+        rules.extend(payload.as_mut());
+        let mut places: HashMap<String, KekPlace> = HashMap::new();
+        for rule in &rules {
+            let Some(place) = rule
+                .kms
+                .clone()
+                .or_else(|| self.place_in_rules(&rule.kek_name))
+            else {
+                continue;
+            };
+            if let Some(other) = places.get(&rule.kek_name) {
+                if !same_place(other, &place) {
+                    return Err(Error::confluent(format!(
+                        "the KEK {:?} is placed in {} {:?} and in {} {:?} by the rules: refusing the schema",
+                        crate::error::printable(&rule.kek_name),
+                        crate::error::printable(&other.0),
+                        crate::error::printable(&other.1),
+                        crate::error::printable(&place.0),
+                        crate::error::printable(&place.1),
+                    )));
+                }
+            }
+            places.insert(rule.kek_name.clone(), place);
+        }
+        for rule in rules {
+            if rule.kms.is_none() {
+                rule.kms = places.get(&rule.kek_name).cloned();
+            }
+        }
+        Ok(())
     }
 
     /// Where a rule of a schema known here says the KEK `name` lives.
@@ -322,10 +367,11 @@ impl ConfluentJson {
     }
 
     /// Writes records of a schema that has tagged fields and no encryption
-    /// rule, tagged fields in plaintext. By default such a write is
-    /// refused: a schema registered again without its rules (Confluent's
-    /// `auto.register.schemas` does that) would otherwise send fields
-    /// meant to be encrypted in the clear.
+    /// rule (or tags that only a disabled rule names), tagged fields in
+    /// plaintext. By default such a write is refused: a schema registered
+    /// again without its rules (Confluent's `auto.register.schemas` does
+    /// that), or a rule turned off beside another, would otherwise send
+    /// fields meant to be encrypted in the clear.
     #[must_use]
     pub fn writing_tagged_fields_in_plaintext(self) -> Self {
         ConfluentJson {
@@ -409,13 +455,22 @@ impl ConfluentJson {
             .and_then(Value::as_object);
         let mut fields = Vec::new();
         let mut payload = None;
-        let rules = |kind: &str| {
-            schema
-                .get("ruleSet")
-                .and_then(|r| r.get(kind))
-                .and_then(Value::as_array)
-                .cloned()
-                .unwrap_or_default()
+        // A rule set, and each of its lists, of Confluent's JSON types:
+        // any other is refused, never read as "no rules" (a payload or a
+        // field would then go out in plaintext, or ciphertext be read as a
+        // value).
+        match schema.get("ruleSet") {
+            None | Some(Value::Null | Value::Object(_)) => {}
+            Some(_) => return Err(Error::confluent("the schema's ruleSet is not an object")),
+        }
+        let rules = |kind: &str| -> Result<Vec<Value>, Error> {
+            match schema.get("ruleSet").and_then(|r| r.get(kind)) {
+                None | Some(Value::Null) => Ok(Vec::new()),
+                Some(Value::Array(list)) => Ok(list.clone()),
+                Some(_) => Err(Error::confluent(format!(
+                    "the schema's ruleSet.{kind} is not an array"
+                ))),
+            }
         };
         match schema.get("ruleSet").and_then(|r| r.get("enableAt")) {
             None | Some(Value::Null) => {}
@@ -426,14 +481,31 @@ impl ConfluentJson {
             )))
             }
         }
-        let domain = rules("domainRules");
-        let encoding = rules("encodingRules");
+        let domain = rules("domainRules")?;
+        let encoding = rules("encodingRules")?;
+        // The tags of disabled ENCRYPT rules: a field tagged for a rule the
+        // user turned off is not written in plaintext unless an enabled
+        // rule encrypts it (checked below).
+        let mut disabled_tags: Vec<String> = Vec::new();
         for (rule, phase) in domain
             .iter()
             .map(|r| (r, "domainRules"))
             .chain(encoding.iter().map(|r| (r, "encodingRules")))
         {
             let Some(rule) = Rule::from_json_with(rule, properties)? else {
+                let encrypt = rule
+                    .get("type")
+                    .and_then(Value::as_str)
+                    .is_some_and(|t| t.eq_ignore_ascii_case("ENCRYPT"));
+                if encrypt {
+                    let tags = rule.get("tags").and_then(Value::as_array);
+                    match tags.filter(|t| !t.is_empty()) {
+                        // A disabled rule with no tags covered every field.
+                        None => disabled_tags.push(String::new()),
+                        Some(t) => disabled_tags
+                            .extend(t.iter().filter_map(Value::as_str).map(str::to_owned)),
+                    }
+                }
                 continue;
             };
             let right = match rule.kind {
@@ -477,13 +549,24 @@ impl ConfluentJson {
                 RuleKind::Payload => payload = Some(rule),
             }
         }
+        self.check_kek_places(&mut fields, &mut payload)?;
         let fetched = !matches!(latest, Latest::Given);
-        let unruled_tags = match (&avro, fields.is_empty() && payload.is_none()) {
+        let mut unruled_tags = match (&avro, fields.is_empty() && payload.is_none()) {
             (_, false) => 0,
             #[cfg(feature = "confluent-avro")]
             (Some(a), true) => a.count_any_tag() + usize::from(!meta.is_empty()),
             _ => count_any_tag(&doc) + usize::from(!meta.is_empty()),
         };
+        if unruled_tags == 0 && payload.is_none() {
+            // Tags of disabled rules that no enabled field rule covers.
+            let covered = |tag: &str| {
+                fields.iter().any(|(r, _)| match &r.kind {
+                    RuleKind::Fields(tags) => tags.is_empty() || tags.iter().any(|t| t == tag),
+                    RuleKind::Payload => true,
+                })
+            };
+            unruled_tags = disabled_tags.iter().filter(|t| !covered(t)).count();
+        }
         let registered = Arc::new(Registered {
             subject: subject.to_owned(),
             fields,
@@ -840,8 +923,9 @@ impl ConfluentJson {
         }
         if schema.unruled_tags > 0 && !self.plaintext_tags {
             return Err(Error::confluent(format!(
-                "the schema (id {id}) has {} tagged field(s) and no encryption rule (registered without its rules?): \
-                 refusing to write them in plaintext (ConfluentJson::writing_tagged_fields_in_plaintext allows it)",
+                "the schema (id {id}) has {} tag(s) or tagged field(s) that no enabled encryption rule covers \
+                 (registered without its rules? a rule disabled?): refusing to write them in plaintext \
+                 (ConfluentJson::writing_tagged_fields_in_plaintext allows it)",
                 schema.unruled_tags
             )));
         }
@@ -950,6 +1034,12 @@ impl ConfluentJson {
         self.insert(id, subject, &schema, Latest::Fetched)?;
         Ok(id)
     }
+}
+
+/// Whether two places are one KEK's: the same KMS type and key id, as
+/// Confluent's client compares a rule's with the registry's.
+fn same_place(a: &KekPlace, b: &KekPlace) -> bool {
+    a == b
 }
 
 fn read<T>(lock: &RwLock<T>) -> std::sync::RwLockReadGuard<'_, T> {
@@ -1101,7 +1191,13 @@ impl<T: serde::de::DeserializeOwned> Deserializer<T> for ConfluentSerde<T> {
     }
 }
 
+/// `e` at the field `at`; a failure of the environment (a KMS, a
+/// registry) stays itself, so that a caller stops on it as on the same
+/// failure outside a field.
 fn in_field(at: &[String], e: Error) -> Error {
+    if matches!(e, Error::Kms { .. } | Error::Registry { .. }) {
+        return e;
+    }
     Error::Field {
         path: format!("/{}", at.join("/")),
         cause: Box::new(e),

@@ -112,7 +112,7 @@ impl Rule {
         rule: &Value,
         properties: Option<&serde_json::Map<String, Value>>,
     ) -> Result<Option<Rule>, Error> {
-        let name = rule.get("name").and_then(Value::as_str).unwrap_or("");
+        let name = crate::error::printable(rule.get("name").and_then(Value::as_str).unwrap_or(""));
         let refuse = |what: String| {
             Err(Error::confluent(format!(
                 "rule {name:?}: {what}: not implemented here, so the schema is refused (Confluent's client would apply it)"
@@ -123,7 +123,7 @@ impl Rule {
             Some(Value::Bool(true)) => return Ok(None),
             // Python's client takes any truthy value (the string "false"
             // included) as disabled.
-            Some(other) => return refuse(format!("disabled {other} (not a boolean)")),
+            Some(other) => return refuse(format!("disabled {} (not a boolean)", short(other))),
         }
         let ty = rule
             .get("type")
@@ -137,23 +137,27 @@ impl Rule {
                 .filter_map(Value::as_str)
                 .map(str::to_owned)
                 .collect(),
-            Some(other) => return refuse(format!("tags {other} (not an array of strings)")),
+            Some(other) => {
+                return refuse(format!("tags {} (not an array of strings)", short(other)))
+            }
         };
         let kind = match ty.as_str() {
             "ENCRYPT" => RuleKind::Fields(tags),
             "ENCRYPT_PAYLOAD" => RuleKind::Payload,
             other => return refuse(format!("the rule type {other:?}")),
         };
-        match rule.get("kind").and_then(Value::as_str) {
-            None | Some("TRANSFORM") => {}
-            Some(k) => return refuse(format!("an encryption rule of kind {k:?}")),
+        match rule.get("kind") {
+            // Stored as TRANSFORM when registered without one.
+            None | Some(Value::Null) => {}
+            Some(Value::String(k)) if k == "TRANSFORM" => {}
+            Some(k) => return refuse(format!("an encryption rule of kind {}", short(k))),
         }
         match rule.get("mode") {
             // Confluent's Schema Registry stores a rule registered without
             // a mode as WRITEREAD.
             None | Some(Value::Null) => {}
             Some(Value::String(m)) if m == "WRITEREAD" => {}
-            Some(m) => return refuse(format!("an encryption rule of mode {m}")),
+            Some(m) => return refuse(format!("an encryption rule of mode {}", short(m))),
         }
         let (write_success, read_success) = match actions(rule.get("onSuccess"), Action::None) {
             Ok(a) => a,
@@ -163,10 +167,37 @@ impl Rule {
             Ok(a) => a,
             Err(what) => return refuse(format!("onFailure {what}")),
         };
-        let params = rule.get("params").and_then(Value::as_object);
+        let params = match rule.get("params") {
+            None | Some(Value::Null) => None,
+            Some(Value::Object(p)) => Some(p),
+            Some(other) => return refuse(format!("params {} (not an object)", short(other))),
+        };
         if let Some(p) = params {
             if let Some(unknown) = p.keys().find(|k| !KNOWN_PARAMS.contains(&k.as_str())) {
-                return refuse(format!("the parameter {unknown:?}"));
+                return refuse(format!(
+                    "the parameter {:?}",
+                    crate::error::printable(unknown)
+                ));
+            }
+        }
+        // Each parameter this codec reads is a string (Confluent's model)
+        // or, for the expiry, a whole number of days as a JSON number (as
+        // one of Confluent's examples writes it): any other JSON type is
+        // refused, in the rule and in the metadata alike, never read as
+        // absent (a KMS type read as absent would be local-kms).
+        for (place, map) in [("the rule's", params), ("the metadata's", properties)] {
+            for known in KNOWN_PARAMS {
+                match map.and_then(|m| m.get(known)) {
+                    None | Some(Value::String(_)) => {}
+                    Some(Value::Number(n))
+                        if known == "encrypt.dek.expiry.days" && n.as_u64().is_some() => {}
+                    Some(other) => {
+                        return refuse(format!(
+                            "{place} parameter {known:?} is {} (not a string)",
+                            short(other)
+                        ))
+                    }
+                }
             }
         }
         let param = |name: &str| {
@@ -184,15 +215,16 @@ impl Rule {
             None => DekAlgorithm::Aes256Gcm,
         };
         // A whole number of days, written as a string (Confluent's
-        // parameters are strings) or as a number.
-        let expiry = params
-            .and_then(|p| p.get("encrypt.dek.expiry.days"))
-            .and_then(Value::as_u64)
-            .map(|d| d.to_string());
-        let expiry_days = match expiry
-            .as_deref()
-            .or_else(|| param("encrypt.dek.expiry.days"))
-        {
+        // parameters are strings) or as a number, from the rule first, then
+        // the metadata (other JSON types were refused above).
+        let days = |m: Option<&serde_json::Map<String, Value>>| {
+            m.and_then(|m| m.get("encrypt.dek.expiry.days"))
+                .map(|v| match v {
+                    Value::Number(n) => n.to_string(),
+                    other => other.as_str().unwrap_or_default().to_owned(),
+                })
+        };
+        let expiry_days = match days(params).or_else(|| days(properties)) {
             Some(d) => d.parse().map_err(|_| {
                 Error::confluent("encrypt.dek.expiry.days is not a whole number of days")
             })?,
@@ -306,21 +338,28 @@ fn actions(value: Option<&Value>, default: Action) -> Result<(Action, Action), S
         None | Some(Value::Null) => return Ok((default, default)),
         Some(Value::String(s)) if s.is_empty() => return Ok((default, default)),
         Some(Value::String(s)) => s,
-        Some(other) => return Err(format!("{other} (not a string)")),
+        Some(other) => return Err(format!("{} (not a string)", short(other))),
     };
+    let shown = crate::error::printable(text);
     let one = |part: &str| match part {
         "ERROR" => Ok(Action::Error),
         "NONE" => Ok(Action::None),
         other => Err(format!(
-            "{text:?}: the action {other:?} (only ERROR and NONE are implemented here)"
+            "{shown:?}: the action {:?} (only ERROR and NONE are implemented here)",
+            crate::error::printable(other)
         )),
     };
-    let parts: Vec<&str> = text.split(',').collect();
-    match parts[..] {
-        [both] => one(both).map(|a| (a, a)),
-        [write, read] => Ok((one(write)?, one(read)?)),
-        _ => Err(format!("{text:?}: more than two actions")),
+    let mut parts = text.splitn(3, ',');
+    match (parts.next(), parts.next(), parts.next()) {
+        (Some(both), None, _) => one(both).map(|a| (a, a)),
+        (Some(write), Some(read), None) => Ok((one(write)?, one(read)?)),
+        _ => Err(format!("{shown:?}: more than two actions")),
     }
+}
+
+/// A JSON value as an error shows it: at most 64 characters.
+fn short(v: &Value) -> String {
+    crate::error::printable(&v.to_string())
 }
 
 #[cfg(test)]
