@@ -65,8 +65,204 @@ pub(crate) fn decodable(api: ApiKey) -> Option<VersionRange> {
         ApiKey::FindCoordinator => m::FindCoordinatorRequest::VERSIONS,
         ApiKey::DescribeCluster => m::DescribeClusterRequest::VERSIONS,
         ApiKey::ApiVersions => m::ApiVersionsRequest::VERSIONS,
+        // Walked for the topics they name, and answered here when one is
+        // a key-store topic (`admin_request`).
+        ApiKey::DeleteTopics => m::DeleteTopicsRequest::VERSIONS,
+        ApiKey::DeleteRecords => m::DeleteRecordsRequest::VERSIONS,
+        ApiKey::CreatePartitions => m::CreatePartitionsRequest::VERSIONS,
+        ApiKey::AlterConfigs => m::AlterConfigsRequest::VERSIONS,
+        ApiKey::IncrementalAlterConfigs => m::IncrementalAlterConfigsRequest::VERSIONS,
         _ => return None,
     })
+}
+
+/// The APIs the proxy forwards unread, both ways: each carries no records
+/// and nothing of a topic's data that a policy covers (offsets, groups,
+/// transactions' coordination, SASL, ACLs, configs described, quotas,
+/// credentials, telemetry). Every other API (one this proxy does not know,
+/// a broker's own, share groups' `ShareFetch`, which carries records) is
+/// left out of ApiVersions and refused: default deny.
+pub(crate) fn forwarded_unread(api: ApiKey) -> bool {
+    use ApiKey as A;
+    matches!(
+        api,
+        A::ListOffsets
+            | A::OffsetCommit
+            | A::OffsetFetch
+            | A::JoinGroup
+            | A::Heartbeat
+            | A::LeaveGroup
+            | A::SyncGroup
+            | A::DescribeGroups
+            | A::ListGroups
+            | A::SaslHandshake
+            | A::SaslAuthenticate
+            | A::CreateTopics
+            | A::InitProducerId
+            | A::OffsetForLeaderEpoch
+            | A::AddPartitionsToTxn
+            | A::AddOffsetsToTxn
+            | A::EndTxn
+            | A::TxnOffsetCommit
+            | A::DescribeAcls
+            | A::CreateAcls
+            | A::DeleteAcls
+            | A::DescribeConfigs
+            | A::AlterReplicaLogDirs
+            | A::DescribeLogDirs
+            | A::CreateDelegationToken
+            | A::RenewDelegationToken
+            | A::ExpireDelegationToken
+            | A::DescribeDelegationToken
+            | A::DeleteGroups
+            | A::ElectLeaders
+            | A::AlterPartitionReassignments
+            | A::ListPartitionReassignments
+            | A::OffsetDelete
+            | A::DescribeClientQuotas
+            | A::AlterClientQuotas
+            | A::DescribeUserScramCredentials
+            | A::AlterUserScramCredentials
+            | A::DescribeQuorum
+            | A::DescribeProducers
+            | A::DescribeTransactions
+            | A::ListTransactions
+            | A::ConsumerGroupHeartbeat
+            | A::ConsumerGroupDescribe
+            | A::GetTelemetrySubscriptions
+            | A::PushTelemetry
+            | A::ListConfigResources
+            | A::DescribeTopicPartitions
+    )
+}
+
+/// The admin APIs that can remove or change a topic's records or settings
+/// (DeleteTopics, DeleteRecords, CreatePartitions, AlterConfigs,
+/// IncrementalAlterConfigs): forwarded unless they name a key-store topic.
+pub(crate) fn admin_guarded(api: ApiKey) -> bool {
+    matches!(
+        api,
+        ApiKey::DeleteTopics
+            | ApiKey::DeleteRecords
+            | ApiKey::CreatePartitions
+            | ApiKey::AlterConfigs
+            | ApiKey::IncrementalAlterConfigs
+    )
+}
+
+/// Whether the proxy serves `api` at all (forwards it, reads it or
+/// guards it): what ApiVersions lists.
+pub(crate) fn served(api: ApiKey) -> bool {
+    decodable(api).is_some() || forwarded_unread(api)
+}
+
+/// An admin request ([`admin_guarded`]) that names a key-store topic of
+/// `policies` (or a topic by id only, while there are such topics: the
+/// proxy cannot tell which), answered here: every topic or resource it
+/// names `TOPIC_AUTHORIZATION_FAILED`, nothing forwarded. `None`: it names
+/// none, and is forwarded as it came.
+///
+/// # Errors
+/// A request that does not walk (a count past its bytes) or cannot be
+/// answered at its version: the connection is then closed.
+pub(crate) fn admin_request(
+    frame: &Bytes,
+    api: ApiKey,
+    version: i16,
+    correlation: i32,
+    policies: &Policies,
+) -> Result<Option<Bytes>, String> {
+    use kafka_protocol::messages as m;
+    let range = decodable(api).ok_or("not an admin API")?;
+    if version < range.min || version > range.max {
+        return Err(format!(
+            "a {api:?} v{version}: the proxy reads v{range} (ApiVersions said so)"
+        ));
+    }
+    let named = crate::bounds::admin_topics(api as i16, frame, version)
+        .map_err(|e| format!("a {api:?} v{version} request that does not walk: {e}"))?;
+    let guarded = |n: &crate::bounds::Named| match &n.name {
+        Some(name) => n.resource_type == 2 && policies.guards(name),
+        None => policies.guards_any(),
+    };
+    if !named.iter().any(guarded) {
+        return Ok(None);
+    }
+    let message = Some(StrBytes::from_static_str(
+        "tombstone-crypt proxy refused: the request names a key-store topic of subject keys \
+         (or a topic by id only), whose records and settings are not changed through the proxy",
+    ));
+    let name = |n: &crate::bounds::Named| n.name.clone().unwrap_or_default();
+    let topic = |n: &crate::bounds::Named| TopicName(StrBytes::from_string(name(n)));
+    let mut header = ResponseHeader::default();
+    header.correlation_id = correlation;
+    let out = match api {
+        ApiKey::DeleteTopics => {
+            let mut body = m::DeleteTopicsResponse::default();
+            for n in &named {
+                let mut r = m::delete_topics_response::DeletableTopicResult::default();
+                r.name = n.name.as_ref().map(|_| topic(n));
+                r.topic_id = uuid::Uuid::from_bytes(n.topic_id);
+                r.error_code = TOPIC_AUTHORIZATION_FAILED;
+                r.error_message = message.clone();
+                body.responses.push(r);
+            }
+            encode_response(&header, &body, api, version)
+        }
+        ApiKey::DeleteRecords => {
+            let mut body = m::DeleteRecordsResponse::default();
+            for n in &named {
+                let mut t = m::delete_records_response::DeleteRecordsTopicResult::default();
+                t.name = topic(n);
+                for p in &n.partitions {
+                    let mut r = m::delete_records_response::DeleteRecordsPartitionResult::default();
+                    r.partition_index = *p;
+                    r.low_watermark = -1;
+                    r.error_code = TOPIC_AUTHORIZATION_FAILED;
+                    t.partitions.push(r);
+                }
+                body.topics.push(t);
+            }
+            encode_response(&header, &body, api, version)
+        }
+        ApiKey::CreatePartitions => {
+            let mut body = m::CreatePartitionsResponse::default();
+            for n in &named {
+                let mut r = m::create_partitions_response::CreatePartitionsTopicResult::default();
+                r.name = topic(n);
+                r.error_code = TOPIC_AUTHORIZATION_FAILED;
+                r.error_message = message.clone();
+                body.results.push(r);
+            }
+            encode_response(&header, &body, api, version)
+        }
+        ApiKey::AlterConfigs => {
+            let mut body = m::AlterConfigsResponse::default();
+            for n in &named {
+                let mut r = m::alter_configs_response::AlterConfigsResourceResponse::default();
+                r.resource_type = n.resource_type;
+                r.resource_name = StrBytes::from_string(name(n));
+                r.error_code = TOPIC_AUTHORIZATION_FAILED;
+                r.error_message = message.clone();
+                body.responses.push(r);
+            }
+            encode_response(&header, &body, api, version)
+        }
+        _ => {
+            let mut body = m::IncrementalAlterConfigsResponse::default();
+            for n in &named {
+                let mut r =
+                    m::incremental_alter_configs_response::AlterConfigsResourceResponse::default();
+                r.resource_type = n.resource_type;
+                r.resource_name = StrBytes::from_string(name(n));
+                r.error_code = TOPIC_AUTHORIZATION_FAILED;
+                r.error_message = message.clone();
+                body.responses.push(r);
+            }
+            encode_response(&header, &body, api, version)
+        }
+    }?;
+    Ok(Some(out))
 }
 
 fn decode_response<M: Decodable>(
@@ -671,9 +867,14 @@ pub(crate) fn api_versions_response(frame: &Bytes, version: i16) -> Result<Optio
     let (header, mut body): (_, ApiVersionsResponse) =
         decode_response(frame, ApiKey::ApiVersions, version)?;
     body.api_keys.retain_mut(|a| {
+        // Default deny: an API this proxy does not know, or does not
+        // serve, is left out.
         let Ok(api) = ApiKey::try_from(a.api_key) else {
-            return true;
+            return false;
         };
+        if !served(api) {
+            return false;
+        }
         let Some(ours) = decodable(api) else {
             return true;
         };
@@ -761,5 +962,28 @@ mod tests {
             &crate::budget::Budget::alone(64 << 20, 1 << 20)
         )
         .is_ok());
+    }
+
+    /// Default deny: ApiVersions keeps only what the proxy serves: not a
+    /// broker's own API, not ShareFetch, not a key no API has.
+    #[test]
+    fn api_versions_lists_only_what_the_proxy_serves() {
+        use kafka_protocol::messages::api_versions_response::ApiVersion;
+        let mut body = ApiVersionsResponse::default();
+        for key in [0i16, 1, 2, 4, 20, 27, 52, 78, 79, 999] {
+            let mut v = ApiVersion::default();
+            v.api_key = key;
+            v.min_version = 0;
+            v.max_version = 9;
+            body.api_keys.push(v);
+        }
+        let header = ResponseHeader::default();
+        let version = 3;
+        let frame = encode_response(&header, &body, ApiKey::ApiVersions, version).unwrap();
+        let out = api_versions_response(&frame, version).unwrap().unwrap();
+        let (_, back): (_, ApiVersionsResponse) =
+            decode_response(&out, ApiKey::ApiVersions, version).unwrap();
+        let keys: Vec<i16> = back.api_keys.iter().map(|k| k.api_key).collect();
+        assert_eq!(keys, vec![0, 1, 2, 20]);
     }
 }

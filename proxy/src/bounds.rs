@@ -185,3 +185,125 @@ pub(crate) fn fetch_response(frame: &[u8], version: i16) -> Result<(), Refusal> 
     w.tags()?;
     Ok(())
 }
+
+/// A topic (or config resource) an admin request names, as walked.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) struct Named {
+    /// Its name; `None` when the request names it by topic id only.
+    pub(crate) name: Option<String>,
+    /// Its topic id (DeleteTopics v6 and on), else zeros.
+    pub(crate) topic_id: [u8; 16],
+    /// A config resource's type (`2`: a topic); `2` for the others.
+    pub(crate) resource_type: i8,
+    /// The partitions it names (DeleteRecords).
+    pub(crate) partitions: Vec<i32>,
+}
+
+impl Walk<'_> {
+    fn string(&mut self) -> Result<Option<String>, Refusal> {
+        match self.length(false)? {
+            None => Ok(None),
+            Some(n) => {
+                let b = self.take(n)?;
+                Ok(Some(String::from_utf8_lossy(b).into_owned()))
+            }
+        }
+    }
+}
+
+/// The topics an admin request names that can change or remove a topic's
+/// records or its settings: DeleteTopics, DeleteRecords, CreatePartitions,
+/// AlterConfigs and IncrementalAlterConfigs (header v1, or v2 at their
+/// flexible versions). Every count is checked against the bytes left.
+pub(crate) fn admin_topics(api: i16, frame: &[u8], version: i16) -> Result<Vec<Named>, Refusal> {
+    // The first flexible version of each.
+    let flexible = match api {
+        20 => version >= 4,
+        21 | 33 => version >= 2,
+        37 => version >= 2,
+        44 => version >= 1,
+        other => return Err(format!("API key {other} is not an admin API walked here")),
+    };
+    let mut w = Walk {
+        rest: frame,
+        flexible: false,
+    };
+    w.take(8)?; // API key, version, correlation id
+    w.skip_sized(false)?; // client id (never compact)
+    w.flexible = flexible;
+    w.tags()?;
+    let topic = |name: Option<String>| Named {
+        name,
+        topic_id: [0; 16],
+        resource_type: 2,
+        partitions: Vec::new(),
+    };
+    let mut named = Vec::new();
+    match api {
+        // DeleteTopics: names (v0-5), or topics of a name and an id.
+        20 => {
+            for _ in 0..w.count()? {
+                if version >= 6 {
+                    let mut t = topic(w.string()?);
+                    t.topic_id.copy_from_slice(w.take(16)?);
+                    w.tags()?;
+                    named.push(t);
+                } else {
+                    named.push(topic(w.string()?));
+                }
+            }
+            w.take(4)?;
+        }
+        // DeleteRecords: topics of partitions and offsets.
+        21 => {
+            for _ in 0..w.count()? {
+                let mut t = topic(w.string()?);
+                for _ in 0..w.count()? {
+                    let p = w.int(4)?;
+                    w.take(8)?;
+                    w.tags()?;
+                    t.partitions.push(p as i32);
+                }
+                w.tags()?;
+                named.push(t);
+            }
+            w.take(4)?;
+        }
+        // CreatePartitions: topics, counts and assignments.
+        37 => {
+            for _ in 0..w.count()? {
+                let t = topic(w.string()?);
+                w.take(4)?;
+                for _ in 0..w.count()? {
+                    let n = w.count()?;
+                    w.take(4 * n)?;
+                    w.tags()?;
+                }
+                w.tags()?;
+                named.push(t);
+            }
+            w.take(5)?;
+        }
+        // AlterConfigs and IncrementalAlterConfigs: resources of configs.
+        _ => {
+            for _ in 0..w.count()? {
+                let resource_type = w.int(1)? as i8;
+                let mut t = topic(w.string()?);
+                t.resource_type = resource_type;
+                for _ in 0..w.count()? {
+                    w.skip_sized(false)?;
+                    if api == 44 {
+                        w.take(1)?;
+                    }
+                    w.skip_sized(false)?;
+                    w.tags()?;
+                }
+                w.tags()?;
+                named.push(t);
+            }
+            w.take(1)?;
+        }
+    }
+    w.tags()?;
+    Ok(named)
+}

@@ -88,6 +88,13 @@ pub struct ProxyConfig {
     /// refused, `CORRUPT_MESSAGE` (retriable).
     #[serde(default)]
     pub max_decoded_bytes: Option<usize>,
+    /// Let DeleteTopics, DeleteRecords, CreatePartitions, AlterConfigs and
+    /// IncrementalAlterConfigs that name a key-store topic of subject keys
+    /// (`subject_key_topic`) pass (default: refused,
+    /// `TOPIC_AUTHORIZATION_FAILED`: a client could destroy live subjects'
+    /// keys, or undo a shred).
+    #[serde(default)]
+    pub key_store_admin: bool,
     /// TLS on the listeners (the bootstrap and every broker node's):
     /// without it they speak plaintext.
     #[serde(default)]

@@ -7,7 +7,15 @@
 //! library's default associated data: the topic and the plaintext record
 //! key; record keys deterministically under an AES-SIV keyset, optionally;
 //! the values of record headers named in the policy); on Fetch it decrypts
-//! them. Every other API passes through byte for byte.
+//! them. The APIs that carry nothing a policy covers (offsets, groups,
+//! transactions' coordination, SASL, ACLs, quotas, configs described) pass
+//! through byte for byte; every other API (one it does not know, a
+//! broker's own, share groups' `ShareFetch`, which hands out records) is
+//! left out of ApiVersions and refused: default deny. Admin requests that
+//! would delete or change a key-store topic of subject keys (DeleteTopics,
+//! DeleteRecords, CreatePartitions, AlterConfigs, IncrementalAlterConfigs)
+//! are answered `TOPIC_AUTHORIZATION_FAILED` unless `key_store_admin` is
+//! set.
 //! A topic written through the proxy reads with the library's
 //! `TypedConsumer` and `tombstone-crypt consume`/`audit` with the same
 //! keysets, and the other way round.
@@ -16,6 +24,15 @@
 //! - **A tombstone stays a tombstone**: a null value is forwarded null,
 //!   byte for byte, and never reaches a cipher; an empty value is a value
 //!   and is encrypted.
+//! - **No count is trusted**: every count and length in a request or a
+//!   fetched batch (arrays, records, headers, keys, values, varints) is
+//!   checked against the bytes that remain before anything is sized from
+//!   it, and decoding takes its memory from a budget per request
+//!   (`max_decoded_bytes_per_request`, default 4 times `max_frame_bytes`)
+//!   and for the process (`max_decoded_bytes`, default 8 times): a batch
+//!   past either is `CORRUPT_MESSAGE` (counted as `decode_budget_refused`),
+//!   never an abort, so one request's decoding takes at most its budget
+//!   beside its frame, and all requests together at most the process's.
 //! - **Never plaintext**: a partition of a policy topic that cannot be
 //!   encrypted (a batch the proxy cannot decode, a keyset that fails) is
 //!   not forwarded; the proxy answers it with `CORRUPT_MESSAGE`

@@ -50,6 +50,8 @@ struct Shared {
     advertised_host: StrBytes,
     base_port: u16,
     max_frame: usize,
+    /// Whether admin requests that name a key-store topic pass.
+    key_store_admin: bool,
     /// What decoding one request (or Fetch response) may take.
     request_budget: usize,
     /// What decoding may take, all requests in flight together.
@@ -121,6 +123,7 @@ impl Proxy {
             advertised_host: StrBytes::from_string(advertised),
             base_port: local.port(),
             max_frame: config.max_frame_bytes(),
+            key_store_admin: config.key_store_admin,
             request_budget: config.max_decoded_bytes_per_request(),
             pool: crate::budget::Pool::new(config.max_decoded_bytes()),
             policies,
@@ -542,7 +545,41 @@ async fn read_requests(
                 upstream_then(Then::ApiVersions { version }),
                 Some(Bytes::clone(&frame)),
             ),
-            _ => (upstream_then(Then::Pass), Some(Bytes::clone(&frame))),
+            Ok(api) if api::admin_guarded(api) && !shared.key_store_admin => {
+                match api::admin_request(&frame, api, version, correlation, &shared.policies) {
+                    Ok(None) => (upstream_then(Then::Pass), Some(Bytes::clone(&frame))),
+                    Ok(Some(answer)) => {
+                        stats::add(Event::AdminRefused, 1);
+                        tracing::warn!(
+                            "client {peer}: refused a {api:?} (correlation id {correlation}) that \
+                             names a key-store topic: answered TOPIC_AUTHORIZATION_FAILED, nothing \
+                             forwarded"
+                        );
+                        (Some(Pending::Local(answer)), None)
+                    }
+                    Err(reason) => {
+                        stats::add(Event::FramesRefused, 1);
+                        tracing::warn!(
+                            "client {peer}: refused a request: {reason}: connection closed, \
+                             nothing forwarded"
+                        );
+                        return End::Closed;
+                    }
+                }
+            }
+            Ok(api) if api::forwarded_unread(api) || api::admin_guarded(api) => {
+                (upstream_then(Then::Pass), Some(Bytes::clone(&frame)))
+            }
+            _ => {
+                // Default deny: an API the proxy does not know or serve (left
+                // out of its ApiVersions) is never forwarded.
+                stats::add(Event::FramesRefused, 1);
+                tracing::warn!(
+                    "client {peer}: refused a request of API key {key} v{version}, which the \
+                     proxy does not serve: connection closed, nothing forwarded"
+                );
+                return End::Closed;
+            }
         };
         // What goes to the broker: the client's frame (a handle, dropped
         // first: declared after it) or the encrypted one.

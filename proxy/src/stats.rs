@@ -46,6 +46,10 @@ pub struct Snapshot {
     /// memory than a request's budget or the process's holds
     /// (`max_decoded_bytes_per_request`, `max_decoded_bytes`).
     pub decode_budget_refused: u64,
+    /// Admin requests (DeleteTopics, DeleteRecords, CreatePartitions,
+    /// AlterConfigs, IncrementalAlterConfigs) refused for naming a
+    /// key-store topic.
+    pub admin_refused: u64,
 }
 
 /// The events counted.
@@ -63,9 +67,10 @@ pub(crate) enum Event {
     FramesRefused,
     ShreddedFetched,
     DecodeBudgetRefused,
+    AdminRefused,
 }
 
-const EVENTS: usize = 12;
+const EVENTS: usize = 13;
 
 static COUNTERS: [AtomicU64; EVENTS] = [const { AtomicU64::new(0) }; EVENTS];
 
@@ -118,6 +123,7 @@ pub fn process() -> Snapshot {
         partitions_undecryptable: c(Event::PartitionsUndecryptable),
         frames_refused: c(Event::FramesRefused),
         decode_budget_refused: c(Event::DecodeBudgetRefused),
+        admin_refused: c(Event::AdminRefused),
         shredded_fetched: c(Event::ShreddedFetched),
     }
 }
