@@ -449,6 +449,15 @@ fn entry_policy(config: &ProxyConfig, entry: &TopicEntry) -> Result<TopicPolicy,
     let policy_error = |e: tombstone_crypt::Error| {
         ProxyError::Config(format!("the topics entry {named:?}: {}", chain(&e)))
     };
+    if let Some(t) = &entry.topic {
+        legal_topic(t, false).map_err(|why| bad(&format!("\"topic\" {why}")))?;
+    }
+    if let Some(p) = &entry.prefix {
+        legal_topic(p, true).map_err(|why| bad(&format!("\"prefix\" {why}")))?;
+    }
+    if let Some(t) = &entry.subject_key_topic {
+        legal_topic(t, false).map_err(|why| bad(&format!("\"subject_key_topic\" {why}")))?;
+    }
     if entry.key_keyset.is_none() && entry.key_keyset_kms_uri.is_some() {
         return Err(bad("\"key_keyset_kms_uri\" without \"key_keyset\""));
     }
@@ -466,13 +475,29 @@ fn entry_policy(config: &ProxyConfig, entry: &TopicEntry) -> Result<TopicPolicy,
             "\"subject_keyset_kms_uri\", \"subject_key_topic\", \"subject_key_store\", \"subject_key_view\" and \"subject_key_fence_ms\" need \"subject_keyset\"",
         ));
     }
+    // A value keyset and a KEK are randomized (AES-GCM, envelope); a key
+    // keyset deterministic (AES-SIV): the other way round, every write
+    // would be refused while producers retry forever.
+    let randomized = |k: Keyset, what: &str| {
+        if k.is_deterministic() {
+            Err(bad(&format!(
+                "\"{what}\" is a deterministic (AES-SIV) keyset: values need a randomized one \
+                 (AES-GCM or a KMS envelope); AES-SIV is for \"key_keyset\""
+            )))
+        } else {
+            Ok(k)
+        }
+    };
     let policy = match (&entry.value_keyset, &entry.subject_keyset) {
-        (Some(values), None) => TopicPolicy::keyset(load_keyset_with(
-            values,
-            entry.value_keyset_kms_uri.as_deref(),
+        (Some(values), None) => TopicPolicy::keyset(randomized(
+            load_keyset_with(values, entry.value_keyset_kms_uri.as_deref())?,
+            "value_keyset",
         )?),
         (None, Some(kek)) => {
-            let kek = load_keyset_with(kek, entry.subject_keyset_kms_uri.as_deref())?;
+            let kek = randomized(
+                load_keyset_with(kek, entry.subject_keyset_kms_uri.as_deref())?,
+                "subject_keyset",
+            )?;
             TopicPolicy::subject_keys(Arc::new(subject_keys(config, entry, kek, &bad)?))
         }
         _ => {
@@ -482,14 +507,53 @@ fn entry_policy(config: &ProxyConfig, entry: &TopicEntry) -> Result<TopicPolicy,
         }
     };
     let policy = match &entry.key_keyset {
-        Some(k) => policy
-            .with_record_keys(load_keyset_with(k, entry.key_keyset_kms_uri.as_deref())?)
-            .map_err(policy_error)?,
+        Some(k) => {
+            let keys = load_keyset_with(k, entry.key_keyset_kms_uri.as_deref())?;
+            if !keys.is_deterministic() {
+                return Err(bad(
+                    "\"key_keyset\" is a randomized keyset: record keys need a deterministic \
+                     (AES-SIV) one, or compaction would never meet a key's tombstone",
+                ));
+            }
+            policy.with_record_keys(keys).map_err(policy_error)?
+        }
         None => policy,
     };
     policy
         .with_headers(entry.headers.clone())
         .map_err(policy_error)
+}
+
+/// Whether `name` is a topic name Kafka allows (or, `prefix`, the start of
+/// one): 1 to 249 characters of `a-z A-Z 0-9 . _ -`, and not `.` or `..`.
+/// A name Kafka cannot hold (`"pay "`) would never match a topic, and the
+/// topic meant would pass in plaintext.
+fn legal_topic(name: &str, prefix: bool) -> Result<(), String> {
+    let shown = printable(name);
+    if name.is_empty() {
+        return Err("is empty".into());
+    }
+    if name.len() > 249 {
+        return Err(format!("{shown:?} is longer than Kafka's 249 characters"));
+    }
+    if let Some(c) = name
+        .chars()
+        .find(|c| !(c.is_ascii_alphanumeric() || matches!(c, '.' | '_' | '-')))
+    {
+        return Err(format!(
+            "{shown:?} holds {c:?}, which Kafka does not allow in a topic name \
+             (letters, digits, '.', '_' and '-')"
+        ));
+    }
+    if !prefix && (name == "." || name == "..") {
+        return Err(format!("{name:?} is not a topic name Kafka allows"));
+    }
+    Ok(())
+}
+
+/// At most 64 printable characters of `s`, for an error.
+fn printable(s: &str) -> String {
+    s.chars().filter(|c| !c.is_control()).take(64).collect()
 }
 
 /// The subject keys of `entry` under `kek`: its key-store topic on the
@@ -737,6 +801,53 @@ mod tests {
         .unwrap_err();
         assert!(e.contains("headers"), "{e}");
         let _ = std::fs::remove_dir_all(&dir);
+    }
+
+    /// A topic Kafka cannot name, and a keyset of the wrong kind for its
+    /// place, are refused at load, naming the entry.
+    #[test]
+    fn illegal_names_and_keysets_of_the_wrong_kind_are_refused_at_load() {
+        let dir = std::env::temp_dir().join(format!("px-config-legal-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        let siv = Keyset::generate_with(tombstone_crypt::KeyTemplate::aes256_siv()).unwrap();
+        std::fs::write(dir.join("v.json"), Keyset::generate().to_tink_json()).unwrap();
+        std::fs::write(dir.join("siv.json"), siv.to_tink_json()).unwrap();
+        let load = |entry: &str| {
+            let text = format!(
+                r#"{{"listen":"127.0.0.1:1","bootstrap":"127.0.0.1:1","topics":[{entry}]}}"#
+            );
+            std::fs::write(dir.join("p.json"), text).unwrap();
+            let c = ProxyConfig::from_file(&dir.join("p.json")).unwrap();
+            Policies::load(&c).map(|_| ()).map_err(|e| e.to_string())
+        };
+        load(r#"{"topic":"pay","value_keyset":"v.json","key_keyset":"siv.json"}"#).unwrap();
+        load(r#"{"prefix":"pay.","value_keyset":"v.json"}"#).unwrap();
+        for (entry, named) in [
+            (r#"{"topic":"pay ","value_keyset":"v.json"}"#, "' '"),
+            (r#"{"topic":"","value_keyset":"v.json"}"#, "empty"),
+            (r#"{"topic":"..","value_keyset":"v.json"}"#, "\"..\""),
+            (r#"{"prefix":"pay/","value_keyset":"v.json"}"#, "'/'"),
+            (
+                r#"{"topic":"pay","value_keyset":"siv.json"}"#,
+                "value_keyset",
+            ),
+            (
+                r#"{"topic":"pay","value_keyset":"v.json","key_keyset":"v.json"}"#,
+                "key_keyset",
+            ),
+        ] {
+            let e = load(entry).unwrap_err();
+            assert!(
+                e.contains(named) && e.contains("topics entry"),
+                "{entry}: {e}"
+            );
+        }
+        let long = format!(
+            r#"{{"topic":"{}","value_keyset":"v.json"}}"#,
+            "a".repeat(250)
+        );
+        assert!(load(&long).unwrap_err().contains("249"));
+        std::fs::remove_dir_all(&dir).ok();
     }
 
     #[test]
