@@ -1,6 +1,6 @@
 //! Size-prefixed frames: the Kafka protocol's unit on the wire.
 
-use bytes::{Bytes, BytesMut};
+use bytes::Bytes;
 use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt};
 
 /// Why a frame could not be read.
@@ -28,8 +28,16 @@ impl std::fmt::Display for FrameError {
     }
 }
 
+/// What a frame's buffer starts with; it grows (doubling) as its bytes
+/// arrive, never to more than twice what arrived.
+const FIRST_READ: usize = 64 << 10;
+
 /// Reads one frame's body (without its 4-byte length). The length is
-/// checked against `max` before anything is allocated for it.
+/// checked against `max` before anything is allocated for it, and the
+/// buffer grows with the bytes that arrive, not with the length claimed:
+/// a client that claims 100 MiB and sends a few bytes, on many
+/// connections, takes a few bytes each (a block the buffer leaves is
+/// wiped: a request frame holds plaintext).
 pub(crate) async fn read_frame<R: AsyncRead + Unpin>(
     r: &mut R,
     max: usize,
@@ -48,8 +56,19 @@ pub(crate) async fn read_frame<R: AsyncRead + Unpin>(
             max,
         });
     };
-    let mut body = BytesMut::zeroed(size);
-    r.read_exact(&mut body).await.map_err(FrameError::Io)?;
+    let mut body = crate::wipe::Buf::with_capacity(size.min(FIRST_READ), true);
+    while body.len() < size {
+        let room = (size - body.len()).min(body.len().max(FIRST_READ));
+        body.reserve(room);
+        let n = (&mut *r)
+            .take(room as u64)
+            .read_buf(body.inner())
+            .await
+            .map_err(FrameError::Io)?;
+        if n == 0 {
+            return Err(FrameError::Io(std::io::ErrorKind::UnexpectedEof.into()));
+        }
+    }
     Ok(body.freeze())
 }
 

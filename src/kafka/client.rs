@@ -591,6 +591,30 @@ struct LineState {
     /// A writer thread is working through the line (the write it took from
     /// the front included): a new write goes behind it.
     draining: bool,
+    /// The records and bytes (keys and values) of the writes waiting.
+    records: usize,
+    bytes: usize,
+}
+
+/// How much a producer's line holds at most: records and bytes (keys and
+/// values) of the writes waiting for the queue. A write that finds it full
+/// is refused at once, `QueueFull`, before it takes a place.
+#[derive(Clone, Copy, Debug)]
+struct Bounds {
+    records: usize,
+    bytes: usize,
+}
+
+impl Outgoing {
+    /// The records and bytes (keys and values) of the write.
+    fn weight(&self) -> (usize, usize) {
+        let bytes = self
+            .records
+            .iter()
+            .map(|r| r.key.len() + r.payload.as_ref().map_or(0, Vec::len))
+            .sum();
+        (self.records.len(), bytes)
+    }
 }
 
 /// A producer's writes, in the order they were handed over: one writer
@@ -600,15 +624,17 @@ struct LineState {
 /// future, dropped or not, changes nothing of that.
 struct Line {
     release: Release,
+    bounds: Bounds,
     state: Mutex<LineState>,
     /// Signalled when the line is empty and no writer thread runs.
     idle: std::sync::Condvar,
 }
 
 impl Line {
-    fn new(release: Release) -> Self {
+    fn new(release: Release, bounds: Bounds) -> Self {
         Line {
             release,
+            bounds,
             state: Mutex::new(LineState::default()),
             idle: std::sync::Condvar::new(),
         }
@@ -636,8 +662,38 @@ impl Line {
                 Err(failure) => return Err(failure),
             }
         }
+        let (records, bytes) = out.weight();
+        if state.draining {
+            // Behind others: refused at once when the line is full. Nothing
+            // of it was queued (the queue is tried only with nothing
+            // ahead), so the writes that did start keep their order.
+            let full = state.records.saturating_add(records) > self.bounds.records
+                || state.bytes.saturating_add(bytes) > self.bounds.bytes;
+            if full && !state.waiting.is_empty() {
+                return Err(SendFailure {
+                    error: kafka_err(
+                        &format!(
+                            "produce to {}: the producer's line is full ({} writes, {} records, {} bytes \
+                             waiting for the queue; at most {} records and {} bytes): refused before it \
+                             took a place",
+                            out.topic,
+                            state.waiting.len(),
+                            state.records,
+                            state.bytes,
+                            self.bounds.records,
+                            self.bounds.bytes
+                        ),
+                        KafkaError::MessageProduction(RDKafkaErrorCode::QueueFull),
+                    ),
+                    unknown_partition: false,
+                    nothing_queued: true,
+                });
+            }
+        }
         let (reply, answer) = futures_channel::oneshot::channel();
         let topic = out.topic.clone();
+        state.records = state.records.saturating_add(records);
+        state.bytes = state.bytes.saturating_add(bytes);
         state.waiting.push_back(Waiting { out, reply });
         if !state.draining {
             let line = std::sync::Arc::clone(self);
@@ -645,10 +701,14 @@ impl Line {
                 .name("tombstone-crypt-writer".to_owned())
                 .spawn(move || line.drain());
             if let Err(e) = started {
-                let nothing_queued = state
-                    .waiting
-                    .pop_back()
-                    .is_none_or(|w| w.out.queued.is_empty() && w.out.next == 0);
+                let popped = state.waiting.pop_back();
+                if let Some(w) = &popped {
+                    let (records, bytes) = w.out.weight();
+                    state.records = state.records.saturating_sub(records);
+                    state.bytes = state.bytes.saturating_sub(bytes);
+                }
+                let nothing_queued =
+                    popped.is_none_or(|w| w.out.queued.is_empty() && w.out.next == 0);
                 return Err(SendFailure {
                     error: kafka_err(&format!("produce to {topic}: start the writer thread"), e),
                     unknown_partition: false,
@@ -667,7 +727,12 @@ impl Line {
             let next = {
                 let mut state = self.lock();
                 match state.waiting.pop_front() {
-                    Some(w) => w,
+                    Some(w) => {
+                        let (records, bytes) = w.out.weight();
+                        state.records = state.records.saturating_sub(records);
+                        state.bytes = state.bytes.saturating_sub(bytes);
+                        w
+                    }
                     None => {
                         state.draining = false;
                         self.idle.notify_all();
@@ -765,6 +830,13 @@ where
             .and_then(|ms| ms.trim().parse::<u64>().ok())
             .filter(|&ms| ms > 0)
             .map_or(DEFAULT_PARTITION_REFRESH, Duration::from_millis);
+        // The line holds at most what librdkafka's queue holds by default
+        // (100,000 messages, 1 GiB): a queue configured smaller still has
+        // a line of that size behind it.
+        let bounds = Bounds {
+            records: 100_000,
+            bytes: 1 << 30,
+        };
         let producer: FutureProducer = config
             .create()
             .map_err(|e| kafka_err("create the producer", e))?;
@@ -777,9 +849,21 @@ where
             binding: KeyBinding::default(),
             rule: WriteRule::default(),
             partitions: std::sync::Arc::new(Mutex::new(PartitionCounts::new(refresh))),
-            line: std::sync::Arc::new(Line::new(release)),
+            line: std::sync::Arc::new(Line::new(release, bounds)),
             types: PhantomData,
         })
+    }
+
+    /// The same producer with a line of writes waiting for the queue that
+    /// holds at most `records` records and `bytes` bytes of keys and values
+    /// (default: 100,000 and 1 GiB, librdkafka's default queue bounds); a
+    /// write
+    /// that finds it full fails at once with `QueueFull` (see
+    /// [`send`](TypedProducer::send)). Set before the first write.
+    #[must_use]
+    pub fn with_line_bounds(self, records: usize, bytes: usize) -> Self {
+        let line = std::sync::Arc::new(Line::new(self.line.release, Bounds { records, bytes }));
+        TypedProducer { line, ..self }
     }
 
     /// The same producer binding values to the key bytes that `binding`
@@ -850,6 +934,20 @@ where
     /// future dropped before its first poll has sent nothing. What no
     /// write survives:
     /// the process ending before its records are queued and delivered.
+    ///
+    /// **A full line.** Writes waiting behind a full queue (a broker that
+    /// does not answer) are held in the producer's line, which holds at
+    /// most 100,000 records and 1 GiB of keys and values (librdkafka's own
+    /// default queue bounds, whatever the queue is set to;
+    /// [`with_line_bounds`](TypedProducer::with_line_bounds) sets others).
+    /// A write that finds it full fails at once, in its first poll, with
+    /// `QueueFull` (an [`Error::Kafka`] whose source is rdkafka's
+    /// `QueueFull`), before it takes a place: nothing of it was sent, and
+    /// the writes started before it keep their order. A fire-and-forget
+    /// caller (each future polled once and dropped) sees nothing of that
+    /// failure: its write was dropped, and memory stays bounded; to know,
+    /// keep the futures, or [`flush`](TypedProducer::flush) and read
+    /// back.
     ///
     /// # Errors
     /// A serializer failed, or [`Error::Kafka`] if a record was not
