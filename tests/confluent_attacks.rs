@@ -11,6 +11,8 @@
 //! or held from the start ("Held:").
 #![cfg(all(feature = "confluent", feature = "confluent-avro"))]
 
+mod common;
+
 use base64::Engine as _;
 use serde_json::{json, Value};
 use tombstone_crypt::confluent::{ConfluentJson, DekAlgorithm, LocalKms, Rule};
@@ -25,20 +27,7 @@ const SUBJECT: &str = "t-value";
 // ---------------------------------------------------------------------
 
 fn rule(ty: &str, extra: Value) -> Value {
-    let mut r = json!({
-        "name": "r", "type": ty, "tags": ["PII"],
-        "params": {"encrypt.kek.name": "k1", "encrypt.kms.type": "local-kms",
-                   "encrypt.kms.key.id": "local-kms://k1"},
-        "onFailure": "ERROR,NONE",
-    });
-    for (k, v) in extra.as_object().unwrap() {
-        if v.is_null() {
-            r.as_object_mut().unwrap().remove(k);
-        } else {
-            r[k] = v.clone();
-        }
-    }
-    r
+    common::confluent::documented_rule(ty, extra)
 }
 
 fn json_doc() -> Value {

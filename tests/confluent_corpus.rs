@@ -24,9 +24,9 @@
 mod common;
 
 use base64::Engine as _;
-use common::confluent::{b64, peer_env};
+use common::confluent::{add_deks, b64, peer_env};
 use serde_json::{json, Value};
-use tombstone_crypt::confluent::{ConfluentJson, DekAlgorithm, LocalKms};
+use tombstone_crypt::confluent::{ConfluentJson, LocalKms};
 use tombstone_crypt::Error;
 
 const SECRET: &str = "mysecret";
@@ -127,15 +127,7 @@ fn codec(
 ) -> Result<ConfluentJson, Error> {
     let mut codec = ConfluentJson::new(LocalKms::new(secret)).avro_bytes_as_base64();
     codec.register(u32::try_from(id).expect("an id"), subject, schema)?;
-    for d in deks {
-        codec.add_wrapped_dek(
-            d["kekName"].as_str().expect("kek"),
-            d["subject"].as_str().expect("subject"),
-            DekAlgorithm::from_name(d["algorithm"].as_str().expect("algorithm"))?,
-            u32::try_from(d["version"].as_u64().expect("version")).expect("u32"),
-            &b64(d["encryptedKeyMaterial"].as_str().expect("material")),
-        )?;
-    }
+    add_deks(&codec, deks)?;
     Ok(codec)
 }
 

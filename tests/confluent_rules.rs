@@ -169,25 +169,9 @@ fn schema_with(rules: Value, extra: Value) -> Value {
     s
 }
 
-/// A rule as Confluent's documentation writes one (no `kind` or `mode`,
-/// `onFailure` `"ERROR,NONE"`), with `extra` merged in (a null removes).
+/// A rule as Confluent's documentation writes one.
 fn rule(ty: &str, extra: Value) -> Value {
-    let mut r = json!({
-        "name": "r", "type": ty, "tags": ["PII"],
-        "params": {"encrypt.kek.name": "k1", "encrypt.kms.type": "local-kms",
-                   "encrypt.kms.key.id": "local-kms://k1"},
-        "onFailure": "ERROR,NONE",
-    });
-    if let (Some(r), Some(extra)) = (r.as_object_mut(), extra.as_object()) {
-        for (k, v) in extra {
-            if v.is_null() {
-                r.remove(k);
-            } else {
-                r.insert(k.clone(), v.clone());
-            }
-        }
-    }
-    r
+    common::confluent::documented_rule(ty, extra)
 }
 
 /// What Confluent's client accepts and this codec does not implement:

@@ -110,9 +110,9 @@ impl<'a> Walk<'a> {
     }
 }
 
-/// A Produce request frame (header v1, or v2 from Produce v9), v3 and on.
-pub(crate) fn produce_request(frame: &[u8], version: i16) -> Result<(), Refusal> {
-    let flexible = version >= 9;
+/// A walk over a request frame, past its header (v1, or v2 at `flexible`
+/// versions: the client id is never compact, the tags follow it).
+fn past_request_header(frame: &[u8], flexible: bool) -> Result<Walk<'_>, Refusal> {
     let mut w = Walk {
         rest: frame,
         flexible: false,
@@ -121,6 +121,12 @@ pub(crate) fn produce_request(frame: &[u8], version: i16) -> Result<(), Refusal>
     w.skip_sized(false)?; // client id (never compact)
     w.flexible = flexible;
     w.tags()?;
+    Ok(w)
+}
+
+/// A Produce request frame (header v1, or v2 from Produce v9), v3 and on.
+pub(crate) fn produce_request(frame: &[u8], version: i16) -> Result<(), Refusal> {
+    let mut w = past_request_header(frame, version >= 9)?;
     if version >= 3 {
         w.skip_sized(false)?; // transactional id
     }
@@ -224,14 +230,7 @@ pub(crate) fn admin_topics(api: i16, frame: &[u8], version: i16) -> Result<Vec<N
         44 => version >= 1,
         other => return Err(format!("API key {other} is not an admin API walked here")),
     };
-    let mut w = Walk {
-        rest: frame,
-        flexible: false,
-    };
-    w.take(8)?; // API key, version, correlation id
-    w.skip_sized(false)?; // client id (never compact)
-    w.flexible = flexible;
-    w.tags()?;
+    let mut w = past_request_header(frame, flexible)?;
     let topic = |name: Option<String>| Named {
         name,
         topic_id: [0; 16],

@@ -738,14 +738,7 @@ mod tests {
         std::fs::create_dir_all(&dir).unwrap();
         std::fs::write(dir.join("v.json"), Keyset::generate().to_tink_json()).unwrap();
         std::fs::write(dir.join("kek.json"), Keyset::generate().to_tink_json()).unwrap();
-        let load = |entry: &str| {
-            let text = format!(
-                r#"{{"listen":"127.0.0.1:1","bootstrap":"127.0.0.1:1","topics":[{entry}]}}"#
-            );
-            std::fs::write(dir.join("p.json"), text).unwrap();
-            let c = ProxyConfig::from_file(&dir.join("p.json")).unwrap();
-            Policies::load(&c).map(|_| ()).map_err(|e| e.to_string())
-        };
+        let load = |entry: &str| load_entry(&dir, entry);
         for (entry, says) in [
             (r#"{"topic":"t"}"#, "exactly one of"),
             (
@@ -803,6 +796,16 @@ mod tests {
         let _ = std::fs::remove_dir_all(&dir);
     }
 
+    /// The policies of a configuration (written to `dir`) of one topics
+    /// entry, or why not.
+    fn load_entry(dir: &std::path::Path, entry: &str) -> Result<(), String> {
+        let text =
+            format!(r#"{{"listen":"127.0.0.1:1","bootstrap":"127.0.0.1:1","topics":[{entry}]}}"#);
+        std::fs::write(dir.join("p.json"), text).unwrap();
+        let c = ProxyConfig::from_file(&dir.join("p.json")).unwrap();
+        Policies::load(&c).map(|_| ()).map_err(|e| e.to_string())
+    }
+
     /// A topic Kafka cannot name, and a keyset of the wrong kind for its
     /// place, are refused at load, naming the entry.
     #[test]
@@ -812,14 +815,7 @@ mod tests {
         let siv = Keyset::generate_with(tombstone_crypt::KeyTemplate::aes256_siv()).unwrap();
         std::fs::write(dir.join("v.json"), Keyset::generate().to_tink_json()).unwrap();
         std::fs::write(dir.join("siv.json"), siv.to_tink_json()).unwrap();
-        let load = |entry: &str| {
-            let text = format!(
-                r#"{{"listen":"127.0.0.1:1","bootstrap":"127.0.0.1:1","topics":[{entry}]}}"#
-            );
-            std::fs::write(dir.join("p.json"), text).unwrap();
-            let c = ProxyConfig::from_file(&dir.join("p.json")).unwrap();
-            Policies::load(&c).map(|_| ()).map_err(|e| e.to_string())
-        };
+        let load = |entry: &str| load_entry(&dir, entry);
         load(r#"{"topic":"pay","value_keyset":"v.json","key_keyset":"siv.json"}"#).unwrap();
         load(r#"{"prefix":"pay.","value_keyset":"v.json"}"#).unwrap();
         for (entry, named) in [

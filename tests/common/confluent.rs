@@ -37,7 +37,14 @@ pub fn reader(f: &Value, secret: &str) -> Result<ConfluentJson, Error> {
         f["subject"].as_str().expect("subject"),
         &f["schema"],
     )?;
-    for d in f["deks"].as_array().expect("deks") {
+    add_deks(&codec, f["deks"].as_array().expect("deks"))?;
+    Ok(codec)
+}
+
+/// Gives `codec` the wrapped DEKs `deks` (as the DEK registry holds them:
+/// `kekName`, `subject`, `algorithm`, `version`, `encryptedKeyMaterial`).
+pub fn add_deks(codec: &ConfluentJson, deks: &[Value]) -> Result<(), Error> {
+    for d in deks {
         codec.add_wrapped_dek(
             d["kekName"].as_str().expect("kek"),
             d["subject"].as_str().expect("subject"),
@@ -46,7 +53,29 @@ pub fn reader(f: &Value, secret: &str) -> Result<ConfluentJson, Error> {
             &b64(d["encryptedKeyMaterial"].as_str().expect("material")),
         )?;
     }
-    Ok(codec)
+    Ok(())
+}
+
+/// A rule as Confluent's documentation writes one (no `kind` or `mode`,
+/// `onFailure` `"ERROR,NONE"`, the KEK `k1` in `local-kms`, the tag
+/// `PII`), of type `ty`, with `extra` merged in (a null removes a field).
+pub fn documented_rule(ty: &str, extra: Value) -> Value {
+    let mut r = serde_json::json!({
+        "name": "r", "type": ty, "tags": ["PII"],
+        "params": {"encrypt.kek.name": "k1", "encrypt.kms.type": "local-kms",
+                   "encrypt.kms.key.id": "local-kms://k1"},
+        "onFailure": "ERROR,NONE",
+    });
+    if let (Some(r), Some(extra)) = (r.as_object_mut(), extra.as_object()) {
+        for (k, v) in extra {
+            if v.is_null() {
+                r.remove(k);
+            } else {
+                r.insert(k.clone(), v.clone());
+            }
+        }
+    }
+    r
 }
 
 /// The case's records: bytes (`None`: a tombstone) and the value written.

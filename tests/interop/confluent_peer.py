@@ -157,6 +157,20 @@ FIELD_EXECUTOR = FieldEncryptionExecutor.register_with_clock(CLOCK)
 PAYLOAD_EXECUTOR = EncryptionExecutor.register_with_clock(CLOCK)
 
 
+def serde_pair(client, fmt, text, avro_text=""):
+    """This client's serializer (the subject's latest schema, never
+    registered again) and deserializer for `fmt`; the Avro serializer is
+    given `avro_text` (default: `text`; None: the registered schema)."""
+    conf = {"auto.register.schemas": False, "use.latest.version": True}
+    rule_conf = {"secret": SECRET}
+    if fmt == "AVRO":
+        schema_text = text if avro_text == "" else avro_text
+        return (AvroSerializer(client, schema_text, conf=conf, rule_conf=rule_conf),
+                AvroDeserializer(client, rule_conf=rule_conf))
+    return (JSONSerializer(text, client, conf=conf, rule_conf=rule_conf),
+            JSONDeserializer(None, schema_registry_client=client, rule_conf=rule_conf))
+
+
 def case(name, rule_type, algorithm, expiry_days, rotate_after=None, topic=None, produce=None, fmt="JSON"):
     # One registry for every case (the rule executors are configured once
     # per registry); each case is a topic of its own.
@@ -184,14 +198,7 @@ def case(name, rule_type, algorithm, expiry_days, rotate_after=None, topic=None,
     text = json.dumps(AVRO_SCHEMA if fmt == "AVRO" else SCHEMA)
     schema = Schema(text, fmt, [], None, rule_set)
     schema_id = client.register_schema(subject, schema)
-    conf = {"auto.register.schemas": False, "use.latest.version": True}
-    rule_conf = {"secret": SECRET}
-    if fmt == "AVRO":
-        ser = AvroSerializer(client, text, conf=conf, rule_conf=rule_conf)
-        de = AvroDeserializer(client, rule_conf=rule_conf)
-    else:
-        ser = JSONSerializer(text, client, conf=conf, rule_conf=rule_conf)
-        de = JSONDeserializer(None, schema_registry_client=client, rule_conf=rule_conf)
+    ser, de = serde_pair(client, fmt, text)
     ctx = SerializationContext(topic, MessageField.VALUE)
     records = []
     for i, value in enumerate(AVRO_RECORDS if fmt == "AVRO" else RECORDS):
@@ -602,14 +609,8 @@ def corpus_case(c):
     text = json.dumps(c["schema"])
     schema = Schema(text, c["format"], refs, metadata, RuleSet.from_dict(rule_set))
     schema_id = client.register_schema(subject, schema)
-    conf = {"auto.register.schemas": False, "use.latest.version": True}
-    rule_conf = {"secret": SECRET}
-    if c["format"] == "AVRO":
-        ser = AvroSerializer(client, None, conf=conf, rule_conf=rule_conf)
-        de = AvroDeserializer(client, rule_conf=rule_conf)
-    else:
-        ser = JSONSerializer(text, client, conf=conf, rule_conf=rule_conf)
-        de = JSONDeserializer(None, schema_registry_client=client, rule_conf=rule_conf)
+    # The Avro serializer takes the registered schema (with its references).
+    ser, de = serde_pair(client, c["format"], text, avro_text=None)
     ctx = SerializationContext(topic, MessageField.VALUE)
     registered = client.get_latest_version(subject).schema.to_dict()
     out = {"case": name, "subject": subject, "schema_id": schema_id, "schema": registered}
