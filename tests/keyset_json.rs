@@ -287,3 +287,29 @@ fn errors_never_quote_key_material() {
     let err = Keyset::from_tink_json(&json).unwrap_err();
     assert!(!format!("{err} {err:?}").contains(&secret[4..20]), "{err}");
 }
+
+/// A keyset of one kind of key: a deterministic (AES-SIV) key beside an
+/// AES-GCM primary, or the other way round, is refused at import, as
+/// `add_key_with` refuses to add one (it would pass a check of the
+/// primary, and fail at its first use).
+#[test]
+fn a_keyset_mixing_deterministic_and_randomized_keys_is_refused() {
+    use tombstone_crypt::{KeyTemplate, Keyset};
+    let gcm = Keyset::generate();
+    let siv = Keyset::generate_with(KeyTemplate::aes256_siv()).unwrap();
+    let merge = |primary: &Keyset, other: &Keyset| {
+        let mut a: serde_json::Value = serde_json::from_str(&primary.to_tink_json()).unwrap();
+        let b: serde_json::Value = serde_json::from_str(&other.to_tink_json()).unwrap();
+        let extra = b["key"][0].clone();
+        a["key"].as_array_mut().unwrap().push(extra);
+        a.to_string()
+    };
+    for (primary, other) in [(&gcm, &siv), (&siv, &gcm)] {
+        let e = Keyset::from_tink_json(&merge(primary, other)).unwrap_err();
+        assert!(e.to_string().contains("one kind"), "{e}");
+    }
+    // One kind: loads.
+    let mut two = gcm.clone();
+    two.rotate();
+    Keyset::from_tink_json(&two.to_tink_json()).unwrap();
+}

@@ -157,8 +157,8 @@ pub(crate) fn served(api: ApiKey) -> bool {
 }
 
 /// An admin request ([`admin_guarded`]) that names a key-store topic of
-/// `policies` (or a topic by id only, while there are such topics: the
-/// proxy cannot tell which), answered here: every topic or resource it
+/// `policies` (or a topic by id, while there are such topics: the proxy
+/// cannot tell which), answered here: every topic or resource it
 /// names `TOPIC_AUTHORIZATION_FAILED`, nothing forwarded. `None`: it names
 /// none, and is forwarded as it came.
 ///
@@ -181,9 +181,15 @@ pub(crate) fn admin_request(
     }
     let named = crate::bounds::admin_topics(api as i16, frame, version)
         .map_err(|e| format!("a {api:?} v{version} request that does not walk: {e}"))?;
-    let guarded = |n: &crate::bounds::Named| match &n.name {
-        Some(name) => n.resource_type == 2 && policies.guards(name),
-        None => policies.guards_any(),
+    // A topic id names a topic whatever name stands beside it (a decoy
+    // name and the key store's id): while any topic is guarded, an entry
+    // with an id is refused, as one without a name.
+    let guarded = |n: &crate::bounds::Named| {
+        let by_id = n.name.is_none() || n.topic_id != [0; 16];
+        (by_id && policies.guards_any())
+            || n.name
+                .as_deref()
+                .is_some_and(|name| n.resource_type == 2 && policies.guards(name))
     };
     if !named.iter().any(guarded) {
         return Ok(None);
@@ -861,9 +867,10 @@ pub(crate) fn api_versions_response(frame: &Bytes, version: i16) -> Result<Optio
         .get(4..6)
         .map(|b| i16::from_be_bytes([b[0], b[1]]))
         .ok_or("an ApiVersions response shorter than its error code")?;
-    if error != 0 {
-        return Ok(None);
-    }
+    // An error answer (UNSUPPORTED_VERSION: a version the broker does not
+    // speak) is in v0's shape, its list the broker's versions: filtered as
+    // well, never handed on whole.
+    let version = if error != 0 { 0 } else { version };
     let (header, mut body): (_, ApiVersionsResponse) =
         decode_response(frame, ApiKey::ApiVersions, version)?;
     body.api_keys.retain_mut(|a| {

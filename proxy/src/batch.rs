@@ -44,6 +44,8 @@ const MAGIC: usize = 16;
 const CRC: std::ops::Range<usize> = 17..21;
 const ATTRIBUTES: std::ops::Range<usize> = 21..23;
 const RECORD_COUNT: std::ops::Range<usize> = 57..61;
+/// Where the batch's first timestamp starts (8 bytes).
+const FIRST_TIMESTAMP: usize = 27;
 const CONTROL_FLAG: i16 = 1 << 5;
 
 /// A Produce partition's records, encrypted.
@@ -391,6 +393,15 @@ fn transform(
                     "a batch of 0 records in a Produce request".into()
                 });
             }
+            // What compaction leaves holds no records: one that claims none
+            // and carries bytes (planted on the broker) would hand a client
+            // records nobody decrypted.
+            if count == [0, 0, 0, 0] && attributes & CONTROL_FLAG == 0 && batch.len() != HEADER {
+                return Err(format!(
+                    "a batch of 0 records that carries {} bytes of records",
+                    batch.len() - HEADER
+                ));
+            }
             out.extend_from_slice(&batch);
             continue;
         }
@@ -457,7 +468,16 @@ fn transform_records(
         crate::records::record_cost(claimed, all.len()),
         "a record batch",
     )?;
-    let walked = crate::records::walk(&all, count)?;
+    let be64 = |at: usize| {
+        let mut b = [0u8; 8];
+        b.copy_from_slice(&batch[at..at + 8]);
+        i64::from_be_bytes(b)
+    };
+    let base = crate::records::Base {
+        offset: be64(0),
+        timestamp: be64(FIRST_TIMESTAMP),
+    };
+    let walked = crate::records::walk(&all, count, base)?;
     budget.take(
         crate::records::header_cost(walked.headers),
         "a record batch's headers",
@@ -832,9 +852,21 @@ mod tests {
         let mut control = BytesMut::from(&plain[..]);
         control[ATTRIBUTES.end - 1] |= CONTROL_FLAG as u8;
         set_crc(&mut control);
-        let mut empty = BytesMut::from(&plain[..]);
+        // What compaction leaves: a header and no records.
+        let mut empty = BytesMut::from(&plain[..HEADER]);
         empty[RECORD_COUNT].copy_from_slice(&[0, 0, 0, 0]);
+        let length = (HEADER - LOG_OVERHEAD) as i32;
+        empty[8..12].copy_from_slice(&length.to_be_bytes());
         set_crc(&mut empty);
+        // A batch that claims no records and carries one (planted on the
+        // broker): refused both ways, never handed on unread.
+        let mut planted = BytesMut::from(&plain[..]);
+        planted[RECORD_COUNT].copy_from_slice(&[0, 0, 0, 0]);
+        set_crc(&mut planted);
+        let planted = planted.freeze();
+        assert!(encrypt("t", &policy, &Hooks::default(), &planted, &budget()).is_err());
+        let e = decrypt("t", &policy, &Hooks::default(), &planted, &budget()).unwrap_err();
+        assert!(e.contains("0 records"), "{e}");
         for odd in [control.freeze(), empty.freeze()] {
             // Produce: refused, so its bytes never reach the broker.
             let e = encrypt("t", &policy, &Hooks::default(), &odd, &budget()).unwrap_err();

@@ -16,7 +16,10 @@
 //!
 //! A request's budget is `max_decoded_bytes_per_request`; the process's,
 //! shared by every request in flight, `max_decoded_bytes`. What a request
-//! took is given back when it is done. A request that would go over
+//! took is given back as soon as its decoding is done (the request
+//! encrypted, the response decrypted), never held while a peer is slow to
+//! take the result: a connection holds one request and one response in
+//! hand at a time, outside the budget. A request that would go over
 //! either is refused at once (its partition `CORRUPT_MESSAGE`, retriable),
 //! counted in [`stats`](crate::stats) as `decode_budget_refused`: never
 //! decoded, never an abort. So a request's decoding takes at most its

@@ -95,6 +95,12 @@ pub struct ProxyConfig {
     /// keys, or undo a shred).
     #[serde(default)]
     pub key_store_admin: bool,
+    /// How long a client connection may send no whole request, or take no
+    /// response, before the proxy closes it (and its broker connection),
+    /// in milliseconds (default 600,000, a Kafka broker's
+    /// `connections.max.idle.ms`).
+    #[serde(default)]
+    pub connections_max_idle_ms: Option<u64>,
     /// TLS on the listeners (the bootstrap and every broker node's):
     /// without it they speak plaintext.
     #[serde(default)]
@@ -255,6 +261,48 @@ impl ProxyConfig {
     /// The largest frame the proxy reads.
     pub fn max_frame_bytes(&self) -> usize {
         self.max_frame_bytes.unwrap_or(DEFAULT_MAX_FRAME_BYTES)
+    }
+
+    /// Checks the limits: `max_frame_bytes` from 1 KiB to 2 GiB - 1 (a
+    /// Kafka frame's length is a 32-bit signed count; a smaller limit
+    /// cannot hold a request), and the decoding budgets at least
+    /// `max_frame_bytes` (else no batch of a full frame could decode).
+    ///
+    /// # Errors
+    /// [`ProxyError::Config`] naming the limit.
+    pub fn check_limits(&self) -> Result<(), ProxyError> {
+        let frame = self.max_frame_bytes();
+        if !(1024..=i32::MAX as usize).contains(&frame) {
+            return Err(ProxyError::Config(format!(
+                "max_frame_bytes {frame}: from 1024 to {} (a frame's length is a 32-bit signed count)",
+                i32::MAX
+            )));
+        }
+        if self.connections_max_idle_ms() < 1000 {
+            return Err(ProxyError::Config(format!(
+                "connections_max_idle_ms {}: at least 1000",
+                self.connections_max_idle_ms()
+            )));
+        }
+        for (name, value) in [
+            (
+                "max_decoded_bytes_per_request",
+                self.max_decoded_bytes_per_request(),
+            ),
+            ("max_decoded_bytes", self.max_decoded_bytes()),
+        ] {
+            if value < frame {
+                return Err(ProxyError::Config(format!(
+                    "{name} {value} is less than max_frame_bytes {frame}"
+                )));
+            }
+        }
+        Ok(())
+    }
+
+    /// `connections_max_idle_ms`, or its default: 600,000.
+    pub fn connections_max_idle_ms(&self) -> u64 {
+        self.connections_max_idle_ms.unwrap_or(600_000)
     }
 
     /// `max_decoded_bytes_per_request`, or its default: 4 times

@@ -62,7 +62,7 @@ const FIRST_READ: usize = 8 << 10;
 
 fn bounded(reader: impl Read, budget: &Budget, what: &str) -> Result<Bytes, String> {
     let limit = budget.decompress_limit;
-    let mut reader = reader.take(limit as u64 + 1);
+    let mut reader = reader.take((limit as u64).saturating_add(1));
     // Grows by moving and wiping the block it leaves; wiped if dropped.
     let mut out = Buf::with_capacity(0, true);
     let mut filled = 0;
@@ -71,7 +71,10 @@ fn bounded(reader: impl Read, budget: &Budget, what: &str) -> Result<Bytes, Stri
             if filled > limit {
                 return Err(too_long(what, limit));
             }
-            let room = out.len().max(FIRST_READ).min(limit + 1 - filled);
+            let room = out
+                .len()
+                .max(FIRST_READ)
+                .min(limit.saturating_add(1) - filled);
             // The block it moves to holds the old room and the new.
             budget.take(room, "a compressed batch")?;
             out.reserve(room);

@@ -33,6 +33,12 @@
 //!   past either is `CORRUPT_MESSAGE` (counted as `decode_budget_refused`),
 //!   never an abort, so one request's decoding takes at most its budget
 //!   beside its frame, and all requests together at most the process's.
+//!   The budget is given back as soon as a request is encrypted or a
+//!   response decrypted, never held while a peer is slow; a connection
+//!   that sends no whole request, or takes no response, for
+//!   `connections_max_idle_ms` (default 600,000, a broker's own) is
+//!   closed. A batch that claims no records and carries some is refused
+//!   on Fetch too.
 //! - **Never plaintext**: a partition of a policy topic that cannot be
 //!   encrypted (a batch the proxy cannot decode, a keyset that fails) is
 //!   not forwarded; the proxy answers it with `CORRUPT_MESSAGE`

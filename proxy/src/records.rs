@@ -31,6 +31,16 @@ const MIN_HEADER: usize = 2;
 /// record's map (the key, the value's handle, the hash) and its index.
 const HEADER_COST: usize = 96;
 
+/// A batch's base offset and first timestamp, which its records' deltas
+/// are added to.
+#[derive(Debug, Clone, Copy, Default)]
+pub(crate) struct Base {
+    /// The base offset.
+    pub(crate) offset: i64,
+    /// The first timestamp.
+    pub(crate) timestamp: i64,
+}
+
 /// What a batch's records hold, as walked.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub(crate) struct Walked {
@@ -137,7 +147,7 @@ impl<'a> Reader<'a> {
 /// What is wrong: a count the bytes cannot hold, a record, key, value or
 /// header longer than what is left, a negative length, a varint too long,
 /// fewer records than claimed or bytes after the last.
-pub(crate) fn walk(records: &[u8], count: i32) -> Result<Walked, String> {
+pub(crate) fn walk(records: &[u8], count: i32, base: Base) -> Result<Walked, String> {
     let count = claimed(records, count)?;
     let mut input = Reader { rest: records };
     let mut headers = 0usize;
@@ -149,8 +159,16 @@ pub(crate) fn walk(records: &[u8], count: i32) -> Result<Walked, String> {
             rest: input.take(len, &format!("record {i}"))?,
         };
         r.take(1, "a record's attributes")?;
-        r.zigzag(10, "a record's timestamp delta")?;
-        r.varint("a record's offset delta")?;
+        // kafka-protocol adds each delta to the batch's base: a sum that
+        // overflows is refused here, never an overflow there.
+        let timestamp = r.zigzag(10, "a record's timestamp delta")?;
+        if base.timestamp.checked_add(timestamp).is_none() {
+            return Err(format!("record {i}'s timestamp overflows its batch's"));
+        }
+        let offset = r.varint("a record's offset delta")?;
+        if base.offset.checked_add(offset).is_none() {
+            return Err(format!("record {i}'s offset overflows its batch's"));
+        }
         r.skip_sized("a record's key", true)?;
         r.skip_sized("a record's value", true)?;
         let Some(n) = r.length("a record's header count", false)? else {
@@ -235,7 +253,7 @@ mod tests {
         let records: Vec<Record> = (0..5).map(|i| record(i, i as usize % 3)).collect();
         let b = batch(&records);
         assert_eq!(&b[57..61], &5i32.to_be_bytes(), "one batch of the five");
-        let w = walk(&b[61..], 5).unwrap();
+        let w = walk(&b[61..], 5, Base::default()).unwrap();
         // Records 0 to 4 carry 0, 1, 2, 0 and 1 headers.
         assert_eq!(
             w,
@@ -252,10 +270,18 @@ mod tests {
         let b = batch(&[record(1, 0)]);
         let records = &b[61..];
         // The 70-byte batch's count: 2^31-1 records.
-        assert!(walk(records, i32::MAX).unwrap_err().contains("claims"));
-        assert!(walk(records, -1).is_err());
-        assert!(walk(records, 2).is_err(), "more records claimed than held");
-        assert!(walk(records, 0).is_err(), "bytes after the last record");
+        assert!(walk(records, i32::MAX, Base::default())
+            .unwrap_err()
+            .contains("claims"));
+        assert!(walk(records, -1, Base::default()).is_err());
+        assert!(
+            walk(records, 2, Base::default()).is_err(),
+            "more records claimed than held"
+        );
+        assert!(
+            walk(records, 0, Base::default()).is_err(),
+            "bytes after the last record"
+        );
         // A header count of 2^31-1: the record's last byte is its header
         // count (0); a count of 2^31-1 as a zigzag varint, with the
         // record's length grown to hold it.
@@ -264,15 +290,19 @@ mod tests {
         forged.extend_from_slice(&[0xfe, 0xff, 0xff, 0xff, 0x0f]);
         forged[0] += 8; // the record's length (zigzag: 2 x length), 4 bytes more
         assert!(
-            walk(&forged, 1).unwrap_err().contains("headers in"),
+            walk(&forged, 1, Base::default())
+                .unwrap_err()
+                .contains("headers in"),
             "{:?}",
-            walk(&forged, 1)
+            walk(&forged, 1, Base::default())
         );
         // A key length past the record.
         let mut long_key = records.to_vec();
         long_key[4] = 0x7e; // the key's length: 63
-        assert!(walk(&long_key, 1).is_err());
+        assert!(walk(&long_key, 1, Base::default()).is_err());
         // A varint that never ends.
-        assert!(walk(&[0xff; 64], 1).unwrap_err().contains("varint"));
+        assert!(walk(&[0xff; 64], 1, Base::default())
+            .unwrap_err()
+            .contains("varint"));
     }
 }

@@ -52,6 +52,9 @@ struct Shared {
     max_frame: usize,
     /// Whether admin requests that name a key-store topic pass.
     key_store_admin: bool,
+    /// How long a connection may send no whole request, or take no
+    /// response, before it is closed.
+    idle: std::time::Duration,
     /// What decoding one request (or Fetch response) may take.
     request_budget: usize,
     /// What decoding may take, all requests in flight together.
@@ -91,8 +94,11 @@ impl Proxy {
     /// Binds the bootstrap listener of `config`, with `policies`.
     ///
     /// # Errors
-    /// [`ProxyError::Bind`] when the address cannot be bound.
+    /// [`ProxyError::Bind`] when the address cannot be bound;
+    /// [`ProxyError::Config`] for limits out of range (see
+    /// [`ProxyConfig::check_limits`]).
     pub async fn bind(config: &ProxyConfig, policies: Policies) -> Result<Proxy, ProxyError> {
+        config.check_limits()?;
         let bootstrap =
             TcpListener::bind(config.listen)
                 .await
@@ -124,6 +130,7 @@ impl Proxy {
             base_port: local.port(),
             max_frame: config.max_frame_bytes(),
             key_store_admin: config.key_store_admin,
+            idle: std::time::Duration::from_millis(config.connections_max_idle_ms()),
             request_budget: config.max_decoded_bytes_per_request(),
             pool: crate::budget::Pool::new(config.max_decoded_bytes()),
             policies,
@@ -387,9 +394,23 @@ async fn read_requests(
         if *stopping.borrow() {
             return End::Finished;
         }
+        // A client that sends nothing (or trickles a frame) for the idle
+        // time has its connection closed, and the broker connection with
+        // it: idle connections do not pile up.
         let frame = tokio::select! {
             _ = stopping.changed() => return End::Finished,
-            frame = read_frame(&mut client, shared.max_frame) => frame,
+            frame = tokio::time::timeout(shared.idle, read_frame(&mut client, shared.max_frame)) => {
+                match frame {
+                    Ok(frame) => frame,
+                    Err(_) => {
+                        tracing::debug!(
+                            "client {peer}: no whole request for {:?}: connection closed",
+                            shared.idle
+                        );
+                        return End::Closed;
+                    }
+                }
+            }
         };
         // The client's frame (a Produce's plaintext records): wiped when
         // this iteration ends, once every slice of it is dropped (it was
@@ -421,14 +442,17 @@ async fn read_requests(
         // (the partitions' spans, topic and partition, nest in it).
         let span =
             tracing::debug_span!("request", api_key = key, api_version = version, correlation);
-        // What decoding this request may take, held until it is forwarded
-        // (the encrypted frame is part of it).
-        let budget = Budget::new(&shared.pool, shared.request_budget, shared.max_frame);
         let (owe, send) = match ApiKey::try_from(key) {
             Ok(ApiKey::Produce) => {
+                // What decoding this request may take, given back once it
+                // is encrypted: never held while a peer is slow (the
+                // encrypted frame waiting for the broker is this
+                // connection's one request in hand).
                 let encrypted = in_place(
                     shared.policies.may_block() && !shared.hooks.kms_on_the_worker,
                     || {
+                        let budget =
+                            Budget::new(&shared.pool, shared.request_budget, shared.max_frame);
                         span.in_scope(|| {
                             api::produce_request(
                                 &frame,
@@ -648,10 +672,9 @@ async fn write_responses(
     let map_shared = shared.clone();
     let map = move |node: i32, host: &str, port: i32| map_shared.node_address(node, host, port);
     while let Some(pending) = owed.recv().await {
-        // The frame to write, and the budget of its decoding (a Fetch
-        // response's plaintext), held until it is written.
-        let (out, _held) = match pending {
-            Pending::Local(frame) => (frame, None),
+        // The frame to write (the connection's one response in hand).
+        let out = match pending {
+            Pending::Local(frame) => frame,
             Pending::OlderForms {
                 correlation,
                 version,
@@ -694,13 +717,18 @@ async fn write_responses(
                     return;
                 }
                 let span = tracing::debug_span!("response", correlation);
-                let budget = Budget::new(&shared.pool, shared.request_budget, shared.max_frame);
+                // The decoding's budget is given back once the response is
+                // made, never held while the client is slow to read it.
                 let handed = in_place(
                     shared.policies.may_block() && !shared.hooks.kms_on_the_worker,
-                    || span.in_scope(|| respond(&shared, frame, then, &map, peer, &budget)),
+                    || {
+                        let budget =
+                            Budget::new(&shared.pool, shared.request_budget, shared.max_frame);
+                        span.in_scope(|| respond(&shared, frame, then, &map, peer, &budget))
+                    },
                 );
                 match handed {
-                    Ok(out) => (out, Some(budget)),
+                    Ok(out) => out,
                     Err(reason) => {
                         tracing::warn!(
                             "client {peer}: a response from the broker {broker} cannot be \
@@ -715,9 +743,19 @@ async fn write_responses(
         // (tokio hands it to the socket; rustls copies it into its own
         // buffers first, which this cannot reach.)
         let out = Wiped::new(out, shared.hooks.wipes());
-        if let Err(e) = write_frame(&mut client, &out).await {
-            tracing::debug!("client {peer}: writing to the client: {e}");
-            return;
+        match tokio::time::timeout(shared.idle, write_frame(&mut client, &out)).await {
+            Ok(Ok(())) => {}
+            Ok(Err(e)) => {
+                tracing::debug!("client {peer}: writing to the client: {e}");
+                return;
+            }
+            Err(_) => {
+                tracing::debug!(
+                    "client {peer}: took no response for {:?}: connection closed",
+                    shared.idle
+                );
+                return;
+            }
         }
     }
     let _ = tokio::io::AsyncWriteExt::shutdown(&mut client).await;

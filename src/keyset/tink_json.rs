@@ -183,6 +183,21 @@ impl Keyset {
                 format!("primary key {primary_id} is not enabled"),
             ));
         }
+        // One kind of key a keyset, as `add_key_with` keeps it: a
+        // deterministic key beside randomized ones (or the other way round)
+        // would pass a check of the primary and fail at its first use.
+        let family = keys[primary].primitive.family();
+        if let Some(other) = keys.iter().find(|e| e.primitive.family() != family) {
+            return Err(Error::keyset(
+                KeysetErrorKind::Template,
+                format!(
+                    "key {} is a {} key in a keyset of {} keys (its primary's): a keyset holds one kind",
+                    other.id,
+                    other.primitive.family().name(),
+                    family.name()
+                ),
+            ));
+        }
         Ok(Keyset {
             inner: Arc::new(Inner::new(primary, keys, backend, Stats::new())),
         })
