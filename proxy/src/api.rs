@@ -867,12 +867,15 @@ pub(crate) fn api_versions_response(frame: &Bytes, version: i16) -> Result<Optio
         .get(4..6)
         .map(|b| i16::from_be_bytes([b[0], b[1]]))
         .ok_or("an ApiVersions response shorter than its error code")?;
-    // An error answer (UNSUPPORTED_VERSION: a version the broker does not
-    // speak) is in v0's shape, its list the broker's versions: filtered as
-    // well, never handed on whole.
-    let version = if error != 0 { 0 } else { version };
-    let (header, mut body): (_, ApiVersionsResponse) =
-        decode_response(frame, ApiKey::ApiVersions, version)?;
+    // An error answer is filtered as well, never handed on whole: in v0's
+    // shape for UNSUPPORTED_VERSION (a version the broker does not speak),
+    // at the request's version otherwise.
+    let decoded = decode_response(frame, ApiKey::ApiVersions, version);
+    let (version, (header, mut body)): (i16, (_, ApiVersionsResponse)) = match decoded {
+        Ok(d) => (version, d),
+        Err(_) if error != 0 => (0, decode_response(frame, ApiKey::ApiVersions, 0)?),
+        Err(e) => return Err(e),
+    };
     body.api_keys.retain_mut(|a| {
         // Default deny: an API this proxy does not know, or does not
         // serve, is left out.
@@ -992,5 +995,15 @@ mod tests {
             decode_response(&out, ApiKey::ApiVersions, version).unwrap();
         let keys: Vec<i16> = back.api_keys.iter().map(|k| k.api_key).collect();
         assert_eq!(keys, vec![0, 1, 2, 20]);
+        // An UNSUPPORTED_VERSION answer to a v3 request, in v0's shape:
+        // filtered too.
+        let mut error = body.clone();
+        error.error_code = 35;
+        let frame = encode_response(&header, &error, ApiKey::ApiVersions, 0).unwrap();
+        let out = api_versions_response(&frame, version).unwrap().unwrap();
+        let (_, back): (_, ApiVersionsResponse) =
+            decode_response(&out, ApiKey::ApiVersions, 0).unwrap();
+        let keys: Vec<i16> = back.api_keys.iter().map(|k| k.api_key).collect();
+        assert_eq!((back.error_code, keys), (35, vec![0, 1, 2, 20]));
     }
 }
