@@ -157,9 +157,10 @@
 //!   settings (`security.protocol`, `sasl.*`, `ssl.*`: its own
 //!   credentials, since the clients' SASL passes through to their own
 //!   connections).
-//! - SASL passes through (SaslHandshake v1 and SaslAuthenticate; the
-//!   unframed tokens after SaslHandshake v0 are not read). TLS client
-//!   certificates (mutual TLS) are neither asked for nor presented.
+//! - SASL passes through (SaslHandshake v1 and SaslAuthenticate). The
+//!   unframed tokens after a SaslHandshake v0 are no Kafka request: default
+//!   deny closes their connection (clients since Kafka 1.0 use v1). TLS
+//!   client certificates (mutual TLS) are neither asked for nor presented.
 //! - Plaintext in freed memory: the proxy zeroizes what it owns before it
 //!   is freed, whole blocks (a client's request frames once forwarded or
 //!   refused; the batches it decompresses and the re-encoding it checks
