@@ -122,21 +122,22 @@ impl<'a> Reader<'a> {
             .map_err(|_| format!("{what}: a varint out of range"))
     }
 
-    /// A length: `-1` (null) is `None`.
-    fn length(&mut self, what: &str, nullable: bool) -> Result<Option<usize>, String> {
+    /// A length or a count, never negative.
+    fn size(&mut self, what: &str) -> Result<usize, String> {
         match self.varint(what)? {
-            -1 if nullable => Ok(None),
             n if n < 0 => Err(format!("{what}: a negative length {n}")),
-            n => Ok(Some(n as usize)),
+            n => Ok(n as usize),
         }
     }
 
-    /// A sized field (a key, a value, a header's key or value), skipped.
+    /// A sized field (a key, a value, a header's key or value), skipped;
+    /// `nullable`: `-1` (null) is allowed.
     fn skip_sized(&mut self, what: &str, nullable: bool) -> Result<(), String> {
-        if let Some(n) = self.length(what, nullable)? {
-            self.take(n, what)?;
+        match self.varint(what)? {
+            -1 if nullable => Ok(()),
+            n if n < 0 => Err(format!("{what}: a negative length {n}")),
+            n => self.take(n as usize, what).map(|_| ()),
         }
-        Ok(())
     }
 }
 
@@ -152,11 +153,11 @@ pub(crate) fn walk(records: &[u8], count: i32, base: Base) -> Result<Walked, Str
     let mut input = Reader { rest: records };
     let mut headers = 0usize;
     for i in 0..count {
-        let Some(len) = input.length("a record", false)? else {
-            unreachable!("a record's length is never null here")
-        };
+        let len = input.size("a record's length")?;
         let mut r = Reader {
-            rest: input.take(len, &format!("record {i}"))?,
+            rest: input
+                .take(len, "a record")
+                .map_err(|e| format!("record {i}: {e}"))?,
         };
         r.take(1, "a record's attributes")?;
         // kafka-protocol adds each delta to the batch's base: a sum that
@@ -171,9 +172,7 @@ pub(crate) fn walk(records: &[u8], count: i32, base: Base) -> Result<Walked, Str
         }
         r.skip_sized("a record's key", true)?;
         r.skip_sized("a record's value", true)?;
-        let Some(n) = r.length("a record's header count", false)? else {
-            unreachable!("a header count is never null here")
-        };
+        let n = r.size("a record's header count")?;
         if n > r.rest.len() / MIN_HEADER {
             return Err(format!(
                 "record {i} claims {n} headers in {} bytes",
