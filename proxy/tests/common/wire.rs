@@ -127,6 +127,20 @@ pub fn produce_body(topic: &str, records: Bytes, version: i16) -> BytesMut {
 /// connection closed without an answer).
 pub fn raw_fetch(addr: &str, topic: &str) -> (i16, Bytes) {
     let version = 11;
+    let body = fetch_body(topic, 99, 500);
+    let Some(mut frame) = send_frame(addr, &body) else {
+        return (-100, Bytes::new());
+    };
+    ResponseHeader::decode(&mut frame, ApiKey::Fetch.response_header_version(version)).unwrap();
+    let resp = FetchResponse::decode(&mut frame, version).unwrap();
+    let p = &resp.responses[0].partitions[0];
+    (p.error_code, p.records.clone().unwrap_or_default())
+}
+
+/// The body of a Fetch v11 request frame (correlation id `correlation`,
+/// waiting at most `max_wait_ms`) of partition 0 of `topic` from offset 0.
+pub fn fetch_body(topic: &str, correlation: i32, max_wait_ms: i32) -> BytesMut {
+    let version = 11;
     let mut fp = FetchPartition::default();
     fp.partition = 0;
     fp.current_leader_epoch = -1;
@@ -139,7 +153,7 @@ pub fn raw_fetch(addr: &str, topic: &str) -> (i16, Bytes) {
     ft.partitions.push(fp);
     let mut req = FetchRequest::default();
     req.replica_id = BrokerId(-1);
-    req.max_wait_ms = 500;
+    req.max_wait_ms = max_wait_ms;
     req.min_bytes = 1;
     req.max_bytes = 1 << 20;
     req.isolation_level = 0;
@@ -149,20 +163,14 @@ pub fn raw_fetch(addr: &str, topic: &str) -> (i16, Bytes) {
     let mut header = RequestHeader::default();
     header.request_api_key = ApiKey::Fetch as i16;
     header.request_api_version = version;
-    header.correlation_id = 99;
+    header.correlation_id = correlation;
     header.client_id = Some(StrBytes::from_static_str("attack"));
     let mut body = BytesMut::new();
     header
         .encode(&mut body, ApiKey::Fetch.request_header_version(version))
         .unwrap();
     req.encode(&mut body, version).unwrap();
-    let Some(mut frame) = send_frame(addr, &body) else {
-        return (-100, Bytes::new());
-    };
-    ResponseHeader::decode(&mut frame, ApiKey::Fetch.response_header_version(version)).unwrap();
-    let resp = FetchResponse::decode(&mut frame, version).unwrap();
-    let p = &resp.responses[0].partitions[0];
-    (p.error_code, p.records.clone().unwrap_or_default())
+    body
 }
 
 /// Every record of the batches in `raw`.
