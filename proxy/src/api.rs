@@ -9,9 +9,7 @@ use kafka_protocol::messages::describe_cluster_response::DescribeClusterResponse
 use kafka_protocol::messages::fetch_response::FetchResponse;
 use kafka_protocol::messages::find_coordinator_response::FindCoordinatorResponse;
 use kafka_protocol::messages::metadata_response::MetadataResponse;
-use kafka_protocol::messages::produce_request::{
-    PartitionProduceData, ProduceRequest, TopicProduceData,
-};
+use kafka_protocol::messages::produce_request::ProduceRequest;
 use kafka_protocol::messages::produce_response::{
     PartitionProduceResponse, ProduceResponse, TopicProduceResponse,
 };
@@ -323,6 +321,15 @@ pub(crate) struct Refused {
     pub(crate) code: i16,
 }
 
+/// A partition whose batch the write rule grew: `count` tombstones of
+/// older key forms at its front.
+#[derive(Clone, Debug)]
+pub(crate) struct Added {
+    pub(crate) topic: TopicName,
+    pub(crate) partition: i32,
+    pub(crate) count: i32,
+}
+
 /// What to do with a Produce request.
 #[derive(Debug)]
 pub(crate) enum ProduceAction {
@@ -331,16 +338,15 @@ pub(crate) enum ProduceAction {
         /// The request's acks (0: no response comes).
         acks: i16,
     },
-    /// Forward this frame; merge the refused partitions into the response.
-    /// With `older_forms`, first write that request (the write rule's
-    /// tombstones of older key forms, to the same partitions) and await
-    /// it; if it fails, refuse every partition of `partitions` instead.
+    /// Forward this frame; merge the refused partitions into the response,
+    /// and move each partition of `added` on by its count (the write
+    /// rule's tombstones at the front of its batch: the client's first
+    /// record is that many offsets after the batch's base offset).
     Forward {
         frame: Bytes,
         refused: Vec<Refused>,
         acks: i16,
-        older_forms: Option<ProduceRequest>,
-        partitions: Vec<(TopicName, i32)>,
+        added: Vec<Added>,
     },
     /// Every partition was refused: answer with this response (none when
     /// acks=0).
@@ -361,6 +367,7 @@ pub(crate) fn produce_request(
     policies: &Policies,
     hooks: &Hooks,
     budget: &crate::budget::Budget,
+    sequences: &crate::sequences::Sequences,
 ) -> Result<ProduceAction, String> {
     let range = decodable(ApiKey::Produce).ok_or("produce")?;
     if version < range.min || version > range.max {
@@ -388,7 +395,7 @@ pub(crate) fn produce_request(
         return Ok(ProduceAction::Unchanged { acks: request.acks });
     }
     let mut refused = Vec::new();
-    let mut older = Vec::new();
+    let mut added = Vec::new();
     for topic in &mut request.topic_data {
         if policies.guards(topic.name.as_str()) {
             // A key-store topic: a record written there by a client could
@@ -418,11 +425,24 @@ pub(crate) fn produce_request(
             let _span =
                 tracing::debug_span!("partition", topic = name.as_str(), partition = p.index)
                     .entered();
-            match crate::batch::encrypt(name.as_str(), policy, hooks, records, budget) {
+            let index = p.index;
+            let mut sequence = |batch, more| sequences.forward(name.as_str(), index, batch, more);
+            match crate::batch::encrypt(
+                name.as_str(),
+                policy,
+                hooks,
+                records,
+                budget,
+                &mut sequence,
+            ) {
                 Ok(encrypted) => {
                     p.records = Some(encrypted.records);
-                    if let Some(tombstones) = encrypted.older_forms {
-                        older.push((name.clone(), p.index, tombstones));
+                    if encrypted.added > 0 {
+                        added.push(Added {
+                            topic: name.clone(),
+                            partition: p.index,
+                            count: encrypted.added,
+                        });
                     }
                     true
                 }
@@ -447,31 +467,6 @@ pub(crate) fn produce_request(
             .transpose()?;
         return Ok(ProduceAction::Answer { response, refused });
     }
-    let partitions = request
-        .topic_data
-        .iter()
-        .flat_map(|t| t.partition_data.iter().map(|p| (t.name.clone(), p.index)))
-        .collect();
-    let older_forms = (!older.is_empty()).then(|| {
-        let mut req = ProduceRequest::default();
-        req.acks = -1;
-        req.timeout_ms = request.timeout_ms;
-        for (name, index, records) in older {
-            let mut p = PartitionProduceData::default();
-            p.index = index;
-            p.records = Some(records);
-            match req.topic_data.iter_mut().find(|t| t.name == name) {
-                Some(t) => t.partition_data.push(p),
-                None => {
-                    let mut t = TopicProduceData::default();
-                    t.name = name;
-                    t.partition_data.push(p);
-                    req.topic_data.push(t);
-                }
-            }
-        }
-        req
-    });
     let mut out = BytesMut::new();
     header
         .encode(&mut out, ApiKey::Produce.request_header_version(version))
@@ -481,8 +476,7 @@ pub(crate) fn produce_request(
         frame: out.freeze(),
         refused,
         acks,
-        older_forms,
-        partitions,
+        added,
     })
 }
 
@@ -497,44 +491,6 @@ pub(crate) fn answer_refused(
     let mut rh = ResponseHeader::default();
     rh.correlation_id = correlation;
     encode_response(&rh, &response, ApiKey::Produce, version)
-}
-
-/// The proxy's own Produce of the write rule's tombstones, as a frame with
-/// `correlation`.
-pub(crate) fn older_forms_request(
-    request: &ProduceRequest,
-    version: i16,
-    correlation: i32,
-) -> Result<Bytes, String> {
-    let mut header = RequestHeader::default();
-    header.request_api_key = ApiKey::Produce as i16;
-    header.request_api_version = version;
-    header.correlation_id = correlation;
-    header.client_id = Some(StrBytes::from_static_str("tombstone-crypt-proxy"));
-    let mut out = BytesMut::new();
-    header
-        .encode(&mut out, ApiKey::Produce.request_header_version(version))
-        .and_then(|()| request.encode(&mut out, version))
-        .map_err(|e| format!("encoding the tombstones of older key forms: {e:#}"))?;
-    Ok(out.freeze())
-}
-
-/// Whether the broker wrote every partition of the proxy's own Produce.
-pub(crate) fn older_forms_written(frame: &Bytes, version: i16) -> Result<(), String> {
-    let (_, body): (_, ProduceResponse) = decode_response(frame, ApiKey::Produce, version)?;
-    for t in &body.responses {
-        for p in &t.partition_responses {
-            if p.error_code != 0 {
-                return Err(format!(
-                    "the broker refused the tombstones of older key forms in {}-{}: error code {}",
-                    t.name.as_str(),
-                    p.index,
-                    p.error_code
-                ));
-            }
-        }
-    }
-    Ok(())
 }
 
 fn merge_refused(response: &mut ProduceResponse, refused: &[Refused], version: i16) {
@@ -587,15 +543,35 @@ pub(crate) fn produce_response(
     frame: &Bytes,
     version: i16,
     refused: &[Refused],
+    added: &[Added],
     map: &NodeMap<'_>,
 ) -> Result<Option<Bytes>, String> {
-    if refused.is_empty() && version < 10 {
+    if refused.is_empty() && added.is_empty() && version < 10 {
         return Ok(None);
     }
     let (header, mut body): (_, ProduceResponse) =
         decode_response(frame, ApiKey::Produce, version)?;
-    if refused.is_empty() && body.node_endpoints.is_empty() {
+    if refused.is_empty() && added.is_empty() && body.node_endpoints.is_empty() {
         return Ok(None);
+    }
+    for a in added {
+        let partitions = body
+            .responses
+            .iter_mut()
+            .filter(|t| t.name == a.topic)
+            .flat_map(|t| t.partition_responses.iter_mut())
+            .filter(|p| p.index == a.partition);
+        for p in partitions {
+            // The client's first record: after the tombstones. A record
+            // error names a record of the batch as forwarded; one of the
+            // tombstones is the batch's (the batch is refused whole).
+            if p.base_offset >= 0 {
+                p.base_offset = p.base_offset.saturating_add(i64::from(a.count));
+            }
+            for e in &mut p.record_errors {
+                e.batch_index = (e.batch_index - a.count).max(0);
+            }
+        }
     }
     merge_refused(&mut body, refused, version);
     for n in &mut body.node_endpoints {

@@ -24,7 +24,7 @@
 
 use std::cell::RefCell;
 
-use bytes::{Bytes, BytesMut};
+use bytes::Bytes;
 use kafka_protocol::records::{
     Compression, Record, RecordBatchDecoder, RecordBatchEncoder, RecordEncodeOptions,
 };
@@ -32,6 +32,7 @@ use tombstone_crypt::policy::{Read, TopicPolicy};
 
 use crate::budget::Budget;
 use crate::hooks::Hooks;
+use crate::sequences::Batch;
 use crate::stats::{self, Event, Tally};
 use crate::wipe::{self, Buf};
 
@@ -43,6 +44,10 @@ const LOG_OVERHEAD: usize = 12;
 const MAGIC: usize = 16;
 const CRC: std::ops::Range<usize> = 17..21;
 const ATTRIBUTES: std::ops::Range<usize> = 21..23;
+const LAST_OFFSET_DELTA: std::ops::Range<usize> = 23..27;
+const PRODUCER_ID: usize = 43;
+const PRODUCER_EPOCH: usize = 51;
+const BASE_SEQUENCE: std::ops::Range<usize> = 53..57;
 const RECORD_COUNT: std::ops::Range<usize> = 57..61;
 /// Where the batch's first timestamp starts (8 bytes).
 const FIRST_TIMESTAMP: usize = 27;
@@ -51,85 +56,176 @@ const CONTROL_FLAG: i16 = 1 << 5;
 /// A Produce partition's records, encrypted.
 #[derive(Debug)]
 pub(crate) struct Encrypted {
-    /// The record batches, each under its original header.
+    /// The record batch under its original header, but for the write
+    /// rule's tombstones at its front (record count and last offset delta
+    /// grown by as many, the base sequence where the broker expects it).
     pub(crate) records: Bytes,
-    /// The write rule's tombstones of the older forms of the batches'
-    /// keys (a key keyset with more than one enabled key), as a batch of
-    /// their own (not idempotent) to write to the same partition first.
-    pub(crate) older_forms: Option<Bytes>,
+    /// How many tombstones of older key forms the write rule put at the
+    /// front of the batch (a key keyset with more than one enabled key):
+    /// the client's records are that many offsets further on.
+    pub(crate) added: i32,
 }
 
-/// Encrypts the records of a Produce partition's record batches.
+/// A batch's header fields that change when the write rule's tombstones
+/// go at its front, or when an earlier batch of its producer grew.
+#[derive(Clone, Copy, Debug)]
+struct Grown {
+    added: i32,
+    base_sequence: i32,
+}
+
+/// Encrypts the records of a Produce partition's record batches. The
+/// write rule's tombstones of the keys' older forms go at the front of
+/// the client's batch, so that the broker takes or refuses them with its
+/// records (an abort, a fenced producer, a refused batch: nothing is
+/// deleted that the client did not delete). `sequence` gives the base
+/// sequence to forward an idempotent batch at ([`crate::sequences`]).
 ///
 /// # Errors
 /// A reason (no key material, no record contents) when a batch cannot be
 /// decoded, is not magic v2, decompresses to more than the budget's
 /// limit, would take more memory to decode than the budget holds
 /// ([`crate::budget`]: its counts are walked first, [`crate::records`]), does
-/// not re-encode as it came, or a record cannot be encrypted; the
-/// partition is then refused whole.
+/// not re-encode as it came, a record cannot be encrypted, or the
+/// partition holds more than one batch and one of them needs tombstones
+/// (Produce v3 and later carry one batch per partition); the partition is
+/// then refused whole.
 pub(crate) fn encrypt(
     topic: &str,
     policy: &TopicPolicy,
     hooks: &Hooks,
     raw: &Bytes,
     budget: &Budget,
+    sequence: &mut dyn FnMut(Batch, i32) -> i32,
 ) -> Result<Encrypted, String> {
-    let mut tombstones = Vec::new();
+    // The current batch's tombstones, in the order the rule gave them.
+    let tombstones: RefCell<Vec<Bytes>> = RefCell::new(Vec::new());
     let mut tally = Tally::default();
     let wipe = Wipe {
         input: hooks.wipes(),
         output: false,
     };
-    let records = transform(raw, false, budget, wipe, |record| {
-        encrypt_record(topic, policy, hooks, record, &mut tombstones, &mut tally)
-    })?;
-    if hooks.skip_fanout {
-        tombstones.clear();
-    }
+    let mut batches = 0u32;
+    let mut added = 0i32;
+    let records = transform(
+        raw,
+        false,
+        budget,
+        wipe,
+        |record| encrypt_record(topic, policy, hooks, record, &tombstones, &mut tally),
+        |header, list| {
+            batches += 1;
+            let mut forms = std::mem::take(&mut *tombstones.borrow_mut());
+            if hooks.skip_fanout {
+                forms.clear();
+            }
+            let mut seen = std::collections::HashSet::new();
+            forms.retain(|f| seen.insert(f.clone()));
+            let more = i32::try_from(forms.len())
+                .map_err(|_| "more tombstones of older key forms than a batch holds")?;
+            if batches > 1 && (more > 0 || added > 0) {
+                return Err(
+                    "a partition's records in more than one batch, with tombstones of \
+                            older key forms to write: Produce v3 and later carry one batch per \
+                            partition"
+                        .into(),
+                );
+            }
+            added = more;
+            let client = Batch {
+                producer_id: be64(header, PRODUCER_ID),
+                producer_epoch: i16::from_be_bytes([
+                    header[PRODUCER_EPOCH],
+                    header[PRODUCER_EPOCH + 1],
+                ]),
+                base_sequence: be32(header, BASE_SEQUENCE.start),
+                records: be32(header, RECORD_COUNT.start),
+            };
+            let base_sequence = sequence(client, more);
+            if more == 0 && base_sequence == client.base_sequence {
+                return Ok(None);
+            }
+            prepend(list, &forms, base_sequence, client.idempotent())?;
+            Ok(Some(Grown {
+                added: more,
+                base_sequence,
+            }))
+        },
+    )?;
     tally.commit(true);
-    stats::add(Event::OlderFormTombstones, tombstones.len() as u64);
-    let older_forms = (!tombstones.is_empty())
-        .then(|| tombstone_batch(&tombstones))
-        .transpose()?;
-    Ok(Encrypted {
-        records,
-        older_forms,
-    })
+    stats::add(
+        Event::OlderFormTombstones,
+        u64::try_from(added).unwrap_or(0),
+    );
+    Ok(Encrypted { records, added })
 }
 
-/// One batch of tombstones (key, timestamp), not idempotent (no producer
-/// id, no sequence), uncompressed.
-fn tombstone_batch(tombstones: &[(Bytes, i64)]) -> Result<Bytes, String> {
-    let records: Vec<Record> = tombstones
-        .iter()
-        .enumerate()
-        .map(|(i, (key, timestamp))| Record {
-            transactional: false,
-            control: false,
-            delete_horizon: false,
-            partition_leader_epoch: -1,
-            producer_id: -1,
-            producer_epoch: -1,
-            timestamp_type: kafka_protocol::records::TimestampType::Creation,
-            offset: i as i64,
-            // The encoder keeps records in one batch while offset minus
-            // sequence is constant: base sequence -1 (none).
-            sequence: i as i32 - 1,
-            timestamp: *timestamp,
-            key: Some(key.clone()),
-            value: None,
-            headers: Default::default(),
-        })
-        .collect();
-    let mut out = BytesMut::new();
-    let options = RecordEncodeOptions {
-        version: 2,
-        compression: Compression::None,
+fn be64(at: &[u8], start: usize) -> i64 {
+    let mut b = [0u8; 8];
+    b.copy_from_slice(&at[start..start + 8]);
+    i64::from_be_bytes(b)
+}
+
+fn be32(at: &[u8], start: usize) -> i32 {
+    i32::from_be_bytes([at[start], at[start + 1], at[start + 2], at[start + 3]])
+}
+
+/// Puts a tombstone for each of `forms` at the front of `list` (the
+/// batch's producer fields, its first timestamp, offsets from the batch's
+/// first), the client's records `forms.len()` offsets further on, and the
+/// sequences from `base_sequence` (none when the batch is not idempotent).
+fn prepend(
+    list: &mut Vec<Record>,
+    forms: &[Bytes],
+    base_sequence: i32,
+    idempotent: bool,
+) -> Result<(), String> {
+    let Some(first) = list.first() else {
+        return Err("a record batch of no records".into());
     };
-    RecordBatchEncoder::encode(&mut out, records.iter(), &options)
-        .map_err(|e| format!("encoding the tombstones of older key forms: {e:#}"))?;
-    Ok(out.freeze())
+    let added = forms.len() as i64;
+    let min_offset = list.iter().map(|r| r.offset).min().unwrap_or(first.offset);
+    let min_timestamp = list
+        .iter()
+        .map(|r| r.timestamp)
+        .min()
+        .unwrap_or(first.timestamp);
+    let template = Record {
+        transactional: first.transactional,
+        control: false,
+        delete_horizon: first.delete_horizon,
+        partition_leader_epoch: first.partition_leader_epoch,
+        producer_id: first.producer_id,
+        producer_epoch: first.producer_epoch,
+        timestamp_type: first.timestamp_type,
+        offset: min_offset,
+        sequence: -1,
+        timestamp: min_timestamp,
+        key: None,
+        value: None,
+        headers: Default::default(),
+    };
+    for record in list.iter_mut() {
+        record.offset = record
+            .offset
+            .checked_add(added)
+            .ok_or("a record offset overflows")?;
+    }
+    list.splice(
+        0..0,
+        forms.iter().enumerate().map(|(i, form)| Record {
+            offset: min_offset + i as i64,
+            key: Some(form.clone()),
+            ..template.clone()
+        }),
+    );
+    // The encoder keeps records in one batch while offset minus sequence
+    // is constant; the header's base sequence is written after it.
+    let base = if idempotent { base_sequence } else { -1 };
+    for record in list.iter_mut() {
+        record.sequence = base.wrapping_add((record.offset - min_offset) as i32);
+    }
+    Ok(())
 }
 
 /// Decrypts the records of a Fetch partition's record batches. A partial
@@ -150,9 +246,14 @@ pub(crate) fn decrypt(
         input: false,
         output: hooks.wipes(),
     };
-    let out = transform(raw, true, budget, wipe, |record| {
-        decrypt_record(topic, policy, record, &mut tally)
-    })?;
+    let out = transform(
+        raw,
+        true,
+        budget,
+        wipe,
+        |record| decrypt_record(topic, policy, record, &mut tally),
+        |_, _| Ok(None),
+    )?;
     tally.commit(false);
     Ok(out)
 }
@@ -162,7 +263,7 @@ fn encrypt_record(
     policy: &TopicPolicy,
     hooks: &Hooks,
     record: &mut Record,
-    tombstones: &mut Vec<(Bytes, i64)>,
+    tombstones: &RefCell<Vec<Bytes>>,
     tally: &mut Tally,
 ) -> Result<(), String> {
     if hooks.skip_encryption {
@@ -180,7 +281,7 @@ fn encrypt_record(
             let mut primary = None;
             for (form, value) in forms.writes(Some(&[])) {
                 match value {
-                    None => tombstones.push((Bytes::copy_from_slice(form), record.timestamp)),
+                    None => tombstones.borrow_mut().push(Bytes::copy_from_slice(form)),
                     Some(_) => primary = Some(Bytes::copy_from_slice(form)),
                 }
             }
@@ -328,6 +429,7 @@ fn transform(
     budget: &Budget,
     wipe: Wipe,
     mut f: impl FnMut(&mut Record) -> Result<(), String>,
+    mut grow: impl FnMut(&[u8], &mut Vec<Record>) -> Result<Option<Grown>, String>,
 ) -> Result<Bytes, String> {
     // Decrypted (Fetch) uncompressed batches are no longer than they came:
     // `raw`'s length is room enough, and `Buf` wipes a block it grows out
@@ -405,7 +507,7 @@ fn transform(
             out.extend_from_slice(&batch);
             continue;
         }
-        transform_batch(&batch, budget, &mut f, &mut out, wipe)?;
+        transform_batch(&batch, budget, &mut f, &mut grow, &mut out, wipe)?;
     }
     Ok(out.freeze())
 }
@@ -418,13 +520,14 @@ fn transform_batch(
     batch: &Bytes,
     budget: &Budget,
     f: &mut impl FnMut(&mut Record) -> Result<(), String>,
+    grow: &mut impl FnMut(&[u8], &mut Vec<Record>) -> Result<Option<Grown>, String>,
     out: &mut Buf,
     wipe: Wipe,
 ) -> Result<(), String> {
     // The records' bytes as they came (decompressed), kept for the check:
     // a slice of `batch` uncompressed, else a buffer of its own.
     let plain: RefCell<Option<Bytes>> = RefCell::new(None);
-    let result = transform_records(batch, budget, f, out, wipe, &plain);
+    let result = transform_records(batch, budget, f, grow, out, wipe, &plain);
     // Every record, slices of it, is dropped by now: its last handle.
     if let Some(plain) = plain.into_inner() {
         wipe::bytes(plain, wipe.input);
@@ -436,6 +539,7 @@ fn transform_records(
     batch: &Bytes,
     budget: &Budget,
     f: &mut impl FnMut(&mut Record) -> Result<(), String>,
+    grow: &mut impl FnMut(&[u8], &mut Vec<Record>) -> Result<Option<Grown>, String>,
     out: &mut Buf,
     wipe: Wipe,
     plain: &RefCell<Option<Bytes>>,
@@ -468,14 +572,9 @@ fn transform_records(
         crate::records::record_cost(claimed, all.len()),
         "a record batch",
     )?;
-    let be64 = |at: usize| {
-        let mut b = [0u8; 8];
-        b.copy_from_slice(&batch[at..at + 8]);
-        i64::from_be_bytes(b)
-    };
     let base = crate::records::Base {
-        offset: be64(0),
-        timestamp: be64(FIRST_TIMESTAMP),
+        offset: be64(batch, 0),
+        timestamp: be64(batch, FIRST_TIMESTAMP),
     };
     let walked = crate::records::walk(&all, count, base)?;
     budget.take(
@@ -521,6 +620,7 @@ fn transform_records(
     for record in &mut records.list {
         f(record)?;
     }
+    let grown = grow(&batch[..HEADER], &mut records.list)?;
     let options = RecordEncodeOptions {
         version: 2,
         compression: set.compression,
@@ -551,6 +651,19 @@ fn transform_records(
     encoded[0..8].copy_from_slice(&batch[0..8]);
     encoded[LOG_OVERHEAD..CRC.start].copy_from_slice(&batch[LOG_OVERHEAD..CRC.start]);
     encoded[CRC.end..HEADER].copy_from_slice(&batch[CRC.end..HEADER]);
+    if let Some(grown) = grown {
+        // The client's counts, grown by the tombstones in front; the base
+        // sequence where the broker expects it.
+        let grow_by = |at: std::ops::Range<usize>| -> Result<[u8; 4], String> {
+            be32(&batch[..], at.start)
+                .checked_add(grown.added)
+                .map(i32::to_be_bytes)
+                .ok_or_else(|| "a batch's count overflows with the tombstones in front".to_owned())
+        };
+        encoded[LAST_OFFSET_DELTA].copy_from_slice(&grow_by(LAST_OFFSET_DELTA)?);
+        encoded[RECORD_COUNT].copy_from_slice(&grow_by(RECORD_COUNT)?);
+        encoded[BASE_SEQUENCE].copy_from_slice(&grown.base_sequence.to_be_bytes());
+    }
     let crc = crc32c::crc32c(&encoded[ATTRIBUTES.start..]);
     encoded[CRC].copy_from_slice(&crc.to_be_bytes());
     Ok(())
@@ -559,6 +672,7 @@ fn transform_records(
 #[cfg(test)]
 mod tests {
     use super::*;
+    use bytes::BytesMut;
     use indexmap::IndexMap;
     use kafka_protocol::records::TimestampType;
     use tombstone_crypt::{KeyTemplate, Keyset};
@@ -567,6 +681,19 @@ mod tests {
 
     fn budget() -> Budget {
         Budget::alone(64 << 20, LIMIT)
+    }
+
+    /// [`super::encrypt`] for a producer's first batch.
+    fn encrypt(
+        topic: &str,
+        policy: &TopicPolicy,
+        hooks: &Hooks,
+        raw: &Bytes,
+        budget: &Budget,
+    ) -> Result<Encrypted, String> {
+        let sequences = crate::sequences::Sequences::default();
+        let mut sequence = |batch, added| sequences.forward(topic, 0, batch, added);
+        super::encrypt(topic, policy, hooks, raw, budget, &mut sequence)
     }
 
     fn record(offset: i64, key: Option<&'static [u8]>, value: Option<&'static [u8]>) -> Record {
@@ -627,7 +754,7 @@ mod tests {
         ] {
             let raw = batch(&records, codec);
             let enc = encrypt("t", &policy, &Hooks::default(), &raw, &budget()).unwrap();
-            assert!(enc.older_forms.is_none());
+            assert_eq!(enc.added, 0);
             let enc = enc.records;
             // The header but length and CRC: as it came.
             assert_eq!(enc[0..8], raw[0..8]);
@@ -682,25 +809,104 @@ mod tests {
         let rotated = TopicPolicy::keyset(Keyset::generate())
             .with_record_keys(keys)
             .unwrap();
-        let enc = encrypt("t", &rotated, &Hooks::default(), &raw, &budget()).unwrap();
-        // One tombstone, under the older form, not idempotent.
-        let older = decode(enc.older_forms.as_ref().unwrap());
-        assert_eq!(older.len(), 1);
-        assert_eq!((older[0].value.as_ref(), older[0].producer_id), (None, -1));
-        let sealed = decode(&enc.records);
-        assert_ne!(older[0].key, sealed[0].key);
-        assert_eq!(older[0].timestamp, sealed[0].timestamp);
-        let back = decode(
-            &decrypt(
+        // The write rule: a tombstone for each key's older form, at the
+        // front of the client's own batch (one per key: `k` twice).
+        let raw = batch(
+            &[
+                record(0, Some(b"k"), Some(b"v1")),
+                record(1, Some(b"j"), Some(b"v2")),
+                record(2, Some(b"k"), None),
+            ],
+            Compression::None,
+        );
+        let sequences = crate::sequences::Sequences::default();
+        let mut sequence = |batch, added| sequences.forward("t", 0, batch, added);
+        for codec in [Compression::None, Compression::Zstd] {
+            let raw = if codec == Compression::None {
+                raw.clone()
+            } else {
+                batch(&decode(&raw), codec)
+            };
+            let enc = super::encrypt(
                 "t",
                 &rotated,
                 &Hooks::default(),
-                &enc.older_forms.unwrap(),
+                &raw,
                 &budget(),
+                &mut sequence,
             )
-            .unwrap(),
-        );
-        assert_eq!(back[0].key.as_deref(), Some(&b"k"[..]));
+            .unwrap();
+            assert_eq!(enc.added, 2);
+            let sealed = decode(&enc.records);
+            assert_eq!(sealed.len(), 5);
+            // The header: the client's, counts grown by 2.
+            assert_eq!(enc.records[0..8], raw[0..8], "base offset");
+            assert_eq!(
+                be32(&enc.records, 23),
+                be32(&raw, 23) + 2,
+                "last offset delta"
+            );
+            assert_eq!(be32(&enc.records, 57), 5, "record count");
+            assert_eq!(enc.records[43..53], raw[43..53], "producer id and epoch");
+            assert_eq!(enc.records[21..23], raw[21..23], "attributes");
+            assert_eq!(be64(&enc.records, 27), be64(&raw, 27), "first timestamp");
+            for (i, r) in sealed.iter().enumerate() {
+                assert_eq!(r.offset, i as i64);
+                assert_eq!((r.producer_id, r.producer_epoch), (4242, 3));
+            }
+            assert_eq!(
+                (sealed[0].value.as_ref(), sealed[1].value.as_ref()),
+                (None, None)
+            );
+            assert_ne!(sealed[0].key, sealed[2].key, "an older form");
+            assert_ne!(sealed[1].key, sealed[3].key, "an older form");
+            assert_eq!(sealed[2].key, sealed[4].key);
+            let back = decode(
+                &decrypt("t", &rotated, &Hooks::default(), &enc.records, &budget()).unwrap(),
+            );
+            let read: Vec<_> = back
+                .iter()
+                .map(|r| (r.key.as_deref(), r.value.as_deref()))
+                .collect();
+            assert_eq!(
+                read,
+                [
+                    (Some(&b"k"[..]), None),
+                    (Some(&b"j"[..]), None),
+                    (Some(&b"k"[..]), Some(&b"v1"[..])),
+                    (Some(&b"j"[..]), Some(&b"v2"[..])),
+                    (Some(&b"k"[..]), None),
+                ]
+            );
+            // The producer's first grown batch at its own sequence, and
+            // (the second codec) its retry where it went.
+            assert_eq!(be32(&enc.records, 53), 100);
+        }
+        // The producer's next batch (sequence 103): 2 further on.
+        let next: Vec<Record> = (3..5).map(|i| record(i, Some(b"x"), Some(b"v"))).collect();
+        let next = batch(&next, Compression::None);
+        let skip = Hooks {
+            skip_fanout: true,
+            ..Default::default()
+        };
+        let enc = super::encrypt("t", &rotated, &skip, &next, &budget(), &mut sequence).unwrap();
+        assert_eq!((enc.added, be32(&enc.records, 53)), (0, 105));
+        assert_eq!(decode(&enc.records).len(), 2);
+        // Not idempotent: no sequence, none given.
+        let mut plain = record(0, Some(b"k"), Some(b"v"));
+        plain.producer_id = -1;
+        plain.sequence = -1;
+        let enc = super::encrypt(
+            "t",
+            &rotated,
+            &Hooks::default(),
+            &batch(&[plain], Compression::None),
+            &budget(),
+            &mut sequence,
+        )
+        .unwrap();
+        assert_eq!((enc.added, be32(&enc.records, 53)), (1, -1));
+        assert_eq!(decode(&enc.records).len(), 2);
     }
 
     #[test]

@@ -47,14 +47,21 @@
 //! - **Batches keep their header**: producer id, epoch, base sequence,
 //!   transactional and control flags, timestamps, codec and record count
 //!   are the client's (idempotent producers work: the tests use them;
-//!   transactional ones are untested).
+//!   transactional ones are untested), but where the write rule puts
+//!   tombstones in front (below).
 //! - **The write rule for record keys**: under a key keyset with more than
 //!   one enabled key (a rotation), the tombstones of each key's older forms
-//!   are written first, by the proxy's own Produce (acks=-1, not
-//!   idempotent) to the same partition on the same broker connection, and
-//!   the client's batch is forwarded, its record count unchanged, only
-//!   once the broker has written them; if it does not, the client's whole
-//!   Produce is answered `CORRUPT_MESSAGE` and not forwarded.
+//!   go at the front of the client's own batch (one per form, the batch's
+//!   producer fields and first timestamp; the record count and last offset
+//!   delta grown by as many), so that the broker takes or refuses them with
+//!   the client's records at once: a refused batch, an aborted
+//!   transaction, a fenced producer delete nothing. The Produce response's
+//!   base offset is moved on past them (the client's first record). An
+//!   idempotent or transactional producer's later batches in that
+//!   partition go at the sequence the broker then expects (a table per
+//!   process of the producers whose batches grew, bounded; a wrong guess
+//!   after a restart costs the client `OUT_OF_ORDER_SEQUENCE_NUMBER`,
+//!   never a value).
 //!
 //! # Headers
 //! A policy may name headers (`"headers": ["x-ssn"]`,
@@ -203,6 +210,7 @@ mod frame;
 mod hooks;
 mod inflate;
 mod records;
+mod sequences;
 mod server;
 pub mod stats;
 mod tls;
@@ -239,9 +247,9 @@ pub mod __fuzz {
         }
     }
 
-    /// A request frame's body through the proxy's Produce path: its
-    /// forwarded frame and the proxy's own Produce of older forms' tombstones,
-    /// when it is a Produce the proxy forwards.
+    /// A request frame's body through the proxy's Produce path (its
+    /// forwarded frame, the write rule's tombstones at the front of its
+    /// batches), when it is a Produce the proxy forwards.
     pub fn produce(frame: &Bytes, policies: &Policies, limit: usize) -> Result<(), String> {
         produce_with(frame, policies, limit, &Hooks::default())
     }
@@ -258,7 +266,9 @@ pub mod __fuzz {
             return Ok(());
         }
         let budget = crate::budget::Budget::alone(crate::config::decoded_per_request(limit), limit);
-        crate::api::produce_request(frame, version, policies, hooks, &budget).map(|_| ())
+        let sequences = crate::sequences::Sequences::default();
+        crate::api::produce_request(frame, version, policies, hooks, &budget, &sequences)
+            .map(|_| ())
     }
 
     /// A Fetch response frame's body (`version`) through the proxy's Fetch
@@ -311,14 +321,16 @@ pub mod __fuzz {
         crate::wipe::bytes(frame, hooks.wipes())
     }
 
-    /// A partition's record batches encrypted as on Produce: the records,
-    /// and the batch of older forms' tombstones.
+    /// A partition's record batches encrypted as on Produce (not
+    /// idempotent, or the first batch of its producer): the records, and
+    /// how many tombstones of older key forms the write rule put at their
+    /// front.
     pub fn encrypt(
         topic: &str,
         policy: &TopicPolicy,
         raw: &Bytes,
         limit: usize,
-    ) -> Result<(Bytes, Option<Bytes>), String> {
+    ) -> Result<(Bytes, i32), String> {
         encrypt_with(topic, policy, raw, limit, &Hooks::default())
     }
 
@@ -329,10 +341,12 @@ pub mod __fuzz {
         raw: &Bytes,
         limit: usize,
         hooks: &Hooks,
-    ) -> Result<(Bytes, Option<Bytes>), String> {
+    ) -> Result<(Bytes, i32), String> {
         let budget = crate::budget::Budget::alone(crate::config::decoded_per_request(limit), limit);
-        crate::batch::encrypt(topic, policy, hooks, raw, &budget)
-            .map(|e| (e.records, e.older_forms))
+        let sequences = crate::sequences::Sequences::default();
+        let mut sequence = |batch, added| sequences.forward(topic, 0, batch, added);
+        crate::batch::encrypt(topic, policy, hooks, raw, &budget, &mut sequence)
+            .map(|e| (e.records, e.added))
     }
 
     /// A partition's record batches decrypted as on Fetch.

@@ -59,6 +59,8 @@ struct Shared {
     request_budget: usize,
     /// What decoding may take, all requests in flight together.
     pool: Arc<crate::budget::Pool>,
+    /// Idempotent producers' sequences, where the write rule grew a batch.
+    sequences: crate::sequences::Sequences,
     policies: Policies,
     hooks: Hooks,
     /// TLS on the listeners.
@@ -133,6 +135,7 @@ impl Proxy {
             idle: std::time::Duration::from_millis(config.connections_max_idle_ms()),
             request_budget: config.max_decoded_bytes_per_request(),
             pool: crate::budget::Pool::new(config.max_decoded_bytes()),
+            sequences: crate::sequences::Sequences::default(),
             policies,
             hooks: Hooks::default(),
             acceptor,
@@ -274,24 +277,31 @@ enum Pending {
     Local(Bytes),
     /// The broker's response to this correlation id, then `then`.
     Upstream { correlation: i32, then: Then },
-    /// The broker's response to the proxy's own Produce (the write rule's
-    /// tombstones): whether it wrote them, to `reply`; nothing to the client.
-    OlderForms {
-        correlation: i32,
-        version: i16,
-        reply: tokio::sync::oneshot::Sender<Result<(), String>>,
-    },
 }
 
 /// What to do with a broker's response.
 enum Then {
     Pass,
-    Produce { version: i16, refused: Vec<Refused> },
-    Fetch { version: i16 },
-    Metadata { version: i16 },
-    FindCoordinator { version: i16 },
-    DescribeCluster { version: i16 },
-    ApiVersions { version: i16 },
+    Produce {
+        version: i16,
+        refused: Vec<Refused>,
+        added: Vec<api::Added>,
+    },
+    Fetch {
+        version: i16,
+    },
+    Metadata {
+        version: i16,
+    },
+    FindCoordinator {
+        version: i16,
+    },
+    DescribeCluster {
+        version: i16,
+    },
+    ApiVersions {
+        version: i16,
+    },
 }
 
 async fn connection(
@@ -387,9 +397,6 @@ async fn read_requests(
     peer: SocketAddr,
 ) -> End {
     let mut stopping = shared.stopping.clone();
-    // The proxy's own requests: negative correlation ids (clients count
-    // up from 0).
-    let mut own_correlation: i32 = 0;
     loop {
         if *stopping.borrow() {
             return End::Finished;
@@ -460,6 +467,7 @@ async fn read_requests(
                                 &shared.policies,
                                 &shared.hooks,
                                 &budget,
+                                &shared.sequences,
                             )
                         })
                     },
@@ -477,6 +485,7 @@ async fn read_requests(
                         let then = Then::Produce {
                             version,
                             refused: Vec::new(),
+                            added: Vec::new(),
                         };
                         (
                             (acks != 0).then_some(then).and_then(upstream_then),
@@ -487,61 +496,18 @@ async fn read_requests(
                         frame: forwarded,
                         refused,
                         acks,
-                        older_forms,
-                        partitions,
+                        added,
                     }) => {
                         log_refused(peer, &refused);
-                        let written = match older_forms {
-                            None => Ok(()),
-                            Some(request) => {
-                                own_correlation = own_correlation.wrapping_sub(1).min(-1);
-                                write_older_forms(
-                                    &request,
-                                    version,
-                                    own_correlation,
-                                    &owed,
-                                    &mut upstream,
-                                )
-                                .await
-                            }
+                        let then = Then::Produce {
+                            version,
+                            refused,
+                            added,
                         };
-                        match written {
-                            Ok(()) => {
-                                let then = Then::Produce { version, refused };
-                                (
-                                    (acks != 0).then_some(then).and_then(upstream_then),
-                                    Some(forwarded),
-                                )
-                            }
-                            Err(reason) => {
-                                stats::add(Event::PartitionsRefused, partitions.len() as u64);
-                                let mut all = refused;
-                                all.extend(partitions.into_iter().map(|(topic, partition)| {
-                                    Refused {
-                                        topic,
-                                        partition,
-                                        reason: format!(
-                                            "the write rule's tombstones of older key forms \
-                                             were not written: {reason}"
-                                        ),
-                                        code: api::CORRUPT_MESSAGE,
-                                    }
-                                }));
-                                log_refused(peer, &all);
-                                let response = (acks != 0)
-                                    .then(|| api::answer_refused(version, correlation, &all))
-                                    .transpose();
-                                match response {
-                                    Ok(r) => (r.map(Pending::Local), None),
-                                    Err(reason) => {
-                                        tracing::warn!(
-                                            "client {peer}: {reason}: connection closed"
-                                        );
-                                        return End::Closed;
-                                    }
-                                }
-                            }
-                        }
+                        (
+                            (acks != 0).then_some(then).and_then(upstream_then),
+                            Some(forwarded),
+                        )
                     }
                     Ok(ProduceAction::Answer { response, refused }) => {
                         log_refused(peer, &refused);
@@ -622,33 +588,6 @@ async fn read_requests(
     }
 }
 
-/// Writes the proxy's own Produce of the write rule's tombstones on the
-/// client's connection to the broker (the partitions' leader), and waits
-/// for the broker to have written them.
-async fn write_older_forms(
-    request: &kafka_protocol::messages::ProduceRequest,
-    version: i16,
-    correlation: i32,
-    owed: &mpsc::Sender<Pending>,
-    upstream: &mut WriteHalf,
-) -> Result<(), String> {
-    let frame = api::older_forms_request(request, version, correlation)?;
-    let (reply, written) = tokio::sync::oneshot::channel();
-    owed.send(Pending::OlderForms {
-        correlation,
-        version,
-        reply,
-    })
-    .await
-    .map_err(|_| "the connection is closing".to_owned())?;
-    write_frame(upstream, &frame)
-        .await
-        .map_err(|e| format!("writing to the broker: {e}"))?;
-    written
-        .await
-        .map_err(|_| "the connection closed before the broker answered".to_owned())?
-}
-
 fn log_refused(peer: SocketAddr, refused: &[Refused]) {
     for r in refused {
         tracing::warn!(
@@ -675,25 +614,6 @@ async fn write_responses(
         // The frame to write (the connection's one response in hand).
         let out = match pending {
             Pending::Local(frame) => frame,
-            Pending::OlderForms {
-                correlation,
-                version,
-                reply,
-            } => {
-                let written = match read_frame(&mut upstream, shared.max_frame).await {
-                    Ok(frame) if api::response_correlation(&frame) == Some(correlation) => {
-                        api::older_forms_written(&frame, version)
-                    }
-                    Ok(_) => Err("the broker answered out of order".to_owned()),
-                    Err(e) => Err(format!("from the broker {broker}: {e}")),
-                };
-                let failed = written.is_err();
-                let _ = reply.send(written);
-                if failed {
-                    return;
-                }
-                continue;
-            }
             Pending::Upstream { correlation, then } => {
                 let frame = match read_frame(&mut upstream, shared.max_frame).await {
                     Ok(f) => f,
@@ -786,9 +706,11 @@ fn respond(
 ) -> Result<Bytes, String> {
     Ok(match then {
         Then::Pass => frame,
-        Then::Produce { version, refused } => {
-            api::produce_response(&frame, version, &refused, map)?.unwrap_or(frame)
-        }
+        Then::Produce {
+            version,
+            refused,
+            added,
+        } => api::produce_response(&frame, version, &refused, &added, map)?.unwrap_or(frame),
         Then::Fetch { version } => {
             let mut failed = Vec::new();
             let out = api::fetch_response(

@@ -241,8 +241,8 @@ fn fetch_frame(records: &Bytes) -> Bytes {
 /// request frame read, encrypted and done with. The ciphertext.
 fn produce(marker: &Marker, batch: &Bytes, policies: &Policies, hooks: &Hooks) -> Bytes {
     let policy = policies.get(TOPIC).unwrap();
-    let (sealed, older) = __fuzz::encrypt_with(TOPIC, policy, batch, LIMIT, hooks).unwrap();
-    assert!(older.is_none());
+    let (sealed, added) = __fuzz::encrypt_with(TOPIC, policy, batch, LIMIT, hooks).unwrap();
+    assert_eq!(added, 0);
     assert_eq!(count(&sealed, marker), 0, "encrypted");
 
     let mut input = produce_input(batch);

@@ -65,10 +65,12 @@ fuzz_target!(|data: &[u8]| {
         _ => {
             let raw = bytes::Bytes::copy_from_slice(rest);
             let _ = __fuzz::decrypt(TOPIC, policy, &raw, LIMIT);
-            if let Ok((sealed, _older)) = __fuzz::encrypt(TOPIC, policy, &raw, LIMIT) {
+            if let Ok((sealed, added)) = __fuzz::encrypt(TOPIC, policy, &raw, LIMIT) {
                 let opened = __fuzz::decrypt(TOPIC, policy, &sealed, LIMIT)
                     .expect("what the proxy encrypted decrypts");
-                if uncompressed(&raw) {
+                // With the write rule's tombstones in front, the batch is
+                // longer than it came.
+                if uncompressed(&raw) && added == 0 {
                     assert_eq!(
                         opened, raw,
                         "an uncompressed batch round-trips byte for byte"
