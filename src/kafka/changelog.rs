@@ -118,7 +118,22 @@ impl Default for TopicSettings {
 /// log; a [`ChangeLoggingStore`](crate::store::ChangeLoggingStore) then
 /// refuses to serve until restored from the log. A producer stopped by a
 /// fatal error is replaced by a new one at the next append or flush, and
-/// that flush fails saying so.
+/// that flush fails saying so. Without a transaction, a failed write can
+/// leave the tombstones of its key's older forms on the log without its
+/// record: restored, the key reads deleted.
+///
+/// **Transactions.** With a `transactional.id` in the configuration, each
+/// flush is one transaction: the first append after a flush begins it,
+/// the flush commits it once every append is delivered, and a flush that
+/// fails aborts it, so the write rule's tombstones and the records they
+/// precede are on the log together or not at all; a restore reads
+/// `read_committed` (always), so an aborted or unfinished flush (a
+/// process killed in its middle) leaves nothing it sees. Opening fences
+/// an earlier changelog of the same id (and aborts what it left open);
+/// a fenced changelog fails every append and flush from then on, never
+/// replaced by a new producer (that would fence the newer one in turn).
+/// Use one id per store task, stable across restarts, as Kafka Streams'
+/// `exactly_once_v2` does per thread.
 ///
 /// **Partitions.** Every record goes to the changelog's one partition,
 /// named explicitly ([`on_partition`](KafkaChangelog::on_partition)), as
@@ -146,6 +161,11 @@ pub struct KafkaChangelog {
     flushed: u64,
     /// Why the producer was stopped and replaced, until a flush reports it.
     stopped: Option<(RDKafkaErrorCode, String)>,
+    /// The configuration names a `transactional.id`: each flush commits
+    /// the appends since the last one as one transaction.
+    transactional: bool,
+    /// A transaction is open (an append since the last flush).
+    in_transaction: bool,
 }
 
 impl core::fmt::Debug for KafkaChangelog {
@@ -224,6 +244,14 @@ impl KafkaChangelog {
         ensure_compacted_topic(&config, topic, settings, timeout)?;
         let deliveries = Deliveries::default();
         let producer = create_producer(&config, &deliveries)?;
+        let transactional = is_transactional(&config);
+        if transactional {
+            // Fences an earlier producer of the same id, and aborts what it
+            // left open.
+            producer
+                .init_transactions(timeout)
+                .map_err(|e| kafka_err("init transactions", e))?;
+        }
         Ok(KafkaChangelog {
             producer,
             deliveries,
@@ -234,6 +262,8 @@ impl KafkaChangelog {
             appended: 0,
             flushed: 0,
             stopped: None,
+            transactional,
+            in_transaction: false,
         })
     }
 
@@ -268,8 +298,26 @@ impl KafkaChangelog {
     /// has failed every record queued after it, each reported to
     /// [`Deliveries`]; it is replaced by a new one (a new producer id), and
     /// the next flush fails, saying so.
+    ///
+    /// A transactional producer stopped by a fatal error (fenced by a newer
+    /// one of its id) is not replaced: a new one would fence that one in
+    /// turn. Every append and flush fails from then on.
     fn renew_if_stopped(&mut self) -> Result<(), Error> {
         if let Some(fatal) = self.producer.client().fatal_error() {
+            if self.transactional {
+                return Err(Error::changelog(
+                    format!(
+                        "kafka: the transactional producer of {} stopped ({}): appends #{}..#{} \
+                         are not on the log for a read_committed reader; open the changelog \
+                         again (and restore) to go on",
+                        self.topic,
+                        fatal.1,
+                        self.flushed + 1,
+                        self.appended
+                    ),
+                    fatal.0,
+                ));
+            }
             self.producer = create_producer(&self.config, &self.deliveries)?;
             self.stopped.get_or_insert(fatal);
         }
@@ -358,6 +406,9 @@ impl KafkaChangelog {
             )
             .set("enable.auto.commit", "false")
             .set("enable.partition.eof", "true")
+            // What a transaction committed, never what one aborted or
+            // left open (librdkafka's default, said here).
+            .set("isolation.level", "read_committed")
             // Offset 0, not `Beginning`: librdkafka looks `Beginning` up
             // with a ListOffsets request that it schedules about 0.5 s after
             // the assignment, on every read. Below the log start offset (a
@@ -519,9 +570,14 @@ fn create_producer(
     if config.get("request.required.acks").is_none() {
         config.set("acks", "all");
     }
+    config.set("enable.idempotence", "true");
+    // A transaction is the unit of all or nothing: a failed record makes
+    // it abortable (the flush aborts it), which the gapless guarantee would
+    // make fatal instead.
+    if !is_transactional(&config) {
+        config.set("enable.gapless.guarantee", "true");
+    }
     config
-        .set("enable.idempotence", "true")
-        .set("enable.gapless.guarantee", "true")
         .set("linger.ms", "5")
         .create_with_context(deliveries.clone())
         .map_err(|e| kafka_err("producer", e))
@@ -606,6 +662,12 @@ fn topic_exists(config: &ClientConfig, topic: &str, timeout: Duration) -> Result
 impl Changelog for KafkaChangelog {
     fn append(&mut self, key: &[u8], value: Option<&[u8]>) -> Result<(), Error> {
         self.renew_if_stopped()?;
+        if self.transactional && !self.in_transaction {
+            self.producer
+                .begin_transaction()
+                .map_err(|e| kafka_err("begin transaction", e))?;
+            self.in_transaction = true;
+        }
         self.appended += 1;
         let mut record = BaseRecord::with_opaque_to(&self.topic, self.appended as usize)
             .key(key)
@@ -665,6 +727,9 @@ impl Changelog for KafkaChangelog {
             )
         });
         self.renew_if_stopped()?;
+        if self.transactional {
+            return self.end_transaction(flushed);
+        }
         // Failures first: they name the records.
         self.take_failures()?;
         if let Some((code, reason)) = self.stopped.take() {
@@ -682,6 +747,71 @@ impl Changelog for KafkaChangelog {
         self.flushed = self.appended;
         Ok(())
     }
+}
+
+impl KafkaChangelog {
+    /// A transactional flush: the open transaction committed once every
+    /// append is delivered, or aborted (a delivery failed, the wait timed
+    /// out, the commit failed) and the flush fails: none of its appends,
+    /// the write rule's tombstones among them, is then on the log for a
+    /// `read_committed` reader (a restore).
+    fn end_transaction(&mut self, flushed: Result<(), Error>) -> Result<(), Error> {
+        if !self.in_transaction {
+            self.take_failures()?;
+            flushed?;
+            self.flushed = self.appended;
+            return Ok(());
+        }
+        self.in_transaction = false;
+        let failed = self.take_failures().and(flushed);
+        let aborted = |why: &str, this: &Self| {
+            format!(
+                "kafka: the transaction of appends #{}..#{} to {} was aborted ({why}): none of \
+                 them is on the log for a read_committed reader",
+                this.flushed + 1,
+                this.appended,
+                this.topic
+            )
+        };
+        if let Err(e) = failed {
+            let _ = self.producer.abort_transaction(self.timeout);
+            self.flushed = self.appended;
+            return Err(Error::changelog(
+                aborted("a record was not delivered", self),
+                e,
+            ));
+        }
+        match self.producer.commit_transaction(self.timeout) {
+            Ok(()) => {
+                self.flushed = self.appended;
+                Ok(())
+            }
+            Err(e) => {
+                let abortable = matches!(&e, KafkaError::Transaction(t) if t.txn_requires_abort());
+                let message = if abortable {
+                    let _ = self.producer.abort_transaction(self.timeout);
+                    aborted("the commit failed", self)
+                } else {
+                    format!(
+                        "kafka: the commit of appends #{}..#{} to {} failed, and whether it \
+                         is on the log is not known: the log, not the store, is the truth now",
+                        self.flushed + 1,
+                        self.appended,
+                        self.topic
+                    )
+                };
+                self.flushed = self.appended;
+                Err(Error::changelog(message, e))
+            }
+        }
+    }
+}
+
+/// Whether a configuration names a `transactional.id`.
+fn is_transactional(config: &ClientConfig) -> bool {
+    config
+        .get("transactional.id")
+        .is_some_and(|id| !id.trim().is_empty())
 }
 
 /// Whether a consumer error is one librdkafka recovers from by itself: a

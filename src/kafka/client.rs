@@ -840,6 +840,16 @@ where
         let producer: FutureProducer = config
             .create()
             .map_err(|e| kafka_err("create the producer", e))?;
+        if config
+            .get("transactional.id")
+            .is_some_and(|id| !id.trim().is_empty())
+        {
+            // Fences an earlier producer of the same id, and aborts what it
+            // left open.
+            producer
+                .init_transactions(Duration::from_secs(30))
+                .map_err(|e| kafka_err("init transactions", e))?;
+        }
         Ok(TypedProducer {
             producer,
             key_ser,
@@ -951,8 +961,11 @@ where
     ///
     /// # Errors
     /// A serializer failed, or [`Error::Kafka`] if a record was not
-    /// delivered (the tombstones sent before it may have been: a failed
-    /// write can leave the key deleted; send it again).
+    /// delivered. Outside a transaction the tombstones of the key's older
+    /// forms sent before it may have been: a failed write can leave the key
+    /// deleted; send it again. In a transaction
+    /// ([`begin_transaction`](TypedProducer::begin_transaction)), abort it:
+    /// nothing of the write is then seen by a `read_committed` reader.
     pub async fn send(&self, topic: &str, key: &K, value: Option<&V>) -> Result<Delivered, Error> {
         self.send_with(topic, key, value, None, &[]).await
     }
@@ -1083,6 +1096,62 @@ where
         self.producer
             .flush(deadline.saturating_duration_since(Instant::now()))
             .map_err(|e| kafka_err("flush", e))
+    }
+
+    /// Begins a transaction (the configuration names a `transactional.id`:
+    /// [`new`](TypedProducer::new) then initialized it, fencing an earlier
+    /// producer of the id). Every write started until
+    /// [`commit_transaction`](TypedProducer::commit_transaction) or
+    /// [`abort_transaction`](TypedProducer::abort_transaction) is in it,
+    /// the write rule's tombstones of a key's older forms with the record
+    /// they precede: committed together, or aborted together, so a refused
+    /// or abandoned write never leaves a key deleted for a `read_committed`
+    /// reader.
+    ///
+    /// # Errors
+    /// [`Error::Kafka`]: not transactional, a transaction already open, or
+    /// the producer was fenced.
+    pub fn begin_transaction(&self) -> Result<(), Error> {
+        self.producer
+            .begin_transaction()
+            .map_err(|e| kafka_err("begin transaction", e))
+    }
+
+    /// Commits the open transaction once every write started in it is
+    /// queued (writes still in the line included, as
+    /// [`flush`](TypedProducer::flush) waits for them) and delivered. A
+    /// write that failed makes the commit fail; then
+    /// [`abort_transaction`](TypedProducer::abort_transaction).
+    ///
+    /// # Errors
+    /// [`Error::Kafka`]: the wait or the commit failed or timed out.
+    pub fn commit_transaction(&self, timeout: Duration) -> Result<(), Error> {
+        let deadline = Instant::now() + timeout;
+        if !self.line.wait_idle(deadline) {
+            return Err(Error::Kafka {
+                detail: format!(
+                    "commit: writes were still waiting for the producer's queue after {timeout:?}"
+                ),
+                cause: None,
+            });
+        }
+        self.producer
+            .commit_transaction(deadline.saturating_duration_since(Instant::now()))
+            .map_err(|e| kafka_err("commit transaction", e))
+    }
+
+    /// Aborts the open transaction: none of its writes is seen by a
+    /// `read_committed` reader. Writes still in the line are queued first
+    /// (they are aborted with it).
+    ///
+    /// # Errors
+    /// [`Error::Kafka`]: the abort failed or timed out.
+    pub fn abort_transaction(&self, timeout: Duration) -> Result<(), Error> {
+        let deadline = Instant::now() + timeout;
+        let _ = self.line.wait_idle(deadline);
+        self.producer
+            .abort_transaction(deadline.saturating_duration_since(Instant::now()))
+            .map_err(|e| kafka_err("abort transaction", e))
     }
 }
 

@@ -22,6 +22,26 @@ pub fn bootstrap() -> Option<String> {
     ))
 }
 
+/// Apache Kafka's own broker (`TOMBSTONE_APACHE_KAFKA_BOOTSTRAP`, started
+/// by `scripts/kafka.sh`); `None` with a printed line when it is unset, or
+/// when `TOMBSTONE_SKIP_KAFKA` is set.
+pub fn apache_kafka() -> Option<String> {
+    if std::env::var_os("TOMBSTONE_SKIP_KAFKA").is_some() {
+        eprintln!("TOMBSTONE_SKIP_KAFKA is set: Kafka tests skipped");
+        return None;
+    }
+    match std::env::var("TOMBSTONE_APACHE_KAFKA_BOOTSTRAP") {
+        Ok(b) if !b.is_empty() => Some(b),
+        _ => {
+            eprintln!(
+                "TOMBSTONE_APACHE_KAFKA_BOOTSTRAP is unset: test skipped (scripts/test.sh starts \
+                 Apache Kafka with scripts/kafka.sh)"
+            );
+            None
+        }
+    }
+}
+
 /// A topic name no other test uses.
 pub fn fresh_topic(name: &str) -> String {
     let nanos = SystemTime::now()

@@ -28,6 +28,22 @@ pub fn bootstrap() -> Option<String> {
     }
 }
 
+/// Apache Kafka's own broker (`TOMBSTONE_APACHE_KAFKA_BOOTSTRAP`,
+/// `scripts/kafka.sh`), or `None` with a printed line when it is unset: the
+/// test is skipped.
+pub fn apache_kafka() -> Option<String> {
+    match std::env::var("TOMBSTONE_APACHE_KAFKA_BOOTSTRAP") {
+        Ok(b) if !b.is_empty() => Some(b),
+        _ => {
+            eprintln!(
+                "TOMBSTONE_APACHE_KAFKA_BOOTSTRAP is unset: test skipped (scripts/test.sh starts \
+                 Apache Kafka with scripts/kafka.sh)"
+            );
+            None
+        }
+    }
+}
+
 /// A topic name no other test uses.
 pub fn fresh_topic(name: &str) -> String {
     let nanos = SystemTime::now()
@@ -311,6 +327,8 @@ pub fn consume_all(bootstrap: &str, topic: &str, partitions: i32) -> Result<Vec<
             Some(Err(KafkaError::PartitionEOF(p))) => {
                 eof.insert(p);
             }
+            // A connection between the bootstrap's and the leader's: waited out.
+            Some(Err(e)) if tombstone_crypt::kafka::is_transient_kafka_error(&e) => {}
             Some(Err(e)) => return Err(e.to_string()),
         }
     }
