@@ -39,7 +39,7 @@ use crate::read::{consumer, partitions, progress, read_partition, Rec, Setup};
 use crate::record::{key_of, Write};
 use crate::report::{hex, ranges, Audit, Counts, LISTED};
 use crate::run::for_partitions;
-use crate::write::{check_ordered, produce, producer, Sink, CHUNK_RECORDS};
+use crate::write::{check_ordered, is_transactional, produce_chunk, producer, Sink, CHUNK_RECORDS};
 use crate::{fail, Fail};
 
 /// How a command writes: `--apply` and where its progress goes.
@@ -572,8 +572,9 @@ fn replay(
             keep.push(w);
         }
     }
-    let offsets = produce(
+    let offsets = produce_chunk(
         producer,
+        is_transactional(to),
         &to.topic,
         ck.run.as_bytes(),
         &keep,
@@ -775,7 +776,19 @@ pub(crate) fn run(
         foreign: &foreign,
         bar: &bar,
     };
-    let done = for_partitions(from, &parts, &bar, |index: &mut Index, p| {
+    // One transactional producer writes one chunk at a time: with
+    // `-X transactional.id`, one partition at a time.
+    let one_at_a_time;
+    let readers = if writing.is_some() && is_transactional(to) {
+        one_at_a_time = Setup {
+            parallel: 1,
+            ..from.clone()
+        };
+        &one_at_a_time
+    } else {
+        from
+    };
+    let done = for_partitions(readers, &parts, &bar, |index: &mut Index, p| {
         job.partition(index, p)
     });
     let done = match done {

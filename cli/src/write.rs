@@ -11,7 +11,9 @@ use std::time::{Duration, Instant};
 use tombstone_crypt::kafka::rdkafka::config::ClientConfig;
 use tombstone_crypt::kafka::rdkafka::error::{KafkaError, RDKafkaErrorCode};
 use tombstone_crypt::kafka::rdkafka::message::{Header, OwnedHeaders};
-use tombstone_crypt::kafka::rdkafka::producer::{DeliveryFuture, FutureProducer, FutureRecord};
+use tombstone_crypt::kafka::rdkafka::producer::{
+    DeliveryFuture, FutureProducer, FutureRecord, Producer as _,
+};
 
 use crate::checkpoint::{Checkpoint, Progress};
 use crate::read::{Setup, RUN_HEADER};
@@ -66,16 +68,70 @@ pub(crate) fn check_ordered(config: &ClientConfig) -> Result<(), Fail> {
     ))
 }
 
-/// A producer with `-X`'s settings, idempotent unless they say otherwise.
+/// Whether `-X transactional.id` is given: each chunk is then written in
+/// a transaction of its own, one chunk at a time.
+pub(crate) fn is_transactional(s: &Setup) -> bool {
+    s.config
+        .get("transactional.id")
+        .is_some_and(|id| !id.trim().is_empty())
+}
+
+/// A producer with `-X`'s settings, idempotent unless they say otherwise;
+/// with a `transactional.id`, initialized (fencing a run of the same id
+/// that was stopped, and aborting what it left open).
 pub(crate) fn producer(s: &Setup) -> Result<FutureProducer, Fail> {
     check_ordered(&s.config)?;
     let mut config = s.config.clone();
     if config.get("enable.idempotence").is_none() {
         config.set("enable.idempotence", "true");
     }
-    config
+    let producer: FutureProducer = config
         .create()
-        .map_err(|e| fail(format!("creating a producer: {e}")))
+        .map_err(|e| fail(format!("creating a producer: {e}")))?;
+    if is_transactional(s) {
+        producer
+            .init_transactions(s.timeout)
+            .map_err(|e| fail(format!("initializing the producer's transactions: {e}")))?;
+    }
+    Ok(producer)
+}
+
+/// [`produce`] in a transaction of its own when `transactional`: committed
+/// once every record is acknowledged, else aborted, so that the write
+/// rule's tombstones of a chunk are never on the topic for a
+/// `read_committed` reader without the records they precede.
+pub(crate) fn produce_chunk(
+    producer: &FutureProducer,
+    transactional: bool,
+    topic: &str,
+    run: &[u8],
+    writes: &[Write],
+    timeout: Duration,
+    fail_after: Option<u64>,
+) -> Result<Vec<i64>, Fail> {
+    if !transactional {
+        return produce(producer, topic, run, writes, timeout, fail_after);
+    }
+    producer
+        .begin_transaction()
+        .map_err(|e| fail(format!("writing to {topic}: beginning a transaction: {e}")))?;
+    match produce(producer, topic, run, writes, timeout, fail_after) {
+        Ok(offsets) => {
+            producer.commit_transaction(timeout).map_err(|e| {
+                fail(format!(
+                    "writing to {topic}: committing a chunk's transaction: {e} (run again with --resume to finish)"
+                ))
+            })?;
+            Ok(offsets)
+        }
+        Err(Fail(msg)) => {
+            let aborted = match producer.abort_transaction(timeout) {
+                Ok(()) => "its transaction was aborted: none of the chunk is on the topic for a read_committed reader".to_owned(),
+                Err(e) => format!("aborting its transaction failed too: {e}"),
+            };
+            Err(fail(format!("{msg}; {aborted}")))
+        }
+    }
 }
 
 /// The most records of a chunk by default: in flight at once, and
@@ -115,6 +171,8 @@ pub(crate) struct Sink<'a> {
     chunk_records: usize,
     /// The tests' fixed kill point.
     fail_after: Option<u64>,
+    /// Each chunk in a transaction of its own (`-X transactional.id`).
+    transactional: bool,
 }
 
 impl<'a> Sink<'a> {
@@ -141,6 +199,7 @@ impl<'a> Sink<'a> {
             written: 0,
             chunk_records: CHUNK_RECORDS,
             fail_after: None,
+            transactional: is_transactional(s),
         }
     }
 
@@ -197,8 +256,9 @@ impl<'a> Sink<'a> {
                 };
                 self.checkpoint.set(self.partition, self.base)?;
             }
-            let offsets = produce(
+            let offsets = produce_chunk(
                 self.producer,
+                self.transactional,
                 self.topic,
                 self.run,
                 &chunk,
