@@ -25,6 +25,14 @@ pub(crate) const CORRUPT_MESSAGE: i16 = 2;
 /// `TOPIC_AUTHORIZATION_FAILED`: what a client gets for a key-store topic
 /// of subject keys, which it may neither write nor read through the proxy.
 pub(crate) const TOPIC_AUTHORIZATION_FAILED: i16 = 29;
+/// `UNKNOWN_PRODUCER_ID`: what an idempotent batch gets that the proxy
+/// cannot place at a sequence the broker is known to expect
+/// (`crate::sequences`): this proxy process holds no record of its
+/// producer. Producers start a new epoch on it (KIP-360: librdkafka and
+/// the Java client on their own; a transactional one once it aborts),
+/// where `OUT_OF_ORDER_SEQUENCE_NUMBER` stops a librdkafka producer with a
+/// fatal error.
+pub(crate) const UNKNOWN_PRODUCER_ID: i16 = 59;
 
 /// The highest Produce and Fetch versions the proxy accepts: later ones
 /// name topics by id only (Produce v13, Fetch v13), and the proxy reads
@@ -426,7 +434,8 @@ pub(crate) fn produce_request(
                 tracing::debug_span!("partition", topic = name.as_str(), partition = p.index)
                     .entered();
             let index = p.index;
-            let mut sequence = |batch, more| sequences.forward(name.as_str(), index, batch, more);
+            let mut sequence =
+                |batch, more, grows| sequences.forward(name.as_str(), index, batch, more, grows);
             match crate::batch::encrypt(
                 name.as_str(),
                 policy,
@@ -446,13 +455,13 @@ pub(crate) fn produce_request(
                     }
                     true
                 }
-                Err(reason) => {
+                Err(refusal) => {
                     crate::stats::add(crate::stats::Event::PartitionsRefused, 1);
                     refused.push(Refused {
                         topic: name.clone(),
                         partition: p.index,
-                        reason,
-                        code: CORRUPT_MESSAGE,
+                        reason: refusal.reason,
+                        code: refusal.code,
                     });
                     false
                 }

@@ -66,6 +66,22 @@ pub(crate) struct Encrypted {
     pub(crate) added: i32,
 }
 
+/// Why a Produce partition is refused, and the error code its client gets.
+#[derive(Debug)]
+pub(crate) struct Refusal {
+    pub(crate) reason: String,
+    pub(crate) code: i16,
+}
+
+impl From<String> for Refusal {
+    fn from(reason: String) -> Self {
+        Refusal {
+            reason,
+            code: crate::api::CORRUPT_MESSAGE,
+        }
+    }
+}
+
 /// A batch's header fields that change when the write rule's tombstones
 /// go at its front, or when an earlier batch of its producer grew.
 #[derive(Clone, Copy, Debug)]
@@ -88,7 +104,9 @@ struct Grown {
 /// ([`crate::budget`]: its counts are walked first, [`crate::records`]), does
 /// not re-encode as it came, a record cannot be encrypted, or the
 /// partition holds more than one batch and one of them needs tombstones
-/// (Produce v3 and later carry one batch per partition); the partition is
+/// (Produce v3 and later carry one batch per partition): `CORRUPT_MESSAGE`;
+/// an idempotent batch that `sequence` cannot place
+/// ([`crate::sequences`]): `UNKNOWN_PRODUCER_ID`. The partition is
 /// then refused whole.
 pub(crate) fn encrypt(
     topic: &str,
@@ -96,8 +114,17 @@ pub(crate) fn encrypt(
     hooks: &Hooks,
     raw: &Bytes,
     budget: &Budget,
-    sequence: &mut dyn FnMut(Batch, i32) -> i32,
-) -> Result<Encrypted, String> {
+    sequence: &mut dyn FnMut(Batch, i32, bool) -> Result<i32, String>,
+) -> Result<Encrypted, Refusal> {
+    // Batches grow (and idempotent producers are followed) where the key
+    // keyset is in rotation: more than one enabled key.
+    let grows = policy.record_keys().is_some_and(|k| {
+        k.keys()
+            .filter(|(_, status)| *status == tombstone_crypt::KeyStatus::Enabled)
+            .count()
+            > 1
+    });
+    let mut out_of_order = false;
     // The current batch's tombstones, in the order the rule gave them.
     let tombstones: RefCell<Vec<Bytes>> = RefCell::new(Vec::new());
     let mut tally = Tally::default();
@@ -141,7 +168,9 @@ pub(crate) fn encrypt(
                 base_sequence: be32(header, BASE_SEQUENCE.start),
                 records: be32(header, RECORD_COUNT.start),
             };
-            let base_sequence = sequence(client, more);
+            let base_sequence = sequence(client, more, grows).inspect_err(|_| {
+                out_of_order = true;
+            })?;
             if more == 0 && base_sequence == client.base_sequence {
                 return Ok(None);
             }
@@ -151,7 +180,15 @@ pub(crate) fn encrypt(
                 base_sequence,
             }))
         },
-    )?;
+    )
+    .map_err(|reason| Refusal {
+        reason,
+        code: if out_of_order {
+            crate::api::UNKNOWN_PRODUCER_ID
+        } else {
+            crate::api::CORRUPT_MESSAGE
+        },
+    })?;
     tally.commit(true);
     stats::add(
         Event::OlderFormTombstones,
@@ -692,8 +729,8 @@ mod tests {
         budget: &Budget,
     ) -> Result<Encrypted, String> {
         let sequences = crate::sequences::Sequences::default();
-        let mut sequence = |batch, added| sequences.forward(topic, 0, batch, added);
-        super::encrypt(topic, policy, hooks, raw, budget, &mut sequence)
+        let mut sequence = |batch, added, grows| sequences.forward(topic, 0, batch, added, grows);
+        super::encrypt(topic, policy, hooks, raw, budget, &mut sequence).map_err(|r| r.reason)
     }
 
     fn record(offset: i64, key: Option<&'static [u8]>, value: Option<&'static [u8]>) -> Record {
@@ -811,16 +848,21 @@ mod tests {
             .unwrap();
         // The write rule: a tombstone for each key's older form, at the
         // front of the client's own batch (one per key: `k` twice).
+        // The producer's first batch (sequence 0): followed from there.
+        let from_0 = |mut r: Record| {
+            r.sequence = r.offset as i32;
+            r
+        };
         let raw = batch(
             &[
-                record(0, Some(b"k"), Some(b"v1")),
-                record(1, Some(b"j"), Some(b"v2")),
-                record(2, Some(b"k"), None),
+                from_0(record(0, Some(b"k"), Some(b"v1"))),
+                from_0(record(1, Some(b"j"), Some(b"v2"))),
+                from_0(record(2, Some(b"k"), None)),
             ],
             Compression::None,
         );
         let sequences = crate::sequences::Sequences::default();
-        let mut sequence = |batch, added| sequences.forward("t", 0, batch, added);
+        let mut sequence = |batch, added, grows| sequences.forward("t", 0, batch, added, grows);
         for codec in [Compression::None, Compression::Zstd] {
             let raw = if codec == Compression::None {
                 raw.clone()
@@ -880,17 +922,24 @@ mod tests {
             );
             // The producer's first grown batch at its own sequence, and
             // (the second codec) its retry where it went.
-            assert_eq!(be32(&enc.records, 53), 100);
+            assert_eq!(be32(&enc.records, 53), 0);
         }
-        // The producer's next batch (sequence 103): 2 further on.
-        let next: Vec<Record> = (3..5).map(|i| record(i, Some(b"x"), Some(b"v"))).collect();
+        // The producer's next batch (sequence 3): 2 further on.
+        let next: Vec<Record> = (3..5)
+            .map(|i| from_0(record(i, Some(b"x"), Some(b"v"))))
+            .collect();
         let next = batch(&next, Compression::None);
         let skip = Hooks {
             skip_fanout: true,
             ..Default::default()
         };
         let enc = super::encrypt("t", &rotated, &skip, &next, &budget(), &mut sequence).unwrap();
-        assert_eq!((enc.added, be32(&enc.records, 53)), (0, 105));
+        assert_eq!((enc.added, be32(&enc.records, 53)), (0, 5));
+        // A producer this process did not follow from sequence 0: refused.
+        let unfollowed = batch(&[record(7, Some(b"x"), Some(b"v"))], Compression::None);
+        let refused = super::encrypt("t", &rotated, &skip, &unfollowed, &budget(), &mut sequence)
+            .unwrap_err();
+        assert_eq!(refused.code, crate::api::UNKNOWN_PRODUCER_ID);
         assert_eq!(decode(&enc.records).len(), 2);
         // Not idempotent: no sequence, none given.
         let mut plain = record(0, Some(b"k"), Some(b"v"));

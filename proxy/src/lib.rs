@@ -58,10 +58,16 @@
 //!   transaction, a fenced producer delete nothing. The Produce response's
 //!   base offset is moved on past them (the client's first record). An
 //!   idempotent or transactional producer's later batches in that
-//!   partition go at the sequence the broker then expects (a table per
-//!   process of the producers whose batches grew, bounded; a wrong guess
-//!   after a restart costs the client `OUT_OF_ORDER_SEQUENCE_NUMBER`,
-//!   never a value).
+//!   partition go at the sequence the broker then expects: each proxy
+//!   process follows every idempotent producer of such a topic from the
+//!   first batch of its epoch, and never guesses (the broker would take a
+//!   batch at a guessed sequence that matches an earlier one as a
+//!   duplicate, answer success and write nothing). A batch of a producer
+//!   it has not followed (after a restart, through another proxy process,
+//!   after its line left the bounded table) is answered
+//!   `UNKNOWN_PRODUCER_ID`, on which the producer starts a new epoch
+//!   (librdkafka, as seen across a restart in the tests, and the Java
+//!   client on their own; a transactional producer once it aborts).
 //!
 //! # Headers
 //! A policy may name headers (`"headers": ["x-ssn"]`,
@@ -344,9 +350,10 @@ pub mod __fuzz {
     ) -> Result<(Bytes, i32), String> {
         let budget = crate::budget::Budget::alone(crate::config::decoded_per_request(limit), limit);
         let sequences = crate::sequences::Sequences::default();
-        let mut sequence = |batch, added| sequences.forward(topic, 0, batch, added);
+        let mut sequence = |batch, added, grows| sequences.forward(topic, 0, batch, added, grows);
         crate::batch::encrypt(topic, policy, hooks, raw, &budget, &mut sequence)
             .map(|e| (e.records, e.added))
+            .map_err(|r| r.reason)
     }
 
     /// A partition's record batches decrypted as on Fetch.

@@ -1,26 +1,38 @@
-//! The sequence numbers of idempotent producers' batches that the write
-//! rule made longer.
+//! The sequence numbers of idempotent producers' batches on topics whose
+//! batches the write rule makes longer.
 //!
 //! The write rule puts the tombstones of a key's older forms at the front
 //! of the client's own batch, so that the broker takes or refuses both at
 //! once. An idempotent (or transactional) batch then holds more records
 //! than its producer counted, and the broker expects the producer's next
 //! batch in that partition at a later sequence than the producer sends.
-//! This table keeps, per producer id and partition, the producer's recent
-//! batches (its base sequence and record count, the base sequence and
-//! record count forwarded), so that each later batch goes to the broker at
-//! the sequence the broker expects, and a retry goes at the sequence its
-//! first attempt went at (the broker then recognizes it as a duplicate).
+//! This table keeps, per producer id, epoch and partition, the producer's
+//! recent batches (its base sequence and record count, the base sequence
+//! and record count forwarded), so that each later batch goes to the
+//! broker at the sequence the broker expects, and a retry goes at the
+//! sequence its first attempt went at (the broker then recognizes it as a
+//! duplicate).
 //!
-//! A producer whose batches never grew is never entered. A guess is never
-//! a danger: the whole batch, tombstones and records, is taken or refused
-//! by the broker at once, so a wrong sequence (after the proxy restarted,
-//! or after a producer's entry was evicted from the table, which holds at
-//! most [`MAX_LINES`] lines) costs the client an `OUT_OF_ORDER_SEQUENCE_NUMBER`,
-//! on which its producer resets (a new epoch starts at 0), never a value.
-//! Each proxy process keeps its own table: a producer whose connections
-//! to one partition's leader go through two proxy processes during a
-//! rotation gets that error too.
+//! **Never a guess.** The broker takes a batch whose first and last
+//! sequences match one of the producer's last five as a duplicate: it
+//! answers success and writes nothing. A batch forwarded at a guessed
+//! sequence could match one and be dropped without a word (a delete lost).
+//! So on a topic whose key keyset is in rotation (more than one enabled
+//! key: where batches grow), every idempotent producer is followed from the
+//! first batch of its epoch (sequence 0), and a batch is forwarded only as
+//! that first batch, as the batch right after the last one seen, or as the
+//! retry of one seen (the same base sequence, count and tombstones). Any
+//! other batch (a producer this process has not followed from its start:
+//! after the proxy restarted, through another proxy process, or after its
+//! line was evicted from the table, which holds at most [`MAX_LINES`]
+//! lines; or a batch at a seen sequence with other contents) is answered
+//! `UNKNOWN_PRODUCER_ID` (this process holds no record of it) and not
+//! forwarded: its producer starts a new epoch at sequence 0 (an idempotent
+//! producer on its own, a transactional one once it aborts), which this
+//! process then follows. A
+//! batch of another producer id or epoch never touches a line but its own.
+//! On a topic with one enabled record key, or none, batches never grow and
+//! nothing is kept.
 
 use std::collections::{HashMap, VecDeque};
 use std::sync::Mutex;
@@ -64,10 +76,11 @@ struct Seen {
 
 #[derive(Debug)]
 struct Line {
-    epoch: i16,
     seen: VecDeque<Seen>,
     used: u64,
 }
+
+type Key = (i64, i16, String, i32);
 
 /// The table, shared by every connection of one proxy process.
 #[derive(Debug, Default)]
@@ -77,74 +90,108 @@ pub(crate) struct Sequences {
 
 #[derive(Debug, Default)]
 struct Inner {
-    lines: HashMap<(i64, String, i32), Line>,
+    lines: HashMap<Key, Line>,
     clock: u64,
 }
 
-fn advance(sequence: i32, by: i32) -> i32 {
-    // Both are non-negative here: the result is below 2^31.
-    ((i64::from(sequence) + i64::from(by)).rem_euclid(WRAP)) as i32
+fn advance(sequence: i32, by: i64) -> i32 {
+    // The result is below 2^31.
+    ((i64::from(sequence) + by).rem_euclid(WRAP)) as i32
 }
 
 impl Sequences {
     /// The base sequence to forward `batch` to `topic`-`partition` at,
-    /// `added` records (the write rule's tombstones) put at its front.
-    /// A batch that is not idempotent keeps its base sequence.
-    pub(crate) fn forward(&self, topic: &str, partition: i32, batch: Batch, added: i32) -> i32 {
-        if !batch.idempotent() || batch.records < 0 || added < 0 {
-            return batch.base_sequence;
+    /// `added` records (the write rule's tombstones) put at its front;
+    /// `grows`: the topic's batches can grow (its key keyset is in
+    /// rotation). A batch that is not idempotent, or on a topic whose
+    /// batches never grow, keeps its base sequence.
+    ///
+    /// # Errors
+    /// Why the batch cannot be forwarded at a sequence the broker is known
+    /// to expect: answer it `UNKNOWN_PRODUCER_ID`.
+    pub(crate) fn forward(
+        &self,
+        topic: &str,
+        partition: i32,
+        batch: Batch,
+        added: i32,
+        grows: bool,
+    ) -> Result<i32, String> {
+        if !batch.idempotent() || !grows {
+            return Ok(batch.base_sequence);
         }
-        // A panic elsewhere while holding the lock leaves the table as
-        // consistent as any guess: go on with it.
+        if batch.records <= 0 || added < 0 {
+            return Err(format!("a batch of {} records", batch.records));
+        }
+        // A panic elsewhere while holding the lock leaves the table as it
+        // was between two calls: go on with it.
         let mut inner = self.inner.lock().unwrap_or_else(|e| e.into_inner());
-        let key = (batch.producer_id, topic.to_owned(), partition);
-        if added == 0 && !inner.lines.contains_key(&key) {
-            return batch.base_sequence;
-        }
+        let key = (
+            batch.producer_id,
+            batch.producer_epoch,
+            topic.to_owned(),
+            partition,
+        );
         inner.clock += 1;
         let now = inner.clock;
-        if !inner.lines.contains_key(&key) && inner.lines.len() >= MAX_LINES {
-            evict(&mut inner.lines);
-        }
-        let line = inner.lines.entry(key).or_insert_with(|| Line {
-            epoch: batch.producer_epoch,
-            seen: VecDeque::new(),
-            used: now,
-        });
+        let unfollowed = || {
+            format!(
+                "producer {} (epoch {}) at sequence {} in {topic}-{partition}: this proxy process \
+                 has not followed it from the start of its epoch, and the write rule's \
+                 tombstones make its batches longer than it counts (it starts a new epoch)",
+                batch.producer_id, batch.producer_epoch, batch.base_sequence
+            )
+        };
+        let Some(line) = inner.lines.get_mut(&key) else {
+            if batch.base_sequence != 0 {
+                return Err(unfollowed());
+            }
+            if inner.lines.len() >= MAX_LINES {
+                evict(&mut inner.lines);
+            }
+            let seen = VecDeque::from([Seen {
+                client_base: 0,
+                client_records: batch.records,
+                base: 0,
+                added,
+            }]);
+            inner.lines.insert(key, Line { seen, used: now });
+            return Ok(0);
+        };
         line.used = now;
-        if line.epoch != batch.producer_epoch {
-            // A new epoch starts its sequences again at 0, unshifted.
-            line.epoch = batch.producer_epoch;
-            line.seen.clear();
-        }
-        if let Some(at) = line
+        if let Some(s) = line
             .seen
             .iter()
-            .position(|s| s.client_base == batch.base_sequence)
+            .find(|s| s.client_base == batch.base_sequence)
         {
-            let s = line.seen[at];
             if s.client_records == batch.records && s.added == added {
                 // A retry: where its first attempt went.
-                return s.base;
+                return Ok(s.base);
             }
-            // Another batch at that sequence (the producer started over):
-            // what was seen from there on no longer holds.
-            line.seen.truncate(at);
+            return Err(format!(
+                "producer {} (epoch {}) sent another batch at sequence {} in {topic}-{partition} \
+                 ({} records, {} tombstones in front; first {} and {})",
+                batch.producer_id,
+                batch.producer_epoch,
+                batch.base_sequence,
+                batch.records,
+                added,
+                s.client_records,
+                s.added
+            ));
         }
-        let base = match line.seen.back() {
-            Some(last) if advance(last.client_base, last.client_records) == batch.base_sequence => {
-                advance(last.base, last.client_records.saturating_add(last.added))
-            }
-            Some(last) => {
-                // Not the next batch: the same shift as the last one (a
-                // guess the broker checks).
-                let shift = (i64::from(advance(last.base, last.client_records))
-                    + i64::from(last.added)
-                    - i64::from(advance(last.client_base, last.client_records)))
-                .rem_euclid(WRAP);
-                advance(batch.base_sequence, shift as i32)
-            }
-            None => batch.base_sequence,
+        let next = line.seen.back().and_then(|last| {
+            (advance(last.client_base, i64::from(last.client_records)) == batch.base_sequence).then(
+                || {
+                    advance(
+                        last.base,
+                        i64::from(last.client_records) + i64::from(last.added),
+                    )
+                },
+            )
+        });
+        let Some(base) = next else {
+            return Err(unfollowed());
         };
         line.seen.push_back(Seen {
             client_base: batch.base_sequence,
@@ -155,7 +202,7 @@ impl Sequences {
         if line.seen.len() > KEPT {
             line.seen.pop_front();
         }
-        base
+        Ok(base)
     }
 
     /// How many producer-partition lines are kept.
@@ -166,7 +213,7 @@ impl Sequences {
 }
 
 /// Drops the least recently used tenth of the lines.
-fn evict(lines: &mut HashMap<(i64, String, i32), Line>) {
+fn evict(lines: &mut HashMap<Key, Line>) {
     let mut used: Vec<u64> = lines.values().map(|l| l.used).collect();
     let cut = used.len() / 10;
     if cut == 0 {
@@ -194,65 +241,71 @@ mod tests {
     #[test]
     fn batches_after_a_grown_one_move_up_and_retries_go_where_they_went() {
         let t = Sequences::default();
-        // Nothing grown yet: as sent, and nothing kept.
-        assert_eq!(t.forward("t", 0, batch(0, 3), 0), 0);
-        assert_eq!(t.lines(), 0);
+        let f = |b, added| t.forward("t", 0, b, added, true);
+        assert_eq!(f(batch(0, 3), 0), Ok(0));
         // 2 tombstones in front: the broker now expects 3 + 2 + 5 = 10.
-        assert_eq!(t.forward("t", 0, batch(3, 5), 2), 3);
-        assert_eq!(t.forward("t", 0, batch(8, 4), 0), 10);
-        assert_eq!(t.forward("t", 0, batch(12, 1), 1), 14);
+        assert_eq!(f(batch(3, 5), 2), Ok(3));
+        assert_eq!(f(batch(8, 4), 0), Ok(10));
+        assert_eq!(f(batch(12, 1), 1), Ok(14));
         // Retries of each, in order: the same sequences.
-        assert_eq!(t.forward("t", 0, batch(8, 4), 0), 10);
-        assert_eq!(t.forward("t", 0, batch(12, 1), 1), 14);
-        assert_eq!(t.forward("t", 0, batch(13, 2), 0), 16);
-        // Another partition, another producer: their own lines.
-        assert_eq!(t.forward("t", 1, batch(8, 4), 0), 8);
-        let mut other = batch(8, 4);
-        other.producer_id = 8;
-        assert_eq!(t.forward("t", 0, other, 0), 8);
-        // A new epoch starts unshifted.
-        let mut bumped = batch(0, 2);
-        bumped.producer_epoch = 1;
-        assert_eq!(t.forward("t", 0, bumped, 0), 0);
-        // Not idempotent: as sent.
+        assert_eq!(f(batch(3, 5), 2), Ok(3));
+        assert_eq!(f(batch(8, 4), 0), Ok(10));
+        assert_eq!(f(batch(12, 1), 1), Ok(14));
+        assert_eq!(f(batch(13, 2), 0), Ok(16));
+        // Not idempotent, or a topic whose batches never grow: as sent.
         let mut plain = batch(-1, 2);
         plain.producer_id = -1;
-        assert_eq!(t.forward("t", 0, plain, 3), -1);
+        assert_eq!(f(plain, 3), Ok(-1));
+        assert_eq!(t.forward("u", 0, batch(40, 2), 0, false), Ok(40));
+    }
+
+    #[test]
+    fn a_producer_not_followed_from_sequence_0_is_refused_never_guessed() {
+        let t = Sequences::default();
+        let f = |b, added| t.forward("t", 0, b, added, true);
+        // Seen first in the middle (a restart, another proxy process).
+        assert!(f(batch(5, 1), 1).is_err());
+        assert_eq!(t.lines(), 0);
+        assert_eq!(f(batch(0, 1), 1), Ok(0));
+        // A gap, a batch at a seen sequence with other contents, a
+        // sequence 0 again: refused, and the line is as it was.
+        assert!(f(batch(3, 1), 1).is_err());
+        assert!(f(batch(0, 2), 1).is_err());
+        assert!(f(batch(0, 1), 0).is_err());
+        assert_eq!(f(batch(1, 1), 1), Ok(2));
+        // Another epoch or producer id: its own line, from 0 only.
+        let mut foreign = batch(1000, 1);
+        foreign.producer_epoch = 7;
+        assert!(f(foreign, 1).is_err());
+        assert_eq!(f(batch(2, 1), 0), Ok(4), "a foreign batch changed the line");
+        let mut bumped = batch(0, 1);
+        bumped.producer_epoch = 1;
+        assert_eq!(f(bumped, 1), Ok(0));
+        assert_eq!(f(batch(3, 1), 0), Ok(5));
     }
 
     #[test]
     fn sequences_wrap_at_2_to_the_31() {
         let t = Sequences::default();
-        assert_eq!(t.forward("t", 0, batch(i32::MAX - 1, 2), 1), i32::MAX - 1);
-        // The client's next is 0; the broker's 1.
-        assert_eq!(t.forward("t", 0, batch(0, 1), 0), 1);
-        // A batch out of line keeps the last shift.
-        assert_eq!(t.forward("t", 0, batch(50, 1), 0), 51);
-    }
-
-    #[test]
-    fn another_batch_at_a_seen_sequence_replaces_what_followed() {
-        let t = Sequences::default();
-        assert_eq!(t.forward("t", 0, batch(0, 2), 1), 0);
-        assert_eq!(t.forward("t", 0, batch(2, 2), 0), 3);
-        // The producer sends a batch of 3 at 0 (not a retry): it and what
-        // follows it are worked out again.
-        assert_eq!(t.forward("t", 0, batch(0, 3), 0), 0);
-        assert_eq!(t.forward("t", 0, batch(3, 1), 0), 3);
+        let f = |b, added| t.forward("t", 0, b, added, true);
+        assert_eq!(f(batch(0, i32::MAX), 1), Ok(0));
+        // The client's next is i32::MAX; the broker's 0 (wrapped past it).
+        assert_eq!(f(batch(i32::MAX, 2), 0), Ok(0));
+        assert_eq!(f(batch(1, 1), 0), Ok(2));
     }
 
     #[test]
     fn the_table_is_bounded() {
         let t = Sequences::default();
         for p in 0..(MAX_LINES as i32 + 100) {
-            t.forward("t", p, batch(0, 1), 1);
+            t.forward("t", p, batch(0, 1), 1, true).unwrap();
         }
         assert!(t.lines() <= MAX_LINES, "{} lines", t.lines());
-        // The newest is kept.
+        // The newest is kept; an evicted one is refused, never guessed.
         assert_eq!(
-            t.forward("t", MAX_LINES as i32 + 99, batch(1, 1), 0),
-            2,
-            "the newest line was evicted"
+            t.forward("t", MAX_LINES as i32 + 99, batch(1, 1), 0, true),
+            Ok(2)
         );
+        assert!(t.forward("t", 0, batch(1, 1), 0, true).is_err());
     }
 }

@@ -591,11 +591,12 @@ async fn read_requests(
 fn log_refused(peer: SocketAddr, refused: &[Refused]) {
     for r in refused {
         tracing::warn!(
-            "client {peer}: refused a Produce to {}-{}: {}: answered CORRUPT_MESSAGE, \
-             nothing written",
+            "client {peer}: refused a Produce to {}-{}: {}: answered error code {}, nothing \
+             written",
             r.topic.as_str(),
             r.partition,
-            r.reason
+            r.reason,
+            r.code
         );
     }
 }

@@ -259,7 +259,7 @@ fn a_fenced_producers_batch_after_a_rotation_deletes_nothing() {
 
 /// An idempotent (and a transactional) producer writes on after a rotation:
 /// every batch after the first grown one goes at the sequence the broker
-/// expects (else `OUT_OF_ORDER_SEQUENCE_NUMBER`), every record is delivered
+/// expects (else `UNKNOWN_PRODUCER_ID`), every record is delivered
 /// where its delivery says, and the topic reads back as written.
 fn writes_on_after_a_rotation(mode: Mode) {
     let Some(broker) = common::apache_kafka() else {
@@ -320,4 +320,96 @@ fn an_idempotent_producer_writes_on_through_a_rotation() {
 #[test]
 fn a_transactional_producer_writes_on_through_a_rotation() {
     writes_on_after_a_rotation(Mode::Transactional);
+}
+
+/// A proxy restarted under a live idempotent producer after a rotation:
+/// the new process has not followed the producer from sequence 0, so its
+/// next batch is answered `UNKNOWN_PRODUCER_ID` (never forwarded at
+/// a guessed sequence, which the broker could take as a duplicate and drop):
+/// the writes of that batch fail, and say so; librdkafka starts a new epoch,
+/// the writes after them are delivered, and every write acknowledged is on
+/// the topic where its delivery says.
+#[test]
+fn an_idempotent_producer_writes_on_across_a_proxy_restart() {
+    let Some(broker) = common::apache_kafka() else {
+        return;
+    };
+    let topic = fresh_topic("seq-restart");
+    create_topic_with(&broker, &topic, 1, &[("cleanup.policy", "compact")]);
+    let values = Keyset::generate();
+    let mut keys = Keyset::generate_with(KeyTemplate::aes256_siv()).unwrap();
+    keys.rotate_with(KeyTemplate::aes256_siv()).unwrap();
+    let mut first = common::start_proxy_at(
+        &broker,
+        policies(&topic, &values, &keys),
+        Hooks::default(),
+        None,
+        "",
+        None,
+    );
+    let port: u16 = first.addr.rsplit(':').next().unwrap().parse().unwrap();
+    let p = producer(&first.addr, Mode::Idempotent, 5);
+    let records = |from: usize| -> Vec<(Vec<u8>, Option<Vec<u8>>)> {
+        (from..from + 40)
+            .map(|i| {
+                (
+                    format!("key-{}", i % 7).into_bytes(),
+                    Some(format!("v{i}").into_bytes()),
+                )
+            })
+            .collect()
+    };
+    let before = records(0);
+    let refs: Vec<(&[u8], Option<Vec<u8>>)> =
+        before.iter().map(|(k, v)| (&k[..], v.clone())).collect();
+    write(&p, Mode::Idempotent, &topic, &refs, false).unwrap();
+    first.join();
+    drop(first);
+    let _second = common::start_proxy_at(
+        &broker,
+        policies(&topic, &values, &keys),
+        Hooks::default(),
+        None,
+        "",
+        Some(port),
+    );
+    // The batches in flight at the restart are refused (the producer is
+    // told: UNKNOWN_PRODUCER_ID), never acknowledged unwritten;
+    // librdkafka starts a new epoch and what follows is delivered.
+    let mut delivered = Vec::new();
+    let mut refused = 0;
+    for round in 1..4 {
+        for (k, v) in records(40 * round) {
+            let r: FutureRecord<'_, [u8], [u8]> = FutureRecord::to(&topic)
+                .partition(0)
+                .key(&k[..])
+                .payload(&v.as_ref().unwrap()[..]);
+            match futures_executor::block_on(p.send(r, Duration::from_secs(30))) {
+                Ok(d) => delivered.push((k, v, d.offset)),
+                Err((e, _)) => {
+                    assert!(
+                        e.to_string().contains("OutOfOrderSequenceNumber"),
+                        "a write after the restart failed otherwise: {e}"
+                    );
+                    refused += 1;
+                }
+            }
+        }
+    }
+    eprintln!(
+        "after the restart: {refused} writes refused, {} delivered",
+        delivered.len()
+    );
+    assert!(
+        delivered.len() >= 80,
+        "the producer did not recover: {refused} refused"
+    );
+    let read = consume_all(&_second.addr, &topic, 1).unwrap();
+    for (k, v, offset) in &delivered {
+        let c = read
+            .iter()
+            .find(|c| c.offset == *offset)
+            .unwrap_or_else(|| panic!("a write acknowledged at {offset} is not on the topic"));
+        assert_eq!((&c.key, &c.value), (&Some(k.clone()), v));
+    }
 }

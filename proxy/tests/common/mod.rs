@@ -130,6 +130,18 @@ pub fn start_proxy_json(
     max_frame_bytes: Option<usize>,
     extra: &str,
 ) -> RunningProxy {
+    start_proxy_at(bootstrap, policies, hooks, max_frame_bytes, extra, None)
+}
+
+/// [`start_proxy_json`] listening at `port` (`None`: a free one).
+pub fn start_proxy_at(
+    bootstrap: &str,
+    policies: Policies,
+    hooks: Hooks,
+    max_frame_bytes: Option<usize>,
+    extra: &str,
+    port: Option<u16>,
+) -> RunningProxy {
     let extra = extra.to_owned();
     let (ready_tx, ready_rx) = std::sync::mpsc::channel();
     let (stop_tx, stop_rx) = tokio::sync::oneshot::channel::<()>();
@@ -143,7 +155,7 @@ pub fn start_proxy_json(
         rt.block_on(async move {
             let mut last = None;
             for _ in 0..20 {
-                let port = free_base_port();
+                let port = port.unwrap_or_else(free_base_port);
                 let config = ProxyConfig::from_json(&format!(
                     r#"{{{extra}"listen":"127.0.0.1:{port}","bootstrap":"{bootstrap}"}}"#
                 ))
