@@ -249,6 +249,9 @@ transaction.state.log.num.partitions=1
 share.coordinator.state.topic.replication.factor=1
 share.coordinator.state.topic.min.isr=1
 share.coordinator.state.topic.num.partitions=1
+# A transaction open past its producer's transaction.timeout.ms is aborted
+# (and its producer fenced) within a second, not ten.
+transaction.abort.timed.out.transaction.cleanup.interval.ms=1000
 default.replication.factor=1
 min.insync.replicas=1
 

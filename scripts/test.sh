@@ -1,9 +1,10 @@
 #!/usr/bin/env bash
 # The whole test suite, from a fresh clone: installs and starts what the tests
-# need (a Python venv with Google Tink and confluent-kafka, two loopback
-# Kafka-compatible brokers, one of them compacting, loopback KMS servers,
-# strace, cargo-fuzz), runs every check, stops the brokers and the KMS
-# servers.
+# need (a Python venv with Google Tink and confluent-kafka, Apache Kafka's
+# own broker from Maven's jars (scripts/kafka.sh: transactions, a log
+# cleaner), two loopback Kafka-compatible tansu brokers, one of them
+# compacting, loopback KMS servers, strace, cargo-fuzz), runs every check,
+# stops the brokers and the KMS servers.
 #
 # The compacting broker (tansu 0.6.0 with its SQLite engine) is built once
 # into target/tansu-sqlite; on a fresh clone that build runs in the
@@ -68,9 +69,16 @@ cp proxy/tests/node/package.json proxy/tests/node/package-lock.json target/proxy
 TOMBSTONE_PROXY_NODE_MODULES="$PWD/target/proxy-node/node_modules"
 export TOMBSTONE_PROXY_NODE_MODULES
 
-step "broker: tansu on 127.0.0.1, in memory (stopped on exit)"
+step "brokers: tansu on 127.0.0.1, in memory, and Apache Kafka 4.4.0 (scripts/kafka.sh: one KRaft node, jars pinned in scripts/kafka/pom.xml, resolved by Maven into target/m2); both stopped on exit"
+for tool in java mvn; do
+  if ! command -v "$tool" >/dev/null; then
+    echo "$tool is missing: Apache Kafka's broker needs Java 17 and Maven" >&2
+    exit 1
+  fi
+done
 stop_all() {
   stop_build
+  bash scripts/kafka.sh stop >&2 || true
   bash scripts/kms.sh stop >&2 || true
   bash scripts/broker.sh stop-compacting >&2 || true
   bash scripts/broker.sh stop >&2 || true
@@ -78,6 +86,8 @@ stop_all() {
 trap stop_all EXIT
 TOMBSTONE_KAFKA_BOOTSTRAP="$(bash scripts/broker.sh start | tail -n 1)"
 export TOMBSTONE_KAFKA_BOOTSTRAP
+TOMBSTONE_APACHE_KAFKA_BOOTSTRAP="$(bash scripts/kafka.sh start | tail -n 1)"
+export TOMBSTONE_APACHE_KAFKA_BOOTSTRAP
 
 step "strace (cli/tests/keyset_files.rs traces the keyset files' fsync calls)"
 if ! command -v strace >/dev/null; then

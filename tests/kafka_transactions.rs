@@ -315,3 +315,42 @@ fn a_typed_producers_aborted_transaction_deletes_nothing() {
     assert_eq!(records[1].value, None);
     assert_eq!(records[1].key, records[0].key, "the older form's tombstone");
 }
+
+/// A transaction open longer than `transaction.timeout.ms` is aborted by
+/// the coordinator, which fences its producer: the flush fails saying so,
+/// so does every later append or flush, and a restore holds only what was
+/// committed.
+#[test]
+fn a_transaction_that_outlives_its_timeout_is_aborted_and_says_so() {
+    let Some(bootstrap) = apache_kafka() else {
+        return;
+    };
+    let topic = fresh_topic("txn-timeout");
+    create(&bootstrap, &topic, &[]);
+    let id = fresh_topic("id");
+    let mut log = changelog(
+        &bootstrap,
+        &topic,
+        Some(&id),
+        &[("transaction.timeout.ms", "1000")],
+    );
+    log.append(b"k1", Some(b"v1")).unwrap();
+    log.flush().unwrap();
+    log.append(b"k2", Some(b"v2")).unwrap();
+    // The broker looks for timed-out transactions every second
+    // (scripts/kafka.sh).
+    std::thread::sleep(Duration::from_secs(4));
+    let e = log.flush().unwrap_err();
+    eprintln!("{e:?}");
+    let e = e.to_string();
+    assert!(e.contains("#2..#2") && e.contains("fenced"), "{e}");
+    let later = log
+        .append(b"k3", Some(b"v3"))
+        .and_then(|()| log.flush())
+        .unwrap_err()
+        .to_string();
+    assert!(later.contains("stopped"), "{later}");
+    let records = changelog(&bootstrap, &topic, None, &[]).records().unwrap();
+    let seen: Vec<_> = records.iter().map(|r| r.key.clone()).collect();
+    assert_eq!(seen, vec![b"k1".to_vec()]);
+}

@@ -133,7 +133,10 @@ impl Default for TopicSettings {
 /// a fenced changelog fails every append and flush from then on, never
 /// replaced by a new producer (that would fence the newer one in turn).
 /// Use one id per store task, stable across restarts, as Kafka Streams'
-/// `exactly_once_v2` does per thread.
+/// `exactly_once_v2` does per thread. Flush within
+/// `transaction.timeout.ms` (60 s by default) of a transaction's first
+/// append: the coordinator aborts a transaction open longer and fences its
+/// producer (the flush then fails, saying so, and so does every later one).
 ///
 /// **Partitions.** Every record goes to the changelog's one partition,
 /// named explicitly ([`on_partition`](KafkaChangelog::on_partition)), as
@@ -305,15 +308,20 @@ impl KafkaChangelog {
     fn renew_if_stopped(&mut self) -> Result<(), Error> {
         if let Some(fatal) = self.producer.client().fatal_error() {
             if self.transactional {
-                return Err(Error::changelog(
+                let lost = if self.appended > self.flushed {
                     format!(
-                        "kafka: the transactional producer of {} stopped ({}): appends #{}..#{} \
-                         are not on the log for a read_committed reader; open the changelog \
-                         again (and restore) to go on",
-                        self.topic,
-                        fatal.1,
+                        "appends #{}..#{} are not on the log for a read_committed reader",
                         self.flushed + 1,
                         self.appended
+                    )
+                } else {
+                    format!("no append after #{} can be written", self.flushed)
+                };
+                return Err(Error::changelog(
+                    format!(
+                        "kafka: the transactional producer of {} stopped ({}): {lost}; open the \
+                         changelog again (and restore) to go on",
+                        self.topic, fatal.1
                     ),
                     fatal.0,
                 ));
@@ -775,11 +783,9 @@ impl KafkaChangelog {
         };
         if let Err(e) = failed {
             let _ = self.producer.abort_transaction(self.timeout);
+            let message = aborted("a record was not delivered", self);
             self.flushed = self.appended;
-            return Err(Error::changelog(
-                aborted("a record was not delivered", self),
-                e,
-            ));
+            return Err(Error::changelog(message, e));
         }
         match self.producer.commit_transaction(self.timeout) {
             Ok(()) => {
@@ -788,9 +794,26 @@ impl KafkaChangelog {
             }
             Err(e) => {
                 let abortable = matches!(&e, KafkaError::Transaction(t) if t.txn_requires_abort());
+                // Fenced: a newer producer of the id, or the coordinator
+                // that aborted the transaction once it outlived
+                // `transaction.timeout.ms` (and bumped the epoch).
+                let fenced = matches!(
+                    e.rdkafka_error_code(),
+                    Some(
+                        RDKafkaErrorCode::Fenced
+                            | RDKafkaErrorCode::ProducerFenced
+                            | RDKafkaErrorCode::InvalidProducerEpoch
+                    )
+                );
                 let message = if abortable {
                     let _ = self.producer.abort_transaction(self.timeout);
                     aborted("the commit failed", self)
+                } else if fenced {
+                    aborted(
+                        "the producer was fenced: a newer one of its id, or a transaction open \
+                         longer than transaction.timeout.ms, which the coordinator aborted",
+                        self,
+                    )
                 } else {
                     format!(
                         "kafka: the commit of appends #{}..#{} to {} failed, and whether it \

@@ -23,23 +23,16 @@ pub fn bootstrap() -> Option<String> {
 }
 
 /// Apache Kafka's own broker (`TOMBSTONE_APACHE_KAFKA_BOOTSTRAP`, started
-/// by `scripts/kafka.sh`); `None` with a printed line when it is unset, or
-/// when `TOMBSTONE_SKIP_KAFKA` is set.
+/// by `scripts/kafka.sh`); `None` when `TOMBSTONE_SKIP_KAFKA` is set.
 pub fn apache_kafka() -> Option<String> {
     if std::env::var_os("TOMBSTONE_SKIP_KAFKA").is_some() {
         eprintln!("TOMBSTONE_SKIP_KAFKA is set: Kafka tests skipped");
         return None;
     }
-    match std::env::var("TOMBSTONE_APACHE_KAFKA_BOOTSTRAP") {
-        Ok(b) if !b.is_empty() => Some(b),
-        _ => {
-            eprintln!(
-                "TOMBSTONE_APACHE_KAFKA_BOOTSTRAP is unset: test skipped (scripts/test.sh starts \
-                 Apache Kafka with scripts/kafka.sh)"
-            );
-            None
-        }
-    }
+    Some(std::env::var("TOMBSTONE_APACHE_KAFKA_BOOTSTRAP").expect(
+        "TOMBSTONE_APACHE_KAFKA_BOOTSTRAP is not set: run ./scripts/test.sh (it starts Apache Kafka \
+         with scripts/kafka.sh), or set TOMBSTONE_SKIP_KAFKA=1",
+    ))
 }
 
 /// A topic name no other test uses.
