@@ -39,7 +39,7 @@ fn produce_frame(topic: &str, values: &[&str]) -> Vec<u8> {
             timestamp_type: TimestampType::Creation,
             offset: i as i64,
             sequence: i as i32 - 1,
-            timestamp: 1_700_000_000_000,
+            timestamp: common::wire::now_ms(),
             key: Some(Bytes::from(format!("k{i}"))),
             value: Some(Bytes::from(v.to_string())),
             headers: Default::default(),

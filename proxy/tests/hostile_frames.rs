@@ -46,7 +46,7 @@ fn batch(value: &'static [u8]) -> Bytes {
         timestamp_type: TimestampType::Creation,
         offset: 0,
         sequence: -1,
-        timestamp: 1_700_000_000_000,
+        timestamp: common::wire::now_ms(),
         key: Some(Bytes::from_static(b"k")),
         value: Some(Bytes::from_static(value)),
         headers: Default::default(),

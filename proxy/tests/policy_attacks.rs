@@ -203,7 +203,8 @@ fn proxy_a_shredded_value_copied_under_another_key_is_not_fetched_as_a_tombstone
         record(Some(b"alice"), Some(b"alice: 1 Main St"), 0),
         record(Some(b"bob"), Some(b"bob: 2 Elm St"), 1),
     ]);
-    assert_eq!(raw_produce(&proxy.addr, &topic, b.freeze(), 9).0, 0);
+    let (code, message) = raw_produce(&proxy.addr, &topic, b.freeze(), 9);
+    assert_eq!(code, 0, "{message:?}");
     // alice's ciphertext, as the broker holds it.
     let direct = consume_all(&broker, &topic, 1).unwrap();
     let alice_ct = direct[0].value.clone().unwrap();

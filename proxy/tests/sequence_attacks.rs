@@ -62,7 +62,7 @@ fn rec(pid: i64, epoch: i16, seq: i32, i: i64, key: &[u8], value: Option<&[u8]>)
         timestamp_type: TimestampType::Creation,
         offset: i,
         sequence: seq + i as i32,
-        timestamp: 1_700_000_000_000 + i,
+        timestamp: common::wire::now_ms() + i,
         key: Some(Bytes::copy_from_slice(key)),
         value: value.map(Bytes::copy_from_slice),
         headers: Default::default(),

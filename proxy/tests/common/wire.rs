@@ -18,7 +18,17 @@ use kafka_protocol::records::{
     Compression, Record, RecordBatchDecoder, RecordBatchEncoder, RecordEncodeOptions, TimestampType,
 };
 
-/// A record at `offset`, not idempotent, with a creation timestamp.
+/// Now, in milliseconds since the epoch: a record's creation timestamp
+/// (a broker's time-based retention deletes a record of a date long past
+/// at once: Apache Kafka's default keeps 7 days).
+pub fn now_ms() -> i64 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .unwrap()
+        .as_millis() as i64
+}
+
+/// A record at `offset`, not idempotent, created now.
 pub fn record(key: Option<&[u8]>, value: Option<&[u8]>, offset: i64) -> Record {
     Record {
         transactional: false,
@@ -29,8 +39,13 @@ pub fn record(key: Option<&[u8]>, value: Option<&[u8]>, offset: i64) -> Record {
         producer_epoch: -1,
         timestamp_type: TimestampType::Creation,
         offset,
-        sequence: -1,
-        timestamp: 1_700_000_000_000 + offset,
+        // kafka-protocol's encoder keeps records in one batch while offset
+        // minus sequence is constant: base sequence -1 (none). With -1 on
+        // every record, records at several offsets were encoded as one
+        // batch each, which Apache Kafka refuses in one partition of a
+        // Produce v3 and later (INVALID_RECORD).
+        sequence: offset as i32 - 1,
+        timestamp: now_ms() + offset,
         key: key.map(Bytes::copy_from_slice),
         value: value.map(Bytes::copy_from_slice),
         headers: Default::default(),
