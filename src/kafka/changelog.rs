@@ -169,6 +169,8 @@ pub struct KafkaChangelog {
     transactional: bool,
     /// A transaction is open (an append since the last flush).
     in_transaction: bool,
+    /// Why no producer could be made after an abort: every append fails.
+    broken: Option<String>,
 }
 
 impl core::fmt::Debug for KafkaChangelog {
@@ -267,6 +269,7 @@ impl KafkaChangelog {
             stopped: None,
             transactional,
             in_transaction: false,
+            broken: None,
         })
     }
 
@@ -669,6 +672,13 @@ fn topic_exists(config: &ClientConfig, topic: &str, timeout: Duration) -> Result
 
 impl Changelog for KafkaChangelog {
     fn append(&mut self, key: &[u8], value: Option<&[u8]>) -> Result<(), Error> {
+        if let Some(why) = &self.broken {
+            return Err(Error::changelog_msg(format!(
+                "kafka: no transactional producer of {} since an abort ({why}): open the \
+                 changelog again (and restore) to go on",
+                self.topic
+            )));
+        }
         self.renew_if_stopped()?;
         if self.transactional && !self.in_transaction {
             self.producer
@@ -782,7 +792,7 @@ impl KafkaChangelog {
             )
         };
         if let Err(e) = failed {
-            let _ = self.producer.abort_transaction(self.timeout);
+            self.abort();
             let message = aborted("a record was not delivered", self);
             self.flushed = self.appended;
             return Err(Error::changelog(message, e));
@@ -806,7 +816,7 @@ impl KafkaChangelog {
                     )
                 );
                 let message = if abortable {
-                    let _ = self.producer.abort_transaction(self.timeout);
+                    self.abort();
                     aborted("the commit failed", self)
                 } else if fenced {
                     aborted(
@@ -826,6 +836,31 @@ impl KafkaChangelog {
                 self.flushed = self.appended;
                 Err(Error::changelog(message, e))
             }
+        }
+    }
+}
+
+impl KafkaChangelog {
+    /// Aborts the open transaction, forgets the delivery failures of its
+    /// records (the abort purges those still queued: each reports a
+    /// failure, which belongs to the aborted flush, not to the next), and
+    /// starts a new producer of the same id: after a record the broker
+    /// refused, librdkafka bumps the producer's epoch once the abort
+    /// returns, and purged the first record of the next transaction while
+    /// it did (seen with librdkafka 2.12 on Apache Kafka 4.4). A producer
+    /// that cannot be made leaves the changelog failing every append.
+    fn abort(&mut self) {
+        let _ = self.producer.abort_transaction(self.timeout);
+        let _ = self.wait_for_deliveries();
+        let _ = self.take_failures();
+        let renewed = create_producer(&self.config, &self.deliveries).and_then(|p| {
+            p.init_transactions(self.timeout)
+                .map_err(|e| kafka_err("init transactions", e))
+                .map(|()| p)
+        });
+        match renewed {
+            Ok(p) => self.producer = p,
+            Err(e) => self.broken = Some(e.to_string()),
         }
     }
 }

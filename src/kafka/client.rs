@@ -1142,7 +1142,11 @@ where
 
     /// Aborts the open transaction: none of its writes is seen by a
     /// `read_committed` reader. Writes still in the line are queued first
-    /// (they are aborted with it).
+    /// (they are aborted with it). After a write the broker refused,
+    /// librdkafka bumps the producer's epoch once the abort returns, and
+    /// may fail a write of the next transaction meanwhile (`PurgeQueue`):
+    /// its future says so; [`KafkaChangelog`](crate::kafka::KafkaChangelog)
+    /// starts a new producer after an abort instead.
     ///
     /// # Errors
     /// [`Error::Kafka`]: the abort failed or timed out.
