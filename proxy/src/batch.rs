@@ -73,15 +73,6 @@ pub(crate) struct Refusal {
     pub(crate) code: i16,
 }
 
-impl From<String> for Refusal {
-    fn from(reason: String) -> Self {
-        Refusal {
-            reason,
-            code: crate::api::CORRUPT_MESSAGE,
-        }
-    }
-}
-
 /// A batch's header fields that change when the write rule's tombstones
 /// go at its front, or when an earlier batch of its producer grew.
 #[derive(Clone, Copy, Debug)]

@@ -838,9 +838,7 @@ impl KafkaChangelog {
             }
         }
     }
-}
 
-impl KafkaChangelog {
     /// Aborts the open transaction, forgets the delivery failures of its
     /// records (the abort purges those still queued: each reports a
     /// failure, which belongs to the aborted flush, not to the next), and
