@@ -28,10 +28,11 @@ pub(crate) const TOPIC_AUTHORIZATION_FAILED: i16 = 29;
 /// `UNKNOWN_PRODUCER_ID`: what an idempotent batch gets that the proxy
 /// cannot place at a sequence the broker is known to expect
 /// (`crate::sequences`): this proxy process holds no record of its
-/// producer. Producers start a new epoch on it (KIP-360: librdkafka and
-/// the Java client on their own; a transactional one once it aborts),
-/// where `OUT_OF_ORDER_SEQUENCE_NUMBER` stops a librdkafka producer with a
-/// fatal error.
+/// producer. Producers start a new epoch on it (KIP-360; librdkafka's
+/// idempotent producer on its own, as the tests show across a proxy
+/// restart; the Java client's by the same KIP, not yet tried here), where
+/// `OUT_OF_ORDER_SEQUENCE_NUMBER` stops a librdkafka producer with a fatal
+/// error.
 pub(crate) const UNKNOWN_PRODUCER_ID: i16 = 59;
 
 /// The highest Produce and Fetch versions the proxy accepts: later ones

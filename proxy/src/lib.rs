@@ -66,8 +66,9 @@
 //!   it has not followed (after a restart, through another proxy process,
 //!   after its line left the bounded table) is answered
 //!   `UNKNOWN_PRODUCER_ID`, on which the producer starts a new epoch
-//!   (librdkafka, as seen across a restart in the tests, and the Java
-//!   client on their own; a transactional producer once it aborts).
+//!   (KIP-360: librdkafka's idempotent producer on its own, as the tests
+//!   show across a restart; the Java client by the same KIP, not yet tried
+//!   here; a transactional producer once it aborts).
 //!
 //! # Headers
 //! A policy may name headers (`"headers": ["x-ssn"]`,
