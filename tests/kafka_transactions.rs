@@ -8,6 +8,8 @@
 //! restore sees. The control: the same changelog without a transaction,
 //! its records in batches of one, restores the key as deleted.
 
+#![cfg(feature = "kafka")]
+
 mod common;
 
 use std::collections::BTreeMap;
