@@ -423,6 +423,7 @@ fn model_run(bootstrap: &str, transactional: bool, seed: u64) -> Result<(), Stri
             50 => 9,
             _ => rng.below(10),
         };
+        // `TC_MODEL_TRACE=1`: each step on stderr, to follow a failing seed.
         if std::env::var_os("TC_MODEL_TRACE").is_some() {
             eprintln!(
                 "seed {seed} step {step}: op {op} key {}",
