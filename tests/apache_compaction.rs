@@ -17,12 +17,9 @@ mod common;
 use std::collections::{BTreeMap, BTreeSet};
 use std::time::{Duration, Instant};
 
+use common::compacting::create_topic_with;
 use common::kafka::{apache_kafka, client_config, fresh_topic};
 use common::naive::NaiveBytesStore;
-use tombstone_crypt::kafka::rdkafka::admin::{
-    AdminClient, AdminOptions, NewTopic, TopicReplication,
-};
-use tombstone_crypt::kafka::rdkafka::client::DefaultClientContext;
 use tombstone_crypt::kafka::rdkafka::producer::{FutureProducer, FutureRecord};
 use tombstone_crypt::kafka::KafkaChangelog;
 use tombstone_crypt::record_key::WriteRule;
@@ -47,18 +44,21 @@ enum Layer {
     PrimaryOnly,
 }
 
+/// `topic`, one partition, compacted by the cleaner within seconds and
+/// its tombstones kept one second.
 fn create(bootstrap: &str, topic: &str) {
-    let admin: AdminClient<DefaultClientContext> = client_config(bootstrap).create().unwrap();
-    let new = NewTopic::new(topic, 1, TopicReplication::Fixed(1))
-        .set("cleanup.policy", "compact")
-        .set("segment.ms", "100")
-        .set("min.cleanable.dirty.ratio", "0.01")
-        .set("delete.retention.ms", "1000")
-        .set("min.compaction.lag.ms", "0");
-    for r in futures_executor::block_on(admin.create_topics([&new], &AdminOptions::new())).unwrap()
-    {
-        r.unwrap();
-    }
+    create_topic_with(
+        bootstrap,
+        topic,
+        1,
+        &[
+            ("cleanup.policy", "compact"),
+            ("segment.ms", "100"),
+            ("min.cleanable.dirty.ratio", "0.01"),
+            ("delete.retention.ms", "1000"),
+            ("min.compaction.lag.ms", "0"),
+        ],
+    );
 }
 
 /// Rolls segments with filler tombstones until the cleaner has left one

@@ -16,11 +16,8 @@ use std::collections::BTreeMap;
 use std::process::{Command, Stdio};
 use std::time::Duration;
 
+use common::compacting::create_topic_with;
 use common::kafka::{apache_kafka, client_config, fresh_topic};
-use tombstone_crypt::kafka::rdkafka::admin::{
-    AdminClient, AdminOptions, NewTopic, TopicReplication,
-};
-use tombstone_crypt::kafka::rdkafka::client::DefaultClientContext;
 use tombstone_crypt::kafka::rdkafka::consumer::{BaseConsumer, Consumer};
 use tombstone_crypt::kafka::KafkaChangelog;
 use tombstone_crypt::store::{
@@ -28,17 +25,11 @@ use tombstone_crypt::store::{
 };
 use tombstone_crypt::{KeyTemplate, Keyset};
 
+/// `topic`, one partition, compacted, with `settings` besides.
 fn create(bootstrap: &str, topic: &str, settings: &[(&str, &str)]) {
-    let admin: AdminClient<DefaultClientContext> = client_config(bootstrap).create().unwrap();
-    let mut new =
-        NewTopic::new(topic, 1, TopicReplication::Fixed(1)).set("cleanup.policy", "compact");
-    for (k, v) in settings {
-        new = new.set(k, v);
-    }
-    for r in futures_executor::block_on(admin.create_topics([&new], &AdminOptions::new())).unwrap()
-    {
-        r.unwrap();
-    }
+    let mut config = vec![("cleanup.policy", "compact")];
+    config.extend_from_slice(settings);
+    create_topic_with(bootstrap, topic, 1, &config);
 }
 
 fn changelog(

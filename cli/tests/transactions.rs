@@ -11,10 +11,11 @@ mod common;
 use std::collections::BTreeMap;
 use std::time::Duration;
 
+use common::compacting::create_compacted_topic;
 use common::kafka::{apache_kafka, client_config, fresh_topic};
-use common::process::{cli, code, load, Dir};
+use common::process::{cli, code, load, new_keyset, Dir};
 use tombstone_crypt::kafka::rdkafka::admin::{
-    AdminClient, AdminOptions, AlterConfig, NewTopic, ResourceSpecifier, TopicReplication,
+    AdminClient, AdminOptions, AlterConfig, ResourceSpecifier,
 };
 use tombstone_crypt::kafka::rdkafka::client::DefaultClientContext;
 use tombstone_crypt::kafka::rdkafka::producer::{FutureProducer, FutureRecord};
@@ -52,26 +53,12 @@ fn refused_reencrypt(name: &str, extra: &[&str]) -> Option<BTreeMap<Vec<u8>, Opt
     let bootstrap = apache_kafka()?;
     let dir = Dir::new(name);
     let topic = fresh_topic("cli-txn");
-    let admin: AdminClient<DefaultClientContext> = client_config(&bootstrap).create().unwrap();
-    let new = NewTopic::new(&topic, 1, TopicReplication::Fixed(1)).set("cleanup.policy", "compact");
-    for r in futures_executor::block_on(admin.create_topics([&new], &AdminOptions::new())).unwrap()
-    {
-        r.unwrap();
-    }
-    let (values, keys) = (dir.file("values.json"), dir.file("keys.json"));
-    assert_eq!(code(&cli(&["keyset", "new", "--out", &values])), 0);
-    assert_eq!(
-        code(&cli(&[
-            "keyset",
-            "new",
-            "--template",
-            "aes256-siv",
-            "--out",
-            &keys
-        ])),
-        0
-    );
-    let (vks, kks) = (load(&values), load(&keys));
+    create_compacted_topic(&bootstrap, &topic, 1);
+    let (values, vks) = new_keyset(&dir, "values.json");
+    let keys = dir.file("keys.json");
+    let made = cli(&["keyset", "new", "--template", "aes256-siv", "--out", &keys]);
+    assert_eq!(code(&made), 0);
+    let kks = load(&keys);
     let key_ser = DeterministicSerializer::new(Bytes, kks);
     let ser = EncryptingSerializer::new(Bytes, vks);
     let p: FutureProducer = client_config(&bootstrap).create().unwrap();
@@ -94,6 +81,7 @@ fn refused_reencrypt(name: &str, extra: &[&str]) -> Option<BTreeMap<Vec<u8>, Opt
     }
     assert_eq!(code(&cli(&["keyset", "rotate", "--in", &keys])), 0);
     // AlterConfigs replaces a topic's whole configuration: the policy too.
+    let admin: AdminClient<DefaultClientContext> = client_config(&bootstrap).create().unwrap();
     let lower = AlterConfig::new(ResourceSpecifier::Topic(&topic))
         .set("cleanup.policy", "compact")
         .set("max.message.bytes", "2048");

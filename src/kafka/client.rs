@@ -1084,18 +1084,25 @@ where
     /// # Errors
     /// [`Error::Kafka`] if `timeout` passed first, or the flush failed.
     pub fn flush(&self, timeout: Duration) -> Result<(), Error> {
-        let deadline = Instant::now() + timeout;
-        if !self.line.wait_idle(deadline) {
-            return Err(Error::Kafka {
-                detail: format!(
-                    "flush: writes were still waiting for the producer's queue after {timeout:?}"
-                ),
-                cause: None,
-            });
-        }
+        let deadline = self.line_queued("flush", timeout)?;
         self.producer
             .flush(deadline.saturating_duration_since(Instant::now()))
             .map_err(|e| kafka_err("flush", e))
+    }
+
+    /// Waits until every write in the line is queued into librdkafka, for
+    /// at most `timeout`; the deadline, for what comes next.
+    fn line_queued(&self, what: &str, timeout: Duration) -> Result<Instant, Error> {
+        let deadline = Instant::now() + timeout;
+        if self.line.wait_idle(deadline) {
+            return Ok(deadline);
+        }
+        Err(Error::Kafka {
+            detail: format!(
+                "{what}: writes were still waiting for the producer's queue after {timeout:?}"
+            ),
+            cause: None,
+        })
     }
 
     /// Begins a transaction (the configuration names a `transactional.id`:
@@ -1126,15 +1133,7 @@ where
     /// # Errors
     /// [`Error::Kafka`]: the wait or the commit failed or timed out.
     pub fn commit_transaction(&self, timeout: Duration) -> Result<(), Error> {
-        let deadline = Instant::now() + timeout;
-        if !self.line.wait_idle(deadline) {
-            return Err(Error::Kafka {
-                detail: format!(
-                    "commit: writes were still waiting for the producer's queue after {timeout:?}"
-                ),
-                cause: None,
-            });
-        }
+        let deadline = self.line_queued("commit", timeout)?;
         self.producer
             .commit_transaction(deadline.saturating_duration_since(Instant::now()))
             .map_err(|e| kafka_err("commit transaction", e))
