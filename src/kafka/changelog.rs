@@ -748,10 +748,12 @@ impl Changelog for KafkaChangelog {
         if self.transactional {
             return self.end_transaction(flushed);
         }
-        // Failures first: they name the records.
-        self.take_failures()?;
-        if let Some((code, reason)) = self.stopped.take() {
-            return Err(Error::changelog(
+        // Failures first: they name the records. A stop is reported with
+        // them, by the same flush: both cover this flush's appends, and a
+        // later flush (a recovery's) must not fail again for them.
+        let failures = self.take_failures();
+        let stopped = self.stopped.take().map(|(code, reason)| {
+            Error::changelog(
                 format!(
                     "kafka: the producer of {} stopped ({reason}): appends #{}..#{} may not all be delivered",
                     self.topic,
@@ -759,7 +761,14 @@ impl Changelog for KafkaChangelog {
                     self.appended
                 ),
                 code,
-            ));
+            )
+        });
+        if failures.is_err() || stopped.is_some() {
+            self.flushed = self.appended;
+        }
+        failures?;
+        if let Some(e) = stopped {
+            return Err(e);
         }
         flushed?;
         self.flushed = self.appended;
