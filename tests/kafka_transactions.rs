@@ -492,4 +492,8 @@ fn negative_control_the_model_without_transactions_restores_what_was_not_committ
     };
     let e = model_run(&bootstrap, false, 0x5eed_0001).unwrap_err();
     eprintln!("{e}");
+    assert!(
+        e.contains(": recovered "),
+        "the control failed for another reason than what it restored: {e}"
+    );
 }
