@@ -1,19 +1,20 @@
 //! Record batches of a policy topic: values and keys encrypted on the way
 //! to the broker, decrypted on the way back, every other field kept.
 //!
-//! The records are decoded and encoded by kafka-protocol. Its encoder
-//! computes the batch header from the records and leaves out the
-//! timestamp type, so the proxy keeps the original header: base offset,
-//! partition leader epoch, attributes (codec, timestamp type,
+//! The records are decoded by kafka-protocol and encoded by
+//! `crate::records::encode`, against the batch header's own base offset
+//! and first timestamp (kafka-protocol's encoder takes them from the
+//! records, which differs in a batch the log cleaner compacted), and
+//! compressed with kafka-protocol's codecs. The original header is kept:
+//! base offset, partition leader epoch, attributes (codec, timestamp type,
 //! transactional and control flags), last offset delta, first and max
 //! timestamps, producer id and epoch, base sequence and record count are
 //! copied byte for byte, and only the length and the CRC are new.
 //!
 //! A batch is transformed only if its records encode back exactly as they
 //! came (the decoder keeps one header per key, so a record with two
-//! headers of one key would lose one; a batch whose records are out of
-//! timestamp order is rebased by the encoder): otherwise it is refused,
-//! never altered.
+//! headers of one key would lose one): otherwise it is refused, never
+//! altered.
 //!
 //! Plaintext is wiped before it is freed (`crate::wipe`): on Produce the
 //! decompressed records and the re-encoding of the check; on Fetch the
@@ -24,10 +25,9 @@
 
 use std::cell::RefCell;
 
-use bytes::Bytes;
-use kafka_protocol::records::{
-    Compression, Record, RecordBatchDecoder, RecordBatchEncoder, RecordEncodeOptions,
-};
+use bytes::{Bytes, BytesMut};
+use kafka_protocol::compression::{Compressor as _, Gzip, Lz4, Snappy, Zstd};
+use kafka_protocol::records::{Compression, Record, RecordBatchDecoder};
 use tombstone_crypt::policy::{Read, TopicPolicy};
 
 use crate::budget::Budget;
@@ -626,20 +626,14 @@ fn transform_records(
         .borrow()
         .clone()
         .ok_or("a record batch decoded without its records")?;
-    // Sized for a batch that encodes back as it came (the encoder writes
-    // uncompressed records straight into it): it does not grow. One that
-    // does not (refused) may outgrow it, leaving a block unwiped.
-    let mut check = Buf::with_capacity(HEADER + expected.len() + 64, wipe.input);
-    let options = RecordEncodeOptions {
-        version: 2,
-        compression: Compression::None,
-    };
-    RecordBatchEncoder::encode(check.inner(), records.list.iter(), &options)
-        .map_err(|e| format!("encoding a record batch: {e:#}"))?;
-    if check.len() < HEADER || check[HEADER..] != expected[..] {
+    // Sized for a batch that encodes back as it came: it does not grow.
+    // One that does not (refused) may outgrow it, leaving a block unwiped.
+    let mut check = Buf::with_capacity(expected.len() + 64, wipe.input);
+    crate::records::encode(check.inner(), &records.list, base)?;
+    if check[..] != expected[..] {
         return Err(
             "a record batch does not encode back as it came (two headers of one key in a \
-             record, or records out of timestamp order): refused rather than altered"
+             record, a record with attributes): refused rather than altered"
                 .into(),
         );
     }
@@ -649,10 +643,6 @@ fn transform_records(
         f(record)?;
     }
     let grown = grow(&batch[..HEADER], &mut records.list)?;
-    let options = RecordEncodeOptions {
-        version: 2,
-        compression: set.compression,
-    };
     // Room for the batch as it came: a decrypted uncompressed batch is
     // never longer, so the encoder does not grow `out` (a block it grew
     // out of would be freed unwiped). A compressed one may be: a quarter
@@ -663,22 +653,28 @@ fn transform_records(
         batch.len() + batch.len() / 4 + 64
     });
     let start = out.len();
-    RecordBatchEncoder::encode(out.inner(), records.list.iter(), &options)
-        .map_err(|e| format!("encoding a record batch: {e:#}"))?;
+    // The original header (its length and CRC set below), then the
+    // records against its base, compressed with its codec (the codec's
+    // buffer of uncompressed records is kafka-protocol's, as when its
+    // encoder compressed).
+    out.extend_from_slice(&batch[..HEADER]);
+    let list = &records.list;
+    let write = |tmp: &mut BytesMut| -> anyhow::Result<()> {
+        crate::records::encode(tmp, list, base).map_err(anyhow::Error::msg)
+    };
+    let compressed = match set.compression {
+        Compression::None => crate::records::encode(out.inner(), list, base),
+        Compression::Gzip => Gzip::compress(out.inner(), write).map_err(|e| format!("{e:#}")),
+        Compression::Snappy => Snappy::compress(out.inner(), write).map_err(|e| format!("{e:#}")),
+        Compression::Lz4 => Lz4::compress(out.inner(), write).map_err(|e| format!("{e:#}")),
+        Compression::Zstd => Zstd::compress(out.inner(), write).map_err(|e| format!("{e:#}")),
+    };
+    compressed.map_err(|e| format!("encoding a record batch: {e}"))?;
     drop(records);
     let encoded = &mut out[start..];
-    if encoded.len() < HEADER {
-        return Err("a record batch encoded to less than its header".into());
-    }
-    let new_length = i32::from_be_bytes([encoded[8], encoded[9], encoded[10], encoded[11]]);
-    if usize::try_from(new_length).ok() != Some(encoded.len() - LOG_OVERHEAD) {
-        return Err("a record batch encoded to more than one batch".into());
-    }
-    // The original header, but for the length (new) and the CRC (over the
-    // new bytes).
-    encoded[0..8].copy_from_slice(&batch[0..8]);
-    encoded[LOG_OVERHEAD..CRC.start].copy_from_slice(&batch[LOG_OVERHEAD..CRC.start]);
-    encoded[CRC.end..HEADER].copy_from_slice(&batch[CRC.end..HEADER]);
+    let new_length = i32::try_from(encoded.len() - LOG_OVERHEAD)
+        .map_err(|_| "a record batch encoded to more than 2 GiB")?;
+    encoded[8..LOG_OVERHEAD].copy_from_slice(&new_length.to_be_bytes());
     if let Some(grown) = grown {
         // The client's counts, grown by the tombstones in front; the base
         // sequence where the broker expects it.
@@ -702,7 +698,7 @@ mod tests {
     use super::*;
     use bytes::BytesMut;
     use indexmap::IndexMap;
-    use kafka_protocol::records::TimestampType;
+    use kafka_protocol::records::{RecordBatchEncoder, RecordEncodeOptions, TimestampType};
     use tombstone_crypt::{KeyTemplate, Keyset};
 
     const LIMIT: usize = 1 << 20;
@@ -1130,6 +1126,78 @@ mod tests {
         // The control: an ordinary batch is encrypted.
         let enc = encrypt("t", &policy, &Hooks::default(), &plain, &budget()).unwrap();
         assert!(!enc.records.windows(9).any(|w| w == b"PLAINTEXT"));
+    }
+
+    /// What Apache Kafka's log cleaner leaves of a batch whose first
+    /// records it removed: the same base offset, attributes (codec
+    /// included) and last offset delta, the kept records' offset deltas
+    /// from that base, their count, and (as its record builder writes it)
+    /// the first kept record's timestamp.
+    fn compacted(sealed: &Bytes, keep_from: usize, codec: Compression) -> Bytes {
+        let records = decode(sealed);
+        let kept = &records[keep_from..];
+        let base = crate::records::Base {
+            offset: be64(sealed, 0),
+            timestamp: kept[0].timestamp,
+        };
+        let mut out = BytesMut::from(&sealed[..HEADER]);
+        out[RECORD_COUNT].copy_from_slice(&(kept.len() as i32).to_be_bytes());
+        out[FIRST_TIMESTAMP..FIRST_TIMESTAMP + 8].copy_from_slice(&base.timestamp.to_be_bytes());
+        let write = |tmp: &mut BytesMut| -> anyhow::Result<()> {
+            crate::records::encode(tmp, kept, base).map_err(anyhow::Error::msg)
+        };
+        match codec {
+            Compression::None => crate::records::encode(&mut out, kept, base).unwrap(),
+            Compression::Gzip => Gzip::compress(&mut out, write).unwrap(),
+            Compression::Zstd => Zstd::compress(&mut out, write).unwrap(),
+            other => unreachable!("{other:?}"),
+        }
+        let length = (out.len() - LOG_OVERHEAD) as i32;
+        out[8..12].copy_from_slice(&length.to_be_bytes());
+        let crc = crc32c::crc32c(&out[ATTRIBUTES.start..]);
+        out[CRC].copy_from_slice(&crc.to_be_bytes());
+        out.freeze()
+    }
+
+    #[test]
+    fn a_batch_the_log_cleaner_compacted_decrypts_with_its_offsets_and_header_kept() {
+        let policy = TopicPolicy::keyset(Keyset::generate())
+            .with_record_keys(Keyset::generate_with(KeyTemplate::aes256_siv()).unwrap())
+            .unwrap();
+        let records = [
+            record(0, Some(b"k1"), Some(b"v1")),
+            record(1, Some(b"k2"), Some(b"v2")),
+            record(2, Some(b"k3"), Some(b"v3")),
+            record(3, Some(b"k1"), None),
+            record(4, Some(b"k4"), Some(b"v4")),
+        ];
+        for codec in [Compression::None, Compression::Gzip, Compression::Zstd] {
+            let sealed = encrypt(
+                "t",
+                &policy,
+                &Hooks::default(),
+                &batch(&records, codec),
+                &budget(),
+            )
+            .unwrap()
+            .records;
+            let raw = compacted(&sealed, 2, codec);
+            let plain = decrypt("t", &policy, &Hooks::default(), &raw, &budget())
+                .unwrap_or_else(|e| panic!("{codec:?}: {e}"));
+            // The header but length and CRC: as it came.
+            assert_eq!(plain[0..8], raw[0..8]);
+            assert_eq!(plain[21..61], raw[21..61]);
+            let back = decode(&plain);
+            let seen: Vec<_> = back
+                .iter()
+                .map(|r| (r.offset, r.timestamp, r.key.clone(), r.value.clone()))
+                .collect();
+            let expected: Vec<_> = records[2..]
+                .iter()
+                .map(|r| (r.offset, r.timestamp, r.key.clone(), r.value.clone()))
+                .collect();
+            assert_eq!(seen, expected, "{codec:?}");
+        }
     }
 
     #[test]

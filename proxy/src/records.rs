@@ -15,11 +15,18 @@
 //! headers, once found): only then does kafka-protocol decode them. The
 //! walk allocates nothing.
 //!
-//! The decoder is kept (rather than replaced by one of the proxy's own)
-//! because the proxy encodes with kafka-protocol's encoder and checks that
-//! each batch encodes back exactly as it came: one decoder and one encoder
-//! of the same crate, with this walk in front of the decoder as its bound.
+//! kafka-protocol's decoder is kept, with this walk in front of it as its
+//! bound. Its encoder is not used for records: it takes every delta from
+//! the smallest offset and timestamp among the records it is given, where
+//! a batch's own deltas are from its header's base offset and first
+//! timestamp. The two differ in every batch the log cleaner compacted
+//! (Apache Kafka keeps a batch's base offset and first timestamp when it
+//! removes its first records), which the proxy then refused as a batch
+//! that does not encode back as it came. [`encode`] writes the records
+//! against the header's base, and each batch is checked to encode back,
+//! through it, exactly as it came.
 
+use bytes::BufMut;
 use kafka_protocol::records::Record;
 
 /// The smallest record: its length, attributes, timestamp delta, offset
@@ -195,6 +202,102 @@ pub(crate) fn walk(records: &[u8], count: i32, base: Base) -> Result<Walked, Str
         records: count,
         headers,
     })
+}
+
+/// Writes `records` as a v2 batch's records section into `out`: each
+/// record's offset and timestamp as deltas from `base` (the batch header's
+/// base offset and first timestamp), attributes 0, key, value and headers
+/// in order.
+///
+/// # Errors
+/// A delta that a record cannot hold (an offset delta outside `i32`), a
+/// length outside `i32`.
+pub(crate) fn encode(out: &mut impl BufMut, records: &[Record], base: Base) -> Result<(), String> {
+    for (i, r) in records.iter().enumerate() {
+        let timestamp = r
+            .timestamp
+            .checked_sub(base.timestamp)
+            .ok_or_else(|| format!("record {i}'s timestamp delta overflows"))?;
+        let offset = r
+            .offset
+            .checked_sub(base.offset)
+            .and_then(|d| i32::try_from(d).ok())
+            .ok_or_else(|| format!("record {i}'s offset delta is outside a record's range"))?;
+        let sized = |b: Option<&[u8]>| -> Result<usize, String> {
+            match b {
+                None => Ok(varint_len(-1)),
+                Some(b) => Ok(varint_len(length(b.len())?) + b.len()),
+            }
+        };
+        let mut size = 1 + varlong_len(timestamp) + varint_len(offset);
+        size += sized(r.key.as_deref())?;
+        size += sized(r.value.as_deref())?;
+        size += varint_len(length(r.headers.len())?);
+        for (name, value) in &r.headers {
+            size += sized(Some(name.as_bytes()))?;
+            size += sized(value.as_deref())?;
+        }
+        put_varint(out, length(size)?);
+        out.put_u8(0);
+        put_varlong(out, timestamp);
+        put_varint(out, offset);
+        put_sized(out, r.key.as_deref())?;
+        put_sized(out, r.value.as_deref())?;
+        put_varint(out, length(r.headers.len())?);
+        for (name, value) in &r.headers {
+            put_sized(out, Some(name.as_bytes()))?;
+            put_sized(out, value.as_deref())?;
+        }
+    }
+    Ok(())
+}
+
+fn length(n: usize) -> Result<i32, String> {
+    i32::try_from(n).map_err(|_| format!("a length of {n} bytes"))
+}
+
+fn put_sized(out: &mut impl BufMut, b: Option<&[u8]>) -> Result<(), String> {
+    match b {
+        None => put_varint(out, -1),
+        Some(b) => {
+            put_varint(out, length(b.len())?);
+            out.put_slice(b);
+        }
+    }
+    Ok(())
+}
+
+fn zigzag64(v: i64) -> u64 {
+    ((v << 1) ^ (v >> 63)) as u64
+}
+
+fn varlong_len(v: i64) -> usize {
+    let mut z = zigzag64(v);
+    let mut n = 1;
+    while z >= 0x80 {
+        z >>= 7;
+        n += 1;
+    }
+    n
+}
+
+fn varint_len(v: i32) -> usize {
+    varlong_len(i64::from(v))
+}
+
+fn put_varlong(out: &mut impl BufMut, v: i64) {
+    let mut z = zigzag64(v);
+    while z >= 0x80 {
+        out.put_u8((z as u8 & 0x7f) | 0x80);
+        z >>= 7;
+    }
+    out.put_u8(z as u8);
+}
+
+/// A varint is a varlong of the same value (zigzag over 32 bits gives the
+/// same bits as over 64 for every `i32`).
+fn put_varint(out: &mut impl BufMut, v: i32) {
+    put_varlong(out, i64::from(v));
 }
 
 #[cfg(test)]

@@ -4,7 +4,7 @@
 //! configuration, forged bytes and racing processes.
 //!
 //! Tests named `..._compacting_broker` need the compacting broker
-//! (`TOMBSTONE_KAFKA_COMPACTING_BOOTSTRAP`, default `127.0.0.1:19093`).
+//! (Apache Kafka, `TOMBSTONE_APACHE_KAFKA_BOOTSTRAP`).
 //! The leak test runs the command line's binary (`tombstone-crypt proxy`),
 //! next to this test binary in the target directory
 //! (`cargo build -p tombstone-crypt-cli` first).
@@ -38,10 +38,7 @@ use tombstone_crypt::{KeyTemplate, Keyset};
 // ---------------------------------------------------------------------
 
 fn compacting_broker() -> String {
-    std::env::var("TOMBSTONE_KAFKA_COMPACTING_BOOTSTRAP")
-        .ok()
-        .filter(|s| !s.is_empty())
-        .unwrap_or_else(|| "127.0.0.1:19093".into())
+    compacting::compacting_bootstrap()
 }
 
 /// The key-store records a client fetches through `proxy`: (key, value).

@@ -1,15 +1,18 @@
-//! The compacting broker (tansu 0.6.0 on SQLite, `scripts/broker.sh
-//! start-compacting`): its address, a raw read of a whole topic that copes
-//! with the broker's duplicated records, Kafka's compaction rule as a
-//! reference, and a wait until the broker has compacted a topic.
+//! The compacting broker (Apache Kafka, `scripts/kafka.sh`, the test
+//! command's broker): its address, a raw read of a whole topic, Kafka's
+//! compaction rule as a reference, and a wait until the log cleaner has
+//! compacted everything written to a topic (its active segments rolled by
+//! abort markers no reader sees: [`roll`]).
 #![allow(dead_code)]
 
 use std::collections::{BTreeMap, HashMap};
 use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::Mutex;
 use std::time::{Duration, Instant};
 
 use tombstone_crypt::kafka::rdkafka::admin::{
-    AdminClient, AdminOptions, NewTopic, TopicReplication,
+    AdminClient, AdminOptions, AlterConfig, ConfigSource, NewTopic, ResourceSpecifier,
+    TopicReplication,
 };
 use tombstone_crypt::kafka::rdkafka::client::DefaultClientContext;
 use tombstone_crypt::kafka::rdkafka::consumer::{BaseConsumer, Consumer as _};
@@ -18,13 +21,27 @@ use tombstone_crypt::kafka::rdkafka::{Message as _, Offset, TopicPartitionList};
 
 use super::kafka::{client_config, fresh_topic};
 
-/// The compacting broker (`TOMBSTONE_KAFKA_COMPACTING_BOOTSTRAP`).
+/// The markers that roll segments (the file beside this one, wherever this
+/// one is included from).
+#[path = "roll.rs"]
+mod roll;
+
+/// The compacting broker: Apache Kafka (`TOMBSTONE_APACHE_KAFKA_BOOTSTRAP`).
 pub fn compacting_bootstrap() -> String {
-    std::env::var("TOMBSTONE_KAFKA_COMPACTING_BOOTSTRAP").expect(
-        "TOMBSTONE_KAFKA_COMPACTING_BOOTSTRAP is not set: run ./scripts/test.sh (it starts the \
-         compacting broker), or `scripts/broker.sh start-compacting` and export its address",
+    std::env::var("TOMBSTONE_APACHE_KAFKA_BOOTSTRAP").expect(
+        "TOMBSTONE_APACHE_KAFKA_BOOTSTRAP is not set: run ./scripts/test.sh (it starts Apache \
+         Kafka), or `scripts/kafka.sh start` and export the address it prints",
     )
 }
+
+/// The topic settings under which Apache Kafka's log cleaner compacts
+/// within a second of a roll: a segment rolls at the first append 100 ms
+/// after its first record, and any dirty part is worth a cleaning.
+pub const FAST_COMPACTION: [(&str, &str); 3] = [
+    ("segment.ms", "100"),
+    ("min.cleanable.dirty.ratio", "0.01"),
+    ("min.compaction.lag.ms", "0"),
+];
 
 /// One record as the broker returned it.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -37,17 +54,6 @@ pub struct RawRecord {
     pub key: Option<Vec<u8>>,
     /// Value; `None` for a tombstone.
     pub value: Option<Vec<u8>>,
-}
-
-/// A whole topic read back, with the broker's duplicates dropped.
-#[derive(Clone, Debug, Default)]
-pub struct ReadBack {
-    /// Every record, by partition then offset.
-    pub records: Vec<RawRecord>,
-    /// Records dropped because their offset was not above the last one seen
-    /// in their partition (tansu 0.6.0 returns the records kept by a
-    /// compaction several times over in one fetch response).
-    pub duplicates: u64,
 }
 
 /// How many partitions `topic` has, from the broker's metadata.
@@ -66,35 +72,28 @@ pub fn partition_count(bootstrap: &str, topic: &str) -> i32 {
 }
 
 /// Every record of every partition of `topic`, from the beginning to
-/// partition EOF: by partition then offset, the broker's duplicates dropped.
+/// partition EOF (`read_committed`, librdkafka's default: an aborted
+/// transaction's records and every marker skipped), by partition then
+/// offset. Panics on an offset returned twice.
 pub fn read_all(bootstrap: &str, topic: &str) -> Vec<RawRecord> {
-    read_all_counted(bootstrap, topic).records
-}
-
-/// [`read_all`], and how many duplicates it dropped.
-pub fn read_all_counted(bootstrap: &str, topic: &str) -> ReadBack {
     let partitions = partition_count(bootstrap, topic);
     let consumer: BaseConsumer = client_config(bootstrap)
         .set("group.id", fresh_topic("read-all"))
         .set("enable.partition.eof", "true")
         .set("enable.auto.commit", "false")
         .set("fetch.wait.max.ms", "50")
-        // Offset 0 rather than `Beginning`, which librdkafka looks up with a
-        // ListOffsets request about 0.5 s after the assignment; tansu answers
-        // offset 0 of a compacted partition from its first kept record, and
-        // an out-of-range answer would reset to the earliest offset.
         .set("auto.offset.reset", "earliest")
         .create()
         .unwrap();
     let mut tpl = TopicPartitionList::new();
     for p in 0..partitions {
-        tpl.add_partition_offset(topic, p, Offset::Offset(0))
+        tpl.add_partition_offset(topic, p, Offset::Beginning)
             .unwrap();
     }
     consumer.assign(&tpl).unwrap();
     let mut last: HashMap<i32, i64> = HashMap::new();
     let mut at_end = std::collections::BTreeSet::new();
-    let mut out = ReadBack::default();
+    let mut out = Vec::new();
     let deadline = Instant::now() + Duration::from_secs(30);
     while at_end.len() < partitions as usize {
         assert!(Instant::now() < deadline, "timed out reading {topic}");
@@ -109,12 +108,14 @@ pub fn read_all_counted(bootstrap: &str, topic: &str) -> ReadBack {
             Some(Ok(m)) => {
                 let (p, offset) = (m.partition(), m.offset());
                 at_end.remove(&p);
-                if last.get(&p).is_some_and(|&l| offset <= l) {
-                    out.duplicates += 1;
-                    continue;
+                if let Some(&l) = last.get(&p) {
+                    assert!(
+                        offset > l,
+                        "{topic}/{p}: offset {offset} returned after offset {l}"
+                    );
                 }
                 last.insert(p, offset);
-                out.records.push(RawRecord {
+                out.push(RawRecord {
                     partition: p,
                     offset,
                     key: m.key().map(<[u8]>::to_vec),
@@ -123,7 +124,7 @@ pub fn read_all_counted(bootstrap: &str, topic: &str) -> ReadBack {
             }
         }
     }
-    out.records.sort_by_key(|r| (r.partition, r.offset));
+    out.sort_by_key(|r| (r.partition, r.offset));
     out
 }
 
@@ -157,9 +158,10 @@ pub fn kafka_compact(records: &[RawRecord]) -> Vec<RawRecord> {
 pub struct Compaction {
     /// From the call to the first read equal to its own compaction.
     pub elapsed: Duration,
-    /// Offsets taken in the topic: the sum over partitions of the last
-    /// offset read + 1 (compaction always keeps a partition's last record),
-    /// the number of records written when no producer was transactional.
+    /// Offsets the topic's records took: the sum over partitions of the
+    /// last offset read + 1, less the markers [`wait_compacted`] appended
+    /// below it; the number of records written when no producer was
+    /// transactional.
     pub offsets: i64,
     /// Records in the first read.
     pub before: usize,
@@ -167,13 +169,17 @@ pub struct Compaction {
     pub after: usize,
     /// Reads made.
     pub reads: u32,
-    /// Duplicates dropped over all reads.
-    pub duplicates: u64,
+    /// Rounds of markers appended.
+    pub rolls: u32,
     /// The compacted topic, by partition then offset.
     pub records: Vec<RawRecord>,
 }
 
 static COMPACTION_RUNS: AtomicU64 = AtomicU64::new(0);
+
+/// The offsets of the markers [`wait_compacted`] appended, by topic and
+/// partition.
+static MARKERS: Mutex<BTreeMap<(String, i32), Vec<i64>>> = Mutex::new(BTreeMap::new());
 
 /// Compactions observed by [`wait_compacted`] in this test binary: calls
 /// that found fewer records than offsets taken (records were removed).
@@ -181,47 +187,127 @@ pub fn compaction_runs() -> u64 {
     COMPACTION_RUNS.load(Ordering::SeqCst)
 }
 
-/// Reads `topic` until what the broker returns equals its own Kafka
-/// compaction ([`kafka_compact`]): the broker has compacted everything
-/// written so far. Panics after `timeout`.
+/// Gives `topic` the settings of [`FAST_COMPACTION`] it lacks (a topic a
+/// client or the command line created), keeping its other settings
+/// (AlterConfigs replaces a topic's whole configuration).
+pub fn ensure_fast_compaction(bootstrap: &str, topic: &str) {
+    let admin: AdminClient<DefaultClientContext> = client_config(bootstrap).create().unwrap();
+    let resource = ResourceSpecifier::Topic(topic);
+    let described =
+        futures_executor::block_on(admin.describe_configs([&resource], &AdminOptions::new()))
+            .unwrap();
+    let config = described
+        .into_iter()
+        .next()
+        .unwrap()
+        .unwrap_or_else(|e| panic!("describe {topic}: {e}"));
+    let mut set: BTreeMap<String, String> = config
+        .entries
+        .iter()
+        .filter(|e| e.source == ConfigSource::DynamicTopic)
+        .filter_map(|e| Some((e.name.clone(), e.value.clone()?)))
+        .collect();
+    assert!(
+        set.get("cleanup.policy")
+            .is_some_and(|p| p.contains("compact")),
+        "{topic} is not a compacted topic: {set:?}"
+    );
+    let missing: Vec<_> = FAST_COMPACTION
+        .iter()
+        .filter(|(k, _)| !set.contains_key(*k))
+        .collect();
+    if missing.is_empty() {
+        return;
+    }
+    for (k, v) in missing {
+        set.insert((*k).to_owned(), (*v).to_owned());
+    }
+    let mut alter = AlterConfig::new(ResourceSpecifier::Topic(topic));
+    for (k, v) in &set {
+        alter = alter.set(k, v);
+    }
+    for r in futures_executor::block_on(admin.alter_configs([&alter], &AdminOptions::new()))
+        .unwrap()
+    {
+        r.unwrap_or_else(|(t, e)| panic!("alter the configuration of {t:?}: {e}"));
+    }
+}
+
+/// Appends an abort marker to every partition of `topic` (rolling each
+/// active segment: [`roll`]) and notes the offsets they took.
+fn roll(bootstrap: &str, topic: &str, partitions: i32) {
+    // A segment rolls at the first append `segment.ms` after its first
+    // record.
+    std::thread::sleep(Duration::from_millis(150));
+    let before = watermarks(bootstrap, topic);
+    roll::append_markers(bootstrap, topic, partitions);
+    let mut markers = MARKERS.lock().unwrap();
+    for (p, (_, high)) in before {
+        markers.entry((topic.to_owned(), p)).or_default().push(high);
+    }
+}
+
+/// Rolls `topic`'s segments and reads it until what the broker returns
+/// equals its own Kafka compaction ([`kafka_compact`]): the log cleaner
+/// has compacted everything written so far. Panics after `timeout`. No
+/// record may be written to `topic` meanwhile (the markers' offsets are
+/// counted from the high watermarks).
 pub fn wait_compacted(bootstrap: &str, topic: &str, timeout: Duration) -> Compaction {
     let start = Instant::now();
+    ensure_fast_compaction(bootstrap, topic);
+    let partitions = partition_count(bootstrap, topic);
+    roll(bootstrap, topic, partitions);
+    let mut rolled = Instant::now();
+    let mut rolls = 1;
     let mut before = None;
     let mut reads = 0;
-    let mut duplicates = 0;
     loop {
-        let read = read_all_counted(bootstrap, topic);
+        let read = read_all(bootstrap, topic);
         reads += 1;
-        duplicates += read.duplicates;
-        let before = *before.get_or_insert(read.records.len());
-        let compacted = kafka_compact(&read.records);
-        if compacted == read.records {
+        let before = *before.get_or_insert(read.len());
+        let compacted = kafka_compact(&read);
+        if compacted == read {
             let mut last: BTreeMap<i32, i64> = BTreeMap::new();
-            for r in &read.records {
+            for r in &read {
                 last.insert(r.partition, r.offset);
             }
-            let offsets: i64 = last.values().map(|o| o + 1).sum();
-            if (read.records.len() as i64) < offsets {
+            let markers = MARKERS.lock().unwrap();
+            let offsets: i64 = last
+                .iter()
+                .map(|(p, o)| {
+                    let below = markers
+                        .get(&(topic.to_owned(), *p))
+                        .map_or(0, |m| m.iter().filter(|&&m| m < *o).count());
+                    o + 1 - below as i64
+                })
+                .sum();
+            if (read.len() as i64) < offsets {
                 COMPACTION_RUNS.fetch_add(1, Ordering::SeqCst);
             }
             return Compaction {
                 elapsed: start.elapsed(),
                 offsets,
                 before,
-                after: read.records.len(),
+                after: read.len(),
                 reads,
-                duplicates,
-                records: read.records,
+                rolls,
+                records: read,
             };
         }
         assert!(
             start.elapsed() < timeout,
-            "{topic} on {bootstrap} not compacted after {timeout:?} ({reads} reads): {} records, \
-             {} once compacted; is it the compacting broker (scripts/broker.sh start-compacting) \
-             and the topic cleanup.policy=compact?",
-            read.records.len(),
+            "{topic} on {bootstrap} not compacted after {timeout:?} ({reads} reads, {rolls} \
+             rolls): {} records, {} once compacted; is the topic cleanup.policy=compact?",
+            read.len(),
             compacted.len(),
         );
+        // A cleaning missed (the roll came before `segment.ms`, the
+        // cleaner's backoff): roll again.
+        if rolled.elapsed() > Duration::from_secs(3) {
+            roll(bootstrap, topic, partitions);
+            rolled = Instant::now();
+            rolls += 1;
+        }
         std::thread::sleep(Duration::from_millis(100));
     }
 }
@@ -239,11 +325,24 @@ pub fn create_compacted_topic(bootstrap: &str, topic: &str, partitions: i32) {
 
 /// Creates `topic` with `partitions` partitions and topic `config` through
 /// the admin API (CreateTopics).
+///
+/// A compacted topic also gets the settings of [`FAST_COMPACTION`] that
+/// `config` does not name.
 pub fn create_topic_with(bootstrap: &str, topic: &str, partitions: i32, config: &[(&str, &str)]) {
     let admin: AdminClient<DefaultClientContext> = client_config(bootstrap).create().unwrap();
     let mut new = NewTopic::new(topic, partitions, TopicReplication::Fixed(1));
     for (k, v) in config {
         new = new.set(k, v);
+    }
+    let compacted = config
+        .iter()
+        .any(|(k, v)| *k == "cleanup.policy" && v.contains("compact"));
+    if compacted {
+        for (k, v) in FAST_COMPACTION {
+            if !config.iter().any(|(name, _)| *name == k) {
+                new = new.set(k, v);
+            }
+        }
     }
     let results =
         futures_executor::block_on(admin.create_topics([&new], &AdminOptions::new())).unwrap();
