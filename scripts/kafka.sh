@@ -5,6 +5,8 @@
 # behaviour (log compaction, tombstone removal, transactions, share groups).
 #
 #   scripts/kafka.sh start      -> last stdout line is the bootstrap address, 127.0.0.1:PORT
+#   scripts/kafka.sh restart    -> starts the broker again on the same data (after `stop`):
+#                                  its topics and records are kept
 #   scripts/kafka.sh stop       -> stops the broker started by `start` and waits for
 #                                  the JVM to exit (idempotent)
 #   scripts/kafka.sh status     -> exit 0 if that broker is running and accepting connections
@@ -19,6 +21,11 @@
 #   TOMBSTONE_APACHE_KAFKA_CONTROLLER_PORT  KRaft CONTROLLER port on 127.0.0.1 (default 19293)
 #   TOMBSTONE_APACHE_KAFKA_START_TIMEOUT    seconds to wait for the broker to answer (default 90)
 #   TOMBSTONE_APACHE_KAFKA_HEAP             the JVM's -Xms and -Xmx (default 256m; see below)
+#   TOMBSTONE_APACHE_KAFKA_DIR              the instance's directory (default target/kafka):
+#                                           a test's broker of its own uses another one
+#   TOMBSTONE_APACHE_KAFKA_ADVERTISED       the PLAINTEXT address advertised to clients,
+#                                           host:port (default 127.0.0.1:PORT; a test puts
+#                                           a TLS forwarder there)
 #   TOMBSTONE_VENV                          the venv for `selfcheck` (default target/venv)
 #
 # Each `start` is a new, empty cluster: target/kafka/data is wiped and
@@ -27,7 +34,7 @@
 # groups are on without any setting; transaction.version=2). A broker this
 # script already runs is stopped first.
 #
-# Files (all under target/kafka/):
+# Files (all under the instance's directory; the classpath's under target/kafka/):
 #   server.properties  generated at each start     server.log  the broker's log4j2 log (INFO)
 #   data/              log.dirs and metadata log   format.log  the format step's log
 #   kafka.pid          the JVM's pid               kafka.out   the JVM's own stdout/stderr
@@ -82,13 +89,15 @@ POM="scripts/kafka/pom.xml"
 LOG4J_CONF="$ROOT/scripts/kafka/log4j2.properties"
 SELFCHECK="scripts/kafka/selfcheck.py"
 DIR="target/kafka"
-DATA="$ROOT/$DIR/data"
-PROPS="$ROOT/$DIR/server.properties"
-LOG="$DIR/server.log"
-FORMAT_LOG="$DIR/format.log"
-OUT="$DIR/kafka.out"
-PIDFILE="$DIR/kafka.pid"
-PORTFILE="$DIR/kafka.port"
+INSTANCE="${TOMBSTONE_APACHE_KAFKA_DIR:-$DIR}"
+[[ "$INSTANCE" == /* ]] || INSTANCE="$ROOT/$INSTANCE"
+DATA="$INSTANCE/data"
+PROPS="$INSTANCE/server.properties"
+LOG="$INSTANCE/server.log"
+FORMAT_LOG="$INSTANCE/format.log"
+OUT="$INSTANCE/kafka.out"
+PIDFILE="$INSTANCE/kafka.pid"
+PORTFILE="$INSTANCE/kafka.port"
 CP_FILE="$DIR/classpath.txt"
 CP_KEY="$DIR/classpath.key"
 M2="$ROOT/target/m2"
@@ -97,13 +106,14 @@ PORT="${TOMBSTONE_APACHE_KAFKA_PORT:-19292}"
 CONTROLLER_PORT="${TOMBSTONE_APACHE_KAFKA_CONTROLLER_PORT:-19293}"
 START_TIMEOUT="${TOMBSTONE_APACHE_KAFKA_START_TIMEOUT:-90}"
 HEAP="${TOMBSTONE_APACHE_KAFKA_HEAP:-256m}"
+ADVERTISED="${TOMBSTONE_APACHE_KAFKA_ADVERTISED:-$HOST:$PORT}"
 NODE_ID=1
 
 log() { printf 'kafka: %s\n' "$*" >&2; }
 die() { log "$*"; exit 1; }
 
 usage() {
-  echo "usage: scripts/kafka.sh start|stop|status|classpath|selfcheck" >&2
+  echo "usage: scripts/kafka.sh start|restart|stop|status|classpath|selfcheck" >&2
   exit 2
 }
 
@@ -117,7 +127,8 @@ port_open() {
 }
 
 # True when the broker on 127.0.0.1:$PORT answers a Metadata (v4) request for
-# no topics with a broker list that holds itself at 127.0.0.1:$PORT, proof that
+# no topics with a broker list that holds itself at its advertised address
+# ($ADVERTISED), proof that
 # it has caught up with the metadata log and been unfenced. (In 4.4 the
 # listener opens at that point too, but an open port alone proves less.)
 metadata_ok() {
@@ -137,14 +148,15 @@ metadata_ok() {
   # The body in hex: correlation id, throttle time, broker count (4 bytes
   # each), then the first broker: node id (4), host (2-byte length + bytes),
   # port (4).
-  local hlen=$(( ${#HOST} * 2 )) host_hex
-  host_hex="$(printf '%s' "$HOST" | od -An -v -tx1 | tr -d ' \n')"
+  local ahost="${ADVERTISED%:*}" aport="${ADVERTISED##*:}"
+  local hlen=$(( ${#ahost} * 2 )) host_hex
+  host_hex="$(printf '%s' "$ahost" | od -An -v -tx1 | tr -d ' \n')"
   (( ${#hex} >= 44 + hlen )) || return 1
   [[ "${hex:0:8}" == 0000002a ]] || return 1
   (( 16#${hex:16:8} >= 1 )) || return 1
-  [[ "${hex:32:4}" == "$(printf '%04x' "${#HOST}")" ]] || return 1
+  [[ "${hex:32:4}" == "$(printf '%04x' "${#ahost}")" ]] || return 1
   [[ "${hex:36:hlen}" == "$host_hex" ]] || return 1
-  [[ "${hex:36+hlen:8}" == "$(printf '%08x' "$PORT")" ]]
+  [[ "${hex:36+hlen:8}" == "$(printf '%08x' "$aport")" ]]
 }
 
 # Prints the PID from the pid file if that process is alive and is this
@@ -233,7 +245,7 @@ process.roles=broker,controller
 node.id=$NODE_ID
 controller.quorum.bootstrap.servers=$HOST:$CONTROLLER_PORT
 listeners=PLAINTEXT://$HOST:$PORT,CONTROLLER://$HOST:$CONTROLLER_PORT
-advertised.listeners=PLAINTEXT://$HOST:$PORT,CONTROLLER://$HOST:$CONTROLLER_PORT
+advertised.listeners=PLAINTEXT://$ADVERTISED,CONTROLLER://$HOST:$CONTROLLER_PORT
 listener.security.protocol.map=PLAINTEXT:PLAINTEXT,CONTROLLER:PLAINTEXT
 inter.broker.listener.name=PLAINTEXT
 controller.listener.names=CONTROLLER
@@ -296,8 +308,13 @@ kill_pid() {
   return 1
 }
 
+# $1: "keep" starts on the data of the last start (after a stop) instead of
+# a new cluster.
 cmd_start() {
+  local keep="${1:-}"
   valid_port "$PORT" || die "bad TOMBSTONE_APACHE_KAFKA_PORT: $PORT"
+  valid_port "${ADVERTISED##*:}" && [[ "$ADVERTISED" == *:* ]] \
+    || die "bad TOMBSTONE_APACHE_KAFKA_ADVERTISED: $ADVERTISED (want host:port)"
   valid_port "$CONTROLLER_PORT" || die "bad TOMBSTONE_APACHE_KAFKA_CONTROLLER_PORT: $CONTROLLER_PORT"
   [[ "$PORT" != "$CONTROLLER_PORT" ]] || die "the broker and controller ports must differ (both $PORT)"
   [[ "$START_TIMEOUT" =~ ^[1-9][0-9]*$ ]] || die "bad TOMBSTONE_APACHE_KAFKA_START_TIMEOUT: $START_TIMEOUT"
@@ -322,18 +339,24 @@ cmd_start() {
   cp="$(cat "$cp_file")"
   start_ms="$(now_ms)"
 
+  local id
+  if [[ "$keep" == keep ]]; then
+    [[ -f "$DATA/meta.properties" ]] || die "no data in $DATA to start again on; use start"
+    id="$(sed -n 's/^cluster.id=//p' "$DATA/meta.properties")"
+    write_properties
+  else
   rm -rf "$DATA"
   mkdir -p "$DATA"
   write_properties
-  local id
   id="$(cluster_id)"
   # The format step is a short-lived JVM: a small heap and the C1 compiler
   # only start it faster.
   if ! java -Xmx128m -XX:TieredStopAtLevel=1 -Djava.awt.headless=true \
-      -Dlog4j2.configurationFile="$LOG4J_CONF" -Dtombstone.kafka.log="$ROOT/$FORMAT_LOG" \
+      -Dlog4j2.configurationFile="$LOG4J_CONF" -Dtombstone.kafka.log="$FORMAT_LOG" \
       -cp "$cp" kafka.tools.StorageTool format --standalone \
       --cluster-id "$id" --config "$PROPS" >&2 </dev/null; then
     die "formatting $DATA failed; see $FORMAT_LOG"
+  fi
   fi
 
   : >"$LOG"
@@ -343,7 +366,7 @@ cmd_start() {
   # session so it outlives this script and its terminal.
   setsid java -Xms"$HEAP" -Xmx"$HEAP" -XX:+UseG1GC -XX:MaxGCPauseMillis=20 \
       -XX:+ExplicitGCInvokesConcurrent -Djava.awt.headless=true \
-      -Dlog4j2.configurationFile="$LOG4J_CONF" -Dtombstone.kafka.log="$ROOT/$LOG" \
+      -Dlog4j2.configurationFile="$LOG4J_CONF" -Dtombstone.kafka.log="$LOG" \
       -cp "$cp" kafka.Kafka "$PROPS" >>"$OUT" 2>&1 </dev/null &
   pid=$!
   echo "$pid" >"$PIDFILE"
@@ -417,6 +440,7 @@ cmd_selfcheck() {
 [[ $# -eq 1 ]] || usage
 case "$1" in
   start) cmd_start ;;
+  restart) cmd_start keep ;;
   stop) cmd_stop ;;
   status) cmd_status ;;
   classpath) check_java; resolve_classpath ;;

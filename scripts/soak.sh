@@ -17,9 +17,10 @@
 #   PARTS=commands scripts/soak.sh           # only the command line at scale
 #
 # The `writers` part (not in the default PARTS) runs cli/tests/writers_model.rs
-# (the write and reading rules on the compacting broker, built and started
-# by scripts/broker.sh) with E2E_CASES cases (default 1024) instead of the
-# test command's 64; it needs no KMS server.
+# (the write and reading rules through Apache Kafka's log cleaner, started
+# by scripts/kafka.sh unless TOMBSTONE_APACHE_KAFKA_BOOTSTRAP names one)
+# with E2E_CASES cases (default 1024) instead of the test command's 64; it
+# needs no KMS server.
 #
 # The `commands` part (not in the default PARTS) writes, for each size in
 # CMD_SIZES (records:keys:min value bytes:max value bytes; default
@@ -51,18 +52,16 @@ E2E_CASES="${E2E_CASES:-1024}"
 if [[ " $PARTS " == *" writers "* ]]; then
     own_broker=""
     stop_writers() {
-        bash scripts/broker.sh stop-compacting >&2 || true
-        if [[ -n "$own_broker" ]]; then bash scripts/broker.sh stop >&2 || true; fi
+        if [[ -n "$own_broker" ]]; then bash scripts/kafka.sh stop >&2 || true; fi
     }
     trap stop_writers EXIT
-    memory="${TOMBSTONE_KAFKA_BOOTSTRAP:-}"
-    if [[ -z "$memory" ]]; then
+    kafka="${TOMBSTONE_APACHE_KAFKA_BOOTSTRAP:-}"
+    if [[ -z "$kafka" ]]; then
         own_broker=1
-        memory="$(bash scripts/broker.sh start | tail -n 1)"
+        kafka="$(bash scripts/kafka.sh start | tail -n 1)"
     fi
-    compacting="$(bash scripts/broker.sh start-compacting | tail -n 1)"
     log=target/soak-writers.log
-    if ! TOMBSTONE_KAFKA_BOOTSTRAP="$memory" TOMBSTONE_KAFKA_COMPACTING_BOOTSTRAP="$compacting" \
+    if ! TOMBSTONE_KAFKA_BOOTSTRAP="$kafka" TOMBSTONE_APACHE_KAFKA_BOOTSTRAP="$kafka" \
         TOMBSTONE_E2E_CASES="$E2E_CASES" cargo test --workspace --all-features --test writers_model \
         -- --test-threads 4 --nocapture every_writer >"$log" 2>&1; then
         grep -E "cases in|^test |test result" "$log" >&2

@@ -2,14 +2,13 @@
 # The whole test suite, from a fresh clone: installs and starts what the tests
 # need (a Python venv with Google Tink and confluent-kafka, Apache Kafka's
 # own broker from Maven's jars (scripts/kafka.sh: transactions, a log
-# cleaner), two loopback Kafka-compatible tansu brokers, one of them
-# compacting, loopback KMS servers, strace, cargo-fuzz), runs every check,
-# stops the brokers and the KMS servers.
+# cleaner), a loopback tansu broker for the two suites that plant what
+# Apache Kafka refuses, loopback KMS servers, strace, cargo-fuzz), runs
+# every check, stops the brokers and the KMS servers.
 #
-# The compacting broker (tansu 0.6.0 with its SQLite engine) is built once
-# into target/tansu-sqlite; on a fresh clone that build runs in the
-# background at low priority from the start, and the suites that need it
-# (tests whose names contain "compacting_broker") run last.
+# The suites that wait on Apache Kafka's log cleaner or start a broker of
+# their own (tests whose names contain "compacting_broker") run last,
+# beside the fuzz smoke run.
 #
 #   FUZZ_SECONDS   seconds per fuzz target (default 20)
 set -euo pipefail
@@ -18,20 +17,7 @@ cd "$(dirname "$0")/.."
 started=$(date +%s)
 step() { printf '\n==> [%d s] %s\n' "$(( $(date +%s) - started ))" "$*" >&2; }
 
-step "the compacting broker's binary: tansu 0.6.0 with SQLite, cached in target/tansu-sqlite (built in the background when missing)"
 mkdir -p target
-# Its own process group (setsid), so that an early exit stops cargo with it.
-# setsid also makes it a session of its own, and where the kernel groups a
-# session's processes for scheduling (autogroup), a nice value counts only
-# within its group: each group gets an equal share, and the build took half
-# of both cores from the stages below (clippy and the test build ran twice
-# as long). The group's own nice value (/proc/self/autogroup) puts it
-# behind them, on the time they leave idle.
-setsid bash -c 'echo 19 >/proc/self/autogroup 2>/dev/null || true; exec nice -n 19 bash scripts/broker.sh build-compacting' \
-  >target/tansu-sqlite-build.log 2>&1 &
-tansu_build=$!
-stop_build() { kill -- "-$tansu_build" 2>/dev/null || true; }
-trap stop_build EXIT
 
 step "format; the crate root's re-exports (25 at most: the rest is in modules); the crate's docs hold no relative links"
 cargo fmt --all -- --check
@@ -77,11 +63,9 @@ for tool in java mvn; do
   fi
 done
 stop_all() {
-  stop_build
   if [[ -n "${fuzz_build:-}" ]]; then stop_fuzz_build; fi
   bash scripts/kafka.sh stop >&2 || true
   bash scripts/kms.sh stop >&2 || true
-  bash scripts/broker.sh stop-compacting >&2 || true
   bash scripts/broker.sh stop >&2 || true
 }
 trap stop_all EXIT
@@ -113,15 +97,19 @@ KMS_ENV="$(bash scripts/kms.sh start | tail -n 1)"
 source "$KMS_ENV"
 
 step "fuzz targets: built in the background at the lowest priority, on the time the suites below leave idle (without AddressSanitizer: this crate forbids unsafe code; their own target directory)"
-# As the compacting broker's build: a session of its own, behind the
-# stages below (they mostly wait on the brokers). Measured: the build
-# took 117 s in the foreground after the suites.
+# Its own process group (setsid), so that an early exit stops cargo with
+# it. setsid also makes it a session of its own, and where the kernel
+# groups a session's processes for scheduling (autogroup), a nice value
+# counts only within its group: the group's own nice value
+# (/proc/self/autogroup) puts it behind the stages below (they mostly
+# wait on the brokers). Measured: the build took 117 s in the foreground
+# after the suites.
 setsid bash -c 'echo 19 >/proc/self/autogroup 2>/dev/null || true; exec nice -n 19 env FUZZ_DIRS=fuzz FUZZ_SANITIZER=none FUZZ_STEP=build bash scripts/fuzz.sh' \
   >target/fuzz-build.log 2>&1 &
 fuzz_build=$!
 stop_fuzz_build() { kill -- "-$fuzz_build" 2>/dev/null || true; }
 
-step "tests, all features (aws-lc backend, kafka, redb), the library, the command line (cli/) and the proxy (proxy/: librdkafka, and confluent-kafka with Tink in the venv, through it): unit, integration, doc (the compacting broker's come last)"
+step "tests, all features (aws-lc backend, kafka, redb), the library, the command line (cli/) and the proxy (proxy/: librdkafka, and confluent-kafka with Tink in the venv, through it): unit, integration, doc (those that wait on the log cleaner come last)"
 # With cargo-nextest (on the machine's toolchain), the binaries' tests run
 # side by side (.config/nextest.toml: four at a time, the KMS servers'
 # pauses alone): about 6 minutes less than one binary after the other.
@@ -200,18 +188,6 @@ if ! wait "$fuzz_build"; then
 fi
 tail -n 3 target/fuzz-build.log >&2
 
-step "waiting for the compacting broker's binary"
-if ! wait "$tansu_build"; then
-  tail -n 40 target/tansu-sqlite-build.log >&2
-  echo "building the compacting broker failed (log: target/tansu-sqlite-build.log)" >&2
-  exit 1
-fi
-tail -n 3 target/tansu-sqlite-build.log >&2
-
-step "compacting broker: tansu on SQLite on 127.0.0.1, maintenance every 100 ms (stopped on exit)"
-TOMBSTONE_KAFKA_COMPACTING_BOOTSTRAP="$(bash scripts/broker.sh start-compacting | tail -n 1)"
-export TOMBSTONE_KAFKA_COMPACTING_BOOTSTRAP
-
 step "fuzz smoke run, in the background: every target ${FUZZ_SECONDS:-20} s (its report follows the suites below)"
 # One core for the fuzzers (one target at a time), the other for the
 # suites, which mostly wait on the broker's compaction: run one after the
@@ -219,25 +195,23 @@ step "fuzz smoke run, in the background: every target ${FUZZ_SECONDS:-20} s (its
 FUZZ_DIRS=fuzz FUZZ_SANITIZER=none FUZZ_STEP=run bash scripts/fuzz.sh >target/fuzz-smoke.log 2>&1 &
 fuzz_run=$!
 
-step "end-to-end suites on the compacting broker: the write and reading rules (${TOMBSTONE_E2E_CASES:-64} cases) and their negative controls, compaction itself, a resumed reencrypt"
+step "end-to-end suites through Apache Kafka's log cleaner: the write and reading rules (${TOMBSTONE_E2E_CASES:-64} cases) and their negative controls, compaction itself, a resumed reencrypt"
 cargo test --workspace --all-features --test writers_model --test compaction -- --test-threads 4
 # The report's scenario through the proxy: a changelog written by
 # confluent-kafka for Python through a key rotation, compacted, restored;
-# and the proxy across a restart of a broker of its own (the compacting
-# broker's binary, which keeps its records across a restart); a shred
-# that a client's writes through the proxy to the key-store topic cannot
-# undo once it is compacted; and TLS to every broker connection (a broker
-# of its own, on that binary, advertising a TLS forwarder).
+# and the proxy across a restart of an Apache Kafka of its own
+# (scripts/kafka.sh restart keeps its records); a shred that a client's
+# writes through the proxy to the key-store topic cannot undo once it is
+# compacted; and TLS to every broker connection (an Apache Kafka of its
+# own advertising a TLS forwarder).
 cargo test --workspace --all-features --test proxy_compacting --test faults --test shred_attacks --test tls -- compacting_broker
-# The command line's resumes across a compaction, with their negative
-# control, the shredding model with the command line as a second process,
-# and the typed producer's write-order model checked after compaction
-# (with the workspace's features, as the first stage: with `-p` alone the
-# library and librdkafka were built again, about 3 minutes; this way 15 s).
-cargo test --workspace --all-features --test cli --test shred --test write_order -- compacting_broker --skip compacting_broker_alone
-# Resumes into a topic deleted and created again: deleting a topic on
-# tansu's SQLite engine deletes every topic, so these run alone, last.
-cargo test --workspace --all-features --test cli -- compacting_broker_alone --test-threads 1
+# The command line's resumes across a compaction (and into a topic
+# deleted and created again), with their negative control, the shredding
+# model with the command line as a second process, and the typed
+# producer's write-order model checked after compaction (with the
+# workspace's features, as the first stage: with `-p` alone the library
+# and librdkafka were built again, about 3 minutes; this way 15 s).
+cargo test --workspace --all-features --test cli --test shred --test write_order -- compacting_broker
 
 step "fuzz smoke run's report"
 fuzz_rc=0

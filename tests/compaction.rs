@@ -70,7 +70,7 @@ fn first_key(alpha: &[u8]) -> Vec<u8> {
 }
 
 #[test]
-fn the_log_cleaner_keeps_the_newest_record_per_key_after_a_roll_no_reader_sees() {
+fn the_log_cleaner_keeps_the_newest_record_per_key_after_a_roll_no_reader_sees_compacting_broker() {
     if common::kafka::bootstrap().is_none() {
         return;
     }
@@ -147,7 +147,11 @@ fn the_log_cleaner_keeps_the_newest_record_per_key_after_a_roll_no_reader_sees()
     // write.
     let all = read_all(&compacting, &plain);
     assert_eq!(all.len(), writes.len(), "{plain}");
-    assert_eq!(kafka_compact(&all), expected, "{plain} holds the same writes");
+    assert_eq!(
+        kafka_compact(&all),
+        expected,
+        "{plain} holds the same writes"
+    );
 
     // A later write is compacted again, and the tombstone survives that
     // second cleaning. The idempotent producer keeps working after its

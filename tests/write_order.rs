@@ -6,9 +6,9 @@
 //! writes whose futures are polled once then dropped, awaited at once or
 //! awaited later out of order, under a queue of two records, ends with
 //! each key's last record equal to its last write started: on the plain
-//! broker every write in the order started, on the compacting broker
-//! (`scripts/broker.sh start-compacting`) the one record each key keeps
-//! once compacted. A put whose value needs a new data key from the KMS,
+//! broker every write in the order started, through Apache Kafka's log
+//! cleaner (`common::compacting::wait_compacted`) the one record each key
+//! keeps once compacted. A put whose value needs a new data key from the KMS,
 //! polled once before its key's delete, never lands after the delete.
 #![cfg(feature = "kafka")]
 

@@ -1,6 +1,6 @@
-//! The end-to-end model suite of the write and reading rules, on the
-//! compacting broker (tansu on SQLite, `scripts/broker.sh
-//! start-compacting`).
+//! The end-to-end model suite of the write and reading rules, through
+//! Apache Kafka's log cleaner (`scripts/kafka.sh`; the topics compacted
+//! as `common::compacting::wait_compacted` waits for it).
 //!
 //! Random sequences of puts and deletes of a few logical keys go through a
 //! random mix of writers, with rotations of the value keyset and of the

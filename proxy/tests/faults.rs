@@ -8,11 +8,10 @@ mod common;
 
 use std::io::Write;
 use std::net::TcpStream;
-use std::path::PathBuf;
 use std::time::{Duration, Instant};
 
 use bytes::{Bytes, BytesMut};
-use common::own_broker::{tansu_sqlite, OwnBroker};
+use common::own_broker::OwnBroker;
 use common::{
     bootstrap, consume_all, create_topic, fresh_topic, produce, produce_ok, start_proxy, Consumed,
     Keys,
@@ -158,13 +157,8 @@ fn a_client_dropped_mid_request_writes_nothing_partial_and_the_proxy_keeps_servi
 /// Writes `n` records through a proxy with `hooks` to a broker of its
 /// own, restarting the broker after `restart_after` of them when given;
 /// checks every acknowledged record is on the broker, encrypted.
-fn writes_across_a_restart(
-    bin: PathBuf,
-    hooks: Hooks,
-    n: usize,
-    restart: bool,
-) -> Result<usize, String> {
-    let mut broker = OwnBroker::start(bin);
+fn writes_across_a_restart(hooks: Hooks, n: usize, restart: bool) -> Result<usize, String> {
+    let mut broker = OwnBroker::start();
     let topic = fresh_topic("restart");
     create_topic(&broker.addr(), &topic, 1);
     let keys = Keys::new(false);
@@ -225,17 +219,13 @@ fn writes_across_a_restart(
 }
 
 #[test]
-fn every_acknowledged_record_is_on_the_broker_encrypted_after_a_broker_restart_compacting_broker_binary(
-) {
-    let Some(bin) = tansu_sqlite() else {
-        return;
-    };
-    let acked = writes_across_a_restart(bin.clone(), Hooks::default(), 200, true).unwrap();
+fn every_acknowledged_record_is_on_the_broker_encrypted_after_a_broker_restart_compacting_broker() {
+    let acked = writes_across_a_restart(Hooks::default(), 200, true).unwrap();
     assert!(acked > 0, "nothing acknowledged across the restart");
     eprintln!("{acked} of 200 records acknowledged across the broker's restart");
     // The control, without a restart: a proxy that forwards plaintext.
     let mut plaintext = Hooks::default();
     plaintext.skip_encryption = true;
-    let e = writes_across_a_restart(bin, plaintext, 20, false).unwrap_err();
+    let e = writes_across_a_restart(plaintext, 20, false).unwrap_err();
     assert!(e.contains("plaintext on the broker"), "{e}");
 }

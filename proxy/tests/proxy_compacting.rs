@@ -8,14 +8,14 @@
 //!
 //! Two restores are checked: replaying every record in order, and what
 //! is left once Kafka has also dropped the tombstones
-//! (`delete.retention.ms` past; the compacting broker keeps them, so the
-//! test drops them from the compacted log it read). The negative control,
+//! (`delete.retention.ms` past; the topic keeps them a day, so the test
+//! drops them from the compacted log it read). The negative control,
 //! a proxy without the write rule's tombstones of older key forms, keeps a
 //! deleted key's old-form value through compaction: the second restore
 //! brings the key back.
 //!
-//! Needs `TOMBSTONE_KAFKA_COMPACTING_BOOTSTRAP` (scripts/test.sh runs the
-//! tests named `compacting_broker` last, against it) and
+//! Needs Apache Kafka (`TOMBSTONE_APACHE_KAFKA_BOOTSTRAP`; scripts/test.sh
+//! runs the tests named `compacting_broker` last) and
 //! `TOMBSTONE_TINK_PYTHON` (the venv with confluent-kafka; skipped with a
 //! printed line without it).
 

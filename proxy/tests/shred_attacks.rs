@@ -142,10 +142,6 @@ fn a_client_through_the_proxy_cannot_read_or_write_the_key_store_topic() {
 fn a_marker_overwritten_and_a_dek_replayed_through_the_proxy_do_not_bring_back_a_shredded_value_compacting_broker(
 ) {
     let broker = compacting_broker();
-    if TcpStream::connect(&broker).is_err() {
-        eprintln!("no compacting broker at {broker}: skipped");
-        return;
-    }
     let s = SubjectSetup::new(&broker, "replay");
     let topic = fresh_topic("attack2-replay");
     compacting::create_topic_with(&broker, &topic, 1, &[]);

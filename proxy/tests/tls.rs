@@ -305,17 +305,15 @@ fn the_proxy_reaches_a_tls_broker_that_its_ca_signed_and_no_other() {
 /// records with a tombstone produced and consumed back through the proxy;
 /// on the broker (one Fetch straight to its plaintext port) the values are
 /// sealed. The control: a proxy that trusts another CA gets no record
-/// written. (Named for the compacting broker's binary, which it runs: the
-/// test command builds it in the background, so this runs in the
-/// compacting stage.)
+/// written. (Named for the compacting stage, where the test command runs
+/// the suites that start a broker of their own.)
 #[test]
 fn every_connection_to_a_tls_broker_is_tls_compacting_broker() {
-    use common::own_broker::{free_port, tansu_sqlite, OwnBroker};
+    use common::own_broker::{free_port, OwnBroker};
     use common::wire::{contains, decode_records, raw_fetch};
-    let Some(bin) = tansu_sqlite() else { return };
     let port = free_port();
     let (forwarder, handshakes) = tls_forwarder(format!("127.0.0.1:{port}"));
-    let broker = OwnBroker::start_on(bin, port, Some(forwarder.clone()));
+    let broker = OwnBroker::start_on(port, Some(forwarder.clone()));
     let topic = fresh_topic("tls-nodes");
     let keys = Keys::new(true);
     let proxy = start_proxy_json(

@@ -226,8 +226,8 @@ pub fn ensure_fast_compaction(bootstrap: &str, topic: &str) {
     for (k, v) in &set {
         alter = alter.set(k, v);
     }
-    for r in futures_executor::block_on(admin.alter_configs([&alter], &AdminOptions::new()))
-        .unwrap()
+    for r in
+        futures_executor::block_on(admin.alter_configs([&alter], &AdminOptions::new())).unwrap()
     {
         r.unwrap_or_else(|(t, e)| panic!("alter the configuration of {t:?}: {e}"));
     }
