@@ -12,7 +12,7 @@ use std::process::{Command, Output};
 use std::time::Duration;
 
 use common::compacting::{compacting_bootstrap, wait_compacted};
-use common::kafka::{bootstrap, client_config, fresh_topic};
+use common::kafka::{bootstrap, client_config, fresh_topic, produce};
 use common::process::{cli, code, json_of, load, new_keyset, Dir};
 use common::tink::{hex, peer, python, unhex};
 use serde_json::{json, Value};
@@ -41,20 +41,6 @@ fn vault_kek() -> Option<String> {
 
 fn create_compacted(bootstrap: &str, topic: &str, partitions: i32) {
     common::compacting::create_compacted_topic(bootstrap, topic, partitions);
-}
-
-/// Produces raw records (key, payload) and waits for each.
-fn produce(bootstrap: &str, topic: &str, records: &[(Vec<u8>, Option<Vec<u8>>)]) {
-    let mut config = client_config(bootstrap);
-    config.set("enable.idempotence", "true");
-    let p: FutureProducer = config.create().unwrap();
-    for (k, v) in records {
-        let mut r: FutureRecord<'_, [u8], [u8]> = FutureRecord::to(topic).key(&k[..]);
-        if let Some(v) = v {
-            r = r.payload(&v[..]);
-        }
-        futures_executor::block_on(p.send(r, Duration::from_secs(30))).unwrap();
-    }
 }
 
 /// What a restore of partition `p` gives, as the bytes on the wire.

@@ -11,14 +11,12 @@ mod common;
 
 use std::io::{BufRead as _, Write as _};
 use std::process::{Command, Stdio};
-use std::time::Duration;
 
 use base64::Engine as _;
-use common::kafka::{bootstrap, client_config, create_topic, fresh_topic};
+use common::kafka::{bootstrap, create_topic, fresh_topic, produce};
 use common::process::{code, new_keyset, Dir};
 use serde_json::{json, Value};
 use tombstone_crypt::confluent::{ConfluentJson, LocalKms, Registry};
-use tombstone_crypt::kafka::rdkafka::producer::{FutureProducer, FutureRecord};
 use tombstone_crypt::{Bytes, Context, EncryptingSerializer, Keyset, Serializer as _};
 
 /// Runs the command line with `env`; exit code and stdout's JSON lines.
@@ -39,19 +37,6 @@ fn consume(args: &[&str], env: &[(&str, &str)]) -> (i32, Vec<Value>, String) {
     (status, lines, stderr)
 }
 
-fn produce(bootstrap: &str, topic: &str, records: &[(&[u8], Option<Vec<u8>>)]) {
-    let mut config = client_config(bootstrap);
-    config.set("enable.idempotence", "true");
-    let p: FutureProducer = config.create().unwrap();
-    for (k, v) in records {
-        let mut r: FutureRecord<'_, [u8], [u8]> = FutureRecord::to(topic).key(*k).partition(0);
-        if let Some(v) = v {
-            r = r.payload(&v[..]);
-        }
-        futures_executor::block_on(p.send(r, Duration::from_secs(30))).unwrap();
-    }
-}
-
 #[test]
 fn consume_prints_our_records_decrypted_and_a_delete_as_null() {
     let Some(bootstrap) = bootstrap() else { return };
@@ -70,7 +55,7 @@ fn consume_prints_our_records_decrypted_and_a_delete_as_null() {
         &bootstrap,
         &topic,
         &[
-            (b"k1", enc(b"k1", br#"{"id":1,"ssn":"078-05-1120"}"#)),
+            (&b"k1"[..], enc(b"k1", br#"{"id":1,"ssn":"078-05-1120"}"#)),
             (b"k2", enc(b"k2", b"plain text")),
             (binary_key, enc(binary_key, &[0, 159, 146, 150])),
             (b"k1", None),

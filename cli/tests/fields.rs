@@ -10,16 +10,14 @@
 mod common;
 
 use std::collections::BTreeMap;
-use std::time::Duration;
 
 use base64::Engine as _;
 use common::compacting::{read_all, RawRecord};
-use common::kafka::{bootstrap, client_config, create_topic, fresh_topic};
+use common::kafka::{bootstrap, create_topic, fresh_topic, produce};
 use common::process::{cli, code, json_of, load, new_keyset, Dir};
 use serde::{Deserialize, Serialize};
 use serde_json::json;
 use tombstone_crypt::field::{self, Encrypted, FieldEncrypting};
-use tombstone_crypt::kafka::rdkafka::producer::{FutureProducer, FutureRecord};
 use tombstone_crypt::{
     AadPolicy, Bytes, Context, DecryptingDeserializer, Deserializer as _, EncryptingSerializer,
     Json, Keyset, Serializer as _,
@@ -30,20 +28,6 @@ fn rotate(path: &str) -> Keyset {
     let out = cli(&["keyset", "rotate", "--in", path]);
     assert_eq!(code(&out), 0, "{}", String::from_utf8_lossy(&out.stderr));
     load(path)
-}
-
-/// Produces raw records (key, payload) and waits for each.
-fn produce(bootstrap: &str, topic: &str, records: &[(String, Option<Vec<u8>>)]) {
-    let mut config = client_config(bootstrap);
-    config.set("enable.idempotence", "true");
-    let p: FutureProducer = config.create().unwrap();
-    for (k, v) in records {
-        let mut r: FutureRecord<'_, [u8], [u8]> = FutureRecord::to(topic).key(k.as_bytes());
-        if let Some(v) = v {
-            r = r.payload(&v[..]);
-        }
-        futures_executor::block_on(p.send(r, Duration::from_secs(30))).unwrap();
-    }
 }
 
 /// Where a record with the key `k` lives in `topic`.

@@ -10,23 +10,9 @@ use std::io::Read as _;
 use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
-use common::kafka::{bootstrap, client_config, create_topic, fresh_topic};
+use common::kafka::{bootstrap, create_topic, free_base_port, fresh_topic, produce};
 use common::process::{code, new_keyset, Dir};
 use serde_json::{json, Value};
-use tombstone_crypt::kafka::rdkafka::producer::{FutureProducer, FutureRecord};
-
-fn produce(bootstrap: &str, topic: &str, records: &[(&[u8], Option<&[u8]>)]) {
-    let mut config = client_config(bootstrap);
-    config.set("enable.idempotence", "true");
-    let p: FutureProducer = config.create().unwrap();
-    for (k, v) in records {
-        let mut r: FutureRecord<'_, [u8], [u8]> = FutureRecord::to(topic).key(&k[..]).partition(0);
-        if let Some(v) = v {
-            r = r.payload(&v[..]);
-        }
-        futures_executor::block_on(p.send(r, Duration::from_secs(10))).unwrap();
-    }
-}
 
 fn consume(bootstrap: &str, topic: &str, keyset: &str) -> Vec<Value> {
     let out = Command::new(env!("CARGO_BIN_EXE_tombstone-crypt"))
@@ -48,17 +34,6 @@ fn consume(bootstrap: &str, topic: &str, keyset: &str) -> Vec<Value> {
         .lines()
         .map(|l| serde_json::from_str(l).unwrap())
         .collect()
-}
-
-/// A free port `p` with `p + 112` free too (the broker's node id is 111).
-fn free_base_port() -> u16 {
-    loop {
-        let l = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
-        let p = l.local_addr().unwrap().port();
-        if p < 65000 && std::net::TcpListener::bind(("127.0.0.1", p + 112)).is_ok() {
-            return p;
-        }
-    }
 }
 
 #[test]
@@ -99,7 +74,11 @@ fn the_proxy_command_encrypts_a_policy_topic_for_consume_and_stops_on_sigterm() 
     produce(
         &addr,
         &topic,
-        &[(b"k1", Some(b"v1")), (b"k2", Some(b"")), (b"k1", None)],
+        &[
+            (&b"k1"[..], Some(&b"v1"[..])),
+            (b"k2", Some(b"")),
+            (b"k1", None),
+        ],
     );
     produce(&addr, &free, &[(b"k", Some(b"plain"))]);
     // Beside the proxy, with the keyset: the plaintext, a delete as null.

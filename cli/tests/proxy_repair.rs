@@ -11,23 +11,12 @@ use std::process::{Child, Command, Stdio};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use common::kafka::{bootstrap, client_config, create_topic, fresh_topic};
+use common::kafka::{bootstrap, client_config, create_topic, free_base_port, fresh_topic, produce};
 use common::process::{cli, code, json_of, Dir};
 use serde_json::Value;
-use tombstone_crypt::kafka::rdkafka::producer::{FutureProducer, FutureRecord};
 use tombstone_crypt::kafka::{KafkaChangelog, KafkaKeyStore};
 use tombstone_crypt::shred::SubjectKeys;
 use tombstone_crypt::{KeyTemplate, Keyset};
-
-fn free_base_port() -> u16 {
-    loop {
-        let l = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
-        let p = l.local_addr().unwrap().port();
-        if p < 65000 && std::net::TcpListener::bind(("127.0.0.1", p + 112)).is_ok() {
-            return p;
-        }
-    }
-}
 
 struct Proxy(Child);
 
@@ -62,20 +51,6 @@ fn start(config: &str, addr: &str) -> Proxy {
         std::thread::sleep(Duration::from_millis(50));
     }
     p
-}
-
-fn produce(bootstrap: &str, topic: &str, records: &[(&str, Option<&str>)]) {
-    let mut config = client_config(bootstrap);
-    config.set("enable.idempotence", "true");
-    let p: FutureProducer = config.create().unwrap();
-    for (k, v) in records {
-        let mut r: FutureRecord<'_, [u8], [u8]> =
-            FutureRecord::to(topic).key(k.as_bytes()).partition(0);
-        if let Some(v) = v {
-            r = r.payload(v.as_bytes());
-        }
-        futures_executor::block_on(p.send(r, Duration::from_secs(30))).unwrap();
-    }
 }
 
 fn lines(out: &std::process::Output) -> Vec<Value> {

@@ -12,7 +12,7 @@ use std::path::{Path, PathBuf};
 use std::process::{Child, Command, ExitStatus, Stdio};
 use std::time::{Duration, Instant};
 
-use common::kafka::{bootstrap, client_config, create_topic, fresh_topic};
+use common::kafka::{bootstrap, client_config, create_topic, free_base_port, fresh_topic};
 use common::process::{cli, code, json_of, new_keyset, Dir};
 use serde_json::{json, Value};
 use tombstone_crypt::kafka::rdkafka::consumer::{BaseConsumer, Consumer as _};
@@ -279,17 +279,6 @@ fn consume_expected(shredded: &[&str]) -> Vec<Value> {
             None => json!({"partition": 0, "offset": offset, "key": k, "value": null}),
         })
         .collect()
-}
-
-/// A free port `p` with `p + 112` free too (the broker's node id is 111).
-fn free_base_port() -> u16 {
-    loop {
-        let l = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
-        let p = l.local_addr().unwrap().port();
-        if p < 65000 && std::net::TcpListener::bind(("127.0.0.1", p + 112)).is_ok() {
-            return p;
-        }
-    }
 }
 
 /// `tombstone-crypt proxy --config` as a child process, its stderr in a

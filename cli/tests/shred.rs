@@ -14,29 +14,14 @@ use common::rng::Rng;
 use std::sync::Arc;
 use std::time::Duration;
 
-use common::kafka::{bootstrap, client_config, create_topic, fresh_topic};
+use common::kafka::{bootstrap, create_topic, fresh_topic, produce};
 use common::process::{cli, code, json_of, new_keyset, Dir};
 use serde_json::{json, Value};
-use tombstone_crypt::kafka::rdkafka::producer::{FutureProducer, FutureRecord};
 use tombstone_crypt::kafka::{KafkaChangelog, KafkaKeyStore};
 use tombstone_crypt::shred::{KeyStore, RedbKeyStore, SubjectEncrypting, SubjectKeys};
 use tombstone_crypt::{
     Bytes, Context, Deserializer as _, EncryptingSerializer, Keyset, Serializer as _, Utf8,
 };
-
-fn produce(bootstrap: &str, topic: &str, records: &[(&str, Option<Vec<u8>>)]) {
-    let mut config = client_config(bootstrap);
-    config.set("enable.idempotence", "true");
-    let p: FutureProducer = config.create().unwrap();
-    for (k, v) in records {
-        let mut r: FutureRecord<'_, [u8], [u8]> =
-            FutureRecord::to(topic).key(k.as_bytes()).partition(0);
-        if let Some(v) = v {
-            r = r.payload(&v[..]);
-        }
-        futures_executor::block_on(p.send(r, Duration::from_secs(30))).unwrap();
-    }
-}
 
 /// What [`write`] writes, in order: c-0 .. c-3, c-1 twice, c-3 then
 /// deleted.
@@ -622,7 +607,7 @@ fn compacting_model(seed: u64, fence: Duration) -> usize {
                 model.insert(subject, (Some(v), false));
             }
             5 => {
-                produce(&bootstrap, &topic, &[(&subject, None)]);
+                produce(&bootstrap, &topic, &[(&subject, None::<&[u8]>)]);
                 model.insert(subject, (None, false));
             }
             _ => {

@@ -6,28 +6,12 @@
 mod common;
 
 use std::sync::Arc;
-use std::time::Duration;
 
-use common::kafka::{bootstrap, client_config, create_topic, fresh_topic};
+use common::kafka::{bootstrap, create_topic, fresh_topic, produce};
 use common::process::{cli, code, json_of, new_keyset, Dir};
 use serde_json::Value;
-use tombstone_crypt::kafka::rdkafka::producer::{FutureProducer, FutureRecord};
 use tombstone_crypt::policy::TopicPolicy;
 use tombstone_crypt::shred::{RedbKeyStore, SubjectKeys};
-
-fn produce(bootstrap: &str, topic: &str, records: &[(&str, Option<Vec<u8>>)]) {
-    let mut config = client_config(bootstrap);
-    config.set("enable.idempotence", "true");
-    let p: FutureProducer = config.create().unwrap();
-    for (k, v) in records {
-        let mut r: FutureRecord<'_, [u8], [u8]> =
-            FutureRecord::to(topic).key(k.as_bytes()).partition(0);
-        if let Some(v) = v {
-            r = r.payload(&v[..]);
-        }
-        futures_executor::block_on(p.send(r, Duration::from_secs(30))).unwrap();
-    }
-}
 
 fn lines(out: &std::process::Output) -> Vec<Value> {
     String::from_utf8_lossy(&out.stdout)

@@ -21,20 +21,12 @@
 
 mod common;
 
-/// What the library's compacting helpers take from their `kafka` sibling.
-mod kafka {
-    pub use crate::common::{config as client_config, fresh_topic};
-}
-/// The library's compacting-broker helpers (`tests/common/compacting.rs`).
-#[path = "../../tests/common/compacting.rs"]
-mod compacting;
-
 use std::collections::BTreeMap;
 use std::path::PathBuf;
 use std::process::Command;
 use std::time::Duration;
 
-use common::{fresh_topic, start_proxy};
+use common::{compacting, fresh_topic, start_proxy};
 use compacting::{compacting_bootstrap, create_topic_with, wait_compacted};
 use tombstone_crypt::{KeyTemplate, Keyset};
 use tombstone_crypt_proxy::{Hooks, Policies, TopicPolicy};

@@ -11,14 +11,6 @@
 
 mod common;
 
-/// What the library's compacting helpers take from their `kafka` sibling.
-mod kafka {
-    pub use crate::common::{config as client_config, fresh_topic};
-}
-/// The library's compacting-broker helpers (`tests/common/compacting.rs`).
-#[path = "../../tests/common/compacting.rs"]
-mod compacting;
-
 use std::net::TcpStream;
 use std::path::PathBuf;
 use std::process::{Child, Command, Stdio};
@@ -27,7 +19,7 @@ use std::time::{Duration, Instant};
 
 use common::subjects::SubjectSetup;
 use common::wire::*;
-use common::{bootstrap, consume_all, create_topic, fresh_topic};
+use common::{bootstrap, compacting, consume_all, create_topic, fresh_topic};
 use kafka_protocol::records::Record;
 use tombstone_crypt::policy::{Read, TopicPolicy};
 use tombstone_crypt::shred::{MemoryKeyStore, Shred, SubjectKeys};
@@ -555,16 +547,6 @@ fn cli_binary() -> PathBuf {
         .join("tombstone-crypt")
 }
 
-fn free_base_port() -> u16 {
-    loop {
-        let l = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
-        let p = l.local_addr().unwrap().port();
-        if p < 65000 && std::net::TcpListener::bind(("127.0.0.1", p + 112)).is_ok() {
-            return p;
-        }
-    }
-}
-
 struct ChildProxy {
     child: Child,
     log: PathBuf,
@@ -645,7 +627,7 @@ fn the_proxy_binary_logs_and_answers_no_secret_when_it_refuses() {
     for t in [&kt, &st, &mt, &ht, &st2] {
         create_topic(&broker, t, 1);
     }
-    let port = free_base_port();
+    let port = common::kafka::free_base_port();
     let cfg = serde_json::json!({
         "listen": format!("127.0.0.1:{port}"),
         "bootstrap": broker,

@@ -1,5 +1,7 @@
-//! Shared Kafka test plumbing: the broker address, fresh topic names,
-//! creating a topic with partitions.
+//! The test kit's Kafka plumbing, shared by the library's, the command
+//! line's and the proxy's suites (each includes this file, never a copy):
+//! the broker address, fresh topic names, creating a topic, writing raw
+//! records.
 #![allow(dead_code)]
 
 use std::time::{SystemTime, UNIX_EPOCH};
@@ -59,6 +61,58 @@ pub fn create_topic(bootstrap: &str, topic: &str, partitions: i32) {
         futures_executor::block_on(admin.create_topics([&new], &AdminOptions::new())).unwrap();
     for r in results {
         r.unwrap();
+    }
+}
+
+/// A free port on the loopback address.
+pub fn free_port() -> u16 {
+    std::net::TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port()
+}
+
+/// A free loopback port `p` for a proxy's bootstrap listener, with its
+/// broker nodes' listeners (`p + 1 + node id`) free too: Apache Kafka's
+/// node 1 (`p + 2`) and tansu's node 111 (`p + 112`).
+pub fn free_base_port() -> u16 {
+    use std::net::TcpListener;
+    for _ in 0..200 {
+        let l = TcpListener::bind("127.0.0.1:0").unwrap();
+        let p = l.local_addr().unwrap().port();
+        if p > 65000 {
+            continue;
+        }
+        if TcpListener::bind(("127.0.0.1", p + 2)).is_ok()
+            && TcpListener::bind(("127.0.0.1", p + 112)).is_ok()
+        {
+            return p;
+        }
+    }
+    panic!("no free port with its nodes' ports free");
+}
+
+/// Writes `records` (key, value; `None` a tombstone) to `topic` with an
+/// idempotent producer, in order, waiting for each: each key where the
+/// producer's partitioner puts it (partition 0 of a topic of one).
+pub fn produce<K: AsRef<[u8]>, V: AsRef<[u8]>>(
+    bootstrap: &str,
+    topic: &str,
+    records: &[(K, Option<V>)],
+) {
+    use tombstone_crypt::kafka::rdkafka::producer::{FutureProducer, FutureRecord};
+    let p: FutureProducer = client_config(bootstrap)
+        .set("enable.idempotence", "true")
+        .create()
+        .unwrap();
+    for (k, v) in records {
+        let mut r: FutureRecord<'_, [u8], [u8]> = FutureRecord::to(topic).key(k.as_ref());
+        if let Some(v) = v {
+            r = r.payload(v.as_ref());
+        }
+        futures_executor::block_on(p.send(r, std::time::Duration::from_secs(30)))
+            .unwrap_or_else(|(e, _)| panic!("produce to {topic}: {e}"));
     }
 }
 

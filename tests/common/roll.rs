@@ -5,15 +5,17 @@
 //! segment rolls only when something is appended after `segment.ms`. A
 //! test that wants everything it wrote compacted must append after it; a
 //! record would be read by every reader the test checks. A control batch
-//! is read by none: this module opens a transaction (InitProducerId),
+//! is read by none: this module finds the transaction coordinator
+//! (FindCoordinator, which also makes the transaction state topic on a
+//! broker's first transaction), opens a transaction (InitProducerId),
 //! adds the partitions to it (AddPartitionsToTxn v3, as a client before
 //! KIP-890's second part), writes nothing, and aborts it (EndTxn): the
 //! transaction coordinator then appends an abort marker to each partition,
 //! which rolls its segment once `segment.ms` has passed since the
 //! segment's first record.
 //!
-//! One broker is both the coordinator and every partition's leader (the
-//! test command's single KRaft node): requests go to the bootstrap address.
+//! The coordinator is asked at the bootstrap address and answered at its
+//! own; the partitions' leaders append the markers.
 #![allow(dead_code)]
 
 use std::io::{Read as _, Write as _};
@@ -24,8 +26,8 @@ use std::time::{Duration, Instant};
 use bytes::{Bytes, BytesMut};
 use kafka_protocol::messages::add_partitions_to_txn_request::AddPartitionsToTxnTopic;
 use kafka_protocol::messages::{
-    AddPartitionsToTxnRequest, EndTxnRequest, InitProducerIdRequest, ProducerId, RequestHeader,
-    ResponseHeader, TopicName, TransactionalId,
+    AddPartitionsToTxnRequest, EndTxnRequest, FindCoordinatorRequest, InitProducerIdRequest,
+    ProducerId, RequestHeader, ResponseHeader, TopicName, TransactionalId,
 };
 use kafka_protocol::protocol::{Decodable, Encodable, HeaderVersion, Request, StrBytes};
 
@@ -113,7 +115,19 @@ pub fn append_markers(bootstrap: &str, topic: &str, partitions: i32) {
         "tombstone-tests-roll-{}-{n}",
         std::process::id()
     )));
-    let mut conn = Connection::open(bootstrap);
+    let mut coordinator = String::new();
+    {
+        let mut conn = Connection::open(bootstrap);
+        until_done("FindCoordinator", || {
+            let mut req = FindCoordinatorRequest::default();
+            req.key = id.0.clone();
+            req.key_type = 1; // a transaction's
+            let resp = conn.call(3, &req);
+            coordinator = format!("{}:{}", resp.host.as_str(), resp.port);
+            resp.error_code
+        });
+    }
+    let mut conn = Connection::open(&coordinator);
     let mut producer = (ProducerId(-1), -1i16);
     until_done("InitProducerId", || {
         let mut req = InitProducerIdRequest::default();

@@ -6,27 +6,26 @@ pub mod own_broker;
 pub mod subjects;
 pub mod wire;
 
-use std::net::TcpListener;
-use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
+// The test kit's broker helpers (the library's `tests/common/`), shared
+// with the library's and the command line's suites, not copied.
+#[path = "../../../tests/common/compacting.rs"]
+pub mod compacting;
+#[path = "../../../tests/common/kafka.rs"]
+pub mod kafka;
 
-use tombstone_crypt::kafka::rdkafka::config::ClientConfig;
+// Each suite uses some of them.
+#[allow(unused_imports)]
+pub use compacting::create_topic_with;
+#[allow(unused_imports)]
+pub use kafka::{apache_kafka, bootstrap, client_config as config, create_topic, fresh_topic};
+
+use std::time::{Duration, Instant};
+
 use tombstone_crypt::kafka::rdkafka::consumer::{BaseConsumer, Consumer};
 use tombstone_crypt::kafka::rdkafka::error::KafkaError;
 use tombstone_crypt::kafka::rdkafka::message::Message;
 use tombstone_crypt::kafka::rdkafka::{Offset, TopicPartitionList};
 use tombstone_crypt_proxy::{Hooks, Policies, Proxy, ProxyConfig};
-
-/// The broker (`TOMBSTONE_KAFKA_BOOTSTRAP`), or `None` with a printed line
-/// when it is unset: the test is skipped.
-pub fn bootstrap() -> Option<String> {
-    match std::env::var("TOMBSTONE_KAFKA_BOOTSTRAP") {
-        Ok(b) if !b.is_empty() => Some(b),
-        _ => {
-            eprintln!("TOMBSTONE_KAFKA_BOOTSTRAP is unset: proxy test skipped (scripts/test.sh starts a broker)");
-            None
-        }
-    }
-}
 
 /// A broker that takes what Apache Kafka refuses (tansu 0.6.0,
 /// `TOMBSTONE_TANSU_BOOTSTRAP`, started by `scripts/broker.sh`), for the
@@ -45,31 +44,6 @@ pub fn lenient_broker() -> Option<String> {
             None
         }
     }
-}
-
-/// Apache Kafka's own broker (`TOMBSTONE_APACHE_KAFKA_BOOTSTRAP`,
-/// `scripts/kafka.sh`), or `None` with a printed line when it is unset: the
-/// test is skipped.
-pub fn apache_kafka() -> Option<String> {
-    match std::env::var("TOMBSTONE_APACHE_KAFKA_BOOTSTRAP") {
-        Ok(b) if !b.is_empty() => Some(b),
-        _ => {
-            eprintln!(
-                "TOMBSTONE_APACHE_KAFKA_BOOTSTRAP is unset: test skipped (scripts/test.sh starts \
-                 Apache Kafka with scripts/kafka.sh)"
-            );
-            None
-        }
-    }
-}
-
-/// A topic name no other test uses.
-pub fn fresh_topic(name: &str) -> String {
-    let nanos = SystemTime::now()
-        .duration_since(UNIX_EPOCH)
-        .unwrap()
-        .as_nanos();
-    format!("px-{name}-{}-{nanos}", std::process::id())
 }
 
 /// A proxy running in its own thread and runtime; stopped on drop.
@@ -107,22 +81,6 @@ impl Drop for RunningProxy {
             let _ = t.join();
         }
     }
-}
-
-/// A free port `p` on loopback with `p + 112` free too (the broker's
-/// node id is 111: its listener is at port + 1 + 111).
-fn free_base_port() -> u16 {
-    for _ in 0..200 {
-        let l = TcpListener::bind("127.0.0.1:0").unwrap();
-        let p = l.local_addr().unwrap().port();
-        if p > 65000 {
-            continue;
-        }
-        if TcpListener::bind(("127.0.0.1", p + 112)).is_ok() {
-            return p;
-        }
-    }
-    panic!("no free pair of ports");
 }
 
 /// Starts a proxy to `bootstrap` with `policies` and `hooks`.
@@ -174,7 +132,7 @@ pub fn start_proxy_at(
         rt.block_on(async move {
             let mut last = None;
             for _ in 0..20 {
-                let port = port.unwrap_or_else(free_base_port);
+                let port = port.unwrap_or_else(kafka::free_base_port);
                 let config = ProxyConfig::from_json(&format!(
                     r#"{{{extra}"listen":"127.0.0.1:{port}","bootstrap":"{bootstrap}"}}"#
                 ))
@@ -208,37 +166,6 @@ pub fn start_proxy_at(
         addr,
         stop: Some(stop_tx),
         thread: Some(thread),
-    }
-}
-
-/// A client configuration for `bootstrap`.
-pub fn config(bootstrap: &str) -> ClientConfig {
-    let mut c = ClientConfig::new();
-    c.set("bootstrap.servers", bootstrap);
-    c
-}
-
-/// Creates `topic` with `partitions` partitions through `bootstrap`.
-pub fn create_topic(bootstrap: &str, topic: &str, partitions: i32) {
-    create_topic_with(bootstrap, topic, partitions, &[]);
-}
-
-/// Creates `topic` with `partitions` partitions and the topic settings
-/// `settings` through `bootstrap`.
-pub fn create_topic_with(bootstrap: &str, topic: &str, partitions: i32, settings: &[(&str, &str)]) {
-    use tombstone_crypt::kafka::rdkafka::admin::{
-        AdminClient, AdminOptions, NewTopic, TopicReplication,
-    };
-    use tombstone_crypt::kafka::rdkafka::client::DefaultClientContext;
-    let admin: AdminClient<DefaultClientContext> = config(bootstrap).create().unwrap();
-    let mut new = NewTopic::new(topic, partitions, TopicReplication::Fixed(1));
-    for (k, v) in settings {
-        new = new.set(k, v);
-    }
-    let results =
-        futures_executor::block_on(admin.create_topics([&new], &AdminOptions::new())).unwrap();
-    for r in results {
-        r.unwrap();
     }
 }
 

@@ -6,14 +6,7 @@ use std::process::Command;
 
 use super::fresh_topic;
 
-/// A free port on the loopback address.
-pub fn free_port() -> u16 {
-    std::net::TcpListener::bind("127.0.0.1:0")
-        .unwrap()
-        .local_addr()
-        .unwrap()
-        .port()
-}
+pub use super::kafka::free_port;
 
 /// A broker of the test's own, on its own ports and directory; stopped
 /// when dropped.
