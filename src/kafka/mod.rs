@@ -49,6 +49,7 @@ mod changelog;
 mod client;
 mod key_store;
 mod record;
+mod topic_id;
 mod view;
 
 pub use changelog::{is_transient_kafka_error, KafkaChangelog, TopicSettings};
@@ -57,6 +58,7 @@ pub use client::{
 };
 pub use key_store::KafkaKeyStore;
 pub use record::{decode_message, encode_write, KafkaRecord};
+pub use topic_id::{topic_identity, TopicId, TopicIdentity};
 
 /// The rdkafka crate this one is built on, for its `ClientConfig`,
 /// producers and consumers.

@@ -1,0 +1,758 @@
+//! A topic's id, asked of the broker: what tells a topic from one deleted
+//! and made again under its name.
+//!
+//! Apache Kafka names each topic by an id (Metadata v10 and later, Kafka
+//! 2.8+), new each time a topic is created. rdkafka does not expose it, so
+//! [`topic_identity`] asks with a Metadata request of its own
+//! (kafka-protocol's messages) over a connection of its own, made with the
+//! client's own settings:
+//!
+//! - `bootstrap.servers` (tried in order), `security.protocol`
+//!   (`plaintext`, `ssl`, `sasl_plaintext`, `sasl_ssl`);
+//! - TLS (rustls, ring): the CAs of `ssl.ca.location` (a PEM file) or
+//!   `ssl.ca.pem`, the host name checked; a client certificate from
+//!   `ssl.certificate.location` and `ssl.key.location` (PEM);
+//! - SASL: `sasl.mechanism` (or `sasl.mechanisms`) `PLAIN`,
+//!   `SCRAM-SHA-256` or `SCRAM-SHA-512`, with `sasl.username` and
+//!   `sasl.password`.
+//!
+//! Any other choice (GSSAPI, OAUTHBEARER, a key under a password, a PKCS#12
+//! store, the system's CAs, no host name check) gives
+//! [`TopicIdentity::Unknown`], saying why, and so does a broker without
+//! topic ids: the caller then knows a topic by its records alone, as it
+//! did before. The password never appears in an error.
+
+use std::io::{Read, Write};
+use std::net::{TcpStream, ToSocketAddrs};
+use std::sync::Arc;
+use std::time::Duration;
+
+use bytes::Bytes;
+use kafka_protocol::messages::metadata_request::MetadataRequestTopic;
+use kafka_protocol::messages::{
+    ApiKey, ApiVersionsRequest, ApiVersionsResponse, MetadataRequest, MetadataResponse,
+    RequestHeader, ResponseHeader, SaslAuthenticateRequest, SaslAuthenticateResponse,
+    SaslHandshakeRequest, SaslHandshakeResponse, TopicName,
+};
+use kafka_protocol::protocol::{Decodable, Encodable, HeaderVersion, StrBytes};
+use rdkafka::config::ClientConfig;
+use zeroize::Zeroizing;
+
+use crate::Error;
+
+/// The largest answer read (a Metadata answer for one topic is a few KiB).
+const MAX_FRAME: usize = 16 << 20;
+
+/// A topic's id: 16 bytes, printed as Kafka prints it (base64url without
+/// padding).
+#[derive(Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub struct TopicId([u8; 16]);
+
+impl TopicId {
+    /// The id of these bytes.
+    pub fn from_bytes(bytes: [u8; 16]) -> TopicId {
+        TopicId(bytes)
+    }
+
+    /// Its bytes.
+    pub fn as_bytes(&self) -> &[u8; 16] {
+        &self.0
+    }
+}
+
+impl std::fmt::Display for TopicId {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        use base64::Engine as _;
+        f.write_str(&base64::engine::general_purpose::URL_SAFE_NO_PAD.encode(self.0))
+    }
+}
+
+impl std::fmt::Debug for TopicId {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "TopicId({self})")
+    }
+}
+
+impl std::str::FromStr for TopicId {
+    type Err = Error;
+
+    /// Kafka's form (base64url without padding, 22 characters).
+    fn from_str(s: &str) -> Result<TopicId, Error> {
+        use base64::Engine as _;
+        let bytes = base64::engine::general_purpose::URL_SAFE_NO_PAD
+            .decode(s)
+            .ok()
+            .and_then(|b| <[u8; 16]>::try_from(b).ok())
+            .ok_or_else(|| Error::Kafka {
+                detail: format!("{s:?} is not a topic id (22 characters of base64url)"),
+                cause: None,
+            })?;
+        Ok(TopicId(bytes))
+    }
+}
+
+/// What the broker says of a topic's identity.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum TopicIdentity {
+    /// The topic's id.
+    Known(TopicId),
+    /// No id could be asked for or was given, and why (settings this
+    /// lookup does not speak, a broker without topic ids).
+    Unknown(String),
+}
+
+fn err(detail: String) -> Error {
+    Error::Kafka {
+        detail,
+        cause: None,
+    }
+}
+
+/// Asks the broker of `config` (its `bootstrap.servers` and security
+/// settings: see the module) for `topic`'s id, each step within `timeout`.
+///
+/// # Errors
+/// No bootstrap server answered, the TLS or SASL handshake failed, or the
+/// broker answered `topic` with an error (it does not exist, say).
+pub fn topic_identity(
+    config: &ClientConfig,
+    topic: &str,
+    timeout: Duration,
+) -> Result<TopicIdentity, Error> {
+    let settings = match Settings::of(config) {
+        Ok(s) => s,
+        Err(unsupported) => return Ok(TopicIdentity::Unknown(unsupported)),
+    };
+    let mut last = None;
+    for server in &settings.servers {
+        match Connection::open(server, &settings, timeout) {
+            Ok(mut conn) => return conn.identity(topic),
+            Err(e) => last = Some(e),
+        }
+    }
+    Err(last.unwrap_or_else(|| err("topic id: no bootstrap.servers".into())))
+}
+
+/// How to reach the broker.
+struct Settings {
+    servers: Vec<String>,
+    tls: Option<Arc<rustls::ClientConfig>>,
+    sasl: Option<Sasl>,
+}
+
+enum Mechanism {
+    Plain,
+    Scram(Scram),
+}
+
+#[derive(Clone, Copy)]
+enum Scram {
+    Sha256,
+    Sha512,
+}
+
+struct Sasl {
+    mechanism: Mechanism,
+    name: &'static str,
+    username: String,
+    password: Zeroizing<String>,
+}
+
+impl Settings {
+    /// The settings, or why this lookup cannot use them.
+    fn of(config: &ClientConfig) -> Result<Settings, String> {
+        let get = |k: &str| setting(config, k);
+        let servers: Vec<String> = get("bootstrap.servers")
+            .or_else(|| get("metadata.broker.list"))
+            .unwrap_or_default()
+            .split(',')
+            .map(str::trim)
+            .filter(|s| !s.is_empty())
+            // librdkafka takes `PLAINTEXT://host:port` too.
+            .map(|s| s.rsplit("://").next().unwrap_or(s).to_owned())
+            .collect();
+        if servers.is_empty() {
+            return Err("no bootstrap.servers".into());
+        }
+        let protocol = get("security.protocol")
+            .unwrap_or("plaintext")
+            .to_ascii_lowercase();
+        let (tls, sasl) = match protocol.as_str() {
+            "plaintext" => (false, false),
+            "ssl" => (true, false),
+            "sasl_plaintext" => (false, true),
+            "sasl_ssl" => (true, true),
+            other => return Err(format!("security.protocol {other:?}")),
+        };
+        let tls = if tls { Some(tls_config(config)?) } else { None };
+        let sasl = if sasl {
+            let mechanism = get("sasl.mechanism")
+                .or_else(|| get("sasl.mechanisms"))
+                .unwrap_or("GSSAPI")
+                .to_ascii_uppercase();
+            let (mechanism, name) = match mechanism.as_str() {
+                "PLAIN" => (Mechanism::Plain, "PLAIN"),
+                "SCRAM-SHA-256" => (Mechanism::Scram(Scram::Sha256), "SCRAM-SHA-256"),
+                "SCRAM-SHA-512" => (Mechanism::Scram(Scram::Sha512), "SCRAM-SHA-512"),
+                other => return Err(format!("sasl.mechanism {other:?}")),
+            };
+            let username = get("sasl.username")
+                .ok_or("SASL without sasl.username")?
+                .to_owned();
+            let password = Zeroizing::new(
+                config
+                    .get("sasl.password")
+                    .ok_or("SASL without sasl.password")?
+                    .to_owned(),
+            );
+            Some(Sasl {
+                mechanism,
+                name,
+                username,
+                password,
+            })
+        } else {
+            None
+        };
+        Ok(Settings { servers, tls, sasl })
+    }
+}
+
+/// A setting's value, trimmed; `None` when unset or empty.
+fn setting<'a>(config: &'a ClientConfig, key: &str) -> Option<&'a str> {
+    config.get(key).map(str::trim).filter(|v| !v.is_empty())
+}
+
+/// rustls with the CAs and client certificate the settings name.
+fn tls_config(config: &ClientConfig) -> Result<Arc<rustls::ClientConfig>, String> {
+    let get = |k: &str| setting(config, k);
+    use rustls::pki_types::pem::PemObject;
+    use rustls::pki_types::{CertificateDer, PrivateKeyDer};
+    if get("ssl.endpoint.identification.algorithm").is_some_and(|a| a.eq_ignore_ascii_case("none"))
+    {
+        return Err("ssl.endpoint.identification.algorithm none (the host name unchecked)".into());
+    }
+    for unsupported in [
+        "ssl.key.password",
+        "ssl.keystore.location",
+        "ssl.engine.location",
+        "ssl.providers",
+    ] {
+        if get(unsupported).is_some() {
+            return Err(format!("{unsupported} is set"));
+        }
+    }
+    let cas: Vec<CertificateDer<'static>> = match (get("ssl.ca.location"), get("ssl.ca.pem")) {
+        (Some(path), None) if path != "probe" => CertificateDer::pem_file_iter(path)
+            .and_then(|i| i.collect::<Result<Vec<_>, _>>())
+            .map_err(|e| format!("ssl.ca.location {path}: {e}"))?,
+        (None, Some(pem)) => CertificateDer::pem_slice_iter(pem.as_bytes())
+            .collect::<Result<Vec<_>, _>>()
+            .map_err(|e| format!("ssl.ca.pem: {e}"))?,
+        _ => return Err("TLS without one ssl.ca.location file or ssl.ca.pem".into()),
+    };
+    let mut roots = rustls::RootCertStore::empty();
+    for ca in cas {
+        roots
+            .add(ca)
+            .map_err(|e| format!("a CA certificate: {e}"))?;
+    }
+    let builder = rustls::ClientConfig::builder_with_provider(Arc::new(
+        rustls::crypto::ring::default_provider(),
+    ))
+    .with_safe_default_protocol_versions()
+    .map_err(|e| format!("TLS: {e}"))?
+    .with_root_certificates(roots);
+    let config = match (get("ssl.certificate.location"), get("ssl.key.location")) {
+        (None, None) => builder.with_no_client_auth(),
+        (Some(cert), Some(key)) => {
+            let chain = CertificateDer::pem_file_iter(cert)
+                .and_then(|i| i.collect::<Result<Vec<_>, _>>())
+                .map_err(|e| format!("ssl.certificate.location {cert}: {e}"))?;
+            let key = PrivateKeyDer::from_pem_file(key)
+                .map_err(|e| format!("ssl.key.location {key}: {e}"))?;
+            builder
+                .with_client_auth_cert(chain, key)
+                .map_err(|e| format!("the client certificate: {e}"))?
+        }
+        _ => return Err("one of ssl.certificate.location and ssl.key.location".into()),
+    };
+    Ok(Arc::new(config))
+}
+
+/// A stream, plain or TLS.
+enum Stream {
+    Plain(TcpStream),
+    Tls(Box<rustls::StreamOwned<rustls::ClientConnection, TcpStream>>),
+}
+
+impl Read for Stream {
+    fn read(&mut self, buf: &mut [u8]) -> std::io::Result<usize> {
+        match self {
+            Stream::Plain(s) => s.read(buf),
+            Stream::Tls(s) => s.read(buf),
+        }
+    }
+}
+
+impl Write for Stream {
+    fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
+        match self {
+            Stream::Plain(s) => s.write(buf),
+            Stream::Tls(s) => s.write(buf),
+        }
+    }
+    fn flush(&mut self) -> std::io::Result<()> {
+        match self {
+            Stream::Plain(s) => s.flush(),
+            Stream::Tls(s) => s.flush(),
+        }
+    }
+}
+
+struct Connection {
+    stream: Stream,
+    server: String,
+    correlation: i32,
+}
+
+impl Connection {
+    fn open(server: &str, settings: &Settings, timeout: Duration) -> Result<Connection, Error> {
+        let fail = |what: String| err(format!("topic id: {server}: {what}"));
+        let addr = server
+            .to_socket_addrs()
+            .map_err(|e| fail(format!("resolve: {e}")))?
+            .next()
+            .ok_or_else(|| fail("resolves to no address".into()))?;
+        let tcp = TcpStream::connect_timeout(&addr, timeout)
+            .map_err(|e| fail(format!("connect: {e}")))?;
+        tcp.set_read_timeout(Some(timeout))
+            .and_then(|()| tcp.set_write_timeout(Some(timeout)))
+            .map_err(|e| fail(format!("socket: {e}")))?;
+        let stream = match &settings.tls {
+            None => Stream::Plain(tcp),
+            Some(tls) => {
+                let host = server.rsplit_once(':').map_or(server, |(h, _)| h);
+                let host = host.trim_start_matches('[').trim_end_matches(']');
+                let name = rustls::pki_types::ServerName::try_from(host.to_owned())
+                    .map_err(|e| fail(format!("a TLS server name: {e}")))?;
+                let conn = rustls::ClientConnection::new(tls.clone(), name)
+                    .map_err(|e| fail(format!("TLS: {e}")))?;
+                Stream::Tls(Box::new(rustls::StreamOwned::new(conn, tcp)))
+            }
+        };
+        let mut conn = Connection {
+            stream,
+            server: server.to_owned(),
+            correlation: 0,
+        };
+        if let Some(sasl) = &settings.sasl {
+            conn.authenticate(sasl)?;
+        }
+        Ok(conn)
+    }
+
+    fn fail(&self, what: impl std::fmt::Display) -> Error {
+        err(format!("topic id: {}: {what}", self.server))
+    }
+
+    fn call<Q: Encodable + HeaderVersion, P: Decodable + HeaderVersion>(
+        &mut self,
+        key: ApiKey,
+        version: i16,
+        req: &Q,
+    ) -> Result<P, Error> {
+        self.correlation += 1;
+        let mut header = RequestHeader::default();
+        header.request_api_key = key as i16;
+        header.request_api_version = version;
+        header.correlation_id = self.correlation;
+        header.client_id = Some(StrBytes::from_static_str("tombstone-crypt"));
+        // The request may carry SASL credentials: wiped when dropped.
+        let mut body = Zeroizing::new(vec![0u8; 4]);
+        header
+            .encode(&mut *body, Q::header_version(version))
+            .and_then(|()| req.encode(&mut *body, version))
+            .map_err(|e| self.fail(format!("encoding a request: {e}")))?;
+        let len = i32::try_from(body.len() - 4).map_err(|_| self.fail("a request too long"))?;
+        body[..4].copy_from_slice(&len.to_be_bytes());
+        self.stream
+            .write_all(&body)
+            .and_then(|()| self.stream.flush())
+            .map_err(|e| self.fail(format!("write: {e}")))?;
+        let mut len = [0u8; 4];
+        self.stream
+            .read_exact(&mut len)
+            .map_err(|e| self.fail(format!("read: {e}")))?;
+        let len = usize::try_from(i32::from_be_bytes(len))
+            .ok()
+            .filter(|&n| n <= MAX_FRAME)
+            .ok_or_else(|| self.fail("an answer of a length out of bounds"))?;
+        let mut frame = vec![0u8; len];
+        self.stream
+            .read_exact(&mut frame)
+            .map_err(|e| self.fail(format!("read: {e}")))?;
+        let mut frame = Bytes::from(frame);
+        let h = ResponseHeader::decode(&mut frame, P::header_version(version))
+            .map_err(|e| self.fail(format!("an answer's header: {e}")))?;
+        if h.correlation_id != self.correlation {
+            return Err(self.fail("an answer to another request"));
+        }
+        P::decode(&mut frame, version)
+            .map_err(|e| self.fail(format!("an answer that does not decode: {e}")))
+    }
+
+    /// SaslHandshake v1 and SaslAuthenticate v2.
+    fn authenticate(&mut self, sasl: &Sasl) -> Result<(), Error> {
+        let mut hs = SaslHandshakeRequest::default();
+        hs.mechanism = StrBytes::from_static_str(sasl.name);
+        let r: SaslHandshakeResponse = self.call(ApiKey::SaslHandshake, 1, &hs)?;
+        if r.error_code != 0 {
+            return Err(self.fail(format!(
+                "the broker refused SASL {} (error {}; it takes {:?})",
+                sasl.name,
+                r.error_code,
+                r.mechanisms.iter().map(|m| m.as_str()).collect::<Vec<_>>()
+            )));
+        }
+        match sasl.mechanism {
+            Mechanism::Plain => {
+                let mut token = Zeroizing::new(Vec::new());
+                token.push(0);
+                token.extend_from_slice(sasl.username.as_bytes());
+                token.push(0);
+                token.extend_from_slice(sasl.password.as_bytes());
+                self.sasl_step(&token).map(|_| ())
+            }
+            Mechanism::Scram(hash) => {
+                let nonce = scram::client_nonce();
+                let mut client = scram::Client::new(hash, &sasl.username, &nonce);
+                let server_first = self.sasl_step(client.first().as_bytes())?;
+                let last = client
+                    .last(&server_first, &sasl.password)
+                    .map_err(|e| self.fail(format!("SCRAM: {e}")))?;
+                let server_final = self.sasl_step(last.as_bytes())?;
+                client
+                    .verify(&server_final)
+                    .map_err(|e| self.fail(format!("SCRAM: {e}")))
+            }
+        }
+    }
+
+    fn sasl_step(&mut self, token: &[u8]) -> Result<Vec<u8>, Error> {
+        let mut req = SaslAuthenticateRequest::default();
+        req.auth_bytes = Bytes::copy_from_slice(token);
+        let r: SaslAuthenticateResponse = self.call(ApiKey::SaslAuthenticate, 2, &req)?;
+        if r.error_code != 0 {
+            return Err(self.fail(format!(
+                "SASL authentication failed (error {}: {})",
+                r.error_code,
+                r.error_message.as_ref().map_or("", |m| m.as_str())
+            )));
+        }
+        Ok(r.auth_bytes.to_vec())
+    }
+
+    /// ApiVersions, then Metadata for `topic` at the highest version both
+    /// speak up to 12.
+    fn identity(&mut self, topic: &str) -> Result<TopicIdentity, Error> {
+        let mut av = ApiVersionsRequest::default();
+        av.client_software_name = StrBytes::from_static_str("tombstone-crypt");
+        av.client_software_version = StrBytes::from_static_str(env!("CARGO_PKG_VERSION"));
+        let versions: ApiVersionsResponse = self.call(ApiKey::ApiVersions, 3, &av)?;
+        if versions.error_code != 0 {
+            return Err(self.fail(format!("ApiVersions error {}", versions.error_code)));
+        }
+        let metadata = versions
+            .api_keys
+            .iter()
+            .find(|k| k.api_key == ApiKey::Metadata as i16)
+            .map(|k| k.max_version);
+        let version = match metadata {
+            Some(max) if max >= 10 => max.min(12),
+            _ => {
+                return Ok(TopicIdentity::Unknown(
+                    "the broker speaks no Metadata version with topic ids (v10, Kafka 2.8)".into(),
+                ))
+            }
+        };
+        let mut t = MetadataRequestTopic::default();
+        t.name = Some(TopicName(StrBytes::from_string(topic.to_owned())));
+        let mut req = MetadataRequest::default();
+        req.topics = Some(vec![t]);
+        req.allow_auto_topic_creation = false;
+        let resp: MetadataResponse = self.call(ApiKey::Metadata, version, &req)?;
+        let found = resp
+            .topics
+            .iter()
+            .find(|t| t.name.as_ref().is_some_and(|n| n.as_str() == topic))
+            .ok_or_else(|| self.fail(format!("the broker's Metadata has no topic {topic:?}")))?;
+        if found.error_code != 0 {
+            return Err(self.fail(format!(
+                "the broker answered {topic:?} with error {}{}",
+                found.error_code,
+                if found.error_code == 3 {
+                    " (no such topic)"
+                } else {
+                    ""
+                }
+            )));
+        }
+        let id = *found.topic_id.as_bytes();
+        if id == [0; 16] {
+            return Ok(TopicIdentity::Unknown(
+                "the broker names no topic id".into(),
+            ));
+        }
+        Ok(TopicIdentity::Known(TopicId(id)))
+    }
+}
+
+/// SCRAM (RFC 5802, with RFC 7677's SHA-256 and Kafka's SHA-512), the
+/// client's side, without channel binding.
+mod scram {
+    use base64::engine::general_purpose::STANDARD;
+    use base64::Engine as _;
+    use hmac::{Hmac, Mac};
+    use sha2::{Digest, Sha256, Sha512};
+    use zeroize::Zeroizing;
+
+    use super::Scram;
+
+    /// 24 random bytes, base64.
+    pub(super) fn client_nonce() -> String {
+        let mut bytes = [0u8; 24];
+        crate::random::fill_from_os(&mut bytes);
+        STANDARD.encode(bytes)
+    }
+
+    fn hmac(hash: Scram, key: &[u8], data: &[u8]) -> Zeroizing<Vec<u8>> {
+        Zeroizing::new(match hash {
+            Scram::Sha256 => {
+                let mut m = <Hmac<Sha256> as Mac>::new_from_slice(key).expect("any key length");
+                m.update(data);
+                m.finalize().into_bytes().to_vec()
+            }
+            Scram::Sha512 => {
+                let mut m = <Hmac<Sha512> as Mac>::new_from_slice(key).expect("any key length");
+                m.update(data);
+                m.finalize().into_bytes().to_vec()
+            }
+        })
+    }
+
+    fn h(hash: Scram, data: &[u8]) -> Zeroizing<Vec<u8>> {
+        Zeroizing::new(match hash {
+            Scram::Sha256 => Sha256::digest(data).to_vec(),
+            Scram::Sha512 => Sha512::digest(data).to_vec(),
+        })
+    }
+
+    /// Hi(): PBKDF2 with the hash's HMAC.
+    fn hi(hash: Scram, password: &[u8], salt: &[u8], i: u32) -> Zeroizing<Vec<u8>> {
+        let mut first = salt.to_vec();
+        first.extend_from_slice(&1u32.to_be_bytes());
+        let mut u = hmac(hash, password, &first);
+        let mut out = u.clone();
+        for _ in 1..i {
+            u = hmac(hash, password, &u);
+            for (o, b) in out.iter_mut().zip(u.iter()) {
+                *o ^= b;
+            }
+        }
+        out
+    }
+
+    /// `user` as SCRAM writes a name (`=` and `,` escaped).
+    fn saslname(user: &str) -> String {
+        user.replace('=', "=3D").replace(',', "=2C")
+    }
+
+    pub(super) struct Client {
+        hash: Scram,
+        first_bare: String,
+        nonce: String,
+        server_signature: Option<Zeroizing<Vec<u8>>>,
+    }
+
+    impl Client {
+        pub(super) fn new(hash: Scram, user: &str, nonce: &str) -> Client {
+            Client {
+                hash,
+                first_bare: format!("n={},r={nonce}", saslname(user)),
+                nonce: nonce.to_owned(),
+                server_signature: None,
+            }
+        }
+
+        /// The client's first message.
+        pub(super) fn first(&self) -> String {
+            format!("n,,{}", self.first_bare)
+        }
+
+        /// The client's last message, answering the server's first.
+        pub(super) fn last(
+            &mut self,
+            server_first: &[u8],
+            password: &str,
+        ) -> Result<Zeroizing<String>, String> {
+            let server_first =
+                std::str::from_utf8(server_first).map_err(|_| "a server message not UTF-8")?;
+            let (mut nonce, mut salt, mut iterations) = (None, None, None);
+            for part in server_first.split(',') {
+                match part.split_once('=') {
+                    Some(("r", v)) => nonce = Some(v),
+                    Some(("s", v)) => salt = Some(v),
+                    Some(("i", v)) => iterations = Some(v),
+                    Some(("m", _)) => return Err("a mandatory extension".into()),
+                    _ => {}
+                }
+            }
+            let nonce = nonce.ok_or("no nonce")?;
+            if !nonce.starts_with(&self.nonce) || nonce.len() <= self.nonce.len() {
+                return Err("the server's nonce does not extend the client's".into());
+            }
+            let salt = STANDARD
+                .decode(salt.ok_or("no salt")?)
+                .map_err(|_| "a salt not base64")?;
+            let iterations: u32 = iterations
+                .ok_or("no iteration count")?
+                .parse()
+                .map_err(|_| "an iteration count not a number")?;
+            // Kafka's bounds: 4096 (its minimum) to 16384.
+            if !(4096..=16384).contains(&iterations) {
+                return Err(format!("an iteration count of {iterations}"));
+            }
+            let without_proof = format!("c=biws,r={nonce}");
+            let auth = Zeroizing::new(format!(
+                "{},{server_first},{without_proof}",
+                self.first_bare
+            ));
+            let salted = hi(self.hash, password.as_bytes(), &salt, iterations);
+            let client_key = hmac(self.hash, &salted, b"Client Key");
+            let stored = h(self.hash, &client_key);
+            let client_signature = hmac(self.hash, &stored, auth.as_bytes());
+            let proof: Vec<u8> = client_key
+                .iter()
+                .zip(client_signature.iter())
+                .map(|(a, b)| a ^ b)
+                .collect();
+            let server_key = hmac(self.hash, &salted, b"Server Key");
+            self.server_signature = Some(hmac(self.hash, &server_key, auth.as_bytes()));
+            Ok(Zeroizing::new(format!(
+                "{without_proof},p={}",
+                STANDARD.encode(proof)
+            )))
+        }
+
+        /// Checks the server's final message (its signature).
+        pub(super) fn verify(&self, server_final: &[u8]) -> Result<(), String> {
+            let text =
+                std::str::from_utf8(server_final).map_err(|_| "a server message not UTF-8")?;
+            if let Some(e) = text.strip_prefix("e=") {
+                return Err(format!("the server refused: {e}"));
+            }
+            let v = text
+                .split(',')
+                .find_map(|p| p.strip_prefix("v="))
+                .ok_or("no server signature")?;
+            let v = STANDARD.decode(v).map_err(|_| "a signature not base64")?;
+            let expected = self
+                .server_signature
+                .as_ref()
+                .ok_or("no client proof was sent")?;
+            if v.len() == expected.len()
+                && v.iter()
+                    .zip(expected.iter())
+                    .fold(0u8, |a, (x, y)| a | (x ^ y))
+                    == 0
+            {
+                Ok(())
+            } else {
+                Err("the server's signature does not match".into())
+            }
+        }
+    }
+
+    #[cfg(test)]
+    mod tests {
+        use super::*;
+
+        /// RFC 7677, section 3: SCRAM-SHA-256, user "user", password
+        /// "pencil".
+        #[test]
+        fn rfc_7677s_exchange() {
+            let mut c = Client::new(Scram::Sha256, "user", "rOprNGfwEbeRWgbNEkqO");
+            assert_eq!(c.first(), "n,,n=user,r=rOprNGfwEbeRWgbNEkqO");
+            let last = c
+                .last(
+                    b"r=rOprNGfwEbeRWgbNEkqO%hvYDpWUa2RaTCAfuxFIlj)hNlF$k0,s=W22ZaJ0SNY7soEsUEjb6gQ==,i=4096",
+                    "pencil",
+                )
+                .unwrap();
+            assert_eq!(
+                last.as_str(),
+                "c=biws,r=rOprNGfwEbeRWgbNEkqO%hvYDpWUa2RaTCAfuxFIlj)hNlF$k0,p=dHzbZapWIk4jUhN+Ute9ytag9zjfMHgsqmmiz7AndVQ="
+            );
+            c.verify(b"v=6rriTRBi23WpRR/wtup+mMhUZUn/dB5nLTJRsjl95G4=")
+                .unwrap();
+            assert!(c
+                .verify(b"v=6rriTRBi23WpRR/wtup+mMhUZUn/dB5nLTJRsjl95G5=")
+                .is_err());
+            // A server that does not extend the client's nonce, or asks
+            // for too few iterations, is refused.
+            let mut c = Client::new(Scram::Sha256, "user", "abc");
+            assert!(c.last(b"r=xyz,s=AAAA,i=4096", "p").is_err());
+            assert!(c.last(b"r=abcd,s=AAAA,i=1", "p").is_err());
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn ids_print_and_parse_as_kafka_does() {
+        let id = TopicId::from_bytes([0xfb; 16]);
+        let s = id.to_string();
+        assert_eq!(s.len(), 22);
+        assert_eq!(s.parse::<TopicId>().unwrap(), id);
+        assert!("not-an-id".parse::<TopicId>().is_err());
+    }
+
+    #[test]
+    fn settings_this_lookup_does_not_speak_are_unknown_never_an_error() {
+        let mut c = ClientConfig::new();
+        c.set("bootstrap.servers", "127.0.0.1:1");
+        for (k, v) in [
+            ("security.protocol", "sasl_plaintext"),
+            ("sasl.mechanism", "GSSAPI"),
+        ] {
+            c.set(k, v);
+        }
+        let e = Settings::of(&c).err().unwrap();
+        assert!(e.contains("GSSAPI"), "{e}");
+        c.set("sasl.mechanism", "OAUTHBEARER");
+        assert!(Settings::of(&c).is_err());
+        let mut ssl = ClientConfig::new();
+        ssl.set("bootstrap.servers", "127.0.0.1:1")
+            .set("security.protocol", "SSL");
+        assert!(Settings::of(&ssl)
+            .err()
+            .unwrap()
+            .contains("ssl.ca.location"));
+        ssl.set("ssl.ca.location", "/x")
+            .set("ssl.endpoint.identification.algorithm", "none");
+        assert!(Settings::of(&ssl).err().unwrap().contains("unchecked"));
+        // The password is never in the reason.
+        let mut p = ClientConfig::new();
+        p.set("bootstrap.servers", "h:1")
+            .set("security.protocol", "sasl_ssl")
+            .set("sasl.mechanism", "PLAIN")
+            .set("sasl.username", "u")
+            .set("sasl.password", "hunter2-secret");
+        let e = Settings::of(&p).err().unwrap();
+        assert!(!e.contains("hunter2"), "{e}");
+    }
+}
