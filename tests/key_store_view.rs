@@ -189,6 +189,131 @@ fn a_view_of_another_clusters_topic_is_rebuilt_and_a_shredded_subject_stays_shre
     let _ = std::fs::remove_dir_all(trusting);
 }
 
+/// Deletes `topic` and makes it again, compacted (Apache Kafka: the name
+/// is free once the deletion is through; the new topic has another id).
+fn recreate(bootstrap: &str, topic: &str) {
+    use std::time::{Duration, Instant};
+    use tombstone_crypt::kafka::rdkafka::admin::{
+        AdminClient, AdminOptions, NewTopic, TopicReplication,
+    };
+    use tombstone_crypt::kafka::rdkafka::client::DefaultClientContext;
+    let admin: AdminClient<DefaultClientContext> =
+        common::kafka::client_config(bootstrap).create().unwrap();
+    for r in
+        futures_executor::block_on(admin.delete_topics(&[topic], &AdminOptions::new())).unwrap()
+    {
+        r.unwrap();
+    }
+    let deadline = Instant::now() + Duration::from_secs(30);
+    loop {
+        let new =
+            NewTopic::new(topic, 1, TopicReplication::Fixed(1)).set("cleanup.policy", "compact");
+        let r = futures_executor::block_on(admin.create_topics([&new], &AdminOptions::new()))
+            .unwrap()
+            .remove(0);
+        if r.is_ok() {
+            return;
+        }
+        assert!(Instant::now() < deadline, "{topic} not made again: {r:?}");
+        std::thread::sleep(Duration::from_millis(100));
+    }
+}
+
+/// The key-store topic deleted and made again under its name, holding at
+/// the same offsets the records the view sampled (its first 16 and its
+/// last), with a shred between them: by its records the view would be
+/// trusted and the shred missed. The broker's topic id differs: the view
+/// is rebuilt and the subject stays shredded. The control checks by
+/// records alone (`without_topic_ids`): the shredded subject reads again.
+#[test]
+fn a_view_of_its_topic_made_again_to_match_its_samples_is_rebuilt_by_the_topic_id() {
+    let Some(bootstrap) = common::kafka::apache_kafka() else {
+        return;
+    };
+    let topic = common::kafka::fresh_topic("view-made-again");
+    let kek = Keyset::generate();
+    let dir = common::kafka::fresh_view_dir();
+    let (a, store) = instance(&bootstrap, &topic, &kek, Some(&dir), |s| s);
+    let v = write(&a, "ada");
+    drop((a, store));
+    let first = KafkaChangelog::open(&bootstrap, &topic)
+        .unwrap()
+        .records()
+        .unwrap();
+    let k = first.len();
+    assert!(k < 16, "{k} records for one subject");
+    pad(&bootstrap, &topic, 30);
+    // The view reads to the end of the topic (its tail: pad29 at k + 29)
+    // and records the topic's id.
+    let (a, store) = instance(&bootstrap, &topic, &kek, Some(&dir), |s| s);
+    assert_eq!(read(&a, "ada", &v).unwrap().as_deref(), Some("ada"));
+    drop((a, store));
+    let control = copy_dir(&dir);
+
+    recreate(&bootstrap, &topic);
+    let named = |from: usize, to: usize| -> Vec<(Vec<u8>, Option<Vec<u8>>)> {
+        (from..to)
+            .map(|i| (format!("pad{i:02}").into_bytes(), Some(b"x".to_vec())))
+            .collect()
+    };
+    let mut log = KafkaChangelog::open(&bootstrap, &topic).unwrap();
+    for r in &first {
+        log.append(&r.key, r.value.as_deref()).unwrap();
+    }
+    // The head: the same 16 records at offsets 0..16.
+    for (key, value) in named(0, 16 - k) {
+        log.append(&key, value.as_deref()).unwrap();
+    }
+    log.flush().unwrap();
+    // Between head and tail: ada shredded (its records at 16..16+m).
+    let (b, _) = instance(&bootstrap, &topic, &kek, None, |s| s);
+    b.keys().shred(b"ada").unwrap();
+    assert_eq!(read(&b, "ada", &v).unwrap(), None);
+    let end = KafkaChangelog::open(&bootstrap, &topic)
+        .unwrap()
+        .records()
+        .unwrap()
+        .last()
+        .unwrap()
+        .offset as usize
+        + 1;
+    assert!(end < k + 29, "the shred took {} records", end - 16);
+    // The tail: pad29 at offset k + 29 again, then more.
+    let mut log = KafkaChangelog::open(&bootstrap, &topic).unwrap();
+    for (key, value) in named(end - k, 40) {
+        log.append(&key, value.as_deref()).unwrap();
+    }
+    log.flush().unwrap();
+    let remade = KafkaChangelog::open(&bootstrap, &topic)
+        .unwrap()
+        .records()
+        .unwrap();
+    assert_eq!(&remade[..k], &first[..], "the head is the same");
+    assert_eq!(remade[k + 29].key, b"pad29", "the tail is at its offset");
+
+    let (checked, _) = instance(&bootstrap, &topic, &kek, Some(&dir), |s| s);
+    assert_eq!(
+        read(&checked, "ada", &v).unwrap(),
+        None,
+        "a shredded subject came back through a view of the topic made again"
+    );
+    // The control: by its records alone, the view is trusted.
+    let (records_only, _) = instance(
+        &bootstrap,
+        &topic,
+        &kek,
+        Some(&control),
+        KafkaKeyStore::without_topic_ids,
+    );
+    assert_eq!(
+        read(&records_only, "ada", &v).unwrap().as_deref(),
+        Some("ada"),
+        "the control did not trust the topic made again: the test shows nothing"
+    );
+    let _ = std::fs::remove_dir_all(dir);
+    let _ = std::fs::remove_dir_all(control);
+}
+
 /// A crash after a shred's marker was applied to the view and before the
 /// commit: the view and its offsets are one transaction, so the restarted
 /// view reads the marker again. The control commits the offsets apart,

@@ -299,6 +299,20 @@ impl KafkaChangelog {
         &self.topic
     }
 
+    /// The topic's id, asked of the broker with this changelog's client
+    /// settings ([`topic_identity`](crate::kafka::topic_identity)), within
+    /// the timeout (at most 10 s).
+    ///
+    /// # Errors
+    /// As [`topic_identity`](crate::kafka::topic_identity).
+    pub fn topic_identity(&self) -> Result<crate::kafka::TopicIdentity, Error> {
+        crate::kafka::topic_identity(
+            &self.config,
+            &self.topic,
+            self.timeout.min(Duration::from_secs(10)),
+        )
+    }
+
     /// A producer stopped by a fatal error (the gapless guarantee: a
     /// record failed where a later one could have been stored after it)
     /// has failed every record queued after it, each reported to

@@ -78,6 +78,8 @@ pub struct KafkaKeyStore {
     /// A test's control: a view on disk read on without checking that its
     /// topic is the one it was read from.
     unchecked_view: bool,
+    /// A negative control: the topic's id is not asked.
+    no_topic_ids: bool,
     /// Records read from the topic since this store was made.
     read: AtomicU64,
 }
@@ -125,6 +127,7 @@ impl KafkaKeyStore {
             no_withdraw: false,
             offsets_only: false,
             unchecked_view: false,
+            no_topic_ids: false,
             read: AtomicU64::new(0),
         }
     }
@@ -184,6 +187,18 @@ impl KafkaKeyStore {
     pub fn with_view_unchecked(self) -> Self {
         KafkaKeyStore {
             unchecked_view: true,
+            ..self
+        }
+    }
+
+    /// A negative control for tests: a view on disk is checked by its
+    /// records alone, the topic's id not asked (a topic made again with
+    /// the records the view sampled is trusted).
+    #[doc(hidden)]
+    #[must_use]
+    pub fn without_topic_ids(self) -> Self {
+        KafkaKeyStore {
+            no_topic_ids: true,
             ..self
         }
     }
@@ -316,13 +331,16 @@ impl KafkaKeyStore {
     }
 
     /// At the first read of a view on disk that holds records: its topic
-    /// must be the one it was read from, else the view is cleared. Each
+    /// must be the one it was read from, else the view is cleared. The
+    /// broker's id of the topic, where it can be asked
+    /// ([`topic_identity`](crate::kafka::topic_identity)), must be the one
+    /// the view recorded (a view without one records it). Each
     /// of the first records it sampled must be the topic's record at that
     /// offset or gone (compacted), at least one still there; the last
     /// record it applied must be the topic's at that offset, or gone
     /// with a record after it (offsets past the topic's end: rebuilt).
     fn check_view(&self, log: &KafkaChangelog, consumer: &BaseConsumer) -> Result<(), Error> {
-        let identity = {
+        let (identity, kept) = {
             let mut viewed = lock(&self.view);
             if viewed.checked {
                 return Ok(());
@@ -331,16 +349,54 @@ impl KafkaKeyStore {
                 viewed.checked = true;
                 return Ok(());
             }
-            viewed.view.identity()
+            (viewed.view.identity(), viewed.view.keeps_topic_id())
+        };
+        if !kept {
+            // A view in memory is read from the topic's start.
+            lock(&self.view).checked = true;
+            return Ok(());
+        }
+        // The broker's id of the topic, when it can be asked: a view of
+        // another id was read from another topic of that name (deleted and
+        // made again), whatever its records look like.
+        let asked = if self.no_topic_ids {
+            Ok(crate::kafka::TopicIdentity::Unknown(
+                "not asked (a test's control)".into(),
+            ))
+        } else {
+            log.topic_identity()
+        };
+        let current = match asked {
+            Ok(crate::kafka::TopicIdentity::Known(id)) => Some(*id.as_bytes()),
+            Ok(crate::kafka::TopicIdentity::Unknown(_why)) => {
+                #[cfg(feature = "tracing")]
+                tracing::debug!(topic = log.topic(), why = %_why, "the key-store topic's id is not known: its view is checked by its records");
+                None
+            }
+            Err(_e) => {
+                #[cfg(feature = "tracing")]
+                tracing::warn!(topic = log.topic(), error = %_e, "asking the key-store topic's id failed: its view is checked by its records");
+                None
+            }
         };
         let same = match identity {
             None => true,
-            Some(id) => self.same_topic(log, consumer, &id)?,
+            Some(id) => {
+                let same_id = match (id.topic_id, current) {
+                    (Some(viewed), Some(now)) => viewed == now,
+                    _ => true,
+                };
+                same_id && self.same_topic(log, consumer, &id)?
+            }
         };
         if !same {
             self.clear_view()?;
         }
-        lock(&self.view).checked = true;
+        let mut viewed = lock(&self.view);
+        if let Some(id) = current {
+            viewed.view.set_topic_id(id)?;
+        }
+        viewed.checked = true;
         Ok(())
     }
 

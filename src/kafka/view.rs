@@ -257,6 +257,18 @@ pub(super) trait SubjectView: Send {
         None
     }
 
+    /// Records the id the broker gives the topic (a view on disk keeps
+    /// it, and is rebuilt when the topic answers another).
+    fn set_topic_id(&mut self, _id: [u8; 16]) -> Result<(), Error> {
+        Ok(())
+    }
+
+    /// Whether the view outlives the process (on disk), and so keeps its
+    /// topic's id.
+    fn keeps_topic_id(&self) -> bool {
+        false
+    }
+
     /// The view on disk, for a test's hooks.
     #[cfg(feature = "redb")]
     fn as_disk(&mut self) -> Option<&mut DiskView> {
@@ -503,13 +515,17 @@ impl Sample {
 const HEAD: usize = 16;
 
 /// What identifies the topic a view on disk was read from: its name and
-/// partition, its first records (offsets and bytes: a key-store topic's
-/// records hold random DEK ids and wrapped keys, so another topic, or the
-/// same name made again, has others), and the last record applied.
+/// partition, its id when the broker gave one (another each time a topic
+/// of that name is made), its first records (offsets and bytes: a
+/// key-store topic's records hold random DEK ids and wrapped keys, so
+/// another topic, or the same name made again, has others), and the last
+/// record applied.
 #[derive(Clone, Default)]
 pub(super) struct Identity {
     pub(super) topic: String,
     pub(super) partition: i32,
+    /// The broker's id of the topic, when known.
+    pub(super) topic_id: Option<[u8; 16]>,
     /// The first records applied (at most [`HEAD`]).
     pub(super) head: Vec<Sample>,
     /// The last record applied.
@@ -816,11 +832,19 @@ mod disk {
                 Some(t) => Sample::decode_from(&mut &t[..]),
                 None => None,
             };
+            let topic_id = match get("topic_id")? {
+                None => None,
+                Some(id) => match <[u8; 16]>::try_from(&id[..]) {
+                    Ok(id) => Some(id),
+                    Err(_) => return Ok(None),
+                },
+            };
             Ok(Some((
                 u64::from_be_bytes(next),
                 Identity {
                     topic: String::from_utf8_lossy(&topic).into_owned(),
                     partition: i32::from_be_bytes(partition),
+                    topic_id,
                     head: samples,
                     tail,
                 },
@@ -841,6 +865,15 @@ mod disk {
                 .map_err(view_err("write"))?;
             meta.insert("partition", &identity.partition.to_be_bytes()[..])
                 .map_err(view_err("write"))?;
+            match &identity.topic_id {
+                Some(id) => {
+                    meta.insert("topic_id", &id[..])
+                        .map_err(view_err("write"))?;
+                }
+                None => {
+                    meta.remove("topic_id").map_err(view_err("write"))?;
+                }
+            }
             let mut head = Vec::new();
             for s in &identity.head {
                 s.encode_into(&mut head);
@@ -973,6 +1006,7 @@ mod disk {
             let identity = Identity {
                 topic: self.identity.topic.clone(),
                 partition: self.identity.partition,
+                topic_id: self.identity.topic_id,
                 ..Identity::default()
             };
             {
@@ -1043,6 +1077,26 @@ mod disk {
 
         fn identity(&self) -> Option<Identity> {
             (self.next > 0).then(|| self.identity.clone())
+        }
+
+        fn keeps_topic_id(&self) -> bool {
+            true
+        }
+
+        fn set_topic_id(&mut self, id: [u8; 16]) -> Result<(), Error> {
+            if self.identity.topic_id == Some(id) {
+                return Ok(());
+            }
+            let mut identity = self.identity.clone();
+            identity.topic_id = Some(id);
+            let txn = self.db.begin_write().map_err(view_err("begin a write"))?;
+            {
+                let mut meta = txn.open_table(META).map_err(view_err("open a table"))?;
+                self.write_meta(&mut meta, self.next, &identity)?;
+            }
+            txn.commit().map_err(view_err("commit"))?;
+            self.identity = identity;
+            Ok(())
         }
 
         fn as_disk(&mut self) -> Option<&mut DiskView> {
