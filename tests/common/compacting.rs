@@ -313,7 +313,9 @@ pub fn wait_compacted(bootstrap: &str, topic: &str, timeout: Duration) -> Compac
 }
 
 /// Creates `topic` with `partitions` partitions and `cleanup.policy=compact`
-/// through the admin API (CreateTopics).
+/// through the admin API (CreateTopics). Nothing is compacted before
+/// [`wait_compacted`] sets [`FAST_COMPACTION`] (Apache Kafka's defaults
+/// roll a segment after 7 days).
 pub fn create_compacted_topic(bootstrap: &str, topic: &str, partitions: i32) {
     create_topic_with(
         bootstrap,
@@ -325,24 +327,13 @@ pub fn create_compacted_topic(bootstrap: &str, topic: &str, partitions: i32) {
 
 /// Creates `topic` with `partitions` partitions and topic `config` through
 /// the admin API (CreateTopics).
-///
-/// A compacted topic also gets the settings of [`FAST_COMPACTION`] that
-/// `config` does not name.
+/// ([`wait_compacted`] gives a compacted topic the settings of
+/// [`FAST_COMPACTION`] it lacks.)
 pub fn create_topic_with(bootstrap: &str, topic: &str, partitions: i32, config: &[(&str, &str)]) {
     let admin: AdminClient<DefaultClientContext> = client_config(bootstrap).create().unwrap();
     let mut new = NewTopic::new(topic, partitions, TopicReplication::Fixed(1));
     for (k, v) in config {
         new = new.set(k, v);
-    }
-    let compacted = config
-        .iter()
-        .any(|(k, v)| *k == "cleanup.policy" && v.contains("compact"));
-    if compacted {
-        for (k, v) in FAST_COMPACTION {
-            if !config.iter().any(|(name, _)| *name == k) {
-                new = new.set(k, v);
-            }
-        }
     }
     let results =
         futures_executor::block_on(admin.create_topics([&new], &AdminOptions::new())).unwrap();
