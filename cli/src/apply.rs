@@ -55,6 +55,9 @@ pub(crate) struct Writing {
     /// The tests' negative control: a resume that writes its journals
     /// before it reads what others wrote (never use it).
     pub(crate) unchecked_resume: bool,
+    /// The tests' way to the checks after the topic's id: it is not
+    /// asked (never use it).
+    pub(crate) without_topic_id: bool,
     /// Where the partition locks are (`--lock-dir`; `None`: the default,
     /// [`default_lock_dir`]).
     pub(crate) lock_dir: Option<PathBuf>,
@@ -177,6 +180,31 @@ fn tail(s: &Setup, p: i32) -> Result<(i64, Option<Mark>), Fail> {
 /// The id of the cluster of `s`, as its metadata gives it.
 fn cluster_id(s: &Setup) -> Result<Option<String>, Fail> {
     Ok(consumer(s)?.client().fetch_cluster_id(s.timeout))
+}
+
+/// The id of the topic of `s`, as the broker's metadata gives it; `None`
+/// (said on stderr) when it cannot be asked with these settings, the
+/// broker names none, or the asking failed: the run then knows the topic
+/// by its records alone.
+fn topic_id(s: &Setup) -> Option<String> {
+    use tombstone_crypt::kafka::{topic_identity, TopicIdentity};
+    match topic_identity(&s.config, &s.topic, s.timeout) {
+        Ok(TopicIdentity::Known(id)) => Some(id.to_string()),
+        Ok(TopicIdentity::Unknown(why)) => {
+            eprintln!(
+                "warning: the id of {} is not known ({why}): a topic deleted and created again is told by its records alone",
+                s.topic
+            );
+            None
+        }
+        Err(e) => {
+            eprintln!(
+                "warning: asking the id of {} failed ({e}): a topic deleted and created again is told by its records alone",
+                s.topic
+            );
+            None
+        }
+    }
 }
 
 /// Reads what was written to partition `p` of the topic a resumed run
@@ -697,6 +725,11 @@ pub(crate) fn run(
                     )
                 })
                 .collect::<Result<Vec<_>, _>>()?;
+            let written_id = if w.without_topic_id {
+                None
+            } else {
+                topic_id(to)
+            };
             let ck = match &w.resume {
                 Some(path) => {
                     let ck = Checkpoint::load(path, &of)?;
@@ -709,9 +742,18 @@ pub(crate) fn run(
                             cluster.as_deref().unwrap_or("(no id)")
                         )));
                     }
+                    if let (Some(was), Some(now)) = (&ck.topic_id, &written_id) {
+                        if was != now {
+                            return Err(fail(format!(
+                                "{} is not the topic the run wrote: its id is {now}, the run's was {was}. It was deleted and created again: the run's writes there are gone, and a resume would go on from where they ended. The checkpoint {} and its journals are kept",
+                                to.topic,
+                                path.display()
+                            )));
+                        }
+                    }
                     ck
                 }
-                None => Checkpoint::create(&w.checkpoint, of, cluster)?,
+                None => Checkpoint::create(&w.checkpoint, of, cluster, written_id)?,
             };
             (Some(ck), Some(producer), Some(locks))
         }

@@ -209,6 +209,11 @@ pub(crate) struct Checkpoint {
     /// The id of the cluster written, as its metadata gave it (`None`: the
     /// broker gave none).
     pub(crate) cluster: Option<String>,
+    /// The id of the topic written, as the broker's metadata gave it
+    /// (Kafka's form; `None`: not known, see
+    /// `tombstone_crypt::kafka::topic_identity`). A topic deleted and
+    /// created again has another.
+    pub(crate) topic_id: Option<String>,
     /// Each partition's progress.
     parts: Mutex<BTreeMap<i32, Progress>>,
     /// The lock that one process at a time holds on the run (released
@@ -226,6 +231,7 @@ impl Checkpoint {
         path: &Path,
         of: RunOf,
         cluster: Option<String>,
+        topic_id: Option<String>,
     ) -> Result<Checkpoint, Fail> {
         let exists = || {
             fail(format!(
@@ -256,6 +262,7 @@ impl Checkpoint {
             run,
             of,
             cluster,
+            topic_id,
             parts: Mutex::new(BTreeMap::new()),
             _lock: lock,
         };
@@ -394,11 +401,21 @@ impl Checkpoint {
                     .to_owned(),
             ),
         };
+        // Absent from a checkpoint of an earlier release: not known.
+        let topic_id = match &v["topic_id"] {
+            Value::Null => None,
+            t => Some(
+                t.as_str()
+                    .ok_or_else(|| what("a bad topic id".into()))?
+                    .to_owned(),
+            ),
+        };
         Ok(Checkpoint {
             path: path.to_owned(),
             run,
             of: found,
             cluster,
+            topic_id,
             parts: Mutex::new(parts),
             _lock: lock,
         })
@@ -438,6 +455,7 @@ impl Checkpoint {
             "format": 3,
             "run": self.run,
             "cluster": self.cluster,
+            "topic_id": self.topic_id,
             "command": self.of.command,
             "topic": self.of.topic,
             "to_topic": self.of.to_topic,
@@ -1136,9 +1154,15 @@ mod tests {
         let _ = std::fs::remove_dir_all(&dir);
         std::fs::create_dir_all(&dir).unwrap();
         let path = dir.join("run.checkpoint");
-        let c = Checkpoint::create(&path, of(), Some("cluster-1".into())).unwrap();
+        let c = Checkpoint::create(
+            &path,
+            of(),
+            Some("cluster-1".into()),
+            Some("topic-1".into()),
+        )
+        .unwrap();
         assert!(
-            Checkpoint::create(&path, of(), None).is_err(),
+            Checkpoint::create(&path, of(), None, None).is_err(),
             "never overwritten"
         );
         // One process at a time: the run holds its lock.
@@ -1179,20 +1203,23 @@ mod tests {
         let back = Checkpoint::load(&path, &of()).unwrap();
         assert_eq!(back.run, run);
         assert_eq!(back.cluster.as_deref(), Some("cluster-1"));
+        assert_eq!(back.topic_id.as_deref(), Some("topic-1"));
         assert_eq!(back.progress(3), Some(progress(100, 40)));
         let (through, got) = back.unfinished_journal(3).unwrap().unwrap();
         assert_eq!(through, 60);
         assert_eq!(got, writes);
         // A new run beside it is refused, by the checkpoint and by the
         // journal.
-        assert!(Checkpoint::create(&path, of(), None).is_err());
+        assert!(Checkpoint::create(&path, of(), None, None).is_err());
         let elsewhere = dir.join("other.checkpoint");
         std::fs::copy(
             back.journal_path(3),
             dir.join("other.checkpoint.p3.journal"),
         )
         .unwrap();
-        let e = Checkpoint::create(&elsewhere, of(), None).err().unwrap();
+        let e = Checkpoint::create(&elsewhere, of(), None, None)
+            .err()
+            .unwrap();
         assert!(e.0.contains("journal of an earlier run"), "{}", e.0);
         // Another run's journal is never written as this one's.
         let other = Checkpoint {
@@ -1200,6 +1227,7 @@ mod tests {
             run: "0".repeat(32),
             of: of(),
             cluster: None,
+            topic_id: None,
             parts: Mutex::new(BTreeMap::from([(3, progress(100, 0))])),
             _lock: lock(&elsewhere).unwrap(),
         };
@@ -1229,7 +1257,13 @@ mod tests {
         let _ = std::fs::remove_dir_all(&dir);
         std::fs::create_dir_all(&dir).unwrap();
         let path = dir.join("run.checkpoint");
-        let c = Checkpoint::create(&path, of(), Some("cluster-1".into())).unwrap();
+        let c = Checkpoint::create(
+            &path,
+            of(),
+            Some("cluster-1".into()),
+            Some("topic-1".into()),
+        )
+        .unwrap();
         c.set(0, progress(100, 40)).unwrap();
         c.set(3, progress(2000, 1999)).unwrap();
         drop(c);
@@ -1307,11 +1341,11 @@ mod tests {
         std::fs::write(&target, b"untouched").unwrap();
         let path = dir.join("run.checkpoint");
         std::os::unix::fs::symlink(&target, &path).unwrap();
-        assert!(Checkpoint::create(&path, of(), None).is_err());
+        assert!(Checkpoint::create(&path, of(), None, None).is_err());
         std::fs::remove_file(&path).unwrap();
         std::fs::remove_file(lock_path(&path)).unwrap();
         std::os::unix::fs::symlink(&target, lock_path(&path)).unwrap();
-        assert!(Checkpoint::create(&path, of(), None).is_err());
+        assert!(Checkpoint::create(&path, of(), None, None).is_err());
         assert_eq!(std::fs::read(&target).unwrap(), b"untouched");
         let _ = std::fs::remove_dir_all(&dir);
     }

@@ -696,6 +696,11 @@ struct ProgressArgs {
     /// meanwhile can be undone). Never use it.
     #[arg(long, hide = true, requires = "resume")]
     resume_writes_first: bool,
+    /// The tests' way to the checks that come after the topic's id: a
+    /// topic deleted and created again is told by its records alone, the
+    /// broker's topic id not asked. Never use it.
+    #[arg(long, hide = true, requires = "apply")]
+    without_topic_id: bool,
 }
 
 impl ProgressArgs {

@@ -84,6 +84,7 @@ pub(crate) fn reencrypt(args: &ReencryptArgs, out: &Output) -> Result<Outcome, F
         chunk_records: args.progress.chunk_records.max(1),
         fail_after: args.progress.fail_after_records,
         unchecked_resume: args.progress.resume_writes_first,
+        without_topic_id: args.progress.without_topic_id,
         lock_dir: args.progress.lock_dir.clone(),
     });
     let command = Command::Reencrypt { pass_through };

@@ -2532,9 +2532,12 @@ fn a_resume_elsewhere_refuses_and_keeps_its_files() {
         ],
     );
     assert!(stopped.status.code().is_none(), "not stopped: {stopped:?}");
-    let refused = |why: &str| {
+    let refused_with = |why: &str, extra: &[&str]| {
         let ends = end_offsets(&t.bootstrap, &t.topic, 1);
-        let out = t.run("reencrypt", &["--apply", "--resume", &ck]);
+        let out = t.run(
+            "reencrypt",
+            &[&["--apply", "--resume", &ck][..], extra].concat(),
+        );
         let err = String::from_utf8_lossy(&out.stderr);
         assert_eq!(code(&out), 2, "{why}: {err}");
         assert!(
@@ -2552,6 +2555,7 @@ fn a_resume_elsewhere_refuses_and_keeps_its_files() {
         );
         err.into_owned()
     };
+    let refused = |why: &str| refused_with(why, &[]);
     // Another cluster.
     let original = std::fs::read_to_string(&ck).unwrap();
     let mut other = json_of_file(&ck);
@@ -2577,17 +2581,18 @@ fn a_resume_elsewhere_refuses_and_keeps_its_files() {
     std::fs::write(&ck, &original).unwrap();
     // The topic deleted and created again: more records than before (the
     // record before the run's first write is another one), then fewer.
-    let admin: AdminClient<DefaultClientContext> = client_config(&t.bootstrap).create().unwrap();
     for (round, n) in [(0, 120), (1, 2)] {
-        for r in futures_executor::block_on(admin.delete_topics(&[&t.topic], &AdminOptions::new()))
-            .unwrap()
-        {
-            r.unwrap();
-        }
-        create_compacted(&t.bootstrap, &t.topic, 1);
+        recreate_compacted(&t.bootstrap, &t.topic, 1);
         let (values, keys) = (load(&t.values_file), load(&t.keys_file));
         produce_keyed(&t, &values, &keys, &many_keys(n));
+        // Another topic id.
         let err = refused(&format!("created again ({n} keys)"));
+        assert!(err.contains("is not the topic the run wrote"), "{err}");
+        // By its records alone.
+        let err = refused_with(
+            &format!("created again ({n} keys), by its records"),
+            &["--without-topic-id"],
+        );
         assert!(err.contains("not the partition the run wrote"), "{err}");
         let why = if round == 0 {
             "is not the one that was there"
@@ -2620,12 +2625,15 @@ fn a_resume_elsewhere_refuses_and_keeps_its_files() {
     args.extend_from_slice(&copy);
     let stopped = s.run("reencrypt", &args);
     assert!(stopped.status.code().is_none(), "not stopped: {stopped:?}");
-    for r in
-        futures_executor::block_on(admin.delete_topics(&[&target], &AdminOptions::new())).unwrap()
-    {
-        r.unwrap();
-    }
-    create_compacted(&t.bootstrap, &target, 1);
+    recreate_compacted(&t.bootstrap, &target, 1);
+    let out = s.run(
+        "reencrypt",
+        &[&["--apply", "--resume", &ck][..], &copy].concat(),
+    );
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(code(&out), 2, "{err}");
+    assert!(err.contains("is not the topic the run wrote"), "{err}");
+    let copy = ["--to-topic", target.as_str(), "--without-topic-id"];
     let out = s.run(
         "reencrypt",
         &[&["--apply", "--resume", &ck][..], &copy].concat(),
@@ -2679,12 +2687,7 @@ fn a_resume_elsewhere_refuses_and_keeps_its_files() {
     args.extend_from_slice(&copy);
     let stopped = s.run("reencrypt", &args);
     assert!(stopped.status.code().is_none(), "not stopped: {stopped:?}");
-    for r in
-        futures_executor::block_on(admin.delete_topics(&[&s.topic], &AdminOptions::new())).unwrap()
-    {
-        r.unwrap();
-    }
-    create_compacted(&t.bootstrap, &s.topic, 1);
+    recreate_compacted(&t.bootstrap, &s.topic, 1);
     let others: Vec<(String, Option<String>)> = many_keys(60)
         .into_iter()
         .map(|(k, v)| (k, v.map(|v| format!("{v} again"))))
@@ -3344,9 +3347,25 @@ fn a_resume_into_a_recreated_target_whose_writer_rewrote_the_anchor_keys_is_refu
             "offset {a} still there: the test proves nothing"
         );
     }
+    // The broker's id of the target is another: refused at once.
     let out = s.run(
         "reencrypt",
         &["--apply", "--resume", &ck, "--to-topic", &target],
+    );
+    let err = String::from_utf8_lossy(&out.stderr).into_owned();
+    assert_eq!(code(&out), 2, "{err}");
+    assert!(err.contains("is not the topic the run wrote"), "{err}");
+    // Told by its records alone (the id not asked), refused too.
+    let out = s.run(
+        "reencrypt",
+        &[
+            "--apply",
+            "--resume",
+            &ck,
+            "--to-topic",
+            &target,
+            "--without-topic-id",
+        ],
     );
     let err = String::from_utf8_lossy(&out.stderr).into_owned();
     let got = t.replay();
@@ -3432,7 +3451,16 @@ fn a_resume_into_the_topic_created_again_never_brings_back_a_deleted_key_on_a_co
             "offset {a} still there: the test proves nothing"
         );
     }
-    let out = t.run("reencrypt", &["--apply", "--resume", &ck]);
+    // The broker's id of the topic is another: refused at once.
+    let by_id = t.run("reencrypt", &["--apply", "--resume", &ck]);
+    let err = String::from_utf8_lossy(&by_id.stderr);
+    assert_eq!(code(&by_id), 2, "{err}");
+    assert!(err.contains("is not the topic the run wrote"), "{err}");
+    // Told by its records alone (the id not asked).
+    let out = t.run(
+        "reencrypt",
+        &["--apply", "--resume", &ck, "--without-topic-id"],
+    );
     let got = t.replay();
     let back = got.get(&b"key-14"[..]).cloned().flatten();
     assert!(
