@@ -26,6 +26,10 @@
 #   TOMBSTONE_APACHE_KAFKA_ADVERTISED       the PLAINTEXT address advertised to clients,
 #                                           host:port (default 127.0.0.1:PORT; a test puts
 #                                           a TLS forwarder there)
+#   TOMBSTONE_APACHE_KAFKA_SASL_SSL_PORT    also a SASL_SSL listener on 127.0.0.1 at this port:
+#                                           TLS with a CA made at start (INSTANCE/tls/ca.pem),
+#                                           SASL PLAIN and SCRAM-SHA-256/512 for the user
+#                                           "tombstone" with the password in INSTANCE/tls/password
 #   TOMBSTONE_VENV                          the venv for `selfcheck` (default target/venv)
 #
 # Each `start` is a new, empty cluster: target/kafka/data is wiped and
@@ -107,6 +111,9 @@ CONTROLLER_PORT="${TOMBSTONE_APACHE_KAFKA_CONTROLLER_PORT:-19293}"
 START_TIMEOUT="${TOMBSTONE_APACHE_KAFKA_START_TIMEOUT:-90}"
 HEAP="${TOMBSTONE_APACHE_KAFKA_HEAP:-256m}"
 ADVERTISED="${TOMBSTONE_APACHE_KAFKA_ADVERTISED:-$HOST:$PORT}"
+SASL_SSL_PORT="${TOMBSTONE_APACHE_KAFKA_SASL_SSL_PORT:-}"
+TLS_DIR="$INSTANCE/tls"
+SASL_USER="tombstone"
 NODE_ID=1
 
 log() { printf 'kafka: %s\n' "$*" >&2; }
@@ -244,9 +251,9 @@ write_properties() {
 process.roles=broker,controller
 node.id=$NODE_ID
 controller.quorum.bootstrap.servers=$HOST:$CONTROLLER_PORT
-listeners=PLAINTEXT://$HOST:$PORT,CONTROLLER://$HOST:$CONTROLLER_PORT
-advertised.listeners=PLAINTEXT://$ADVERTISED,CONTROLLER://$HOST:$CONTROLLER_PORT
-listener.security.protocol.map=PLAINTEXT:PLAINTEXT,CONTROLLER:PLAINTEXT
+listeners=PLAINTEXT://$HOST:$PORT,CONTROLLER://$HOST:$CONTROLLER_PORT${SASL_SSL_PORT:+,SASL_SSL://$HOST:$SASL_SSL_PORT}
+advertised.listeners=PLAINTEXT://$ADVERTISED,CONTROLLER://$HOST:$CONTROLLER_PORT${SASL_SSL_PORT:+,SASL_SSL://$HOST:$SASL_SSL_PORT}
+listener.security.protocol.map=PLAINTEXT:PLAINTEXT,CONTROLLER:PLAINTEXT,SASL_SSL:SASL_SSL
 inter.broker.listener.name=PLAINTEXT
 controller.listener.names=CONTROLLER
 log.dirs=$DATA
@@ -289,6 +296,45 @@ log.retention.check.interval.ms=500
 log.segment.delete.delay.ms=100
 log.initial.task.delay.ms=0
 EOF
+  if [[ -n "$SASL_SSL_PORT" ]]; then
+    local password
+    password="$(cat "$TLS_DIR/password")"
+    cat >>"$PROPS" <<EOF
+
+# The SASL_SSL listener: TLS with the key and chain of $TLS_DIR, SASL PLAIN
+# and SCRAM for the user $SASL_USER (SCRAM's credentials are stored at format).
+sasl.enabled.mechanisms=PLAIN,SCRAM-SHA-256,SCRAM-SHA-512
+listener.name.sasl_ssl.ssl.keystore.type=PEM
+listener.name.sasl_ssl.ssl.keystore.location=$TLS_DIR/server.pem
+listener.name.sasl_ssl.plain.sasl.jaas.config=org.apache.kafka.common.security.plain.PlainLoginModule required user_$SASL_USER="$password";
+listener.name.sasl_ssl.scram-sha-256.sasl.jaas.config=org.apache.kafka.common.security.scram.ScramLoginModule required;
+listener.name.sasl_ssl.scram-sha-512.sasl.jaas.config=org.apache.kafka.common.security.scram.ScramLoginModule required;
+EOF
+  fi
+}
+
+# A CA and a server certificate for 127.0.0.1 and localhost (the key and
+# chain in one PEM file, as the broker's PEM key store takes them), and a
+# random password for the SASL user; made once per instance directory.
+make_tls() {
+  [[ -s "$TLS_DIR/server.pem" && -s "$TLS_DIR/password" ]] && return 0
+  command -v openssl >/dev/null || die "openssl not found: the SASL_SSL listener's certificates need it"
+  mkdir -p "$TLS_DIR"
+  chmod 700 "$TLS_DIR"
+  (
+    cd "$TLS_DIR"
+    openssl req -x509 -newkey ec -pkeyopt ec_paramgen_curve:P-256 -nodes -days 2 \
+      -subj /CN=tombstone-test-ca -keyout ca.key -out ca.pem 2>/dev/null
+    openssl req -newkey ec -pkeyopt ec_paramgen_curve:P-256 -nodes \
+      -subj /CN=127.0.0.1 -keyout server.key -out server.csr 2>/dev/null
+    printf 'subjectAltName=IP:127.0.0.1,DNS:localhost\n' >san.ext
+    openssl x509 -req -in server.csr -CA ca.pem -CAkey ca.key -CAcreateserial -days 2 \
+      -extfile san.ext -out server.crt 2>/dev/null
+    openssl pkcs8 -topk8 -nocrypt -in server.key -out server.pk8
+    cat server.pk8 server.crt ca.pem >server.pem
+    head -c 18 /dev/urandom | base64 | tr '+/' '-_' >password
+    rm -f server.csr san.ext ca.srl
+  ) || die "making the SASL_SSL listener's certificates failed"
 }
 
 # TERM, then KILL after $2 s; fails only if the process survives KILL.
@@ -339,6 +385,10 @@ cmd_start() {
   cp="$(cat "$cp_file")"
   start_ms="$(now_ms)"
 
+  if [[ -n "$SASL_SSL_PORT" ]]; then
+    valid_port "$SASL_SSL_PORT" || die "bad TOMBSTONE_APACHE_KAFKA_SASL_SSL_PORT: $SASL_SSL_PORT"
+    make_tls
+  fi
   local id
   if [[ "$keep" == keep ]]; then
     [[ -f "$DATA/meta.properties" ]] || die "no data in $DATA to start again on; use start"
@@ -349,12 +399,19 @@ cmd_start() {
   mkdir -p "$DATA"
   write_properties
   id="$(cluster_id)"
+  local scram=()
+  if [[ -n "$SASL_SSL_PORT" ]]; then
+    local password
+    password="$(cat "$TLS_DIR/password")"
+    scram=(--add-scram "SCRAM-SHA-256=[name=$SASL_USER,password=$password]"
+      --add-scram "SCRAM-SHA-512=[name=$SASL_USER,password=$password]")
+  fi
   # The format step is a short-lived JVM: a small heap and the C1 compiler
   # only start it faster.
   if ! java -Xmx128m -XX:TieredStopAtLevel=1 -Djava.awt.headless=true \
       -Dlog4j2.configurationFile="$LOG4J_CONF" -Dtombstone.kafka.log="$FORMAT_LOG" \
       -cp "$cp" kafka.tools.StorageTool format --standalone \
-      --cluster-id "$id" --config "$PROPS" >&2 </dev/null; then
+      --cluster-id "$id" --config "$PROPS" "${scram[@]}" >&2 </dev/null; then
     die "formatting $DATA failed; see $FORMAT_LOG"
   fi
   fi

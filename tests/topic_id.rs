@@ -96,3 +96,77 @@ fn settings_the_lookup_does_not_speak_give_no_id() {
     let e = topic_identity(&client_config("127.0.0.1:1"), "any", TIMEOUT).unwrap_err();
     assert!(e.to_string().contains("connect"), "{e}");
 }
+
+/// Over TLS with SASL, as a client configured for it: a broker of the
+/// test's own with a SASL_SSL listener (a CA of its own; PLAIN and SCRAM):
+/// each mechanism gives the id the plaintext listener gives. A wrong
+/// password, and a CA that did not sign the broker's certificate, are
+/// errors; the password is in neither.
+#[test]
+fn over_tls_with_plain_and_scram_the_id_is_the_plaintext_listeners() {
+    if apache_kafka().is_none() {
+        return;
+    }
+    let broker = common::own_broker::OwnBroker::start_with_sasl_ssl();
+    let (addr, ca, user, password) = broker.sasl_ssl().unwrap();
+    let topic = fresh_topic("topic-id-sasl");
+    create_topic(&broker.addr(), &topic, 1);
+    let plain = known(&broker.addr(), &topic);
+    let secure = |mechanism: &str, password: &str, ca: &str| {
+        let mut c = client_config(&addr);
+        c.set("security.protocol", "SASL_SSL")
+            .set("sasl.mechanism", mechanism)
+            .set("sasl.username", user)
+            .set("sasl.password", password)
+            .set("ssl.ca.location", ca);
+        topic_identity(&c, &topic, TIMEOUT)
+    };
+    let ca = ca.to_str().unwrap();
+    for mechanism in ["PLAIN", "SCRAM-SHA-256", "SCRAM-SHA-512"] {
+        match secure(mechanism, &password, ca).unwrap() {
+            TopicIdentity::Known(id) => assert_eq!(id, plain, "{mechanism}"),
+            other => panic!("{mechanism}: {other:?}"),
+        }
+        let e = secure(mechanism, "not-the-password", ca)
+            .unwrap_err()
+            .to_string();
+        assert!(
+            e.contains("SASL") || e.contains("SCRAM"),
+            "{mechanism}: {e}"
+        );
+        assert!(
+            !e.contains(&password) && !e.contains("not-the-password"),
+            "{e}"
+        );
+    }
+    // Another CA: the broker's certificate does not verify.
+    let other = std::env::temp_dir().join(format!("{}-other-ca.pem", fresh_topic("ca")));
+    let made = std::process::Command::new("openssl")
+        .args([
+            "req",
+            "-x509",
+            "-newkey",
+            "ec",
+            "-pkeyopt",
+            "ec_paramgen_curve:P-256",
+        ])
+        .args([
+            "-nodes",
+            "-days",
+            "1",
+            "-subj",
+            "/CN=other",
+            "-keyout",
+            "/dev/null",
+        ])
+        .arg("-out")
+        .arg(&other)
+        .output()
+        .unwrap();
+    assert!(made.status.success(), "{made:?}");
+    let e = secure("PLAIN", &password, other.to_str().unwrap())
+        .unwrap_err()
+        .to_string();
+    assert!(!e.contains(&password), "{e}");
+    let _ = std::fs::remove_file(other);
+}

@@ -7,6 +7,8 @@ pub mod envelope;
 #[cfg(feature = "kafka")]
 pub mod kafka;
 pub mod naive;
+#[cfg(feature = "kafka")]
+pub mod own_broker;
 pub mod rng;
 pub mod root;
 pub mod tink;

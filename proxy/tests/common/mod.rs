@@ -2,7 +2,6 @@
 //! rdkafka clients through it and beside it.
 #![allow(dead_code)]
 
-pub mod own_broker;
 pub mod subjects;
 pub mod wire;
 
@@ -12,6 +11,10 @@ pub mod wire;
 pub mod compacting;
 #[path = "../../../tests/common/kafka.rs"]
 pub mod kafka;
+#[path = "../../../tests/common/own_broker.rs"]
+pub mod own_broker;
+#[path = "../../../tests/common/root.rs"]
+pub mod root;
 
 // Each suite uses some of them.
 #[allow(unused_imports)]

@@ -1,12 +1,14 @@
 //! A broker of a test's own: Apache Kafka (`scripts/kafka.sh`, which keeps
-//! its records across a `restart`) on its own ports and directory.
+//! its records across a `restart`) on its own ports and directory, with a
+//! SASL_SSL listener if asked.
+#![allow(dead_code)]
 
 use std::path::PathBuf;
 use std::process::Command;
 
-use super::fresh_topic;
-
 pub use super::kafka::free_port;
+use super::kafka::fresh_topic;
+use super::root::repo_root;
 
 /// A broker of the test's own, on its own ports and directory; stopped
 /// when dropped.
@@ -15,6 +17,7 @@ pub struct OwnBroker {
     port: u16,
     controller: u16,
     advertised: Option<String>,
+    sasl_ssl: Option<u16>,
     started: bool,
 }
 
@@ -27,6 +30,16 @@ impl OwnBroker {
     /// A broker on `port`, advertising `advertised` (`host:port`; its own
     /// address when `None`).
     pub fn start_on(port: u16, advertised: Option<String>) -> Self {
+        Self::start_with(port, advertised, None)
+    }
+
+    /// A broker with a SASL_SSL listener too (TLS under a CA of its own,
+    /// SASL PLAIN and SCRAM-SHA-256/512 for the user `tombstone`).
+    pub fn start_with_sasl_ssl() -> Self {
+        Self::start_with(free_port(), None, Some(free_port()))
+    }
+
+    fn start_with(port: u16, advertised: Option<String>, sasl_ssl: Option<u16>) -> Self {
         let dir = std::env::temp_dir().join(fresh_topic("own-broker"));
         std::fs::create_dir_all(&dir).unwrap();
         let mut b = OwnBroker {
@@ -34,11 +47,26 @@ impl OwnBroker {
             port,
             controller: free_port(),
             advertised,
+            sasl_ssl,
             started: false,
         };
         b.script("start");
         b.started = true;
         b
+    }
+
+    /// The SASL_SSL listener's address, its CA's PEM file, the user and
+    /// its password.
+    pub fn sasl_ssl(&self) -> Option<(String, PathBuf, &'static str, String)> {
+        let port = self.sasl_ssl?;
+        let tls = self.dir.join("tls");
+        let password = std::fs::read_to_string(tls.join("password")).unwrap();
+        Some((
+            format!("127.0.0.1:{port}"),
+            tls.join("ca.pem"),
+            "tombstone",
+            password.trim().to_owned(),
+        ))
     }
 
     /// Where it listens.
@@ -47,7 +75,7 @@ impl OwnBroker {
     }
 
     fn script(&self, command: &str) {
-        let script = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../scripts/kafka.sh");
+        let script = repo_root().join("scripts/kafka.sh");
         let mut c = Command::new("bash");
         c.arg(script)
             .arg(command)
@@ -60,6 +88,10 @@ impl OwnBroker {
         match &self.advertised {
             Some(a) => c.env("TOMBSTONE_APACHE_KAFKA_ADVERTISED", a),
             None => c.env_remove("TOMBSTONE_APACHE_KAFKA_ADVERTISED"),
+        };
+        match self.sasl_ssl {
+            Some(p) => c.env("TOMBSTONE_APACHE_KAFKA_SASL_SSL_PORT", p.to_string()),
+            None => c.env_remove("TOMBSTONE_APACHE_KAFKA_SASL_SSL_PORT"),
         };
         let out = c.output().expect("run scripts/kafka.sh");
         assert!(
