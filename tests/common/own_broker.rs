@@ -69,6 +69,18 @@ impl OwnBroker {
         ))
     }
 
+    /// The broker's process (its JVM), while it runs.
+    pub fn pid(&self) -> Option<u32> {
+        let pid: u32 = std::fs::read_to_string(self.dir.join("kafka.pid"))
+            .ok()?
+            .trim()
+            .parse()
+            .ok()?;
+        std::path::Path::new(&format!("/proc/{pid}"))
+            .exists()
+            .then_some(pid)
+    }
+
     /// Where it listens.
     pub fn addr(&self) -> String {
         format!("127.0.0.1:{}", self.port)

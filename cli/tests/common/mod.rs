@@ -13,6 +13,8 @@ pub mod compacting;
 pub mod kafka;
 #[path = "../../../tests/common/naive.rs"]
 pub mod naive;
+#[path = "../../../tests/common/own_broker.rs"]
+pub mod own_broker;
 pub mod process;
 #[path = "../../../tests/common/rng.rs"]
 pub mod rng;
