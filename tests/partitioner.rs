@@ -192,10 +192,38 @@ fn siv_producer_with(config: &ClientConfig, keys: &Keyset, values: &Keyset) -> S
     .unwrap()
 }
 
+/// Grows `topic` to `partitions` partitions (CreatePartitions, as an
+/// operator does), then waits until the broker's metadata says so.
+fn grow_topic(bootstrap: &str, topic: &str, partitions: i32) {
+    use tombstone_crypt::kafka::rdkafka::admin::{AdminClient, AdminOptions, NewPartitions};
+    use tombstone_crypt::kafka::rdkafka::client::DefaultClientContext;
+    let admin: AdminClient<DefaultClientContext> = client_config(bootstrap).create().unwrap();
+    let grown = NewPartitions::new(topic, partitions as usize);
+    for r in
+        futures_executor::block_on(admin.create_partitions([&grown], &AdminOptions::new())).unwrap()
+    {
+        r.unwrap();
+    }
+    let deadline = Instant::now() + Duration::from_secs(30);
+    loop {
+        assert!(
+            Instant::now() < deadline,
+            "{topic} never showed {partitions} partitions"
+        );
+        let md = admin
+            .inner()
+            .fetch_metadata(Some(topic), Duration::from_secs(10))
+            .unwrap();
+        if md.topics()[0].partitions().len() == partitions as usize {
+            return;
+        }
+        std::thread::sleep(Duration::from_millis(100));
+    }
+}
+
 /// Deletes `topic` and creates it again with `partitions` partitions (the
-/// loopback broker, tansu 0.6.0, does not implement CreatePartitions: this
-/// is the way its partition count changes), then waits until the broker's
-/// metadata says so.
+/// way a partition count shrinks), then waits until the broker's metadata
+/// says so.
 fn recreate_topic(bootstrap: &str, topic: &str, partitions: i32) {
     use tombstone_crypt::kafka::rdkafka::admin::{AdminClient, AdminOptions};
     use tombstone_crypt::kafka::rdkafka::client::DefaultClientContext;
@@ -238,8 +266,7 @@ fn recreate_topic(bootstrap: &str, topic: &str, partitions: i32) {
 }
 
 /// The partition count of a topic changes under two writers that already
-/// wrote to it (from 2 to 6 partitions; the loopback broker cannot add
-/// partitions, so the topic is deleted and created again): a writer that
+/// wrote to it (from 2 to 6 partitions, by CreatePartitions): a writer that
 /// reads the count again (its refresh interval elapsed, here set to zero)
 /// puts every encrypted key where a fresh writer does, the murmur2
 /// partition of the plaintext among 6; a writer that keeps the count it
@@ -260,7 +287,7 @@ async fn after_the_partition_count_changes_an_old_writer_agrees_with_a_fresh_one
         let d = old.send(&topic, "warm-up", Some(b"v")).await.unwrap();
         assert_eq!(d.partition, murmur2_partition(b"warm-up", 2));
     }
-    recreate_topic(&bootstrap, &topic, PARTITIONS);
+    grow_topic(&bootstrap, &topic, PARTITIONS);
     let fresh = siv_producer(&bootstrap, &keys_keyset, &values);
     let mut kept_old_modulus = 0;
     for key in keys() {
@@ -303,9 +330,9 @@ async fn an_unknown_partition_makes_a_writer_read_the_count_again() {
         .with_partition_refresh(Duration::from_secs(3600));
     old.send(&topic, "warm-up", Some(b"v")).await.unwrap();
     recreate_topic(&bootstrap, &topic, 2);
-    // The loopback broker takes a record for a partition it does not have:
-    // the refusal comes from librdkafka, once its own metadata (read here)
-    // says 2 partitions.
+    // The refusal of a record for a partition the topic no longer has
+    // comes from librdkafka, once its own metadata (read here) says 2
+    // partitions.
     {
         use tombstone_crypt::kafka::rdkafka::producer::Producer as _;
         let md = old
