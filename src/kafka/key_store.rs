@@ -334,7 +334,8 @@ impl KafkaKeyStore {
     /// must be the one it was read from, else the view is cleared. The
     /// broker's id of the topic, where it can be asked
     /// ([`topic_identity`](crate::kafka::topic_identity)), must be the one
-    /// the view recorded (a view without one records it). Each
+    /// the view recorded (a view without one records it; a view with one
+    /// is rebuilt when the id cannot be asked now). Each
     /// of the first records it sampled must be the topic's record at that
     /// offset or gone (compacted), at least one still there; the last
     /// record it applied must be the topic's at that offset, or gone
@@ -383,8 +384,15 @@ impl KafkaKeyStore {
             None => true,
             Some(id) => {
                 let same_id = match (id.topic_id, current) {
+                    // The control: the records alone decide.
+                    _ if self.no_topic_ids => true,
                     (Some(viewed), Some(now)) => viewed == now,
-                    _ => true,
+                    // An id recorded and none to check it against now (the
+                    // lookup failed, timed out, or cannot run with these
+                    // settings): not trusted, rebuilt. The records alone
+                    // can be made to match.
+                    (Some(_), None) => false,
+                    (None, _) => true,
                 };
                 same_id && self.same_topic(log, consumer, &id)?
             }

@@ -21,27 +21,32 @@
 //! [`TopicIdentity::Unknown`], saying why, and so does a broker without
 //! topic ids: the caller then knows a topic by its records alone, as it
 //! did before. The password never appears in an error.
+//!
+//! The request is Metadata v12 (Kafka 3.1 and later). Answers are read
+//! within one deadline for the whole lookup and parsed by hand within
+//! their bytes (every count checked against what is left before anything
+//! is sized from it): kafka-protocol's decoders reserve an array's claimed
+//! count first, so a few bytes from a hostile broker aborted the process.
 
 use std::io::{Read, Write};
 use std::net::{TcpStream, ToSocketAddrs};
 use std::sync::Arc;
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use bytes::Bytes;
 use kafka_protocol::messages::metadata_request::MetadataRequestTopic;
 use kafka_protocol::messages::{
-    ApiKey, ApiVersionsRequest, ApiVersionsResponse, MetadataRequest, MetadataResponse,
-    RequestHeader, ResponseHeader, SaslAuthenticateRequest, SaslAuthenticateResponse,
-    SaslHandshakeRequest, SaslHandshakeResponse, TopicName,
+    ApiKey, MetadataRequest, RequestHeader, SaslAuthenticateRequest, SaslHandshakeRequest,
+    TopicName,
 };
-use kafka_protocol::protocol::{Decodable, Encodable, HeaderVersion, StrBytes};
+use kafka_protocol::protocol::{Encodable, HeaderVersion, StrBytes};
 use rdkafka::config::ClientConfig;
 use zeroize::Zeroizing;
 
 use crate::Error;
 
 /// The largest answer read (a Metadata answer for one topic is a few KiB).
-const MAX_FRAME: usize = 16 << 20;
+const MAX_FRAME: usize = 1 << 20;
 
 /// A topic's id: 16 bytes, printed as Kafka prints it (base64url without
 /// padding).
@@ -108,8 +113,9 @@ fn err(detail: String) -> Error {
     }
 }
 
-/// Asks the broker of `config` (its `bootstrap.servers` and security
-/// settings: see the module) for `topic`'s id, each step within `timeout`.
+/// Asks the broker of `config` (its `bootstrap.servers`, tried in order,
+/// and security settings: see the module) for `topic`'s id, the whole
+/// lookup within `timeout`.
 ///
 /// # Errors
 /// No bootstrap server answered, the TLS or SASL handshake failed, or the
@@ -123,10 +129,19 @@ pub fn topic_identity(
         Ok(s) => s,
         Err(unsupported) => return Ok(TopicIdentity::Unknown(unsupported)),
     };
+    let deadline = Instant::now() + timeout;
     let mut last = None;
-    for server in &settings.servers {
-        match Connection::open(server, &settings, timeout) {
-            Ok(mut conn) => return conn.identity(topic),
+    for (i, server) in settings.servers.iter().enumerate() {
+        // Each server its share of what is left: one that accepts and
+        // never answers does not take the others' time.
+        let left = deadline.saturating_duration_since(Instant::now());
+        if left.is_zero() {
+            break;
+        }
+        let share = left / u32::try_from(settings.servers.len() - i).unwrap_or(u32::MAX);
+        let until = Instant::now() + share;
+        match Connection::open(server, &settings, until).and_then(|mut c| c.identity(topic)) {
+            Ok(identity) => return Ok(identity),
             Err(e) => last = Some(e),
         }
     }
@@ -314,21 +329,27 @@ struct Connection {
     stream: Stream,
     server: String,
     correlation: i32,
+    /// The whole lookup's end: every read and write waits only what is
+    /// left of it.
+    deadline: Instant,
 }
 
 impl Connection {
-    fn open(server: &str, settings: &Settings, timeout: Duration) -> Result<Connection, Error> {
+    fn open(server: &str, settings: &Settings, deadline: Instant) -> Result<Connection, Error> {
         let fail = |what: String| err(format!("topic id: {server}: {what}"));
+        let left = || {
+            deadline
+                .checked_duration_since(Instant::now())
+                .filter(|d| !d.is_zero())
+                .ok_or_else(|| fail("timed out".into()))
+        };
         let addr = server
             .to_socket_addrs()
             .map_err(|e| fail(format!("resolve: {e}")))?
             .next()
             .ok_or_else(|| fail("resolves to no address".into()))?;
-        let tcp = TcpStream::connect_timeout(&addr, timeout)
+        let tcp = TcpStream::connect_timeout(&addr, left()?)
             .map_err(|e| fail(format!("connect: {e}")))?;
-        tcp.set_read_timeout(Some(timeout))
-            .and_then(|()| tcp.set_write_timeout(Some(timeout)))
-            .map_err(|e| fail(format!("socket: {e}")))?;
         let stream = match &settings.tls {
             None => Stream::Plain(tcp),
             Some(tls) => {
@@ -345,6 +366,7 @@ impl Connection {
             stream,
             server: server.to_owned(),
             correlation: 0,
+            deadline,
         };
         if let Some(sasl) = &settings.sasl {
             conn.authenticate(sasl)?;
@@ -356,12 +378,64 @@ impl Connection {
         err(format!("topic id: {}: {what}", self.server))
     }
 
-    fn call<Q: Encodable + HeaderVersion, P: Decodable + HeaderVersion>(
+    /// Gives the socket what is left of the deadline, or fails.
+    fn arm(&mut self) -> Result<(), Error> {
+        let left = self
+            .deadline
+            .checked_duration_since(Instant::now())
+            .filter(|d| !d.is_zero())
+            .ok_or_else(|| self.fail("timed out"))?;
+        let tcp = match &self.stream {
+            Stream::Plain(s) => s,
+            Stream::Tls(s) => s.get_ref(),
+        };
+        tcp.set_read_timeout(Some(left))
+            .and_then(|()| tcp.set_write_timeout(Some(left)))
+            .map_err(|e| self.fail(format!("socket: {e}")))
+    }
+
+    fn write_all(&mut self, mut bytes: &[u8]) -> Result<(), Error> {
+        while !bytes.is_empty() {
+            self.arm()?;
+            match self.stream.write(bytes) {
+                Ok(0) => return Err(self.fail("the connection closed")),
+                Ok(n) => bytes = &bytes[n..],
+                Err(e) if e.kind() == std::io::ErrorKind::Interrupted => {}
+                Err(e) => return Err(self.fail(format!("write: {e}"))),
+            }
+        }
+        self.arm()?;
+        self.stream
+            .flush()
+            .map_err(|e| self.fail(format!("write: {e}")))
+    }
+
+    /// Reads `buf` whole, each read within what is left of the deadline
+    /// (a broker that trickles its answer byte by byte is cut off there).
+    fn read_exact(&mut self, buf: &mut [u8]) -> Result<(), Error> {
+        let mut filled = 0;
+        while filled < buf.len() {
+            self.arm()?;
+            match self.stream.read(&mut buf[filled..]) {
+                Ok(0) => return Err(self.fail("the connection closed")),
+                Ok(n) => filled += n,
+                Err(e) if e.kind() == std::io::ErrorKind::Interrupted => {}
+                Err(e) => return Err(self.fail(format!("read: {e}"))),
+            }
+        }
+        Ok(())
+    }
+
+    /// Sends `req` (API `key`, `version`) and returns the answer's body,
+    /// its header read (`flexible`: with tagged fields) and its
+    /// correlation id checked.
+    fn call<Q: Encodable + HeaderVersion>(
         &mut self,
         key: ApiKey,
         version: i16,
         req: &Q,
-    ) -> Result<P, Error> {
+        flexible: bool,
+    ) -> Result<Vec<u8>, Error> {
         self.correlation += 1;
         let mut header = RequestHeader::default();
         header.request_api_key = key as i16;
@@ -376,43 +450,38 @@ impl Connection {
             .map_err(|e| self.fail(format!("encoding a request: {e}")))?;
         let len = i32::try_from(body.len() - 4).map_err(|_| self.fail("a request too long"))?;
         body[..4].copy_from_slice(&len.to_be_bytes());
-        self.stream
-            .write_all(&body)
-            .and_then(|()| self.stream.flush())
-            .map_err(|e| self.fail(format!("write: {e}")))?;
+        self.write_all(&body)?;
         let mut len = [0u8; 4];
-        self.stream
-            .read_exact(&mut len)
-            .map_err(|e| self.fail(format!("read: {e}")))?;
+        self.read_exact(&mut len)?;
         let len = usize::try_from(i32::from_be_bytes(len))
             .ok()
-            .filter(|&n| n <= MAX_FRAME)
+            .filter(|&n| (4..=MAX_FRAME).contains(&n))
             .ok_or_else(|| self.fail("an answer of a length out of bounds"))?;
         let mut frame = vec![0u8; len];
-        self.stream
-            .read_exact(&mut frame)
-            .map_err(|e| self.fail(format!("read: {e}")))?;
-        let mut frame = Bytes::from(frame);
-        let h = ResponseHeader::decode(&mut frame, P::header_version(version))
-            .map_err(|e| self.fail(format!("an answer's header: {e}")))?;
-        if h.correlation_id != self.correlation {
+        self.read_exact(&mut frame)?;
+        let mut r = Reader::new(&frame);
+        let correlation = r.i32().map_err(|e| self.fail(e))?;
+        if correlation != self.correlation {
             return Err(self.fail("an answer to another request"));
         }
-        P::decode(&mut frame, version)
-            .map_err(|e| self.fail(format!("an answer that does not decode: {e}")))
+        if flexible {
+            r.tags().map_err(|e| self.fail(e))?;
+        }
+        let at = frame.len() - r.rest.len();
+        frame.drain(..at);
+        Ok(frame)
     }
 
     /// SaslHandshake v1 and SaslAuthenticate v2.
     fn authenticate(&mut self, sasl: &Sasl) -> Result<(), Error> {
         let mut hs = SaslHandshakeRequest::default();
         hs.mechanism = StrBytes::from_static_str(sasl.name);
-        let r: SaslHandshakeResponse = self.call(ApiKey::SaslHandshake, 1, &hs)?;
-        if r.error_code != 0 {
+        let answer = self.call(ApiKey::SaslHandshake, 1, &hs, false)?;
+        let (error, mechanisms) = parse::sasl_handshake(&answer).map_err(|e| self.fail(e))?;
+        if error != 0 {
             return Err(self.fail(format!(
-                "the broker refused SASL {} (error {}; it takes {:?})",
+                "the broker refused SASL {} (error {error}; it takes {mechanisms:?})",
                 sasl.name,
-                r.error_code,
-                r.mechanisms.iter().map(|m| m.as_str()).collect::<Vec<_>>()
             )));
         }
         match sasl.mechanism {
@@ -442,69 +511,240 @@ impl Connection {
     fn sasl_step(&mut self, token: &[u8]) -> Result<Vec<u8>, Error> {
         let mut req = SaslAuthenticateRequest::default();
         req.auth_bytes = Bytes::copy_from_slice(token);
-        let r: SaslAuthenticateResponse = self.call(ApiKey::SaslAuthenticate, 2, &req)?;
-        if r.error_code != 0 {
+        let answer = self.call(ApiKey::SaslAuthenticate, 2, &req, true)?;
+        let (error, message, bytes) =
+            parse::sasl_authenticate(&answer).map_err(|e| self.fail(e))?;
+        if error != 0 {
             return Err(self.fail(format!(
-                "SASL authentication failed (error {}: {})",
-                r.error_code,
-                r.error_message.as_ref().map_or("", |m| m.as_str())
+                "SASL authentication failed (error {error}: {message})"
             )));
         }
-        Ok(r.auth_bytes.to_vec())
+        Ok(bytes)
     }
 
-    /// ApiVersions, then Metadata for `topic` at the highest version both
-    /// speak up to 12.
+    /// Metadata v12 for `topic` (Kafka 3.1 and later; a broker that does
+    /// not speak it closes the connection: an error).
     fn identity(&mut self, topic: &str) -> Result<TopicIdentity, Error> {
-        let mut av = ApiVersionsRequest::default();
-        av.client_software_name = StrBytes::from_static_str("tombstone-crypt");
-        av.client_software_version = StrBytes::from_static_str(env!("CARGO_PKG_VERSION"));
-        let versions: ApiVersionsResponse = self.call(ApiKey::ApiVersions, 3, &av)?;
-        if versions.error_code != 0 {
-            return Err(self.fail(format!("ApiVersions error {}", versions.error_code)));
-        }
-        let metadata = versions
-            .api_keys
-            .iter()
-            .find(|k| k.api_key == ApiKey::Metadata as i16)
-            .map(|k| k.max_version);
-        let version = match metadata {
-            Some(max) if max >= 10 => max.min(12),
-            _ => {
-                return Ok(TopicIdentity::Unknown(
-                    "the broker speaks no Metadata version with topic ids (v10, Kafka 2.8)".into(),
-                ))
-            }
-        };
         let mut t = MetadataRequestTopic::default();
         t.name = Some(TopicName(StrBytes::from_string(topic.to_owned())));
         let mut req = MetadataRequest::default();
         req.topics = Some(vec![t]);
         req.allow_auto_topic_creation = false;
-        let resp: MetadataResponse = self.call(ApiKey::Metadata, version, &req)?;
-        let found = resp
-            .topics
+        let answer = self.call(ApiKey::Metadata, 12, &req, true)?;
+        let topics = parse::metadata_v12(&answer).map_err(|e| self.fail(e))?;
+        let found = topics
             .iter()
-            .find(|t| t.name.as_ref().is_some_and(|n| n.as_str() == topic))
+            .find(|t| t.name.as_deref() == Some(topic))
             .ok_or_else(|| self.fail(format!("the broker's Metadata has no topic {topic:?}")))?;
-        if found.error_code != 0 {
+        if found.error != 0 {
             return Err(self.fail(format!(
                 "the broker answered {topic:?} with error {}{}",
-                found.error_code,
-                if found.error_code == 3 {
+                found.error,
+                if found.error == 3 {
                     " (no such topic)"
                 } else {
                     ""
                 }
             )));
         }
-        let id = *found.topic_id.as_bytes();
-        if id == [0; 16] {
+        if found.id == [0; 16] {
             return Ok(TopicIdentity::Unknown(
                 "the broker names no topic id".into(),
             ));
         }
-        Ok(TopicIdentity::Known(TopicId(id)))
+        Ok(TopicIdentity::Known(TopicId(found.id)))
+    }
+}
+
+/// A bounded reader over an answer: every length and count is checked
+/// against the bytes left before anything is sized from it.
+struct Reader<'a> {
+    rest: &'a [u8],
+}
+
+impl<'a> Reader<'a> {
+    fn new(bytes: &'a [u8]) -> Reader<'a> {
+        Reader { rest: bytes }
+    }
+
+    fn take(&mut self, n: usize) -> Result<&'a [u8], String> {
+        if n > self.rest.len() {
+            return Err(format!(
+                "an answer cut short ({n} bytes wanted, {} left)",
+                self.rest.len()
+            ));
+        }
+        let (a, b) = self.rest.split_at(n);
+        self.rest = b;
+        Ok(a)
+    }
+
+    fn i16(&mut self) -> Result<i16, String> {
+        let b = self.take(2)?;
+        Ok(i16::from_be_bytes([b[0], b[1]]))
+    }
+
+    fn i32(&mut self) -> Result<i32, String> {
+        let b = self.take(4)?;
+        Ok(i32::from_be_bytes([b[0], b[1], b[2], b[3]]))
+    }
+
+    fn uvarint(&mut self) -> Result<u32, String> {
+        let mut v: u32 = 0;
+        for i in 0..5 {
+            let b = self.take(1)?[0];
+            v |= u32::from(b & 0x7f) << (7 * i);
+            if b & 0x80 == 0 {
+                return Ok(v);
+            }
+        }
+        Err("a varint longer than 5 bytes".into())
+    }
+
+    /// A compact length (`n + 1`, 0 for null): `None` for null, else a
+    /// length no longer than what is left.
+    fn compact_len(&mut self) -> Result<Option<usize>, String> {
+        match self.uvarint()? {
+            0 => Ok(None),
+            n => {
+                let n = (n - 1) as usize;
+                if n > self.rest.len() {
+                    return Err(format!(
+                        "a length of {n} with {} bytes left",
+                        self.rest.len()
+                    ));
+                }
+                Ok(Some(n))
+            }
+        }
+    }
+
+    fn compact_bytes(&mut self) -> Result<Option<&'a [u8]>, String> {
+        match self.compact_len()? {
+            None => Ok(None),
+            Some(n) => self.take(n).map(Some),
+        }
+    }
+
+    fn compact_string(&mut self) -> Result<Option<String>, String> {
+        self.compact_bytes()?
+            .map(|b| {
+                std::str::from_utf8(b)
+                    .map(str::to_owned)
+                    .map_err(|_| "a string not UTF-8".to_owned())
+            })
+            .transpose()
+    }
+
+    /// A compact array's count, each element at least `min` bytes.
+    fn compact_count(&mut self, min: usize) -> Result<usize, String> {
+        let n = self.compact_len()?.unwrap_or(0);
+        if n > self.rest.len() / min.max(1) {
+            return Err(format!("{n} elements claimed in {} bytes", self.rest.len()));
+        }
+        Ok(n)
+    }
+
+    /// Tagged fields, skipped.
+    fn tags(&mut self) -> Result<(), String> {
+        let n = self.uvarint()? as usize;
+        if n > self.rest.len() / 2 {
+            return Err(format!("{n} tagged fields in {} bytes", self.rest.len()));
+        }
+        for _ in 0..n {
+            self.uvarint()?;
+            let size = self.uvarint()? as usize;
+            self.take(size)?;
+        }
+        Ok(())
+    }
+}
+
+/// The answers this lookup reads, parsed by hand within their bytes
+/// (kafka-protocol's decoders reserve an array's claimed count before
+/// reading it: a few bytes claiming 2^32-1 elements aborted the process).
+mod parse {
+    use super::Reader;
+
+    /// A topic of a Metadata answer.
+    pub(super) struct Topic {
+        pub(super) error: i16,
+        pub(super) name: Option<String>,
+        pub(super) id: [u8; 16],
+    }
+
+    /// SaslHandshake v1: the error code and the mechanisms the broker
+    /// takes.
+    pub(super) fn sasl_handshake(answer: &[u8]) -> Result<(i16, Vec<String>), String> {
+        let mut r = Reader::new(answer);
+        let error = r.i16()?;
+        let n = r.i32()?;
+        let n = usize::try_from(n).unwrap_or(0);
+        if n > r.rest.len() / 2 {
+            return Err(format!("{n} mechanisms claimed in {} bytes", r.rest.len()));
+        }
+        let mut mechanisms = Vec::with_capacity(n);
+        for _ in 0..n {
+            let len = usize::try_from(r.i16()?).map_err(|_| "a null mechanism")?;
+            let m = r.take(len)?;
+            mechanisms.push(String::from_utf8_lossy(m).into_owned());
+        }
+        Ok((error, mechanisms))
+    }
+
+    /// SaslAuthenticate v2: the error code, its message and the server's
+    /// bytes.
+    pub(super) fn sasl_authenticate(answer: &[u8]) -> Result<(i16, String, Vec<u8>), String> {
+        let mut r = Reader::new(answer);
+        let error = r.i16()?;
+        let message = r.compact_string()?.unwrap_or_default();
+        let bytes = r.compact_bytes()?.unwrap_or_default().to_vec();
+        Ok((error, message, bytes))
+    }
+
+    /// Metadata v12: its topics (error, name, id); brokers and partitions
+    /// walked past.
+    pub(super) fn metadata_v12(answer: &[u8]) -> Result<Vec<Topic>, String> {
+        let mut r = Reader::new(answer);
+        r.i32()?; // throttle time
+                  // Brokers: node id, host, port, rack, tags (at least 11 bytes).
+        for _ in 0..r.compact_count(11)? {
+            r.i32()?;
+            r.compact_bytes()?;
+            r.i32()?;
+            r.compact_bytes()?;
+            r.tags()?;
+        }
+        r.compact_bytes()?; // cluster id
+        r.i32()?; // controller id
+                  // Topics: error, name, id, internal, partitions, operations, tags
+                  // (at least 26 bytes).
+        let n = r.compact_count(26)?;
+        let mut topics = Vec::with_capacity(n);
+        for _ in 0..n {
+            let error = r.i16()?;
+            let name = r.compact_string()?;
+            let id: [u8; 16] = r.take(16)?.try_into().map_err(|_| "a short id")?;
+            r.take(1)?; // internal
+                        // Partitions: error, index, leader, epoch, three arrays, tags
+                        // (at least 18 bytes).
+            for _ in 0..r.compact_count(18)? {
+                r.i16()?;
+                r.i32()?;
+                r.i32()?;
+                r.i32()?;
+                for _ in 0..3 {
+                    let nodes = r.compact_count(4)?;
+                    r.take(nodes * 4)?;
+                }
+                r.tags()?;
+            }
+            r.i32()?; // authorized operations
+            r.tags()?;
+            topics.push(Topic { error, name, id });
+        }
+        r.tags()?;
+        Ok(topics)
     }
 }
 
