@@ -742,14 +742,24 @@ pub(crate) fn run(
                             cluster.as_deref().unwrap_or("(no id)")
                         )));
                     }
-                    if let (Some(was), Some(now)) = (&ck.topic_id, &written_id) {
-                        if was != now {
+                    match (&ck.topic_id, &written_id) {
+                        (Some(was), Some(now)) if was != now => {
                             return Err(fail(format!(
                                 "{} is not the topic the run wrote: its id is {now}, the run's was {was}. It was deleted and created again: the run's writes there are gone, and a resume would go on from where they ended. The checkpoint {} and its journals are kept",
                                 to.topic,
                                 path.display()
                             )));
                         }
+                        // The run recorded an id and none can be asked now:
+                        // the records alone can be made to match.
+                        (Some(was), None) if !w.without_topic_id => {
+                            return Err(fail(format!(
+                                "the run wrote the topic {} of id {was}, and its id cannot be asked now (above): resume when the broker answers it (the checkpoint {} and its journals are kept)",
+                                to.topic,
+                                path.display()
+                            )));
+                        }
+                        _ => {}
                     }
                     ck
                 }
