@@ -115,7 +115,7 @@ fn err(detail: String) -> Error {
 
 /// Asks the broker of `config` (its `bootstrap.servers`, tried in order,
 /// and security settings: see the module) for `topic`'s id, the whole
-/// lookup within `timeout`.
+/// lookup within `timeout` (at most an hour).
 ///
 /// # Errors
 /// No bootstrap server answered, the TLS or SASL handshake failed, or the
@@ -129,7 +129,9 @@ pub fn topic_identity(
         Ok(s) => s,
         Err(unsupported) => return Ok(TopicIdentity::Unknown(unsupported)),
     };
-    let deadline = Instant::now() + timeout;
+    // At most an hour: a deadline past what `Instant` can hold would
+    // panic.
+    let deadline = Instant::now() + timeout.min(Duration::from_secs(3600));
     let mut last = None;
     for (i, server) in settings.servers.iter().enumerate() {
         // Each server its share of what is left: one that accepts and
@@ -951,6 +953,14 @@ mod scram {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_timeout_of_any_length_is_taken() {
+        let mut c = ClientConfig::new();
+        c.set("bootstrap.servers", "127.0.0.1:1");
+        assert!(topic_identity(&c, "t", Duration::MAX).is_err());
+        assert!(topic_identity(&c, "t", Duration::ZERO).is_err());
+    }
 
     #[test]
     fn ids_print_and_parse_as_kafka_does() {
