@@ -900,7 +900,7 @@ mod tests {
     use kafka_protocol::messages::fetch_response::{FetchableTopicResponse, PartitionData};
 
     /// A Fetch v12 response with a top-level tag 0 (an empty list of node
-    /// endpoints), as the compacting broker sends it: kafka-protocol
+    /// endpoints), as tansu 0.6.0 sends it: kafka-protocol
     /// refuses it; the proxy drops the tag and hands the records on.
     #[test]
     fn a_fetch_v12_response_with_node_endpoints_tag_is_read() {
