@@ -371,12 +371,12 @@ impl KafkaKeyStore {
             Ok(crate::kafka::TopicIdentity::Known(id)) => Some(*id.as_bytes()),
             Ok(crate::kafka::TopicIdentity::Unknown(_why)) => {
                 #[cfg(feature = "tracing")]
-                tracing::debug!(topic = log.topic(), why = %_why, "the key-store topic's id is not known: its view is checked by its records");
+                tracing::debug!(topic = log.topic(), why = %_why, "the key-store topic's id is not known: a view that recorded one is rebuilt, one that did not is checked by its records");
                 None
             }
             Err(_e) => {
                 #[cfg(feature = "tracing")]
-                tracing::warn!(topic = log.topic(), error = %_e, "asking the key-store topic's id failed: its view is checked by its records");
+                tracing::warn!(topic = log.topic(), error = %_e, "asking the key-store topic's id failed: a view that recorded one is rebuilt, one that did not is checked by its records");
                 None
             }
         };
