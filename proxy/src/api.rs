@@ -16,8 +16,11 @@ use kafka_protocol::messages::produce_response::{
 use kafka_protocol::messages::{ApiKey, RequestHeader, ResponseHeader, TopicName};
 use kafka_protocol::protocol::{Decodable, Encodable, Message, StrBytes, VersionRange};
 
+use uuid::Uuid;
+
 use crate::config::Policies;
 use crate::hooks::Hooks;
+use crate::topic_ids::{TopicIds, UNKNOWN_TOPIC_ID};
 
 /// `CORRUPT_MESSAGE`: retriable for producers; what a partition whose
 /// records the proxy cannot encrypt or decrypt gets.
@@ -34,12 +37,6 @@ pub(crate) const TOPIC_AUTHORIZATION_FAILED: i16 = 29;
 /// `OUT_OF_ORDER_SEQUENCE_NUMBER` stops a librdkafka producer with a fatal
 /// error.
 pub(crate) const UNKNOWN_PRODUCER_ID: i16 = 59;
-
-/// The highest Produce and Fetch versions the proxy accepts: later ones
-/// name topics by id only (Produce v13, Fetch v13), and the proxy reads
-/// the policy by topic name.
-const PRODUCE_MAX: i16 = 12;
-const FETCH_MAX: i16 = 12;
 
 /// A request's API key, version and correlation id: the first 8 bytes of
 /// every request header version.
@@ -61,13 +58,11 @@ pub(crate) fn response_correlation(frame: &[u8]) -> Option<i32> {
 /// The versions of `api` the proxy can decode, for the APIs it reads.
 pub(crate) fn decodable(api: ApiKey) -> Option<VersionRange> {
     use kafka_protocol::messages as m;
-    let cap = |r: VersionRange, max: i16| VersionRange {
-        min: r.min,
-        max: r.max.min(max),
-    };
+    // Produce v13 and Fetch v13 and on name topics by id: the proxy maps
+    // ids to names from the broker's Metadata responses (`topic_ids`).
     Some(match api {
-        ApiKey::Produce => cap(m::ProduceRequest::VERSIONS, PRODUCE_MAX),
-        ApiKey::Fetch => cap(m::FetchRequest::VERSIONS, FETCH_MAX),
+        ApiKey::Produce => m::ProduceRequest::VERSIONS,
+        ApiKey::Fetch => m::FetchRequest::VERSIONS,
         ApiKey::Metadata => m::MetadataRequest::VERSIONS,
         ApiKey::FindCoordinator => m::FindCoordinatorRequest::VERSIONS,
         ApiKey::DescribeCluster => m::DescribeClusterRequest::VERSIONS,
@@ -324,6 +319,8 @@ fn encode_response<M: Encodable>(
 #[derive(Clone, Debug)]
 pub(crate) struct Refused {
     pub(crate) topic: TopicName,
+    /// The topic's id, as a Produce v13 and on names it (else nil).
+    pub(crate) topic_id: Uuid,
     pub(crate) partition: i32,
     pub(crate) reason: String,
     /// The error code the client gets.
@@ -335,6 +332,8 @@ pub(crate) struct Refused {
 #[derive(Clone, Debug)]
 pub(crate) struct Added {
     pub(crate) topic: TopicName,
+    /// The topic's id, as a Produce v13 and on names it (else nil).
+    pub(crate) topic_id: Uuid,
     pub(crate) partition: i32,
     pub(crate) count: i32,
 }
@@ -377,6 +376,7 @@ pub(crate) fn produce_request(
     hooks: &Hooks,
     budget: &crate::budget::Budget,
     sequences: &crate::sequences::Sequences,
+    ids: &TopicIds,
 ) -> Result<ProduceAction, String> {
     let range = decodable(ApiKey::Produce).ok_or("produce")?;
     if version < range.min || version > range.max {
@@ -396,23 +396,57 @@ pub(crate) fn produce_request(
             "a Produce v{version} request has bytes past its end"
         ));
     }
-    if !request
+    // Each topic's name: its own, or (v13 and on) the one its id names.
+    let names: Vec<Option<TopicName>> = request
         .topic_data
         .iter()
-        .any(|t| policies.get(t.name.as_str()).is_some() || policies.guards(t.name.as_str()))
-    {
+        .map(|t| {
+            if version >= 13 {
+                ids.name(t.topic_id.as_bytes())
+            } else {
+                Some(t.name.clone())
+            }
+        })
+        .collect();
+    let watched = |name: &Option<TopicName>| match name {
+        Some(n) => policies.get(n.as_str()).is_some() || policies.guards(n.as_str()),
+        // An id the proxy does not know may name a policy topic.
+        None => !policies.is_empty() || policies.guards_any(),
+    };
+    if !names.iter().any(watched) {
         return Ok(ProduceAction::Unchanged { acks: request.acks });
     }
     let mut refused = Vec::new();
     let mut added = Vec::new();
-    for topic in &mut request.topic_data {
-        if policies.guards(topic.name.as_str()) {
+    for (topic, name) in request.topic_data.iter_mut().zip(names) {
+        let topic_id = topic.topic_id;
+        let Some(name) = name else {
+            // Named by an id no Metadata response has said: the client
+            // refreshes its metadata (through the proxy) and retries.
+            for p in &topic.partition_data {
+                crate::stats::add(crate::stats::Event::PartitionsRefused, 1);
+                refused.push(Refused {
+                    topic: TopicName::default(),
+                    topic_id,
+                    partition: p.index,
+                    reason: format!(
+                        "topic id {topic_id}, which no Metadata response through the proxy has \
+                         named"
+                    ),
+                    code: UNKNOWN_TOPIC_ID,
+                });
+            }
+            topic.partition_data.clear();
+            continue;
+        };
+        if policies.guards(name.as_str()) {
             // A key-store topic: a record written there by a client could
             // remove a subject's key, or undo a shred once compacted.
             for p in &topic.partition_data {
                 crate::stats::add(crate::stats::Event::PartitionsRefused, 1);
                 refused.push(Refused {
-                    topic: topic.name.clone(),
+                    topic: name.clone(),
+                    topic_id,
                     partition: p.index,
                     reason: "a key-store topic of subject keys: not written through the proxy"
                         .into(),
@@ -422,10 +456,9 @@ pub(crate) fn produce_request(
             topic.partition_data.clear();
             continue;
         }
-        let Some(policy) = policies.get(topic.name.as_str()) else {
+        let Some(policy) = policies.get(name.as_str()) else {
             continue;
         };
-        let name = topic.name.clone();
         topic.partition_data.retain_mut(|p| {
             let Some(records) = &p.records else {
                 return true;
@@ -450,6 +483,7 @@ pub(crate) fn produce_request(
                     if encrypted.added > 0 {
                         added.push(Added {
                             topic: name.clone(),
+                            topic_id,
                             partition: p.index,
                             count: encrypted.added,
                         });
@@ -460,6 +494,7 @@ pub(crate) fn produce_request(
                     crate::stats::add(crate::stats::Event::PartitionsRefused, 1);
                     refused.push(Refused {
                         topic: name.clone(),
+                        topic_id,
                         partition: p.index,
                         reason: refusal.reason,
                         code: refusal.code,
@@ -515,11 +550,22 @@ fn merge_refused(response: &mut ProduceResponse, refused: &[Refused], version: i
                 r.reason
             )));
         }
-        match response.responses.iter_mut().find(|t| t.name == r.topic) {
+        let same = |t: &TopicProduceResponse| {
+            if version >= 13 {
+                t.topic_id == r.topic_id
+            } else {
+                t.name == r.topic
+            }
+        };
+        match response.responses.iter_mut().find(|t| same(t)) {
             Some(t) => t.partition_responses.push(p),
             None => {
                 let mut t = TopicProduceResponse::default();
-                t.name = r.topic.clone();
+                if version >= 13 {
+                    t.topic_id = r.topic_id;
+                } else {
+                    t.name = r.topic.clone();
+                }
                 t.partition_responses.push(p);
                 response.responses.push(t);
             }
@@ -568,7 +614,13 @@ pub(crate) fn produce_response(
         let partitions = body
             .responses
             .iter_mut()
-            .filter(|t| t.name == a.topic)
+            .filter(|t| {
+                if version >= 13 {
+                    t.topic_id == a.topic_id
+                } else {
+                    t.name == a.topic
+                }
+            })
             .flat_map(|t| t.partition_responses.iter_mut())
             .filter(|p| p.index == a.partition);
         for p in partitions {
@@ -620,19 +672,21 @@ impl Drop for Decrypted {
 
 /// A Fetch response with the policy topics' records decrypted (a
 /// partition that does not decrypt gets `CORRUPT_MESSAGE` and no records);
-/// `None` when it passes as it came. The response frame holds the
-/// plaintext: the caller wipes it once written.
+/// `None` when it passes as it came; beside it, the partitions it could
+/// not decrypt. The response frame holds the plaintext: the caller wipes
+/// it once written.
 pub(crate) fn fetch_response(
     frame: &Bytes,
     version: i16,
     policies: &Policies,
     hooks: &Hooks,
     map: &NodeMap<'_>,
-    failed: &mut Vec<Undecryptable>,
     budget: &crate::budget::Budget,
-) -> Result<Option<Bytes>, String> {
+    ids: &TopicIds,
+) -> Result<(Option<Bytes>, Vec<Undecryptable>), String> {
+    let mut failed = Vec::new();
     if policies.is_empty() && !policies.guards_any() {
-        return Ok(None);
+        return Ok((None, failed));
     }
     crate::bounds::fetch_response(frame, version)
         .map_err(|e| format!("a Fetch v{version} response that does not decode: {e}"))?;
@@ -658,8 +712,28 @@ pub(crate) fn fetch_response(
     };
     let mut changed = false;
     for topic in &mut body.body.responses {
-        let name = topic.topic.as_str().to_owned();
-        if version < 13 && policies.guards(&name) {
+        // Its name: its own, or (v13 and on) the one its id names.
+        let known = if version >= 13 {
+            ids.name(topic.topic_id.as_bytes())
+        } else {
+            Some(topic.topic.clone())
+        };
+        let Some(name) = known.map(|n| n.as_str().to_owned()) else {
+            // An id no Metadata response through the proxy has named: it
+            // may be a policy topic or a key-store topic, so nothing of it
+            // is handed on; the client refreshes its metadata and retries.
+            for p in &mut topic.partitions {
+                changed = true;
+                p.error_code = UNKNOWN_TOPIC_ID;
+                p.records = Some(Bytes::new());
+                p.high_watermark = -1;
+                p.last_stable_offset = -1;
+                p.log_start_offset = -1;
+                p.aborted_transactions = None;
+            }
+            continue;
+        };
+        if policies.guards(&name) {
             // A key-store topic: its records (subjects' wrapped keys, the
             // records of shreds) are not handed to clients.
             for p in &mut topic.partitions {
@@ -673,14 +747,7 @@ pub(crate) fn fetch_response(
             }
             continue;
         }
-        // From v13 topics are named by id only: the proxy cannot tell
-        // which policy applies, so no records are handed on.
-        let policy = if version >= 13 {
-            Some(None)
-        } else {
-            policies.get(&name).map(Some)
-        };
-        let Some(policy) = policy else {
+        let Some(policy) = policies.get(&name) else {
             continue;
         };
         for p in &mut topic.partitions {
@@ -697,11 +764,7 @@ pub(crate) fn fetch_response(
                 partition = p.partition_index
             )
             .entered();
-            let result = match policy {
-                Some(policy) => crate::batch::decrypt(&name, policy, hooks, records, budget),
-                None => Err(format!("a Fetch v{version} names topics by id only")),
-            };
-            match result {
+            match crate::batch::decrypt(&name, policy, hooks, records, budget) {
                 Ok(plain) => p.records = Some(plain),
                 Err(reason) => {
                     crate::stats::add(crate::stats::Event::PartitionsUndecryptable, 1);
@@ -721,9 +784,9 @@ pub(crate) fn fetch_response(
         rewrite(map, n.node_id.0, &mut n.host, &mut n.port)?;
     }
     if !changed {
-        return Ok(None);
+        return Ok((None, failed));
     }
-    encode_response(&header, &body.body, ApiKey::Fetch, version).map(Some)
+    encode_response(&header, &body.body, ApiKey::Fetch, version).map(|out| (Some(out), failed))
 }
 
 /// A Fetch response below v16 without its top-level tagged field 0 (the
@@ -791,14 +854,21 @@ fn varint(frame: &[u8], at: &mut usize) -> Option<u32> {
     None
 }
 
-/// A Metadata response with every broker's address the proxy's.
+/// A Metadata response with every broker's address the proxy's; each
+/// topic's id beside its name goes into `ids` (`crate::topic_ids`).
 pub(crate) fn metadata_response(
     frame: &Bytes,
     version: i16,
     map: &NodeMap<'_>,
+    ids: &TopicIds,
 ) -> Result<Bytes, String> {
     let (header, mut body): (_, MetadataResponse) =
         decode_response(frame, ApiKey::Metadata, version)?;
+    for t in &body.topics {
+        if let Some(name) = &t.name {
+            ids.learn(*t.topic_id.as_bytes(), name);
+        }
+    }
     for b in &mut body.brokers {
         rewrite(map, b.node_id.0, &mut b.host, &mut b.port)?;
     }
@@ -946,7 +1016,6 @@ mod tests {
             "t",
             crate::TopicPolicy::keyset(tombstone_crypt::Keyset::generate()),
         );
-        let mut failed = Vec::new();
         let hooks = Hooks::default();
         assert!(fetch_response(
             &tagged,
@@ -954,8 +1023,8 @@ mod tests {
             &policies,
             &hooks,
             &map,
-            &mut failed,
-            &crate::budget::Budget::alone(64 << 20, 1 << 20)
+            &crate::budget::Budget::alone(64 << 20, 1 << 20),
+            &TopicIds::new(),
         )
         .is_ok());
     }

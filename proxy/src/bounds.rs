@@ -124,7 +124,8 @@ fn past_request_header(frame: &[u8], flexible: bool) -> Result<Walk<'_>, Refusal
     Ok(w)
 }
 
-/// A Produce request frame (header v1, or v2 from Produce v9), v3 and on.
+/// A Produce request frame (header v1, or v2 from Produce v9), v3 and on
+/// (topics by id from v13).
 pub(crate) fn produce_request(frame: &[u8], version: i16) -> Result<(), Refusal> {
     let mut w = past_request_header(frame, version >= 9)?;
     if version >= 3 {
@@ -132,7 +133,11 @@ pub(crate) fn produce_request(frame: &[u8], version: i16) -> Result<(), Refusal>
     }
     w.take(6)?; // acks, timeout
     for _ in 0..w.count()? {
-        w.skip_sized(false)?; // topic name
+        if version >= 13 {
+            w.take(16)?; // topic id
+        } else {
+            w.skip_sized(false)?; // topic name
+        }
         for _ in 0..w.count()? {
             w.take(4)?;
             w.skip_sized(true)?; // records
@@ -144,7 +149,8 @@ pub(crate) fn produce_request(frame: &[u8], version: i16) -> Result<(), Refusal>
     Ok(())
 }
 
-/// A Fetch response frame (header v0, or v1 from Fetch v12), up to v12.
+/// A Fetch response frame (header v0, or v1 from Fetch v12), v4 and on
+/// (topics by id from v13).
 pub(crate) fn fetch_response(frame: &[u8], version: i16) -> Result<(), Refusal> {
     let mut w = Walk {
         rest: frame,
@@ -159,7 +165,11 @@ pub(crate) fn fetch_response(frame: &[u8], version: i16) -> Result<(), Refusal> 
         w.take(6)?;
     }
     for _ in 0..w.count()? {
-        w.skip_sized(false)?; // topic name (v13 and on: an id, not walked)
+        if version >= 13 {
+            w.take(16)?; // topic id
+        } else {
+            w.skip_sized(false)?; // topic name
+        }
         for _ in 0..w.count()? {
             w.take(4 + 2 + 8)?;
             if version >= 4 {

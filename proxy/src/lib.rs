@@ -46,16 +46,18 @@
 //!   partition `CORRUPT_MESSAGE`, never a null and never ciphertext.
 //! - **Batches keep their header**: producer id, epoch, base sequence,
 //!   transactional and control flags, timestamps, codec and record count
-//!   are the client's (idempotent producers work: the tests use them;
-//!   transactional ones are untested), but where the write rule puts
-//!   tombstones in front (below).
+//!   are the client's (idempotent and transactional producers work: the
+//!   tests use them), but where the write rule puts tombstones in front
+//!   (below).
 //! - **The write rule for record keys**: under a key keyset with more than
 //!   one enabled key (a rotation), the tombstones of each key's older forms
 //!   go at the front of the client's own batch (one per form, the batch's
 //!   producer fields and first timestamp; the record count and last offset
 //!   delta grown by as many), so that the broker takes or refuses them with
 //!   the client's records at once: a refused batch, an aborted
-//!   transaction, a fenced producer delete nothing. The Produce response's
+//!   transaction, a fenced producer delete nothing (a transactional
+//!   batch's tombstones are in the client's transaction: they commit or
+//!   abort with it; `tests/refused_writes.rs` on Apache Kafka). The Produce response's
 //!   base offset is moved on past them (the client's first record). An
 //!   idempotent or transactional producer's later batches in that
 //!   partition go at the sequence the broker then expects: each proxy
@@ -154,8 +156,15 @@
 //!   Java client's default partitioner); a client with another partitioner
 //!   (librdkafka's default, `consistent_random`, is CRC32) puts it
 //!   elsewhere.
-//! - The write rule's tombstones are not part of a client's transaction.
-//! - Produce and Fetch are offered up to v12 (v13 names topics by id).
+//! - Produce v13 and Fetch v13 and later name topics by id: the proxy maps
+//!   ids to names from the Metadata responses it hands on (every client
+//!   asks Metadata before it names a topic by id). An id it has not seen
+//!   (a client that learned it through another proxy process) is answered
+//!   `UNKNOWN_TOPIC_ID` on Produce and Fetch while a policy or guard is
+//!   set, and the client asks Metadata again.
+//! - Share groups (`ShareFetch`, `ShareAcknowledge`, Kafka 4.1 and later)
+//!   are refused by default deny, like every API the proxy does not read:
+//!   a share group's records would reach its consumers as ciphertext.
 //! - A Produce to a policy topic with a control batch or a batch of 0
 //!   records is refused (clients write neither; forwarded as they came,
 //!   their bytes would reach the broker unencrypted).
@@ -221,6 +230,7 @@ mod sequences;
 mod server;
 pub mod stats;
 mod tls;
+mod topic_ids;
 mod wipe;
 
 pub use config::{
@@ -274,7 +284,8 @@ pub mod __fuzz {
         }
         let budget = crate::budget::Budget::alone(crate::config::decoded_per_request(limit), limit);
         let sequences = crate::sequences::Sequences::default();
-        crate::api::produce_request(frame, version, policies, hooks, &budget, &sequences)
+        let ids = crate::topic_ids::TopicIds::new();
+        crate::api::produce_request(frame, version, policies, hooks, &budget, &sequences, &ids)
             .map(|_| ())
     }
 
@@ -306,16 +317,15 @@ pub mod __fuzz {
                 p,
             ))
         };
-        let mut failed = Vec::new();
         let budget = crate::budget::Budget::alone(crate::config::decoded_per_request(limit), limit);
-        let out = crate::api::fetch_response(
+        let (out, failed) = crate::api::fetch_response(
             frame,
             version,
             policies,
             hooks,
             &map,
-            &mut failed,
             &budget,
+            &crate::topic_ids::TopicIds::new(),
         )?;
         Ok((out, failed.len()))
     }

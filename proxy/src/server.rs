@@ -61,6 +61,8 @@ struct Shared {
     pool: Arc<crate::budget::Pool>,
     /// Idempotent producers' sequences, where the write rule grew a batch.
     sequences: crate::sequences::Sequences,
+    /// Topic ids to names, from the broker's Metadata responses.
+    topic_ids: crate::topic_ids::TopicIds,
     policies: Policies,
     hooks: Hooks,
     /// TLS on the listeners.
@@ -136,6 +138,7 @@ impl Proxy {
             request_budget: config.max_decoded_bytes_per_request(),
             pool: crate::budget::Pool::new(config.max_decoded_bytes()),
             sequences: crate::sequences::Sequences::default(),
+            topic_ids: crate::topic_ids::TopicIds::new(),
             policies,
             hooks: Hooks::default(),
             acceptor,
@@ -468,6 +471,7 @@ async fn read_requests(
                                 &shared.hooks,
                                 &budget,
                                 &shared.sequences,
+                                &shared.topic_ids,
                             )
                         })
                     },
@@ -713,15 +717,14 @@ fn respond(
             added,
         } => api::produce_response(&frame, version, &refused, &added, map)?.unwrap_or(frame),
         Then::Fetch { version } => {
-            let mut failed = Vec::new();
-            let out = api::fetch_response(
+            let (out, failed) = api::fetch_response(
                 &frame,
                 version,
                 &shared.policies,
                 &shared.hooks,
                 map,
-                &mut failed,
                 budget,
+                &shared.topic_ids,
             )?;
             for f in failed {
                 tracing::warn!(
@@ -734,7 +737,9 @@ fn respond(
             }
             out.unwrap_or(frame)
         }
-        Then::Metadata { version } => api::metadata_response(&frame, version, map)?,
+        Then::Metadata { version } => {
+            api::metadata_response(&frame, version, map, &shared.topic_ids)?
+        }
         Then::FindCoordinator { version } => api::find_coordinator_response(&frame, version, map)?,
         Then::DescribeCluster { version } => api::describe_cluster_response(&frame, version, map)?,
         Then::ApiVersions { version } => {

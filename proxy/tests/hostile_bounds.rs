@@ -19,11 +19,11 @@ use std::panic::{catch_unwind, AssertUnwindSafe};
 use std::time::{Duration, Instant};
 
 use bytes::{Bytes, BytesMut};
-use common::wire::{batch_of, fix_crc, raw_fetch, raw_produce, record, send_frame};
+use common::wire::{batch_of, call, fix_crc, raw_fetch, raw_produce, record, request, send_frame};
 use common::{consume_all, create_topic, fresh_topic, lenient_broker, start_proxy_json, Keys};
 use kafka_protocol::messages as m;
-use kafka_protocol::messages::{ApiKey, RequestHeader, ResponseHeader, TopicName};
-use kafka_protocol::protocol::{Decodable, Encodable, StrBytes};
+use kafka_protocol::messages::{ApiKey, ResponseHeader, TopicName};
+use kafka_protocol::protocol::{Decodable, StrBytes};
 use tombstone_crypt::{KeyTemplate, Keyset};
 use tombstone_crypt_proxy::{__fuzz, Hooks, Policies, ProxyConfig, TopicPolicy};
 
@@ -373,26 +373,6 @@ fn a_frame_limit_of_usize_max_is_refused_at_load_or_harmless() {
 // ---------------------------------------------------------------------
 // Raw requests.
 // ---------------------------------------------------------------------
-
-fn request<R: Encodable>(api: ApiKey, version: i16, correlation: i32, req: &R) -> BytesMut {
-    let mut header = RequestHeader::default();
-    header.request_api_key = api as i16;
-    header.request_api_version = version;
-    header.correlation_id = correlation;
-    header.client_id = Some(StrBytes::from_static_str("hostile"));
-    let mut body = BytesMut::new();
-    header
-        .encode(&mut body, api.request_header_version(version))
-        .unwrap();
-    req.encode(&mut body, version).unwrap();
-    body
-}
-
-fn call<Resp: Decodable>(addr: &str, api: ApiKey, version: i16, body: &[u8]) -> Option<Resp> {
-    let mut out = send_frame(addr, body)?;
-    ResponseHeader::decode(&mut out, api.response_header_version(version)).ok()?;
-    Resp::decode(&mut out, version).ok()
-}
 
 fn name(topic: &str) -> TopicName {
     TopicName(StrBytes::from_string(topic.to_owned()))
@@ -946,9 +926,8 @@ fn the_guarded_name_in_every_encoding_is_refused() {
 /// Held: A request whose header names an API the proxy forwards unread
 /// (ListOffsets, DescribeConfigs, OffsetCommit) but whose body is a
 /// Produce of plaintext to a policy topic and to the key store: the broker
-/// reads the body as the header says, nothing is written. Produce v13 and
-/// ShareFetch (78) close the connection; a Fetch v13 (topic ids) gets no
-/// records of a policy topic.
+/// reads the body as the header says, nothing is written. (Produce v13,
+/// topics by id: `tests/topic_ids.rs`.)
 #[test]
 fn a_header_of_one_api_over_the_body_of_another_writes_nothing() {
     let Some(broker) = lenient_broker() else {
@@ -977,21 +956,6 @@ fn a_header_of_one_api_over_the_body_of_another_writes_nothing() {
                 let _ = closes(&mut s);
             }
         }
-        // Produce v13 (topic ids): refused by version.
-        let mut p = m::produce_request::PartitionProduceData::default();
-        p.records = Some(plain.clone());
-        let mut td = m::produce_request::TopicProduceData::default();
-        td.topic_id = topic_id(&broker, t).unwrap_or(uuid::Uuid::from_bytes([7; 16]));
-        td.partition_data.push(p);
-        let mut req = m::ProduceRequest::default();
-        req.acks = -1;
-        req.timeout_ms = 1000;
-        req.topic_data.push(td);
-        let b = request(ApiKey::Produce, 13, 9, &req);
-        let mut s = TcpStream::connect(&proxy.addr).unwrap();
-        s.write_all(&(b.len() as i32).to_be_bytes()).unwrap();
-        s.write_all(&b).unwrap();
-        assert!(closes(&mut s), "Produce v13 left open");
     }
     std::thread::sleep(Duration::from_millis(500));
     for t in [&topic, &guarded] {
@@ -1006,8 +970,8 @@ fn a_header_of_one_api_over_the_body_of_another_writes_nothing() {
 
 /// An ApiVersions at a version the broker does not know: Kafka answers v0
 /// with UNSUPPORTED_VERSION and its whole list. The proxy passes an error
-/// answer as it came, unfiltered: the broker's own APIs, ShareFetch and
-/// Produce/Fetch past v12 are listed to the client. Informational (the
+/// answer as it came, unfiltered: the broker's own APIs and ShareFetch
+/// are listed to the client. Informational (the
 /// requests themselves are still refused); the test prints what the test
 /// broker does and fails if a listed key is one the proxy refuses.
 /// Inconclusive here (the proxy now filters an error answer too): tansu closes the connection on ApiVersions v99, so
@@ -1037,7 +1001,7 @@ fn an_api_versions_error_answer_lists_only_what_the_proxy_serves() {
     eprintln!("ApiVersions v99: error {}, {listed:?}", resp.error_code);
     let denied: Vec<_> = listed
         .iter()
-        .filter(|(k, v)| matches!(*k, 4..=7 | 27 | 78 | 79) || ((*k == 0 || *k == 1) && *v > 12))
+        .filter(|(k, _)| matches!(*k, 4..=7 | 27 | 78 | 79))
         .collect();
     assert!(denied.is_empty(), "listed in an error answer: {denied:?}");
 }

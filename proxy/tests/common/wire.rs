@@ -92,6 +92,30 @@ pub fn send_frame(addr: &str, body: &[u8]) -> Option<Bytes> {
     Some(Bytes::from(frame))
 }
 
+/// The body of a request frame: `req` at `version` under a header of
+/// `api` and `correlation`.
+pub fn request<R: Encodable>(api: ApiKey, version: i16, correlation: i32, req: &R) -> BytesMut {
+    let mut header = RequestHeader::default();
+    header.request_api_key = api as i16;
+    header.request_api_version = version;
+    header.correlation_id = correlation;
+    header.client_id = Some(StrBytes::from_static_str("hostile"));
+    let mut body = BytesMut::new();
+    header
+        .encode(&mut body, api.request_header_version(version))
+        .unwrap();
+    req.encode(&mut body, version).unwrap();
+    body
+}
+
+/// Sends the request frame `body` (`api` at `version`) on a new connection
+/// and decodes its answer (`None`: closed, or not such an answer).
+pub fn call<Resp: Decodable>(addr: &str, api: ApiKey, version: i16, body: &[u8]) -> Option<Resp> {
+    let mut out = send_frame(addr, body)?;
+    ResponseHeader::decode(&mut out, api.response_header_version(version)).ok()?;
+    Resp::decode(&mut out, version).ok()
+}
+
 /// A Produce (`version`, acks=-1) of `records` to partition 0 of `topic`
 /// at `addr`: the partition's error code and message (`(-100, None)`: the
 /// connection closed without an answer).

@@ -1,0 +1,315 @@
+//! Topics by id through the proxy, on Apache Kafka: Produce v13 and Fetch
+//! v13 and later name a topic by its id only. The proxy maps ids to names
+//! from the Metadata responses it hands on (`src/topic_ids.rs`), encrypts
+//! and decrypts by id as by name, keeps the key-store guard by id, and
+//! answers an id it has not seen `UNKNOWN_TOPIC_ID`, never passing its
+//! records as if no policy covered them.
+//!
+//! Controls: a proxy that learned no id fails the first test (every
+//! request by id is `UNKNOWN_TOPIC_ID`); one that passed an unknown id as
+//! a topic without a policy fails the second (ciphertext handed on, or
+//! plaintext written).
+
+mod common;
+
+use bytes::Bytes;
+use common::wire::{batch_of, call, decode_records, record, request};
+use common::{apache_kafka, consume_all, create_topic, fresh_topic, start_proxy, Keys};
+use kafka_protocol::messages as m;
+use kafka_protocol::messages::{ApiKey, BrokerId, TopicName};
+use kafka_protocol::protocol::StrBytes;
+use tombstone_crypt_proxy::Hooks;
+
+const UNKNOWN_TOPIC_ID: i16 = 100;
+
+/// A record's key and value, as read.
+type Row = (Option<Bytes>, Option<Bytes>);
+/// A record's key and value, as written.
+type Written = (Option<&'static [u8]>, Option<&'static [u8]>);
+const TOPIC_AUTHORIZATION_FAILED: i16 = 29;
+
+fn name(topic: &str) -> TopicName {
+    TopicName(StrBytes::from_string(topic.to_owned()))
+}
+
+/// The highest version of `api` that `addr` offers (its ApiVersions).
+fn max_version(addr: &str, api: ApiKey) -> i16 {
+    let mut req = m::ApiVersionsRequest::default();
+    req.client_software_name = StrBytes::from_static_str("topic-ids-test");
+    req.client_software_version = StrBytes::from_static_str("1");
+    let r: m::ApiVersionsResponse = call(
+        addr,
+        ApiKey::ApiVersions,
+        3,
+        &request(ApiKey::ApiVersions, 3, 1, &req),
+    )
+    .expect("an ApiVersions answer");
+    assert_eq!(r.error_code, 0, "ApiVersions");
+    r.api_keys
+        .iter()
+        .find(|k| k.api_key == api as i16)
+        .map(|k| k.max_version)
+        .unwrap_or(-1)
+}
+
+/// The id of `topic`, from a Metadata v12 at `addr` (through the proxy,
+/// this is what teaches it the id).
+fn topic_id(addr: &str, topic: &str) -> uuid::Uuid {
+    let mut t = m::metadata_request::MetadataRequestTopic::default();
+    t.name = Some(name(topic));
+    let mut r = m::MetadataRequest::default();
+    r.topics = Some(vec![t]);
+    let resp: m::MetadataResponse = call(
+        addr,
+        ApiKey::Metadata,
+        12,
+        &request(ApiKey::Metadata, 12, 1, &r),
+    )
+    .expect("a Metadata answer");
+    let t = &resp.topics[0];
+    assert_eq!(t.error_code, 0, "Metadata of {topic}");
+    assert!(!t.topic_id.is_nil(), "no id for {topic}");
+    t.topic_id
+}
+
+/// A Produce v13 of `records` to partition 0 of the topic `id` at `addr`:
+/// the partition's error code.
+fn produce_by_id(addr: &str, id: uuid::Uuid, records: Bytes) -> i16 {
+    let mut p = m::produce_request::PartitionProduceData::default();
+    p.records = Some(records);
+    let mut t = m::produce_request::TopicProduceData::default();
+    t.topic_id = id;
+    t.partition_data.push(p);
+    let mut req = m::ProduceRequest::default();
+    req.acks = -1;
+    req.timeout_ms = 5000;
+    req.topic_data.push(t);
+    let resp: m::ProduceResponse = call(
+        addr,
+        ApiKey::Produce,
+        13,
+        &request(ApiKey::Produce, 13, 7, &req),
+    )
+    .expect("a Produce v13 answer");
+    assert_eq!(resp.responses.len(), 1, "{resp:?}");
+    assert_eq!(resp.responses[0].topic_id, id, "answered for another topic");
+    resp.responses[0].partition_responses[0].error_code
+}
+
+/// A Fetch at `version` (13 and on: by id) of partition 0 of the topic
+/// `id` from offset 0 at `addr`: the partition's error code and records.
+fn fetch_by_id(addr: &str, id: uuid::Uuid, version: i16) -> (i16, Vec<Row>) {
+    let mut fp = m::fetch_request::FetchPartition::default();
+    fp.current_leader_epoch = -1;
+    fp.last_fetched_epoch = -1;
+    fp.log_start_offset = -1;
+    fp.partition_max_bytes = 1 << 20;
+    let mut ft = m::fetch_request::FetchTopic::default();
+    ft.topic_id = id;
+    ft.partitions.push(fp);
+    let mut req = m::FetchRequest::default();
+    req.replica_id = BrokerId(-1);
+    req.max_wait_ms = 500;
+    req.min_bytes = 1;
+    req.max_bytes = 1 << 20;
+    req.session_epoch = -1;
+    req.topics.push(ft);
+    let resp: m::FetchResponse = call(
+        addr,
+        ApiKey::Fetch,
+        version,
+        &request(ApiKey::Fetch, version, 8, &req),
+    )
+    .expect("a Fetch answer");
+    let t = &resp.responses[0];
+    assert_eq!(t.topic_id, id);
+    let p = &t.partitions[0];
+    let records = p
+        .records
+        .as_ref()
+        .filter(|r| !r.is_empty())
+        .map(decode_records)
+        .unwrap_or_default()
+        .into_iter()
+        .map(|r| (r.key, r.value))
+        .collect();
+    (p.error_code, records)
+}
+
+fn written() -> Vec<Written> {
+    vec![
+        (Some(b"acct-1"), Some(b"SECRET-BY-ID")),
+        (Some(b"acct-2"), None),
+        (Some(b"acct-3"), Some(b"")),
+    ]
+}
+
+fn batch() -> Bytes {
+    let recs: Vec<_> = written()
+        .iter()
+        .enumerate()
+        .map(|(i, (k, v))| record(*k, *v, i as i64))
+        .collect();
+    batch_of(&recs).freeze()
+}
+
+fn as_bytes(rows: &[Written]) -> Vec<Row> {
+    rows.iter()
+        .map(|(k, v)| (k.map(Bytes::from_static), v.map(Bytes::from_static)))
+        .collect()
+}
+
+/// Produce v13 and Fetch v13 and later by id: encrypted on the broker
+/// (a null stays null, an empty value is encrypted), read back as written
+/// by id and by name; the key-store guard holds by id.
+#[test]
+fn produce_and_fetch_by_topic_id_encrypt_and_decrypt() {
+    let Some(broker) = apache_kafka() else {
+        return;
+    };
+    let topic = fresh_topic("by-id");
+    let guarded = fresh_topic("by-id-guarded");
+    create_topic(&broker, &topic, 1);
+    create_topic(&broker, &guarded, 1);
+    let keys = Keys::new(true);
+    let proxy = start_proxy(
+        &broker,
+        keys.policies(&topic).with_guarded_topic(&guarded),
+        Hooks::default(),
+    );
+    // The proxy offers what the broker does: Produce v13, Fetch past it.
+    let produce_max = max_version(&proxy.addr, ApiKey::Produce);
+    let fetch_max = max_version(&proxy.addr, ApiKey::Fetch);
+    assert!(
+        produce_max >= 13 && fetch_max >= 13,
+        "the proxy offers Produce v{produce_max}, Fetch v{fetch_max}"
+    );
+    let id = topic_id(&proxy.addr, &topic);
+    assert_eq!(produce_by_id(&proxy.addr, id, batch()), 0);
+    // The broker holds ciphertext: no plaintext key or value, the
+    // tombstone null, the empty value a ciphertext.
+    let raw = consume_all(&broker, &topic, 1).unwrap();
+    assert_eq!(raw.len(), 3, "{raw:?}");
+    for (r, (k, v)) in raw.iter().zip(written()) {
+        assert_ne!(r.key.as_deref(), k, "a plaintext key on the broker");
+        match v {
+            None => assert_eq!(r.value, None, "the tombstone is not null"),
+            Some(v) => {
+                let c = r.value.as_deref().unwrap();
+                assert!(c.len() > v.len() + 16, "not a ciphertext: {c:?}");
+                if !v.is_empty() {
+                    assert!(
+                        !c.windows(v.len()).any(|w| w == v),
+                        "plaintext on the broker"
+                    );
+                }
+            }
+        }
+    }
+    // Read back by id, at every Fetch version from 13 the proxy offers,
+    // and by name.
+    for version in 13..=fetch_max {
+        let (code, got) = fetch_by_id(&proxy.addr, id, version);
+        assert_eq!(code, 0, "Fetch v{version}");
+        assert_eq!(got, as_bytes(&written()), "Fetch v{version}");
+    }
+    let by_name = consume_all(&proxy.addr, &topic, 1).unwrap();
+    let by_name: Vec<_> = by_name
+        .into_iter()
+        .map(|c| (c.key.map(Bytes::from), c.value.map(Bytes::from)))
+        .collect();
+    assert_eq!(by_name, as_bytes(&written()));
+    // The key-store topic, by id: neither written nor read.
+    let gid = topic_id(&proxy.addr, &guarded);
+    assert_eq!(
+        produce_by_id(&proxy.addr, gid, batch()),
+        TOPIC_AUTHORIZATION_FAILED
+    );
+    assert!(consume_all(&broker, &guarded, 1).unwrap().is_empty());
+    let (code, got) = fetch_by_id(&proxy.addr, gid, fetch_max);
+    assert_eq!((code, got.len()), (TOPIC_AUTHORIZATION_FAILED, 0));
+}
+
+/// An id no Metadata response through this proxy has named: Produce and
+/// Fetch are answered `UNKNOWN_TOPIC_ID` (nothing written, no records
+/// handed on) until the client asks Metadata through the proxy; then they
+/// work.
+#[test]
+fn an_id_the_proxy_has_not_seen_is_unknown_until_metadata_names_it() {
+    let Some(broker) = apache_kafka() else {
+        return;
+    };
+    let topic = fresh_topic("by-id-unseen");
+    create_topic(&broker, &topic, 1);
+    let keys = Keys::new(false);
+    let proxy = start_proxy(&broker, keys.policies(&topic), Hooks::default());
+    // The id, from the broker itself: the proxy has not seen it.
+    let id = topic_id(&broker, &topic);
+    assert_eq!(produce_by_id(&proxy.addr, id, batch()), UNKNOWN_TOPIC_ID);
+    assert!(
+        consume_all(&broker, &topic, 1).unwrap().is_empty(),
+        "a Produce by an unknown id was written"
+    );
+    // Records written by name through another proxy process (a client's
+    // Metadata through this one would teach it the id): a Fetch by the
+    // unknown id hands none of them on.
+    let writer = start_proxy(&broker, keys.policies(&topic), Hooks::default());
+    common::produce_ok(
+        &writer.addr,
+        &topic,
+        0,
+        &[(Some(b"k".to_vec()), Some(b"v".to_vec()))],
+        "none",
+    );
+    let (code, got) = fetch_by_id(&proxy.addr, id, 13);
+    assert_eq!(code, UNKNOWN_TOPIC_ID, "{got:?}");
+    assert!(
+        got.is_empty(),
+        "records handed on by an unknown id: {got:?}"
+    );
+    // Once Metadata through the proxy names it, by id works.
+    assert_eq!(topic_id(&proxy.addr, &topic), id);
+    let (code, got) = fetch_by_id(&proxy.addr, id, 13);
+    assert_eq!(code, 0);
+    assert_eq!(
+        got,
+        vec![(
+            Some(Bytes::from_static(b"k")),
+            Some(Bytes::from_static(b"v"))
+        )]
+    );
+    assert_eq!(produce_by_id(&proxy.addr, id, batch()), 0);
+}
+
+/// A topic without a policy is written and read by id as it came, and a
+/// proxy without policies passes an unknown id: it has nothing to guard.
+#[test]
+fn a_topic_without_a_policy_passes_by_id() {
+    let Some(broker) = apache_kafka() else {
+        return;
+    };
+    let topic = fresh_topic("by-id-plain");
+    let other = fresh_topic("by-id-policy");
+    create_topic(&broker, &topic, 1);
+    let keys = Keys::new(false);
+    let proxy = start_proxy(&broker, keys.policies(&other), Hooks::default());
+    let id = topic_id(&proxy.addr, &topic);
+    assert_eq!(produce_by_id(&proxy.addr, id, batch()), 0);
+    let raw: Vec<_> = consume_all(&broker, &topic, 1)
+        .unwrap()
+        .into_iter()
+        .map(|c| (c.key.map(Bytes::from), c.value.map(Bytes::from)))
+        .collect();
+    assert_eq!(
+        raw,
+        as_bytes(&written()),
+        "a topic without a policy was changed"
+    );
+    let bare = start_proxy(
+        &broker,
+        tombstone_crypt_proxy::Policies::new(),
+        Hooks::default(),
+    );
+    let (code, got) = fetch_by_id(&bare.addr, id, 13);
+    assert_eq!((code, got), (0, as_bytes(&written())));
+}
