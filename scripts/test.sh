@@ -19,7 +19,7 @@ step() { printf '\n==> [%d s] %s\n' "$(( $(date +%s) - started ))" "$*" >&2; }
 
 mkdir -p target
 
-step "format; the crate root's re-exports (25 at most: the rest is in modules); the crate's docs hold no relative links"
+step "format; the crate root's re-exports (25 at most: the rest is in modules); the crate's docs hold no relative links; the layers of docs/LAYERS.md"
 cargo fmt --all -- --check
 cargo fmt --manifest-path fuzz/Cargo.toml -- --check
 cargo fmt --manifest-path fuzz/proxy/Cargo.toml -- --check
@@ -30,6 +30,9 @@ python3 scripts/root-names.py 25
 # README's Quick start is examples/quickstart.rs, which the crate docs
 # include and the test stages build.
 python3 scripts/doc-links.py
+# docs/LAYERS.md places every source file of the library, the command line
+# and the proxy; each file names only its own layer and those below.
+python3 scripts/layers.py
 
 step "clippy (all features)"
 cargo clippy --workspace --all-targets --all-features -- -D warnings

@@ -57,6 +57,7 @@
 //! | [`kms`] | the KMS seam (`KmsClient`, `KmsAead`, `KmsClients`), the AWS KMS and Vault clients, `DekPolicy` |
 //! | `kafka` | `encode_write`/`decode_message`, the typed producer and consumer, `KafkaChangelog`, `KafkaKeyStore` (feature `kafka`) |
 //! | [`field`] | encrypted fields: `Encrypted<T>`, `Deterministic<T>`, `FieldEncrypting` |
+//! | [`policy`] | `TopicPolicy`: how one topic's values and record keys are read and written (a keyset, subject keys, a codec of yours), as the proxy and the command line read a topic |
 //! | `confluent` | Confluent's format: `ConfluentJson` (JSON Schema, and Avro with `confluent-avro`), `ConfluentSerde`, `Registry` (feature `confluent`) |
 //! | [`shred`] | crypto-shredding: `SubjectKeys`, `SubjectEncrypting`, key stores |
 //! | [`format`](crate::format) | the wire format, the associated data and the keyset format; `OVERHEAD` |

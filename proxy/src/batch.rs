@@ -175,9 +175,9 @@ pub(crate) fn encrypt(
     .map_err(|reason| Refusal {
         reason,
         code: if out_of_order {
-            crate::api::UNKNOWN_PRODUCER_ID
+            crate::codes::UNKNOWN_PRODUCER_ID
         } else {
-            crate::api::CORRUPT_MESSAGE
+            crate::codes::CORRUPT_MESSAGE
         },
     })?;
     tally.commit(true);
@@ -926,7 +926,7 @@ mod tests {
         let unfollowed = batch(&[record(7, Some(b"x"), Some(b"v"))], Compression::None);
         let refused = super::encrypt("t", &rotated, &skip, &unfollowed, &budget(), &mut sequence)
             .unwrap_err();
-        assert_eq!(refused.code, crate::api::UNKNOWN_PRODUCER_ID);
+        assert_eq!(refused.code, crate::codes::UNKNOWN_PRODUCER_ID);
         assert_eq!(decode(&enc.records).len(), 2);
         // Not idempotent: no sequence, none given.
         let mut plain = record(0, Some(b"k"), Some(b"v"));

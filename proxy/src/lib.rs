@@ -220,6 +220,7 @@ mod api;
 mod batch;
 mod bounds;
 mod budget;
+mod codes;
 mod config;
 mod error;
 mod frame;

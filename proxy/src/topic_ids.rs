@@ -26,10 +26,6 @@ use kafka_protocol::messages::TopicName;
 /// The most ids the table holds before it starts over.
 pub(crate) const MAX_IDS: usize = 100_000;
 
-/// The `UNKNOWN_TOPIC_ID` error code (retriable: the client refreshes its
-/// metadata).
-pub(crate) const UNKNOWN_TOPIC_ID: i16 = 100;
-
 /// Topic ids to names, shared by every connection of a proxy process.
 #[derive(Debug, Default)]
 pub(crate) struct TopicIds {
