@@ -4,7 +4,7 @@
 //! `-X`, in that order, without a secret ever in an error. The cases that
 //! need a broker run when `TOMBSTONE_KAFKA_BOOTSTRAP` names one.
 
-use std::path::{Path, PathBuf};
+use std::path::Path;
 use std::process::{Command, Output, Stdio};
 use std::time::{Duration, Instant};
 
@@ -28,35 +28,19 @@ fn stderr(out: &Output) -> String {
     String::from_utf8_lossy(&out.stderr).into_owned()
 }
 
-/// A scratch directory with a values' keyset and a KEK with its key
-/// store, removed when dropped.
-struct Dir(PathBuf);
+#[path = "../../tests/common/dir.rs"]
+mod dir;
 
-impl Dir {
-    fn new(name: &str) -> Dir {
-        let d = std::env::temp_dir().join(format!("tc-client-{name}-{}", std::process::id()));
-        let _ = std::fs::remove_dir_all(&d);
-        std::fs::create_dir_all(&d).unwrap();
-        let dir = Dir(d);
-        let keyset = dir.file("values.json");
-        assert_eq!(
-            run(&dir.0, &["keyset", "new", "--out-keyset", &keyset], &[])
-                .status
-                .code(),
-            Some(0)
-        );
-        dir
-    }
+use dir::Dir;
 
-    fn file(&self, name: &str) -> String {
-        self.0.join(name).to_str().unwrap().to_owned()
-    }
-}
-
-impl Drop for Dir {
-    fn drop(&mut self) {
-        let _ = std::fs::remove_dir_all(&self.0);
-    }
+/// A scratch directory with a values' keyset (`values.json`), removed
+/// when dropped.
+fn scratch(name: &str) -> Dir {
+    let dir = Dir::new(&format!("client-{name}"));
+    let keyset = dir.file("values.json");
+    let out = run(&dir.0, &["keyset", "new", "--out-keyset", &keyset], &[]);
+    assert_eq!(out.status.code(), Some(0), "{}", stderr(&out));
+    dir
 }
 
 /// The broker of the Kafka tests, if one is named.
@@ -71,7 +55,7 @@ const NOBODY: &str = "127.0.0.1:1";
 
 #[test]
 fn every_command_that_talks_to_a_broker_gives_up_on_one_that_does_not_answer_within_seconds() {
-    let dir = Dir::new("timeout");
+    let dir = scratch("timeout");
     let keyset = dir.file("values.json");
     let kek = dir.file("values.json");
     let topic_args = ["--bootstrap", NOBODY, "--topic", "t", "--keyset", &keyset];
@@ -155,7 +139,7 @@ fn every_command_that_talks_to_a_broker_gives_up_on_one_that_does_not_answer_wit
 
 #[test]
 fn a_client_config_file_is_read_and_its_errors_show_no_values() {
-    let dir = Dir::new("file");
+    let dir = scratch("file");
     let keyset = dir.file("values.json");
     let config = dir.file("client.properties");
     let audit = |extra: &[&str], env: &[(&str, &str)]| {
@@ -231,7 +215,7 @@ fn settings_from_the_file_and_the_environment_reach_the_broker() {
         eprintln!("skipped: TOMBSTONE_KAFKA_BOOTSTRAP is not set");
         return;
     };
-    let dir = Dir::new("broker");
+    let dir = scratch("broker");
     let keyset = dir.file("values.json");
     let config = dir.file("client.properties");
     // A topic that does not exist: a broker that answered says so.

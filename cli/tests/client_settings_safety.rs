@@ -5,7 +5,7 @@
 //! the connect probe ("no answer from the brokers") means it was
 //! accepted and the producer would be made with it.
 
-use std::path::{Path, PathBuf};
+use std::path::Path;
 use std::process::{Command, Output, Stdio};
 
 fn run(dir: &Path, args: &[&str], env: &[(&str, &str)]) -> Output {
@@ -26,30 +26,19 @@ fn stderr(out: &Output) -> String {
     String::from_utf8_lossy(&out.stderr).into_owned()
 }
 
-struct Dir(PathBuf);
+#[path = "../../tests/common/dir.rs"]
+mod dir;
 
-impl Dir {
-    fn new(name: &str) -> Dir {
-        let d =
-            std::env::temp_dir().join(format!("tc-client-safety-{name}-{}", std::process::id()));
-        let _ = std::fs::remove_dir_all(&d);
-        std::fs::create_dir_all(&d).unwrap();
-        let dir = Dir(d);
-        let keyset = dir.file("values.json");
-        let out = run(&dir.0, &["keyset", "new", "--out-keyset", &keyset], &[]);
-        assert_eq!(out.status.code(), Some(0), "{}", stderr(&out));
-        dir
-    }
+use dir::Dir;
 
-    fn file(&self, name: &str) -> String {
-        self.0.join(name).to_str().unwrap().to_owned()
-    }
-}
-
-impl Drop for Dir {
-    fn drop(&mut self) {
-        let _ = std::fs::remove_dir_all(&self.0);
-    }
+/// A scratch directory with a values' keyset (`values.json`), removed
+/// when dropped.
+fn scratch(name: &str) -> Dir {
+    let dir = Dir::new(&format!("client-safety-{name}"));
+    let keyset = dir.file("values.json");
+    let out = run(&dir.0, &["keyset", "new", "--out-keyset", &keyset], &[]);
+    assert_eq!(out.status.code(), Some(0), "{}", stderr(&out));
+    dir
 }
 
 const NOBODY: &str = "127.0.0.1:1";
@@ -86,7 +75,7 @@ fn apply(dir: &Dir, command: &str, extra: &[&str], env: &[(&str, &str)]) -> Outp
 /// chunk the broker never stored.
 #[test]
 fn a_topic_prefixed_acks_is_refused_like_acks() {
-    let dir = Dir::new("topic-acks");
+    let dir = scratch("topic-acks");
     let unsafe_x = [
         "-X",
         "enable.idempotence=false",
@@ -126,7 +115,7 @@ fn a_topic_prefixed_acks_is_refused_like_acks() {
 /// max.in.flight.requests.per.connection=1` the refusal itself advises.
 #[test]
 fn two_names_of_max_in_flight_that_disagree_are_refused() {
-    let dir = Dir::new("in-flight");
+    let dir = scratch("in-flight");
     let config = dir.file("client.properties");
     std::fs::write(&config, "enable.idempotence=false\nmax.in.flight=5\n").unwrap();
     let err = stderr(&apply(
@@ -151,7 +140,7 @@ fn two_names_of_max_in_flight_that_disagree_are_refused() {
 /// replace-the-whole-value does not find, so the item is printed.
 #[test]
 fn an_invalid_list_setting_shows_no_part_of_its_value() {
-    let dir = Dir::new("list-leak");
+    let dir = scratch("list-leak");
     let keyset = dir.file("values.json");
     let out = run(
         &dir.0,
@@ -184,7 +173,7 @@ fn an_invalid_list_setting_shows_no_part_of_its_value() {
 /// wrote 12 tombstones there.)
 #[test]
 fn a_bootstrap_in_the_client_settings_does_not_replace_the_one_named() {
-    let dir = Dir::new("bootstrap");
+    let dir = scratch("bootstrap");
     let keyset = dir.file("values.json");
     let config = dir.file("client.properties");
     std::fs::write(
@@ -241,7 +230,7 @@ fn metadata_broker_list_does_not_race_bootstrap() {
         eprintln!("skipped: TOMBSTONE_KAFKA_BOOTSTRAP is not set");
         return;
     };
-    let dir = Dir::new("broker-list");
+    let dir = scratch("broker-list");
     let keyset = dir.file("values.json");
     let mut outcomes = Vec::new();
     for _ in 0..8 {
@@ -281,7 +270,7 @@ fn metadata_broker_list_does_not_race_bootstrap() {
 /// key, shows the password (all of it but the base64 padding).
 #[test]
 fn a_whitespace_separated_secret_in_the_client_config_is_not_printed() {
-    let dir = Dir::new("ws-separator");
+    let dir = scratch("ws-separator");
     let keyset = dir.file("values.json");
     let config = dir.file("client.properties");
     for line in [
@@ -328,7 +317,7 @@ fn a_whitespace_separated_secret_in_the_client_config_is_not_printed() {
 /// queuing.strategy=lifo` wrote its 12 tombstones.
 #[test]
 fn a_lifo_queue_is_refused_when_order_rests_on_one_request_in_flight() {
-    let dir = Dir::new("lifo");
+    let dir = scratch("lifo");
     let x = [
         "-X",
         "enable.idempotence=false",

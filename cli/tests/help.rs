@@ -6,7 +6,7 @@
 //! own heading; usage lines name the alternatives; and the names of before
 //! (hidden aliases, kept for one release) still parse and still work.
 
-use std::path::{Path, PathBuf};
+use std::path::Path;
 use std::process::{Command, Output, Stdio};
 
 /// Runs the command line with `args`, stdin empty, in `dir`.
@@ -19,27 +19,10 @@ fn run_in(dir: &Path, args: &[&str]) -> Output {
         .expect("run tombstone-crypt")
 }
 
-/// A scratch directory, removed when dropped.
-struct Dir(PathBuf);
+#[path = "../../tests/common/dir.rs"]
+mod dir;
 
-impl Dir {
-    fn new(name: &str) -> Dir {
-        let d = std::env::temp_dir().join(format!("tc-help-{name}-{}", std::process::id()));
-        let _ = std::fs::remove_dir_all(&d);
-        std::fs::create_dir_all(&d).unwrap();
-        Dir(d)
-    }
-
-    fn file(&self, name: &str) -> String {
-        self.0.join(name).to_str().unwrap().to_owned()
-    }
-}
-
-impl Drop for Dir {
-    fn drop(&mut self) {
-        let _ = std::fs::remove_dir_all(&self.0);
-    }
-}
+use dir::Dir;
 
 /// A command's help: its options by heading, and its subcommands.
 #[derive(Debug, Default)]

@@ -11,25 +11,13 @@
 #![cfg(target_os = "linux")]
 
 use std::collections::HashMap;
-use std::path::{Path, PathBuf};
+use std::path::Path;
 use std::process::Command;
 
-struct Dir(PathBuf);
+#[path = "../../tests/common/dir.rs"]
+mod dir;
 
-impl Dir {
-    fn new(name: &str) -> Dir {
-        let d = std::env::temp_dir().join(format!("tc-keyset-files-{name}-{}", std::process::id()));
-        let _ = std::fs::remove_dir_all(&d);
-        std::fs::create_dir_all(&d).unwrap();
-        Dir(d.canonicalize().unwrap())
-    }
-}
-
-impl Drop for Dir {
-    fn drop(&mut self) {
-        let _ = std::fs::remove_dir_all(&self.0);
-    }
-}
+use dir::Dir;
 
 /// What the traced command did to files, in order.
 #[derive(Debug, PartialEq)]

@@ -9,6 +9,8 @@
 pub mod broker;
 #[path = "../../../tests/common/compacting.rs"]
 pub mod compacting;
+#[path = "../../../tests/common/dir.rs"]
+pub mod dir;
 #[path = "../../../tests/common/kafka.rs"]
 pub mod kafka;
 #[path = "../../../tests/common/naive.rs"]

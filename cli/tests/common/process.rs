@@ -44,25 +44,7 @@ pub fn json_of(out: &Output) -> Value {
     })
 }
 
-pub struct Dir(pub PathBuf);
-
-impl Dir {
-    pub fn new(name: &str) -> Dir {
-        let d = std::env::temp_dir().join(format!("tc-cli-{name}-{}", std::process::id()));
-        let _ = std::fs::remove_dir_all(&d);
-        std::fs::create_dir_all(&d).unwrap();
-        Dir(d)
-    }
-    pub fn file(&self, name: &str) -> String {
-        self.0.join(name).to_str().unwrap().to_owned()
-    }
-}
-
-impl Drop for Dir {
-    fn drop(&mut self) {
-        let _ = std::fs::remove_dir_all(&self.0);
-    }
-}
+pub use super::dir::Dir;
 
 /// `keyset new --out DIR/NAME` (an AES-256-GCM keyset): its path and keys.
 pub fn new_keyset(dir: &Dir, name: &str) -> (String, Keyset) {
