@@ -219,6 +219,31 @@ pub enum Error {
     },
 }
 
+/// What an [`Error`] tells its caller to do, grouped as rustls groups its
+/// errors: so that a reader of many values need not list variants to tell
+/// "stop" from "report this value and go on" ([`Error::kind`]).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+#[non_exhaustive]
+pub enum ErrorKind {
+    /// Something outside the value failed or refused: a KMS, a Schema
+    /// Registry, a store, a changelog, a Kafka client, or a store that must
+    /// be restored first. Nothing is known of the value, and no other value
+    /// gets past it either: a reader stops (the same call may work later)
+    /// rather than count the value as unreadable.
+    Environment,
+    /// This value (or record) cannot be read or written as it is: not this
+    /// format, too short, under a key the keyset lacks or has disabled, not
+    /// authentic in its context, a codec's failure, Confluent's frame or
+    /// rule refused, a shredded subject's value, a subject key the key store
+    /// does not know, a record without the key it needs. A reader reports
+    /// it and goes on.
+    Value,
+    /// The caller's keys or use of the API: a malformed keyset, a key
+    /// management call refused, a primary key of the wrong type, an inner
+    /// serializer that returned nothing, a buffer without its headroom.
+    Usage,
+}
+
 /// The kind of an [`Error::Keyset`]: what is wrong with a keyset.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
 #[non_exhaustive]
@@ -349,6 +374,51 @@ impl Error {
         Error::Keyset {
             kind,
             detail: detail.into(),
+        }
+    }
+
+    /// What this error tells its caller to do: stop (the environment
+    /// failed), report the value and go on, or fix the keys or the call.
+    /// A [`Record`](Error::Record) or [`Field`](Error::Field) error is of
+    /// its cause's kind.
+    ///
+    /// ```
+    /// use tombstone_crypt::error::ErrorKind;
+    /// use tombstone_crypt::{Error, Keyset};
+    ///
+    /// let keyset = Keyset::generate();
+    /// let read = keyset.decrypt(b"not a ciphertext of this format at all", b"payments");
+    /// assert_eq!(read.unwrap_err().kind(), ErrorKind::Value);
+    /// assert_eq!(Error::kms_msg("the KMS is down").kind(), ErrorKind::Environment);
+    /// ```
+    pub fn kind(&self) -> ErrorKind {
+        match self {
+            Error::Store { .. }
+            | Error::Changelog { .. }
+            | Error::Kafka { .. }
+            | Error::Kms { .. }
+            | Error::Registry { .. }
+            | Error::NeedsRestore => ErrorKind::Environment,
+            Error::Record { cause, .. } | Error::Field { cause, .. } => cause.kind(),
+            Error::Truncated { .. }
+            | Error::UnsupportedVersion
+            | Error::UnknownKeyId(_)
+            | Error::KeyDisabled(_)
+            | Error::Decryption
+            | Error::Encryption
+            | Error::Codec { .. }
+            | Error::ContextTooLong
+            | Error::MissingRecordKey
+            | Error::Confluent { .. }
+            | Error::Shredded { .. }
+            | Error::UnknownSubjectKey { .. } => ErrorKind::Value,
+            Error::Headroom { .. }
+            | Error::InnerReturnedNone
+            | Error::Keyset { .. }
+            | Error::KeyNotFound(_)
+            | Error::PrimaryKey(_)
+            | Error::KeyNotEnabled(_)
+            | Error::WrongKeyType { .. } => ErrorKind::Usage,
         }
     }
 

@@ -51,7 +51,7 @@
 //! |---|---|
 //! | [`guide`] | the guide: one chapter per topic, no code |
 //! | [`codec`] | the codecs, a codec of your own, the bincode decode limit |
-//! | [`error`] | [`Error`], the cause it carries, `KeysetErrorKind` |
+//! | [`error`] | [`Error`], the cause it carries, `ErrorKind` (stop, report the value, or fix the call), `KeysetErrorKind` |
 //! | [`record_key`] | the forms of an encrypted record key, the write rule (`KeyForms`), `KeyBinding`, murmur2 partitioning |
 //! | [`store`] | key-value stores, the encrypting and typed stores, changelogs, compaction and restore |
 //! | [`kms`] | the KMS seam (`KmsClient`, `KmsAead`, `KmsClients`), the AWS KMS and Vault clients, `DekPolicy` |

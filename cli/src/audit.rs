@@ -6,6 +6,7 @@
 use std::collections::HashMap;
 
 use indicatif::ProgressBar;
+use tombstone_crypt::error::ErrorKind;
 
 use crate::checkpoint::Mark;
 use crate::fields::FieldState;
@@ -163,9 +164,7 @@ fn subject_kind(
             counts.unknown_subject_keys += 1;
             Ok((Kind::Undecryptable, None))
         }
-        Err(e @ (Error::Store { .. } | Error::Changelog { .. } | Error::Kms { .. })) => {
-            Err(value_failed(s, r, &e))
-        }
+        Err(e) if e.kind() == ErrorKind::Environment => Err(value_failed(s, r, &e)),
         // What this version does not know is never a delete.
         Ok(_) | Err(_) => {
             counts.undecryptable_values += 1;
@@ -205,9 +204,7 @@ fn confluent_kind(
             counts.decrypted += 1;
             Ok((Kind::Live, Some(schema_id)))
         }
-        Err(e @ (tombstone_crypt::Error::Kms { .. } | tombstone_crypt::Error::Registry { .. })) => {
-            Err(value_failed(s, r, &e))
-        }
+        Err(e) if e.kind() == ErrorKind::Environment => Err(value_failed(s, r, &e)),
         Err(_) => {
             counts.undecryptable_values += 1;
             counts.undecryptable_ids.insert(schema_id);

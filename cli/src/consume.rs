@@ -15,6 +15,7 @@ use std::io::Write as _;
 use base64::Engine as _;
 use serde_json::{json, Value};
 use tombstone_crypt::confluent::ConfluentJson;
+use tombstone_crypt::error::ErrorKind;
 use tombstone_crypt::policy::{Read, TopicPolicy};
 use tombstone_crypt::Error;
 
@@ -165,7 +166,7 @@ impl Reader {
                     return Ok(());
                 }
                 Ok(_) => return Err(Unread::Value("a value read as nothing known".into())),
-                Err(e @ (Error::Store { .. } | Error::Changelog { .. } | Error::Kms { .. })) => {
+                Err(e) if e.kind() == ErrorKind::Environment => {
                     return Err(Unread::Command(fail(format!(
                         "the value at {topic}/{} offset {}: {}",
                         r.partition,
@@ -182,14 +183,12 @@ impl Reader {
                     .map_err(|e| match e {
                         // The registry or a KMS failed: nothing is known of
                         // the record (exit 2, as audit).
-                        Error::Registry { .. } | Error::Kms { .. } => {
-                            Unread::Command(fail(format!(
-                                "the value at {topic}/{} offset {}: {}",
-                                r.partition,
-                                r.offset,
-                                crate::chain(&e)
-                            )))
-                        }
+                        e if e.kind() == ErrorKind::Environment => Unread::Command(fail(format!(
+                            "the value at {topic}/{} offset {}: {}",
+                            r.partition,
+                            r.offset,
+                            crate::chain(&e)
+                        ))),
                         e => Unread::Value(crate::chain(&e)),
                     })?;
                 line.insert("value".into(), v.unwrap_or(Value::Null));

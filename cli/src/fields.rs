@@ -17,6 +17,7 @@ use std::borrow::Cow;
 use std::ops::Range;
 
 use base64::Engine as _;
+use tombstone_crypt::error::ErrorKind;
 use tombstone_crypt::{field, AadPolicy, Context, Error, Keyset};
 use zeroize::Zeroizing;
 
@@ -540,7 +541,7 @@ impl FieldKeys {
         });
         match opened {
             Ok(p) => Ok(Some((Zeroizing::new(p), k.primary().0 == f.key_id()))),
-            Err(e @ Error::Kms { .. }) => Err(e),
+            Err(e) if e.kind() == ErrorKind::Environment => Err(e),
             Err(_) => Ok(None),
         }
     }

@@ -5,6 +5,7 @@
 //! with the associated data `--value-key` binds it to; and a record to
 //! write ([`Write`]).
 
+use tombstone_crypt::error::ErrorKind;
 use tombstone_crypt::{Bytes, Context, Deserializer as _, DeterministicDeserializer, Keyset};
 use zeroize::Zeroizing;
 
@@ -53,7 +54,7 @@ pub(crate) fn open_value(
     // Through the topic's policy, the reader `consume` and the proxy use.
     match s.values.read_value(&s.name, bound, Some(v)) {
         Ok(tombstone_crypt::policy::Read::Value(p)) => Ok(Value::Plain(p, id)),
-        Err(e @ tombstone_crypt::Error::Kms { .. }) => Err(value_failed(s, r, &e)),
+        Err(e) if e.kind() == ErrorKind::Environment => Err(value_failed(s, r, &e)),
         _ => Ok(Value::Undecryptable(id)),
     }
 }
