@@ -103,6 +103,7 @@ pub mod error;
 mod fake_kms;
 pub mod field;
 pub mod guide;
+mod header;
 mod json_text;
 #[cfg(feature = "kafka")]
 #[cfg_attr(docsrs, doc(cfg(feature = "kafka")))]
@@ -140,6 +141,7 @@ pub use crate::work::BlockingWork;
 #[doc = include_str!("../docs/FORMAT.md")]
 pub mod format {
     pub use crate::envelope::OVERHEAD;
+    pub use crate::header::{Header, KeyType, Layout, HEADER_LEN};
 }
 
 /// Test hooks (cargo feature `test-hooks`, never for production): the

@@ -134,11 +134,9 @@ fn context<'a>(name: &'a str, key: Option<&'a [u8]>) -> Context<'a> {
 
 /// Whether `keyset` holds a key whose data keys come from a KMS.
 fn has_kms_keys(keyset: &Keyset) -> bool {
-    keyset.keys().any(|(id, _)| {
-        keyset
-            .key_type_url(id)
-            .is_some_and(|u| u.ends_with(".KmsEnvelopeAeadKey"))
-    })
+    keyset
+        .keys()
+        .any(|(id, _)| keyset.key_type(id) == Some(crate::header::KeyType::KmsEnvelope))
 }
 
 fn refused(detail: impl Into<String>) -> Error {

@@ -34,7 +34,7 @@ pub(crate) struct Found {
 impl Found {
     /// The key id its ciphertext names.
     pub(crate) fn key_id(&self) -> u32 {
-        u32::from_be_bytes([self.bytes[1], self.bytes[2], self.bytes[3], self.bytes[4]])
+        tombstone_crypt::format::Header::parse(&self.bytes).map_or(0, |h| h.key_id.0)
     }
 }
 
@@ -394,7 +394,8 @@ fn ciphertext_of(content: &str) -> Option<Vec<u8>> {
         return None;
     }
     let bytes = base64::engine::general_purpose::STANDARD.decode(c).ok()?;
-    (bytes.len() > 5 && bytes[0] == 1).then_some(bytes)
+    tombstone_crypt::format::Header::parse(&bytes)?;
+    (bytes.len() > tombstone_crypt::format::HEADER_LEN).then_some(bytes)
 }
 
 /// `text` with each span replaced: the spans in the order of the text,

@@ -145,12 +145,8 @@ fn template(t: Template, kek_uri: Option<&str>) -> Result<KeyTemplate, Fail> {
 
 /// The short name of a key's type, from its Tink type URL.
 pub(crate) fn type_name(url: &str) -> &'static str {
-    match url.rsplit('.').next() {
-        Some("AesGcmKey") => "aes-gcm",
-        Some("AesSivKey") => "aes-siv",
-        Some("KmsEnvelopeAeadKey") => "kms-envelope",
-        _ => "unknown",
-    }
+    tombstone_crypt::format::KeyType::from_type_url(url)
+        .map_or("unknown", tombstone_crypt::format::KeyType::name)
 }
 
 /// A key status as Tink's JSON spells it.

@@ -49,7 +49,7 @@ use std::path::PathBuf;
 use std::process::ExitCode;
 
 use clap::{ArgGroup, Args, Parser, Subcommand, ValueEnum};
-use tombstone_crypt::{AadPolicy, Error, KeyId, Keyset};
+use tombstone_crypt::{AadPolicy, Error, Keyset};
 
 /// The heading of the options every command takes.
 const GLOBAL: &str = "Global options";
@@ -1121,52 +1121,58 @@ fn inspect_fields(
 /// version and key id.
 fn describe(bytes: &[u8], keyset: Option<&Keyset>) -> serde_json::Value {
     use serde_json::json;
+    use tombstone_crypt::format::{Header, KeyType, Layout, HEADER_LEN};
     let len = bytes.len();
-    let (version, id) = match bytes {
-        [v, a, b, c, d, ..] => (*v, u32::from_be_bytes([*a, *b, *c, *d])),
-        _ => {
-            return json!({"length": len, "ciphertext": false,
-                "why": "shorter than a version byte and a key id"})
-        }
-    };
-    if version != 1 {
+    if len < HEADER_LEN {
+        return json!({"length": len, "ciphertext": false,
+            "why": "shorter than a version byte and a key id"});
+    }
+    let Some(Header { key_id }) = Header::parse(bytes) else {
         return json!({"length": len, "ciphertext": false,
             "why": "the first byte is not the format's version (a plaintext value?)"});
-    }
+    };
+    let (version, id) = (bytes[0], key_id.0);
     let Some(keyset) = keyset else {
         return json!({"length": len, "ciphertext": true, "version": version, "key_id": id,
-            "kind": "unknown (give --keyset to name it)", "body": len - 5});
+            "kind": "unknown (give --keyset to name it)", "body": len - HEADER_LEN});
     };
-    let Some(url) = keyset.key_type_url(KeyId(id)) else {
+    let Some(url) = keyset.key_type_url(key_id) else {
         return json!({"length": len, "ciphertext": false, "version": version, "key_id": id,
             "why": "the keyset has no key with this id"});
     };
     let status = keyset
         .keys()
-        .find(|(k, _)| k.0 == id)
+        .find(|(k, _)| *k == key_id)
         .map(|(_, s)| keysets::status_name(s));
-    let kind = keysets::type_name(url);
-    let body = &bytes[5..];
-    match kind {
-        "aes-gcm" if body.len() >= 28 => json!({"length": len, "ciphertext": true,
-            "version": version, "key_id": id, "key_status": status, "kind": kind,
-            "nonce": 12, "encrypted_value": body.len() - 28, "tag": 16}),
-        "aes-siv" if body.len() >= 16 => json!({"length": len, "ciphertext": true,
-            "version": version, "key_id": id, "key_status": status, "kind": kind,
-            "siv": 16, "encrypted_value": body.len() - 16}),
-        "kms-envelope" => {
-            let edek = body
-                .get(..4)
-                .map(|n| u32::from_be_bytes([n[0], n[1], n[2], n[3]]) as usize);
-            match edek {
-                Some(e) if body.len() >= 4 + e + 28 => json!({"length": len,
-                    "ciphertext": true, "version": version, "key_id": id,
-                    "key_status": status, "kind": kind, "encrypted_data_key": e,
-                    "nonce": 12, "encrypted_value": body.len() - 4 - e - 28, "tag": 16}),
-                _ => json!({"length": len, "ciphertext": false, "version": version,
-                    "key_id": id, "kind": kind, "why": "too short for its encrypted data key"}),
-            }
+    let key_type = KeyType::from_type_url(url);
+    let kind = key_type.map_or("unknown", KeyType::name);
+    match key_type.and_then(|t| Layout::of(bytes, t)) {
+        Some(Layout::AesGcm {
+            nonce,
+            encrypted_value,
+            tag,
+        }) => json!({"length": len,
+            "ciphertext": true, "version": version, "key_id": id, "key_status": status,
+            "kind": kind, "nonce": nonce, "encrypted_value": encrypted_value, "tag": tag}),
+        Some(Layout::AesSiv {
+            siv,
+            encrypted_value,
+        }) => json!({"length": len,
+            "ciphertext": true, "version": version, "key_id": id, "key_status": status,
+            "kind": kind, "siv": siv, "encrypted_value": encrypted_value}),
+        Some(Layout::KmsEnvelope {
+            encrypted_data_key,
+            nonce,
+            encrypted_value,
+            tag,
+        }) => {
+            json!({"length": len, "ciphertext": true, "version": version, "key_id": id,
+                "key_status": status, "kind": kind, "encrypted_data_key": encrypted_data_key,
+                "nonce": nonce, "encrypted_value": encrypted_value, "tag": tag})
         }
+        _ if key_type == Some(KeyType::KmsEnvelope) => json!({"length": len,
+            "ciphertext": false, "version": version, "key_id": id, "kind": kind,
+            "why": "too short for its encrypted data key"}),
         _ => json!({"length": len, "ciphertext": false, "version": version, "key_id": id,
             "kind": kind, "why": "too short for its key type"}),
     }

@@ -332,9 +332,7 @@ impl<'a> Planner<'a> {
                 .key_forms(&Context::new(&from.name), &key.group)?;
             let mut found = 0;
             for form in all.all() {
-                let id = form
-                    .get(1..5)
-                    .map(|b| u32::from_be_bytes([b[0], b[1], b[2], b[3]]));
+                let id = tombstone_crypt::format::Header::parse(form).map(|h| h.key_id.0);
                 let i = from.form_ids.iter().position(|&f| Some(f) == id);
                 if i.is_some_and(|i| unreached & (1 << i) != 0) {
                     found += 1;

@@ -6,6 +6,7 @@
 //! write ([`Write`]).
 
 use tombstone_crypt::error::ErrorKind;
+use tombstone_crypt::format::{self, Header};
 use tombstone_crypt::{Bytes, Context, Deserializer as _, DeterministicDeserializer, Keyset};
 use zeroize::Zeroizing;
 
@@ -22,14 +23,6 @@ pub(crate) enum Value {
     NotCiphertext,
 }
 
-/// The key id a ciphertext names (bytes 1 to 4; `v` has at least 5).
-fn key_id(v: &[u8]) -> u32 {
-    u32::from_be_bytes([v[1], v[2], v[3], v[4]])
-}
-
-/// The shortest ciphertext (AES-GCM: version, key id, nonce, tag).
-const MIN_CIPHERTEXT: usize = 5 + 12 + 16;
-
 /// What the value `v` of record `r` is, its associated data bound to
 /// `bound` (the bytes of the record key that `--value-key` names; `None`
 /// when they are unknown: a record key that does not decrypt). A KMS error
@@ -41,16 +34,20 @@ pub(crate) fn open_value(
     v: &[u8],
     bound: Option<&[u8]>,
 ) -> Result<Value, Fail> {
-    if !s.keyset.names_a_key(v) {
-        // The version byte and room for a nonce and a tag, under a key
-        // this keyset lacks: a ciphertext it cannot read, more likely
-        // than a plaintext value that starts so.
-        if v.first() == Some(&1) && v.len() >= MIN_CIPHERTEXT {
-            return Ok(Value::Undecryptable(key_id(v)));
-        }
+    let Some(header) = Header::parse(v) else {
         return Ok(Value::NotCiphertext);
+    };
+    let id = header.key_id.0;
+    if !s.keyset.names_a_key(v) {
+        // A header and room for the shortest value ciphertext (AES-GCM's
+        // nonce and tag), under a key this keyset lacks: a ciphertext it
+        // cannot read, more likely than a plaintext value that starts so.
+        return Ok(if v.len() >= format::OVERHEAD {
+            Value::Undecryptable(id)
+        } else {
+            Value::NotCiphertext
+        });
     }
-    let id = key_id(v);
     // Through the topic's policy, the reader `consume` and the proxy use.
     match s.values.read_value(&s.name, bound, Some(v)) {
         Ok(tombstone_crypt::policy::Read::Value(p)) => Ok(Value::Plain(p, id)),

@@ -393,6 +393,13 @@ impl Keyset {
             .map(|i| self.inner.keys[i].primitive.type_url())
     }
 
+    /// The type of the key with this id, `None` when the keyset has no
+    /// such key.
+    pub fn key_type(&self, id: KeyId) -> Option<crate::header::KeyType> {
+        self.key_type_url(id)
+            .and_then(crate::header::KeyType::from_type_url)
+    }
+
     /// How many keys the keyset holds (enabled and disabled).
     pub fn len(&self) -> usize {
         self.inner.keys.len()
