@@ -2,6 +2,7 @@
 //! rdkafka clients through it and beside it.
 #![allow(dead_code)]
 
+pub mod peers;
 pub mod subjects;
 pub mod wire;
 
