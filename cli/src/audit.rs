@@ -77,11 +77,7 @@ pub(crate) fn classify(
         // encrypt again (reencrypt would wrap it, and a shred would no
         // longer reach the copy), but counted as a value this run cannot
         // read. A refusal to call it plaintext, never a read.
-        Some(v)
-            if v.first() == Some(&tombstone_crypt::shred::FORMAT)
-                && v.len() >= tombstone_crypt::shred::OVERHEAD
-                && !s.keyset.names_a_key(v) =>
-        {
+        Some(v) if tombstone_crypt::shred::has_subject_shape(v) && !s.keyset.names_a_key(v) => {
             counts.subject_values_unread += 1;
             (Kind::Undecryptable, None)
         }
@@ -248,9 +244,7 @@ pub(crate) fn form_of(s: &Setup, key: &crate::record::RecordKey, wire: &[u8]) ->
     if !key.encrypted {
         return 0;
     }
-    let id = wire
-        .get(1..5)
-        .map_or(0, |b| u32::from_be_bytes([b[0], b[1], b[2], b[3]]));
+    let id = tombstone_crypt::format::Header::parse(wire).map_or(0, |h| h.key_id.0);
     s.form_ids
         .iter()
         .position(|&f| f == id)

@@ -217,10 +217,7 @@ impl Reader {
 /// the policy says).
 fn hinted(policy: &TopicPolicy, value: Option<&[u8]>, e: &Error) -> String {
     let why = crate::chain(e);
-    let looks_subject = value.is_some_and(|v| {
-        v.first() == Some(&tombstone_crypt::shred::FORMAT)
-            && v.len() >= tombstone_crypt::shred::OVERHEAD
-    });
+    let looks_subject = value.is_some_and(tombstone_crypt::shred::has_subject_shape);
     match (policy.subject_key_set().is_some(), looks_subject) {
         (false, true) => format!(
             "{why} (the value may be under subject keys: give --subject-keyset and its key store, --subject-key-store or --subject-key-topic, in place of --keyset)"

@@ -95,6 +95,22 @@ const DEK_ID: usize = 8;
 const HEADER: usize = 1 + TAG + DEK_ID + NONCE_LEN;
 /// Bytes a value adds to its plaintext.
 pub const OVERHEAD: usize = HEADER + TAG_LEN;
+/// Whether `value` has the shape of a subject-key value: [`FORMAT`] first,
+/// and room for the header and the tag. A hint only (a plaintext may start
+/// so): a value's format comes from its topic's policy, never from this;
+/// what a reader under a keyset tells apart from a plaintext value.
+///
+/// ```
+/// use tombstone_crypt::shred::{has_subject_shape, FORMAT, OVERHEAD};
+///
+/// assert!(has_subject_shape(&[FORMAT; OVERHEAD]));
+/// assert!(!has_subject_shape(&[FORMAT; OVERHEAD - 1]));
+/// assert!(!has_subject_shape(b"{\"balance\": 100}"));
+/// ```
+pub fn has_subject_shape(value: &[u8]) -> bool {
+    value.first() == Some(&FORMAT) && value.len() >= OVERHEAD
+}
+
 /// The key store's id of the naming key (no subject tag is this, but with
 /// probability 2^-128).
 const NAMING_ID: [u8; TAG] = [0xff; TAG];
