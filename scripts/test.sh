@@ -3,8 +3,9 @@
 # need (a Python venv with Google Tink and confluent-kafka, Apache Kafka's
 # own broker from Maven's jars (scripts/kafka.sh: transactions, a log
 # cleaner), a loopback tansu broker for the two suites that plant what
-# Apache Kafka refuses, loopback KMS servers, strace, cargo-fuzz), runs
-# every check, stops the brokers and the KMS servers.
+# Apache Kafka refuses, loopback KMS servers, the proxy's Java and Go
+# clients, strace, cargo-fuzz), runs every check, stops the brokers and the
+# KMS servers.
 #
 # The suites that wait on Apache Kafka's log cleaner or start a broker of
 # their own (tests whose names contain "compacting_broker") run last,
@@ -82,6 +83,12 @@ TOMBSTONE_APACHE_KAFKA_BOOTSTRAP="$(bash scripts/kafka.sh start | tail -n 1)"
 export TOMBSTONE_APACHE_KAFKA_BOOTSTRAP
 TOMBSTONE_KAFKA_BOOTSTRAP="$TOMBSTONE_APACHE_KAFKA_BOOTSTRAP"
 export TOMBSTONE_KAFKA_BOOTSTRAP
+
+step "the proxy's Java and Go clients: kafka-clients 4.4.0 (proxy/tests/java/pom.xml, its jars in target/m2 beside the broker's, compiled by javac: scripts/java-clients.sh) and franz-go 1.22.3 (proxy/tests/go/go.mod and go.sum, built into target/go: scripts/go-clients.sh)"
+TOMBSTONE_JAVA_CLIENTS_CP="$(bash scripts/java-clients.sh | tail -n 1)"
+export TOMBSTONE_JAVA_CLIENTS_CP
+TOMBSTONE_GO_CLIENT="$(bash scripts/go-clients.sh | tail -n 1)"
+export TOMBSTONE_GO_CLIENT
 
 step "strace (cli/tests/keyset_files.rs traces the keyset files' fsync calls)"
 if ! command -v strace >/dev/null; then
@@ -205,9 +212,10 @@ cargo test --workspace --all-features --test writers_model --test compaction -- 
 # and the proxy across a restart of an Apache Kafka of its own
 # (scripts/kafka.sh restart keeps its records); a shred that a client's
 # writes through the proxy to the key-store topic cannot undo once it is
-# compacted; and TLS to every broker connection (an Apache Kafka of its
-# own advertising a TLS forwarder).
-cargo test --workspace --all-features --test proxy_compacting --test faults --test shred_attacks --test tls -- compacting_broker
+# compacted; TLS to every broker connection (an Apache Kafka of its
+# own advertising a TLS forwarder); and the Java and Go clients' compacted
+# topics and their transactions after a key rotation, compacted.
+cargo test --workspace --all-features --test proxy_compacting --test faults --test shred_attacks --test tls --test java_clients --test go_clients -- compacting_broker
 # The command line's resumes across a compaction (and into a topic
 # deleted and created again), with their negative control, the shredding
 # model with the command line as a second process, and the typed
