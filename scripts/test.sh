@@ -131,6 +131,11 @@ else
   cargo test --workspace --all-features -- --skip compacting_broker
 fi
 
+step "the report's scenario in Kafka Streams 4.4.0 (examples/streams/, scripts/streams-demo.sh): plain, through a naive encrypting Serde and through the proxy, on an Apache Kafka of its own; fails unless naive > 0 and plain and proxy are 0"
+# The command line the stage above built (a build for its own feature set
+# would compile the library again).
+TOMBSTONE_STREAMS_DEMO_CLI="$PWD/target/debug/tombstone-crypt" bash scripts/streams-demo.sh
+
 step "the key-store tests again, each KafkaKeyStore with its view on disk (a redb file), not in memory"
 # The suites of what a view decides (shreds, evidence, stale views, the
 # command line's shred and check). The racing makers' and the crash
