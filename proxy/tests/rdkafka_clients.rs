@@ -3,11 +3,14 @@
 //! and null for tombstones, and the library reads those records back; the
 //! library's records read through the proxy; what cannot be decrypted is
 //! refused; under a key keyset in rotation the write rule's tombstones of
-//! older key forms come first. With negative controls: a proxy that
+//! older key forms come first; a compacted topic on Apache Kafka keeps one
+//! record per key, its last. With negative controls: a proxy that
 //! forwards plaintext, turns a tombstone into a value, or leaves out the
 //! older forms' tombstones fails the checks.
 
 mod common;
+
+use std::time::Duration;
 
 use common::{
     bootstrap, consume_all, create_topic, fresh_topic, produce_ok, start_proxy, Consumed, Keys, Rec,
@@ -420,4 +423,55 @@ fn negative_control_without_the_older_forms_tombstones_a_key_is_split() {
         err.contains("older form") || err.contains("split key"),
         "{err}"
     );
+}
+
+/// Several versions of three keys, a tombstone and an empty value the last
+/// of two of them, written through a proxy with `hooks` to a compacted
+/// topic on Apache Kafka: once its log cleaner has compacted the topic, one
+/// record per key must be left, the key's last, read through the proxy as
+/// written and sealed beside it.
+fn compacted(hooks: Hooks) -> Result<(), String> {
+    let Some(broker) = common::apache_kafka() else {
+        return Ok(());
+    };
+    let topic = fresh_topic("compacted");
+    let keys = Keys::new(true);
+    common::compacting::create_compacted_topic(&broker, &topic, 1);
+    let proxy = start_proxy(&broker, keys.policies(&topic), hooks);
+    let writes = [
+        rec(Some(b"k0"), Some(b"v0-a")),
+        rec(Some(b"k1"), Some(b"v1-a")),
+        rec(Some(b"k2"), Some(b"v2-a")),
+        rec(Some(b"k0"), Some(b"v0-b")),
+        rec(Some(b"k1"), None),
+        rec(Some(b"k2"), Some(b"")),
+        rec(Some(b"k0"), Some(b"v0-c")),
+    ];
+    produce_ok(&proxy.addr, &topic, 0, &writes, "lz4");
+    let c = common::compacting::wait_compacted(&broker, &topic, Duration::from_secs(60));
+    assert!((c.after as i64) < c.offsets, "nothing compacted: {c:?}");
+    let last = writes[4..].to_vec();
+    let through = plain(&consume_all(&proxy.addr, &topic, 1)?);
+    if through != last {
+        return Err(format!(
+            "after compaction, read through the proxy: {through:?}"
+        ));
+    }
+    check_sealed(&topic, &keys, &last, &consume_all(&broker, &topic, 1)?)
+}
+
+#[test]
+fn a_compacted_topic_keeps_one_record_per_key_compacting_broker() {
+    compacted(Hooks::default()).unwrap();
+}
+
+#[test]
+fn negative_control_an_encrypted_tombstone_fails_the_compaction_check_compacting_broker() {
+    let mut hooks = Hooks::default();
+    hooks.tombstone_as_empty = true;
+    if common::apache_kafka().is_none() {
+        return;
+    }
+    let err = compacted(hooks).unwrap_err();
+    assert!(err.contains("read through the proxy"), "{err}");
 }
