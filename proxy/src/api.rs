@@ -18,7 +18,9 @@ use kafka_protocol::protocol::{Decodable, Encodable, Message, StrBytes, VersionR
 
 use uuid::Uuid;
 
-use crate::codes::{CORRUPT_MESSAGE, TOPIC_AUTHORIZATION_FAILED, UNKNOWN_TOPIC_ID};
+use crate::codes::{
+    CORRUPT_MESSAGE, TOPIC_AUTHORIZATION_FAILED, UNKNOWN_TOPIC_ID, UNSUPPORTED_VERSION,
+};
 use crate::config::Policies;
 use crate::hooks::Hooks;
 use crate::topic_ids::TopicIds;
@@ -901,6 +903,26 @@ pub(crate) fn describe_cluster_response(
 /// versions both the broker and the proxy handle; `None` when it passes
 /// as it came (an error, such as the v0 answer to a version the broker
 /// does not know, goes to the client as the broker wrote it).
+/// The proxy's own answer to an ApiVersions at a version it cannot read
+/// (a client newer than its kafka-protocol): `UNSUPPORTED_VERSION` in
+/// v0's shape, listing ApiVersions' versions the proxy reads, as a broker
+/// answers a version it does not speak. The client asks again at the
+/// highest of them (KIP-511).
+pub(crate) fn api_versions_unsupported(correlation: i32) -> Result<Bytes, String> {
+    use kafka_protocol::messages::api_versions_response::ApiVersion;
+    let range = decodable(ApiKey::ApiVersions).ok_or("ApiVersions")?;
+    let mut own = ApiVersion::default();
+    own.api_key = ApiKey::ApiVersions as i16;
+    own.min_version = range.min;
+    own.max_version = range.max;
+    let mut body = ApiVersionsResponse::default();
+    body.error_code = UNSUPPORTED_VERSION;
+    body.api_keys.push(own);
+    let mut header = ResponseHeader::default();
+    header.correlation_id = correlation;
+    encode_response(&header, &body, ApiKey::ApiVersions, 0)
+}
+
 pub(crate) fn api_versions_response(frame: &Bytes, version: i16) -> Result<Option<Bytes>, String> {
     // The header is v0 (a correlation id) at every version, and the error
     // code comes first.

@@ -19,3 +19,6 @@ pub(crate) const UNKNOWN_PRODUCER_ID: i16 = 59;
 /// an id no Metadata response through the proxy has named
 /// (`crate::topic_ids`); retriable: the client asks Metadata again.
 pub(crate) const UNKNOWN_TOPIC_ID: i16 = 100;
+/// `UNSUPPORTED_VERSION`: the proxy's answer to an ApiVersions at a
+/// version it cannot read.
+pub(crate) const UNSUPPORTED_VERSION: i16 = 35;

@@ -535,6 +535,19 @@ async fn read_requests(
                 upstream_then(Then::DescribeCluster { version }),
                 Some(Bytes::clone(&frame)),
             ),
+            Ok(ApiKey::ApiVersions)
+                if api::decodable(ApiKey::ApiVersions).is_some_and(|r| version > r.max) =>
+            {
+                // A client newer than the proxy: told which versions the
+                // proxy reads, as a broker tells it (nothing forwarded).
+                match api::api_versions_unsupported(correlation) {
+                    Ok(answer) => (Some(Pending::Local(answer)), None),
+                    Err(reason) => {
+                        tracing::warn!("client {peer}: {reason}: connection closed");
+                        return End::Closed;
+                    }
+                }
+            }
             Ok(ApiKey::ApiVersions) => (
                 upstream_then(Then::ApiVersions { version }),
                 Some(Bytes::clone(&frame)),

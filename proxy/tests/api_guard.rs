@@ -304,3 +304,55 @@ fn only_the_apis_the_proxy_serves_are_listed_and_others_are_refused(broker: &str
     // The proxy serves on.
     assert!(api_keys(&proxy.addr).contains(&0));
 }
+
+/// An ApiVersions at a version past the proxy's (a client newer than it:
+/// kafka-clients 4.4 asks v5) is answered by the proxy, as a broker answers
+/// a version it does not speak: `UNSUPPORTED_VERSION` in v0's shape,
+/// listing the ApiVersions versions the proxy reads; on the same
+/// connection the client then asks at the highest of them and is served.
+/// Before, the proxy forwarded it and could not read the broker's answer:
+/// it closed the connection, and the Java client never connected.
+#[test]
+fn an_api_versions_past_the_proxys_is_answered_unsupported_and_the_client_asks_again() {
+    let Some(broker) = common::apache_kafka() else {
+        return;
+    };
+    let proxy = start_proxy(&broker, tombstone_crypt_proxy::Policies::new(), Hooks::default());
+    let mut s = TcpStream::connect(&proxy.addr).unwrap();
+    s.set_read_timeout(Some(Duration::from_secs(10))).unwrap();
+    let mut ask = |version: i16| -> bytes::Bytes {
+        let mut r = m::ApiVersionsRequest::default();
+        r.client_software_name = StrBytes::from_static_str("guard");
+        r.client_software_version = StrBytes::from_static_str("1");
+        // Past v4 the request is encoded as v4's (what a newer version
+        // adds, the proxy never reads).
+        let mut body = frame(ApiKey::ApiVersions, version.min(4), &r);
+        body[2..4].copy_from_slice(&version.to_be_bytes());
+        s.write_all(&(body.len() as i32).to_be_bytes()).unwrap();
+        s.write_all(&body).unwrap();
+        let mut len = [0u8; 4];
+        s.read_exact(&mut len).unwrap();
+        let mut out = vec![0u8; i32::from_be_bytes(len) as usize];
+        s.read_exact(&mut out).unwrap();
+        bytes::Bytes::from(out)
+    };
+    let mut out = ask(5);
+    let header = ResponseHeader::decode(&mut out, 0).unwrap();
+    assert_eq!(header.correlation_id, 7);
+    let resp = m::ApiVersionsResponse::decode(&mut out, 0).unwrap();
+    assert_eq!(resp.error_code, 35, "UNSUPPORTED_VERSION");
+    let own = resp
+        .api_keys
+        .iter()
+        .find(|k| k.api_key == ApiKey::ApiVersions as i16)
+        .expect("ApiVersions' own versions listed");
+    let max = own.max_version;
+    assert!(max >= 3, "v{max}");
+    // Asked again at that version, on the same connection: the broker's
+    // list, filtered.
+    let mut out = ask(max);
+    ResponseHeader::decode(&mut out, 0).unwrap();
+    let resp = m::ApiVersionsResponse::decode(&mut out, max).unwrap();
+    assert_eq!(resp.error_code, 0);
+    assert!(resp.api_keys.iter().any(|k| k.api_key == 0), "Produce listed");
+}
