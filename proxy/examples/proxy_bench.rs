@@ -1,9 +1,10 @@
-//! The proxy's speed against the broker direct, in one run
-//! (`scripts/bench-proxy.sh`).
+//! The proxy's speed against the broker direct, and beside other proxies,
+//! in one run (`scripts/bench-proxy.sh`).
 //!
 //! ```sh
 //! proxy_bench BOOTSTRAP [--records N] [--rounds R] [--latency N] [--connections N]
-//!             [--partitions N] [--proxy-bin PATH]
+//!             [--partitions N] [--proxy-bin PATH] [--proxy-port P]
+//!             [--other-proxy NAME=ADDR[,PID]]...
 //! ```
 //!
 //! Starts a proxy to BOOTSTRAP whose policy encrypts the values (AES-GCM
@@ -11,24 +12,33 @@
 //! `bench-`): as a separate process, `PATH proxy --config FILE`, with
 //! `--proxy-bin` (its CPU time and resident memory are then its own), or
 //! else in this process on a runtime of its own (its CPU time is that of
-//! the runtime's threads; its memory is this process's). Then, in rounds
-//! that alternate which goes first, direct and through the proxy:
+//! the runtime's threads; its memory is this process's). It listens on
+//! `--proxy-port` (and the ports after it, one per broker node), else on
+//! a free port. Each `--other-proxy` is another proxy in front of the same
+//! broker, already running, that clients bootstrap at ADDR; with PID, its
+//! process's CPU time and resident memory are read from `/proc/PID`.
+//!
+//! Then, in rounds that rotate which side goes first, direct, through the
+//! proxy and through each other proxy:
 //! - produces N records of 1 KiB (default 100,000; keyed, idempotent
-//!   producer, acks=all, linger.ms=5) to a fresh topic and times them to
-//!   the last delivery;
+//!   producer, acks=all, linger.ms=5) to a fresh topic (`max.message.bytes`
+//!   2 MiB: a full batch of rdkafka's grows past the default 1 MiB when
+//!   encrypted) and times them to the last delivery;
 //! - fetches them all back (assigned partitions, from the beginning, to
 //!   the end of each) and checks every value came back whole;
 //! - times single produce requests (one record of 1 KiB sent, its delivery
 //!   awaited; 100 untimed, then `--latency` timed, default 2,000);
-//! - through the proxy: its CPU time during the produce and the fetch;
-//!   after each round, and once on the fresh proxy before the first, its
-//!   resident memory before and with `--connections` (default 200) idle
-//!   client connections that completed an ApiVersions and a Metadata
-//!   request.
+//! - through a proxy it can read: its CPU time during the produce and the
+//!   fetch; after each round, and once on the fresh proxy before the
+//!   first, its resident memory before and with `--connections` (default
+//!   200) idle client connections that completed an ApiVersions and a
+//!   Metadata request.
 //!
 //! MB are 10^6 bytes of record values (keys not counted). Prints a table
-//! per round, then the ratios (proxy / direct) of every round and those of
-//! the fastest round.
+//! per round, then, per side, its fastest sample and the spread over the
+//! rounds, the ratios to direct and the goals (throughput through the
+//! proxy at least 0.85 of direct; its CPU per MB at most a fifth of each
+//! other proxy's).
 
 use std::io::{Read, Write};
 use std::net::{TcpListener, TcpStream};
@@ -62,6 +72,22 @@ type Error = Box<dyn std::error::Error>;
 
 const VALUE: usize = 1024;
 const THREAD: &str = "bench-proxy";
+/// The side names of the table.
+const DIRECT: &str = "direct";
+const OURS: &str = "tombstone-crypt";
+/// The goals: throughput through the proxy at least this share of direct,
+const THROUGHPUT_GOAL: f64 = 0.85;
+/// and its CPU per MB at most this share of another proxy's.
+const CPU_GOAL: f64 = 0.2;
+
+const USAGE: &str = "usage: proxy_bench BOOTSTRAP [--records N] [--rounds R] [--latency N] [--connections N] [--partitions N] [--proxy-bin PATH] [--proxy-port P] [--other-proxy NAME=ADDR[,PID]]...";
+
+/// Another proxy in front of the same broker, started by the caller.
+struct OtherProxy {
+    name: String,
+    addr: String,
+    pid: Option<u32>,
+}
 
 struct Args {
     bootstrap: String,
@@ -71,6 +97,29 @@ struct Args {
     connections: usize,
     partitions: i32,
     proxy_bin: Option<PathBuf>,
+    proxy_port: Option<u16>,
+    others: Vec<OtherProxy>,
+}
+
+fn other_proxy(s: &str) -> Result<OtherProxy, Error> {
+    let (name, rest) = s
+        .split_once('=')
+        .ok_or_else(|| format!("--other-proxy {s}: want NAME=ADDR[,PID]"))?;
+    let (addr, pid) = match rest.split_once(',') {
+        Some((addr, pid)) => (addr, Some(pid.parse()?)),
+        None => (rest, None),
+    };
+    if name.is_empty() || name == DIRECT || name == OURS || addr.is_empty() {
+        return Err(format!(
+            "--other-proxy {s}: want NAME=ADDR[,PID], NAME not {DIRECT} or {OURS}"
+        )
+        .into());
+    }
+    Ok(OtherProxy {
+        name: name.to_owned(),
+        addr: addr.to_owned(),
+        pid,
+    })
 }
 
 fn args() -> Result<Args, Error> {
@@ -83,6 +132,8 @@ fn args() -> Result<Args, Error> {
         connections: 200,
         partitions: 4,
         proxy_bin: None,
+        proxy_port: None,
+        others: Vec::new(),
     };
     while let Some(arg) = it.next() {
         let mut val = || it.next().ok_or_else(|| format!("{arg} takes a value"));
@@ -93,12 +144,17 @@ fn args() -> Result<Args, Error> {
             "--connections" => a.connections = val()?.parse()?,
             "--partitions" => a.partitions = val()?.parse()?,
             "--proxy-bin" => a.proxy_bin = Some(val()?.into()),
+            "--proxy-port" => a.proxy_port = Some(val()?.parse()?),
+            "--other-proxy" => a.others.push(other_proxy(&val()?)?),
             s if !s.starts_with("--") && a.bootstrap.is_empty() => a.bootstrap = s.to_owned(),
-            _ => return Err(format!("usage: proxy_bench BOOTSTRAP [--records N] [--rounds R] [--latency N] [--connections N] [--partitions N] [--proxy-bin PATH] (at {arg})").into()),
+            _ => return Err(format!("{USAGE} (at {arg})").into()),
         }
     }
     if a.bootstrap.is_empty() {
-        return Err("usage: proxy_bench BOOTSTRAP [options]".into());
+        return Err(USAGE.into());
+    }
+    if a.rounds == 0 || a.records == 0 || a.latency == 0 || a.connections == 0 {
+        return Err("--rounds, --records, --latency and --connections must be at least 1".into());
     }
     Ok(a)
 }
@@ -126,6 +182,61 @@ fn free_base_port() -> Result<u16, Error> {
     Err("no free pair of ports".into())
 }
 
+/// Where a side's CPU time and resident memory are read.
+#[derive(Clone, Copy)]
+enum Meter {
+    /// Not read (the broker direct, or another proxy without a pid).
+    None,
+    /// A process of its own: `/proc/PID`.
+    Process(u32),
+    /// This process's threads named [`THREAD`] (CPU) and this process
+    /// (memory).
+    OwnThreads,
+}
+
+impl Meter {
+    /// CPU seconds (user + system) used so far.
+    fn cpu_seconds(self, ticks_per_second: f64) -> Option<f64> {
+        let ticks = |stat: &str| -> u64 {
+            // Fields after the command's closing parenthesis: state is the
+            // 3rd field of the line, utime the 14th, stime the 15th.
+            let rest = stat.rsplit_once(')').map_or("", |(_, r)| r);
+            let f: Vec<&str> = rest.split_whitespace().collect();
+            let get = |i: usize| f.get(i).and_then(|s| s.parse::<u64>().ok()).unwrap_or(0);
+            get(11) + get(12)
+        };
+        let total = match self {
+            Meter::None => return None,
+            Meter::Process(pid) => {
+                ticks(&std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?)
+            }
+            Meter::OwnThreads => std::fs::read_dir("/proc/self/task")
+                .ok()?
+                .flatten()
+                .filter_map(|t| std::fs::read_to_string(t.path().join("stat")).ok())
+                .filter(|s| s.contains(&format!("({THREAD}")))
+                .map(|s| ticks(&s))
+                .sum(),
+        };
+        Some(total as f64 / ticks_per_second)
+    }
+
+    /// Resident memory, in KiB.
+    fn rss_kib(self) -> Option<u64> {
+        let path = match self {
+            Meter::None => return None,
+            Meter::Process(pid) => format!("/proc/{pid}/status"),
+            Meter::OwnThreads => "/proc/self/status".to_owned(),
+        };
+        std::fs::read_to_string(path).ok().and_then(|s| {
+            s.lines()
+                .find(|l| l.starts_with("VmRSS:"))
+                .and_then(|l| l.split_whitespace().nth(1))
+                .and_then(|v| v.parse().ok())
+        })
+    }
+}
+
 /// The proxy under test: a child process or a runtime in this one.
 enum Running {
     Process(Child, PathBuf),
@@ -135,20 +246,16 @@ enum Running {
 struct BenchProxy {
     addr: String,
     running: Running,
-    ticks_per_second: f64,
 }
 
 impl BenchProxy {
     fn start(a: &Args) -> Result<Self, Error> {
         let values = Keyset::generate();
         let keys = Keyset::generate_with(KeyTemplate::aes256_siv())?;
-        let ticks_per_second = Command::new("getconf")
-            .arg("CLK_TCK")
-            .output()
-            .ok()
-            .and_then(|o| String::from_utf8_lossy(&o.stdout).trim().parse().ok())
-            .unwrap_or(100.0);
-        let port = free_base_port()?;
+        let port = match a.proxy_port {
+            Some(p) => p,
+            None => free_base_port()?,
+        };
         let addr = format!("127.0.0.1:{port}");
         let running = match &a.proxy_bin {
             Some(bin) => {
@@ -211,11 +318,7 @@ impl BenchProxy {
                 Running::InProcess(Some(stop_tx))
             }
         };
-        let p = BenchProxy {
-            addr,
-            running,
-            ticks_per_second,
-        };
+        let p = BenchProxy { addr, running };
         let deadline = Instant::now() + Duration::from_secs(30);
         while TcpStream::connect(&p.addr).is_err() {
             if Instant::now() > deadline {
@@ -235,50 +338,11 @@ impl BenchProxy {
         }
     }
 
-    /// CPU seconds (user + system) the proxy has used.
-    fn cpu_seconds(&self) -> f64 {
-        let ticks = |stat: &str| -> u64 {
-            // Fields after the command's closing parenthesis: state is the
-            // 3rd field of the line, utime the 14th, stime the 15th.
-            let rest = stat.rsplit_once(')').map_or("", |(_, r)| r);
-            let f: Vec<&str> = rest.split_whitespace().collect();
-            let get = |i: usize| f.get(i).and_then(|s| s.parse::<u64>().ok()).unwrap_or(0);
-            get(11) + get(12)
-        };
-        let total = match &self.running {
-            Running::Process(child, _) => {
-                std::fs::read_to_string(format!("/proc/{}/stat", child.id()))
-                    .map(|s| ticks(&s))
-                    .unwrap_or(0)
-            }
-            Running::InProcess(_) => std::fs::read_dir("/proc/self/task")
-                .map(|d| {
-                    d.flatten()
-                        .filter_map(|t| std::fs::read_to_string(t.path().join("stat")).ok())
-                        .filter(|s| s.contains(&format!("({THREAD}")))
-                        .map(|s| ticks(&s))
-                        .sum()
-                })
-                .unwrap_or(0),
-        };
-        total as f64 / self.ticks_per_second
-    }
-
-    /// Resident memory of the proxy's process, in KiB.
-    fn rss_kib(&self) -> u64 {
-        let path = match &self.running {
-            Running::Process(child, _) => format!("/proc/{}/status", child.id()),
-            Running::InProcess(_) => "/proc/self/status".to_owned(),
-        };
-        std::fs::read_to_string(path)
-            .ok()
-            .and_then(|s| {
-                s.lines()
-                    .find(|l| l.starts_with("VmRSS:"))
-                    .and_then(|l| l.split_whitespace().nth(1))
-                    .and_then(|v| v.parse().ok())
-            })
-            .unwrap_or(0)
+    fn meter(&self) -> Meter {
+        match &self.running {
+            Running::Process(child, _) => Meter::Process(child.id()),
+            Running::InProcess(_) => Meter::OwnThreads,
+        }
     }
 }
 
@@ -298,7 +362,6 @@ impl Drop for BenchProxy {
         }
     }
 }
-
 /// Deliveries counted.
 #[derive(Default)]
 struct Count {
@@ -342,9 +405,16 @@ fn producer_config(bootstrap: &str, linger_ms: &str) -> ClientConfig {
     c
 }
 
+/// A topic of `partitions` that takes batches of up to 2 MiB: rdkafka's
+/// producer fills batches to 1,000,000 bytes (`batch.size`), which
+/// encryption grows by about 5% at 1 KiB values (33 bytes a value, 21 a
+/// key), past Apache Kafka's default `max.message.bytes` (1,048,588): the
+/// broker would answer MESSAGE_TOO_LARGE to every full batch through a
+/// proxy.
 fn create_topic(bootstrap: &str, topic: &str, partitions: i32) -> Result<(), Error> {
     let admin: AdminClient<DefaultClientContext> = client(bootstrap).create()?;
-    let new = NewTopic::new(topic, partitions, TopicReplication::Fixed(1));
+    let new = NewTopic::new(topic, partitions, TopicReplication::Fixed(1))
+        .set("max.message.bytes", "2097152");
     for r in futures_executor::block_on(admin.create_topics([&new], &AdminOptions::new()))? {
         r.map_err(|(t, e)| format!("creating {t}: {e}"))?;
     }
@@ -548,23 +618,34 @@ fn idle_connections(addr: &str, n: usize) -> Result<Vec<TcpStream>, Error> {
     Ok(out)
 }
 
+/// One side (direct, or through one proxy) in one round.
 #[derive(Clone, Copy, Default)]
-struct Side {
+struct Sample {
     produce_s: f64,
     fetch_s: f64,
     p50_us: f64,
     p99_us: f64,
+    cpu_produce_s: Option<f64>,
+    cpu_fetch_s: Option<f64>,
+    cpu_latency_s: Option<f64>,
+    /// Resident memory (KiB) before and with the idle connections, after
+    /// the round.
+    memory: Option<(u64, u64)>,
 }
 
-#[derive(Clone, Copy, Default)]
-struct Round {
-    direct: Side,
-    proxy: Side,
-    cpu_produce_s: f64,
-    cpu_fetch_s: f64,
-    cpu_latency_s: f64,
-    rss_before_kib: u64,
-    rss_after_kib: u64,
+impl Sample {
+    /// CPU per MB of the produce and the fetch together (each MB passes
+    /// the proxy once each way), in ms.
+    fn cpu_ms_per_mb(&self, mb: f64) -> Option<f64> {
+        Some((self.cpu_produce_s? + self.cpu_fetch_s?) / (2.0 * mb) * 1e3)
+    }
+}
+
+/// A side of the table: the broker direct, or a proxy in front of it.
+struct Target {
+    name: String,
+    addr: String,
+    meter: Meter,
 }
 
 fn load() -> String {
@@ -573,217 +654,367 @@ fn load() -> String {
         .unwrap_or_default()
 }
 
+fn delta(before: Option<f64>, after: Option<f64>) -> Option<f64> {
+    Some(after? - before?)
+}
+
 fn main() -> Result<(), Error> {
     let a = args()?;
     let proxy = BenchProxy::start(&a)?;
+    let ticks_per_second = Command::new("getconf")
+        .arg("CLK_TCK")
+        .output()
+        .ok()
+        .and_then(|o| String::from_utf8_lossy(&o.stdout).trim().parse().ok())
+        .unwrap_or(100.0);
+    let mut targets = vec![
+        Target {
+            name: DIRECT.to_owned(),
+            addr: a.bootstrap.clone(),
+            meter: Meter::None,
+        },
+        Target {
+            name: OURS.to_owned(),
+            addr: proxy.addr.clone(),
+            meter: proxy.meter(),
+        },
+    ];
+    for o in &a.others {
+        TcpStream::connect(&o.addr)
+            .map_err(|e| format!("{} is not listening on {}: {e}", o.name, o.addr))?;
+        if let Some(pid) = o.pid {
+            if Meter::Process(pid).rss_kib().is_none() {
+                return Err(format!("{}: no process {pid} to read", o.name).into());
+            }
+        }
+        targets.push(Target {
+            name: o.name.clone(),
+            addr: o.addr.clone(),
+            meter: o.pid.map_or(Meter::None, Meter::Process),
+        });
+    }
     let mb = (a.records * VALUE as u64) as f64 / 1e6;
     println!(
         "proxy_bench: {} records of {VALUE} B ({mb:.1} MB of values) per produce, {} partitions, {} rounds, {} latency samples, {} idle connections",
         a.records, a.partitions, a.rounds, a.latency, a.connections
     );
     println!(
-        "broker {}, proxy at {} in {}",
+        "broker {}, {OURS} at {} in {}",
         a.bootstrap,
         proxy.addr,
         proxy.mode()
     );
+    for o in &a.others {
+        match o.pid {
+            Some(pid) => println!("{} at {} (pid {pid})", o.name, o.addr),
+            None => println!(
+                "{} at {} (no pid: its CPU and memory are not read)",
+                o.name, o.addr
+            ),
+        }
+    }
     println!("load average at start: {}", load());
-    let (before, after) = memory(&proxy, a.connections)?;
-    println!(
-        "proxy memory, fresh: {before} KiB resident before {} idle connections, {after} KiB with them: {:.1} KiB per connection",
-        a.connections,
-        (after as f64 - before as f64) / a.connections as f64
-    );
+    let mut fresh = vec![None; targets.len()];
+    for (i, t) in targets.iter().enumerate().skip(1) {
+        fresh[i] = memory(&t.addr, t.meter, a.connections)?;
+        if let Some((before, after)) = fresh[i] {
+            println!(
+                "{} memory, fresh: {before} KiB resident before {} idle connections, {after} KiB with them: {:.1} KiB per connection",
+                t.name,
+                a.connections,
+                per_connection(before, after, a.connections)
+            );
+        }
+    }
     let pattern = pattern();
-    let mut rounds = Vec::new();
+    let mut rounds: Vec<Vec<Sample>> = Vec::new();
     for round in 1..=a.rounds {
-        let mut r = Round::default();
-        let order: [bool; 2] = if round % 2 == 1 {
-            [false, true]
-        } else {
-            [true, false]
-        };
-        for through in order {
-            let target = if through {
-                proxy.addr.clone()
+        let n = targets.len();
+        let order: Vec<usize> = (0..n).map(|i| (i + round - 1) % n).collect();
+        let mut samples = vec![Sample::default(); n];
+        for &i in &order {
+            let t = &targets[i];
+            let tag = if i == 0 {
+                "direct".to_owned()
             } else {
-                a.bootstrap.clone()
+                format!("p{i}")
             };
-            let tag = if through { "proxy" } else { "direct" };
             let topic = format!("bench-{tag}-{round}-{}", nanos());
             create_topic(&a.bootstrap, &topic, a.partitions)?;
-            let cpu0 = proxy.cpu_seconds();
-            let produce_s = produce(&target, &topic, a.records, &pattern)?;
-            let cpu1 = proxy.cpu_seconds();
-            let fetch_s = fetch(&target, &topic, a.partitions, a.records)?;
-            let cpu2 = proxy.cpu_seconds();
+            let cpu0 = t.meter.cpu_seconds(ticks_per_second);
+            let produce_s = produce(&t.addr, &topic, a.records, &pattern)
+                .map_err(|e| format!("{}: produce: {e}", t.name))?;
+            let cpu1 = t.meter.cpu_seconds(ticks_per_second);
+            let fetch_s = fetch(&t.addr, &topic, a.partitions, a.records)
+                .map_err(|e| format!("{}: fetch: {e}", t.name))?;
+            let cpu2 = t.meter.cpu_seconds(ticks_per_second);
             let lat_topic = format!("bench-lat-{tag}-{round}-{}", nanos());
             create_topic(&a.bootstrap, &lat_topic, 1)?;
-            let (p50_us, p99_us) = latency(&target, &lat_topic, a.latency, &pattern)?;
-            let cpu3 = proxy.cpu_seconds();
-            let side = Side {
+            let (p50_us, p99_us) = latency(&t.addr, &lat_topic, a.latency, &pattern)
+                .map_err(|e| format!("{}: single produces: {e}", t.name))?;
+            let cpu3 = t.meter.cpu_seconds(ticks_per_second);
+            samples[i] = Sample {
                 produce_s,
                 fetch_s,
                 p50_us,
                 p99_us,
+                cpu_produce_s: delta(cpu0, cpu1),
+                cpu_fetch_s: delta(cpu1, cpu2),
+                cpu_latency_s: delta(cpu2, cpu3),
+                memory: None,
             };
-            if through {
-                r.proxy = side;
-                r.cpu_produce_s = cpu1 - cpu0;
-                r.cpu_fetch_s = cpu2 - cpu1;
-                r.cpu_latency_s = cpu3 - cpu2;
-            } else {
-                r.direct = side;
-            }
         }
-        (r.rss_before_kib, r.rss_after_kib) = memory(&proxy, a.connections)?;
-        print_round(round, &r, &a, mb);
-        rounds.push(r);
+        for (i, t) in targets.iter().enumerate().skip(1) {
+            samples[i].memory = memory(&t.addr, t.meter, a.connections)?;
+        }
+        print_round(round, &order, &targets, &samples, &a, mb);
+        rounds.push(samples);
     }
-    print_summary(&rounds, &a, mb);
+    print_summary(&targets, &rounds, &fresh, &a, mb);
     println!("load average at end: {}", load());
     Ok(())
 }
 
-/// The proxy's resident memory (KiB) before and with `n` idle connections.
-fn memory(proxy: &BenchProxy, n: usize) -> Result<(u64, u64), Error> {
-    let before = proxy.rss_kib();
-    let conns = idle_connections(&proxy.addr, n)?;
+/// A proxy's resident memory (KiB) before and with `n` idle connections;
+/// `None` when its memory cannot be read.
+fn memory(addr: &str, meter: Meter, n: usize) -> Result<Option<(u64, u64)>, Error> {
+    let Some(before) = meter.rss_kib() else {
+        return Ok(None);
+    };
+    let conns = idle_connections(addr, n)?;
     std::thread::sleep(Duration::from_secs(1));
-    let after = proxy.rss_kib();
+    let after = meter.rss_kib().unwrap_or(before);
     drop(conns);
     std::thread::sleep(Duration::from_millis(500));
-    Ok((before, after))
+    Ok(Some((before, after)))
 }
 
-fn print_round(round: usize, r: &Round, a: &Args, mb: f64) {
-    let n = a.records as f64;
-    let first = if round % 2 == 1 { "direct" } else { "proxy" };
-    println!("\nround {round} ({first} first), load average {}", load());
-    println!("| | direct | proxy | proxy / direct |");
-    println!("|---|---:|---:|---:|");
-    let row = |name: &str, d: f64, p: f64, digits: usize| {
-        println!("| {name} | {d:.digits$} | {p:.digits$} | {:.2} |", p / d);
+fn per_connection(before: u64, after: u64, n: usize) -> f64 {
+    (after as f64 - before as f64) / n as f64
+}
+
+fn print_round(round: usize, order: &[usize], targets: &[Target], s: &[Sample], a: &Args, mb: f64) {
+    let names: Vec<&str> = order.iter().map(|&i| targets[i].name.as_str()).collect();
+    println!(
+        "\nround {round} (in this order: {}), load average {}",
+        names.join(", "),
+        load()
+    );
+    let header: Vec<&str> = targets.iter().map(|t| t.name.as_str()).collect();
+    println!("| | {} |", header.join(" | "));
+    println!("|---|{}", "---:|".repeat(targets.len()));
+    let d = s[0];
+    let row = |name: &str, cell: &dyn Fn(usize, &Sample) -> String| {
+        let cells: Vec<String> = s.iter().enumerate().map(|(i, x)| cell(i, x)).collect();
+        println!("| {name} | {} |", cells.join(" | "));
     };
+    row("produce, records/s", &|_, x| {
+        format!("{:.0}", a.records as f64 / x.produce_s)
+    });
+    row("produce, MB/s (/ direct)", &|i, x| {
+        if i == 0 {
+            format!("{:.1}", mb / x.produce_s)
+        } else {
+            format!("{:.1} ({:.2})", mb / x.produce_s, d.produce_s / x.produce_s)
+        }
+    });
+    row("fetch, MB/s (/ direct)", &|i, x| {
+        if i == 0 {
+            format!("{:.1}", mb / x.fetch_s)
+        } else {
+            format!("{:.1} ({:.2})", mb / x.fetch_s, d.fetch_s / x.fetch_s)
+        }
+    });
+    row("single produce p50, ms (added)", &|i, x| {
+        if i == 0 {
+            format!("{:.3}", x.p50_us / 1e3)
+        } else {
+            format!(
+                "{:.3} ({:+.3})",
+                x.p50_us / 1e3,
+                (x.p50_us - d.p50_us) / 1e3
+            )
+        }
+    });
+    row("single produce p99, ms (added)", &|i, x| {
+        if i == 0 {
+            format!("{:.3}", x.p99_us / 1e3)
+        } else {
+            format!(
+                "{:.3} ({:+.3})",
+                x.p99_us / 1e3,
+                (x.p99_us - d.p99_us) / 1e3
+            )
+        }
+    });
+    let cpu = |c: Option<f64>, seconds: f64| match c {
+        Some(c) => format!("{:.2} ({:.0}%)", c / mb * 1e3, c / seconds * 100.0),
+        None => String::new(),
+    };
+    row("CPU, produce: ms per MB (% of a core)", &|_, x| {
+        cpu(x.cpu_produce_s, x.produce_s)
+    });
+    row("CPU, fetch: ms per MB (% of a core)", &|_, x| {
+        cpu(x.cpu_fetch_s, x.fetch_s)
+    });
+    row("CPU, produce and fetch: ms per MB", &|_, x| {
+        x.cpu_ms_per_mb(mb)
+            .map_or(String::new(), |v| format!("{v:.2}"))
+    });
     row(
-        "produce, records/s",
-        n / r.direct.produce_s,
-        n / r.proxy.produce_s,
-        0,
+        &format!("CPU, {} single produces: s", a.latency + 100),
+        &|_, x| x.cpu_latency_s.map_or(String::new(), |v| format!("{v:.2}")),
     );
     row(
-        "produce, MB/s",
-        mb / r.direct.produce_s,
-        mb / r.proxy.produce_s,
-        1,
-    );
-    row(
-        "fetch, MB/s",
-        mb / r.direct.fetch_s,
-        mb / r.proxy.fetch_s,
-        1,
-    );
-    row(
-        "single produce p50, ms",
-        r.direct.p50_us / 1e3,
-        r.proxy.p50_us / 1e3,
-        3,
-    );
-    row(
-        "single produce p99, ms",
-        r.direct.p99_us / 1e3,
-        r.proxy.p99_us / 1e3,
-        3,
-    );
-    println!(
-        "latency added by the proxy: p50 {:+.3} ms, p99 {:+.3} ms",
-        (r.proxy.p50_us - r.direct.p50_us) / 1e3,
-        (r.proxy.p99_us - r.direct.p99_us) / 1e3
-    );
-    println!(
-        "proxy CPU: produce {:.2} s ({:.1} ms per MB, {:.0}% of a core), fetch {:.2} s ({:.1} ms per MB, {:.0}% of a core), {} single produces {:.2} s",
-        r.cpu_produce_s,
-        r.cpu_produce_s / mb * 1e3,
-        r.cpu_produce_s / r.proxy.produce_s * 100.0,
-        r.cpu_fetch_s,
-        r.cpu_fetch_s / mb * 1e3,
-        r.cpu_fetch_s / r.proxy.fetch_s * 100.0,
-        a.latency + 100,
-        r.cpu_latency_s
-    );
-    println!(
-        "proxy memory: {} KiB resident before {} idle connections, {} KiB with them: {:.1} KiB per connection",
-        r.rss_before_kib,
-        a.connections,
-        r.rss_after_kib,
-        (r.rss_after_kib as f64 - r.rss_before_kib as f64) / a.connections as f64
+        &format!(
+            "memory: KiB resident before / with {} idle connections (KiB per connection)",
+            a.connections
+        ),
+        &|_, x| match x.memory {
+            Some((b, w)) => format!("{b} / {w} ({:.1})", per_connection(b, w, a.connections)),
+            None => String::new(),
+        },
     );
 }
 
-fn print_summary(rounds: &[Round], a: &Args, mb: f64) {
-    let list = |f: &dyn Fn(&Round) -> f64| {
-        rounds
+/// The lowest and highest of `v`, if any.
+fn range(v: impl IntoIterator<Item = f64>) -> Option<(f64, f64)> {
+    v.into_iter().fold(None, |acc, x| match acc {
+        None => Some((x, x)),
+        Some((lo, hi)) => Some((lo.min(x), hi.max(x))),
+    })
+}
+
+fn print_summary(
+    targets: &[Target],
+    rounds: &[Vec<Sample>],
+    fresh: &[Option<(u64, u64)>],
+    a: &Args,
+    mb: f64,
+) {
+    let n = targets.len();
+    let r = rounds.len();
+    let side = |i: usize| rounds.iter().map(move |s| s[i]);
+    println!(
+        "\nover the {r} rounds: each side's fastest sample (lowest for latency, CPU and memory), and in brackets its spread, lowest..highest; ratios to direct from the fastest samples, in brackets those of the rounds"
+    );
+    let header: Vec<&str> = targets.iter().map(|t| t.name.as_str()).collect();
+    println!("| | {} |", header.join(" | "));
+    println!("|---|{}", "---:|".repeat(n));
+    let row = |name: &str, cell: &dyn Fn(usize) -> String| {
+        let cells: Vec<String> = (0..n).map(cell).collect();
+        println!("| {name} | {} |", cells.join(" | "));
+    };
+    // Throughput: best = highest MB/s.
+    let throughput = |name: &str, secs: fn(&Sample) -> f64| {
+        row(&format!("{name}, MB/s"), &|i| {
+            let (lo, hi) = range(side(i).map(|x| mb / secs(&x))).unwrap_or_default();
+            format!("{hi:.1} ({lo:.1}..{hi:.1})")
+        });
+        row(&format!("{name} / direct"), &|i| {
+            if i == 0 {
+                return String::new();
+            }
+            let best = |j: usize| range(side(j).map(|x| mb / secs(&x))).map_or(0.0, |v| v.1);
+            let (lo, hi) =
+                range(rounds.iter().map(|s| secs(&s[0]) / secs(&s[i]))).unwrap_or_default();
+            format!("{:.2} ({lo:.2}..{hi:.2})", best(i) / best(0))
+        });
+    };
+    throughput("produce", |x| x.produce_s);
+    throughput("fetch", |x| x.fetch_s);
+    let latency = |name: &str, us: fn(&Sample) -> f64| {
+        row(&format!("single produce {name}, ms"), &|i| {
+            let (lo, hi) = range(side(i).map(|x| us(&x) / 1e3)).unwrap_or_default();
+            format!("{lo:.3} ({lo:.3}..{hi:.3})")
+        });
+        row(&format!("{name} added, ms"), &|i| {
+            if i == 0 {
+                return String::new();
+            }
+            let best = |j: usize| range(side(j).map(|x| us(&x) / 1e3)).map_or(0.0, |v| v.0);
+            let (lo, hi) =
+                range(rounds.iter().map(|s| (us(&s[i]) - us(&s[0])) / 1e3)).unwrap_or_default();
+            format!("{:+.3} ({lo:+.3}..{hi:+.3})", best(i) - best(0))
+        });
+    };
+    latency("p50", |x| x.p50_us);
+    latency("p99", |x| x.p99_us);
+    let cpu = |name: &str, f: &dyn Fn(&Sample) -> Option<f64>| {
+        row(
+            &format!("CPU, {name}: ms per MB"),
+            &|i| match range(side(i).filter_map(|x| f(&x))) {
+                Some((lo, hi)) => format!("{lo:.2} ({lo:.2}..{hi:.2})"),
+                None => String::new(),
+            },
+        );
+    };
+    cpu("produce", &|x| x.cpu_produce_s.map(|c| c / mb * 1e3));
+    cpu("fetch", &|x| x.cpu_fetch_s.map(|c| c / mb * 1e3));
+    cpu("produce and fetch", &|x| x.cpu_ms_per_mb(mb));
+    // Fresh, the growth is the connections' own; after traffic, freed
+    // buffers are reused for them and the growth is mostly none.
+    row(
+        &format!(
+            "memory per connection, KiB ({} idle): fresh (after the rounds)",
+            a.connections
+        ),
+        &|i| {
+            let Some((b, w)) = fresh[i] else {
+                return String::new();
+            };
+            let after = range(
+                side(i)
+                    .filter_map(|x| x.memory)
+                    .map(|(b, w)| per_connection(b, w, a.connections)),
+            );
+            match after {
+                Some((lo, hi)) => format!(
+                    "{:.1} ({lo:.1}..{hi:.1})",
+                    per_connection(b, w, a.connections)
+                ),
+                None => format!("{:.1}", per_connection(b, w, a.connections)),
+            }
+        },
+    );
+    row("resident when fresh, MiB", &|i| {
+        fresh[i].map_or(String::new(), |(b, _)| format!("{:.1}", b as f64 / 1024.0))
+    });
+
+    // The goals, for this project's proxy (side 1).
+    for (name, secs) in [
+        ("produce", (|x: &Sample| x.produce_s) as fn(&Sample) -> f64),
+        ("fetch", |x: &Sample| x.fetch_s),
+    ] {
+        let best = |j: usize| range(side(j).map(|x| mb / secs(&x))).map_or(0.0, |v| v.1);
+        let ratio = best(1) / best(0);
+        let met = rounds
             .iter()
-            .map(|r| format!("{:.2}", f(r)))
-            .collect::<Vec<_>>()
-            .join(", ")
-    };
-    println!("\nratios proxy / direct, rounds 1..{}:", rounds.len());
-    println!(
-        "  produce throughput: {}",
-        list(&|r| r.direct.produce_s / r.proxy.produce_s)
-    );
-    println!(
-        "  fetch throughput:   {}",
-        list(&|r| r.direct.fetch_s / r.proxy.fetch_s)
-    );
-    println!(
-        "  single produce p50: {}",
-        list(&|r| r.proxy.p50_us / r.direct.p50_us)
-    );
-    println!(
-        "  single produce p99: {}",
-        list(&|r| r.proxy.p99_us / r.direct.p99_us)
-    );
-    // The fastest round: the one whose proxy produce was fastest.
-    let Some((i, best)) = rounds
-        .iter()
-        .enumerate()
-        .min_by(|x, y| x.1.proxy.produce_s.total_cmp(&y.1.proxy.produce_s))
-    else {
-        return;
-    };
-    let min = |f: &dyn Fn(&Side) -> f64, side: fn(&Round) -> Side| {
-        rounds
+            .filter(|s| secs(&s[0]) / secs(&s[1]) >= THROUGHPUT_GOAL)
+            .count();
+        println!(
+            "goal: {name} through {OURS} at least {THROUGHPUT_GOAL} of direct: {ratio:.2} (fastest samples): {}; {met} of {r} rounds at or above it",
+            if ratio >= THROUGHPUT_GOAL { "met" } else { "not met" }
+        );
+    }
+    for (i, t) in targets.iter().enumerate().skip(2) {
+        let pairs: Vec<(f64, f64)> = rounds
             .iter()
-            .map(|r| f(&side(r)))
-            .fold(f64::INFINITY, f64::min)
-    };
-    let d = |r: &Round| r.direct;
-    let p = |r: &Round| r.proxy;
-    println!(
-        "fastest round (fastest produce through the proxy): round {}: produce {:.0} / {:.0} records/s ({:.2}), fetch {:.1} / {:.1} MB/s ({:.2})",
-        i + 1,
-        a.records as f64 / best.proxy.produce_s,
-        a.records as f64 / best.direct.produce_s,
-        best.direct.produce_s / best.proxy.produce_s,
-        mb / best.proxy.fetch_s,
-        mb / best.direct.fetch_s,
-        best.direct.fetch_s / best.proxy.fetch_s,
-    );
-    let (dp, pp) = (min(&|s| s.produce_s, d), min(&|s| s.produce_s, p));
-    let (df, pf) = (min(&|s| s.fetch_s, d), min(&|s| s.fetch_s, p));
-    println!(
-        "best of each side over the rounds: produce {:.1} / {:.1} MB/s ({:.2}), fetch {:.1} / {:.1} MB/s ({:.2}), p50 {:.3} / {:.3} ms, p99 {:.3} / {:.3} ms",
-        mb / pp,
-        mb / dp,
-        dp / pp,
-        mb / pf,
-        mb / df,
-        df / pf,
-        min(&|s| s.p50_us, p) / 1e3,
-        min(&|s| s.p50_us, d) / 1e3,
-        min(&|s| s.p99_us, p) / 1e3,
-        min(&|s| s.p99_us, d) / 1e3,
-    );
+            .filter_map(|s| Some((s[1].cpu_ms_per_mb(mb)?, s[i].cpu_ms_per_mb(mb)?)))
+            .collect();
+        let (Some((ours, _)), Some((theirs, _))) = (
+            range(pairs.iter().map(|p| p.0)),
+            range(pairs.iter().map(|p| p.1)),
+        ) else {
+            println!("goal: CPU per MB against {}: not read (no pid)", t.name);
+            continue;
+        };
+        let ratio = ours / theirs;
+        let (lo, hi) = range(pairs.iter().map(|p| p.0 / p.1)).unwrap_or_default();
+        println!(
+            "goal: CPU per MB of {OURS} at most {CPU_GOAL} of {}'s: {ours:.2} / {theirs:.2} ms per MB = {ratio:.2} (lowest samples; rounds {lo:.2}..{hi:.2}): {}",
+            t.name,
+            if ratio <= CPU_GOAL { "met" } else { "not met" }
+        );
+    }
 }
