@@ -3,8 +3,7 @@
 //! and the Go one (`tests/go`, run by `go_clients.rs`) take the same
 //! arguments, `PHASE PROXY BROKER PREFIX VALUE_KEYSET KEY_KEYSET [CASES]`,
 //! print one line per case and `{"ok": true, ...}`, and exit 1 with
-//! `FAILED: ` and the first difference on stderr, or 3 after a line
-//! `PENDING: ` naming a proxy problem that stops them. This module runs their
+//! `FAILED: ` and the first difference on stderr. This module runs their
 //! phases: the clients' cases, a compaction (the kit's `wait_compacted`
 //! between writing and reading), a key keyset's rotation with transactions.
 
@@ -43,21 +42,8 @@ pub struct Outcome {
 }
 
 impl Outcome {
-    /// Whether the program could not run its cases through this proxy
-    /// (exit 3 with a `PENDING:` line: a proxy problem it names).
-    pub fn pending(&self) -> bool {
-        let pending = self.code == 3 && self.stdout.contains("PENDING: ");
-        if pending {
-            eprintln!("pending, not checked: {}", self.stdout.trim());
-        }
-        pending
-    }
-
-    /// Panics unless the phase passed (or is [`pending`](Self::pending)).
+    /// Panics unless the phase passed.
     pub fn assert_ok(&self) {
-        if self.pending() {
-            return;
-        }
         assert!(
             self.code == 0 && self.stdout.contains("\"ok\": true"),
             "exit {}\nstdout: {}\nstderr: {}",
@@ -68,11 +54,8 @@ impl Outcome {
     }
 
     /// Panics unless the phase failed its check with a message holding
-    /// one of `needles` (or is [`pending`](Self::pending)).
+    /// one of `needles`.
     pub fn assert_failed_with(&self, needles: &[&str]) {
-        if self.pending() {
-            return;
-        }
         assert_eq!(
             self.code, 1,
             "the check passed or crashed\nstdout: {}\nstderr: {}",
@@ -253,11 +236,7 @@ impl Peer {
                 None,
             )
         };
-        let written = run("compaction-write");
-        if written.pending() {
-            return;
-        }
-        written.assert_ok();
+        run("compaction-write").assert_ok();
         let c = compacting::wait_compacted(
             &broker,
             &format!("{prefix}compaction"),
