@@ -314,8 +314,9 @@ pub(crate) struct Refused {
     pub(crate) code: i16,
 }
 
-/// A partition whose batch the write rule grew: `count` tombstones of
-/// older key forms at its front.
+/// A partition whose batch the write rule grew (`count` tombstones of
+/// older key forms at its front), or whose idempotent producer the proxy
+/// follows (`producer`: its id and epoch, `crate::sequences`), or both.
 #[derive(Clone, Debug)]
 pub(crate) struct Added {
     pub(crate) topic: TopicName,
@@ -323,6 +324,9 @@ pub(crate) struct Added {
     pub(crate) topic_id: Uuid,
     pub(crate) partition: i32,
     pub(crate) count: i32,
+    /// The idempotent producer whose line this batch started or moved on:
+    /// confirmed once the broker takes the batch.
+    pub(crate) producer: Option<(i64, i16)>,
 }
 
 /// What to do with a Produce request.
@@ -455,8 +459,14 @@ pub(crate) fn produce_request(
                 tracing::debug_span!("partition", topic = name.as_str(), partition = p.index)
                     .entered();
             let index = p.index;
-            let mut sequence =
-                |batch, more, grows| sequences.forward(name.as_str(), index, batch, more, grows);
+            let mut followed = None;
+            let mut sequence = |batch: crate::sequences::Batch, more, grows| {
+                let base = sequences.forward(name.as_str(), index, batch, more, grows)?;
+                if batch.idempotent() && grows {
+                    followed = Some((batch.producer_id, batch.producer_epoch));
+                }
+                Ok(base)
+            };
             match crate::batch::encrypt(
                 name.as_str(),
                 policy,
@@ -467,12 +477,13 @@ pub(crate) fn produce_request(
             ) {
                 Ok(encrypted) => {
                     p.records = Some(encrypted.records);
-                    if encrypted.added > 0 {
+                    if encrypted.added > 0 || followed.is_some() {
                         added.push(Added {
                             topic: name.clone(),
                             topic_id,
                             partition: p.index,
                             count: encrypted.added,
+                            producer: followed,
                         });
                     }
                     true
@@ -581,23 +592,47 @@ fn rewrite(
 }
 
 /// A Produce response with the refused partitions merged in and node
-/// endpoints rewritten; `None` when it passes as it came.
+/// endpoints rewritten; `None` when it passes as it came. Each followed
+/// producer's line whose batch the broker took is confirmed in
+/// `sequences`.
 pub(crate) fn produce_response(
     frame: &Bytes,
     version: i16,
     refused: &[Refused],
     added: &[Added],
     map: &NodeMap<'_>,
+    sequences: &crate::sequences::Sequences,
 ) -> Result<Option<Bytes>, String> {
     if refused.is_empty() && added.is_empty() && version < 10 {
         return Ok(None);
     }
     let (header, mut body): (_, ProduceResponse) =
         decode_response(frame, ApiKey::Produce, version)?;
-    if refused.is_empty() && added.is_empty() && body.node_endpoints.is_empty() {
+    let grown = added.iter().any(|a| a.count > 0);
+    for a in added {
+        let Some((producer_id, epoch)) = a.producer else {
+            continue;
+        };
+        let taken = body
+            .responses
+            .iter()
+            .filter(|t| {
+                if version >= 13 {
+                    t.topic_id == a.topic_id
+                } else {
+                    t.name == a.topic
+                }
+            })
+            .flat_map(|t| t.partition_responses.iter())
+            .any(|p| p.index == a.partition && p.error_code == 0);
+        if taken {
+            sequences.confirm(a.topic.as_str(), a.partition, producer_id, epoch);
+        }
+    }
+    if refused.is_empty() && !grown && body.node_endpoints.is_empty() {
         return Ok(None);
     }
-    for a in added {
+    for a in added.iter().filter(|a| a.count > 0) {
         let partitions = body
             .responses
             .iter_mut()

@@ -78,6 +78,11 @@ struct Seen {
 struct Line {
     seen: VecDeque<Seen>,
     used: u64,
+    /// Whether the broker took one of its batches. A full table drops
+    /// unconfirmed lines first: lines a client makes up (producer ids no
+    /// broker issued, batches the proxy or the broker refuses) never push
+    /// out a producer the broker took batches from.
+    confirmed: bool,
 }
 
 type Key = (i64, i16, String, i32);
@@ -155,7 +160,14 @@ impl Sequences {
                 base: 0,
                 added,
             }]);
-            inner.lines.insert(key, Line { seen, used: now });
+            inner.lines.insert(
+                key,
+                Line {
+                    seen,
+                    used: now,
+                    confirmed: false,
+                },
+            );
             return Ok(0);
         };
         line.used = now;
@@ -205,6 +217,16 @@ impl Sequences {
         Ok(base)
     }
 
+    /// Marks the line of `producer_id` at `epoch` in `topic`-`partition`
+    /// confirmed: the broker took one of its batches.
+    pub(crate) fn confirm(&self, topic: &str, partition: i32, producer_id: i64, epoch: i16) {
+        let mut inner = self.inner.lock().unwrap_or_else(|e| e.into_inner());
+        let key = (producer_id, epoch, topic.to_owned(), partition);
+        if let Some(line) = inner.lines.get_mut(&key) {
+            line.confirmed = true;
+        }
+    }
+
     /// How many producer-partition lines are kept.
     #[cfg(test)]
     fn lines(&self) -> usize {
@@ -212,17 +234,38 @@ impl Sequences {
     }
 }
 
-/// Drops the least recently used tenth of the lines.
+/// Drops a tenth of the lines: the least recently used of the
+/// unconfirmed ones, then (when fewer are unconfirmed) of the confirmed.
 fn evict(lines: &mut HashMap<Key, Line>) {
-    let mut used: Vec<u64> = lines.values().map(|l| l.used).collect();
-    let cut = used.len() / 10;
-    if cut == 0 {
-        lines.clear();
+    let cut = (lines.len() / 10).max(1);
+    let unconfirmed: Vec<u64> = lines
+        .values()
+        .filter(|l| !l.confirmed)
+        .map(|l| l.used)
+        .collect();
+    if unconfirmed.len() >= cut {
+        drop_oldest(lines, unconfirmed, cut, false);
         return;
     }
-    let (_, nth, _) = used.select_nth_unstable(cut);
+    let rest = cut - unconfirmed.len();
+    lines.retain(|_, l| l.confirmed);
+    let confirmed: Vec<u64> = lines.values().map(|l| l.used).collect();
+    drop_oldest(lines, confirmed, rest, true);
+}
+
+/// Drops the `n` least recently used lines whose `confirmed` is `which`
+/// (`used`: their times of use, each line's its own).
+fn drop_oldest(lines: &mut HashMap<Key, Line>, mut used: Vec<u64>, n: usize, which: bool) {
+    if n == 0 || used.is_empty() {
+        return;
+    }
+    if used.len() <= n {
+        lines.retain(|_, l| l.confirmed != which);
+        return;
+    }
+    let (_, nth, _) = used.select_nth_unstable(n - 1);
     let nth = *nth;
-    lines.retain(|_, l| l.used > nth);
+    lines.retain(|_, l| l.confirmed != which || l.used > nth);
 }
 
 #[cfg(test)]
@@ -307,5 +350,23 @@ mod tests {
             Ok(2)
         );
         assert!(t.forward("t", 0, batch(1, 1), 0, true).is_err());
+    }
+
+    #[test]
+    fn lines_the_broker_never_took_cannot_push_out_one_it_took() {
+        let t = Sequences::default();
+        // A producer the broker took a batch from.
+        assert_eq!(t.forward("t", 0, batch(0, 1), 1, true), Ok(0));
+        t.confirm("t", 0, 7, 0);
+        // A client makes up a table's worth of producers (never taken).
+        for id in 0..(MAX_LINES as i64 + 10) {
+            let mut b = batch(0, 1);
+            b.producer_id = 1000 + id;
+            t.forward("t", 1, b, 1, true).unwrap();
+        }
+        assert!(t.lines() <= MAX_LINES, "{} lines", t.lines());
+        // The confirmed line is followed still: its next batch goes where
+        // the broker expects it (1 record + 1 tombstone: 2).
+        assert_eq!(t.forward("t", 0, batch(1, 1), 0, true), Ok(2));
     }
 }

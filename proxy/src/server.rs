@@ -728,7 +728,8 @@ fn respond(
             version,
             refused,
             added,
-        } => api::produce_response(&frame, version, &refused, &added, map)?.unwrap_or(frame),
+        } => api::produce_response(&frame, version, &refused, &added, map, &shared.sequences)?
+            .unwrap_or(frame),
         Then::Fetch { version } => {
             let (out, failed) = api::fetch_response(
                 &frame,
