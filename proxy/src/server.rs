@@ -459,7 +459,8 @@ async fn read_requests(
                 // encrypted frame waiting for the broker is this
                 // connection's one request in hand).
                 let encrypted = in_place(
-                    shared.policies.may_block() && !shared.hooks.kms_on_the_worker,
+                    (shared.policies.may_block() || !shared.policies.is_empty())
+                        && !shared.hooks.kms_on_the_worker,
                     || {
                         let budget =
                             Budget::new(&shared.pool, shared.request_budget, shared.max_frame);
@@ -657,8 +658,9 @@ async fn write_responses(
                 let span = tracing::debug_span!("response", correlation);
                 // The decoding's budget is given back once the response is
                 // made, never held while the client is slow to read it.
+                let decrypts = matches!(then, Then::Fetch { .. }) && !shared.policies.is_empty();
                 let handed = in_place(
-                    shared.policies.may_block() && !shared.hooks.kms_on_the_worker,
+                    (shared.policies.may_block() || decrypts) && !shared.hooks.kms_on_the_worker,
                     || {
                         let budget =
                             Budget::new(&shared.pool, shared.request_budget, shared.max_frame);
@@ -699,15 +701,18 @@ async fn write_responses(
     let _ = tokio::io::AsyncWriteExt::shutdown(&mut client).await;
 }
 
-/// Runs `work` where it stands; when it may call a KMS (`kms`), on a
-/// multi-thread runtime in `block_in_place`, so the worker hands its other
-/// connections to another thread for the call (the library's typed
-/// clients do the same). On a current-thread runtime it runs inline.
-/// Never moved to another task: a connection's requests stay in order.
-fn in_place<T>(kms: bool, work: impl FnOnce() -> T) -> T {
+/// Runs `work` where it stands; when it may call a KMS or holds the CPU
+/// for long (`heavy`: a Produce or a Fetch response of policy topics, which
+/// may take up to the request's decoding budget), on a multi-thread
+/// runtime in `block_in_place`, so the worker hands its other connections
+/// to another thread meanwhile (the library's typed clients do the same
+/// for KMS calls): a client's large requests do not hold up the others'.
+/// On a current-thread runtime it runs inline. Never moved to another
+/// task: a connection's requests stay in order.
+fn in_place<T>(heavy: bool, work: impl FnOnce() -> T) -> T {
     use tokio::runtime::{Handle, RuntimeFlavor};
     match Handle::try_current() {
-        Ok(runtime) if kms && runtime.runtime_flavor() == RuntimeFlavor::MultiThread => {
+        Ok(runtime) if heavy && runtime.runtime_flavor() == RuntimeFlavor::MultiThread => {
             tokio::task::block_in_place(work)
         }
         _ => work(),
