@@ -3,8 +3,11 @@
 //! beside the proxy with Google Tink for Python
 //! (`tests/python/confluent_clients.py`); the same with kafka-python, the
 //! pure-Python client with its own protocol code
-//! (`tests/python/kafka_python_clients.py`: none and gzip); with negative
-//! controls, a proxy that forwards plaintext.
+//! (`tests/python/kafka_python_clients.py`: none and gzip), and with it a
+//! compacted topic after Apache Kafka's log cleaner (one record per key,
+//! each key's last, through the proxy and sealed beside it); with negative
+//! controls, a proxy that forwards plaintext and one that writes a
+//! tombstone as a ciphertext of nothing (the key is never removed).
 //!
 //! The Python is `TOMBSTONE_TINK_PYTHON` (the venv of `scripts/tink-venv.sh`,
 //! as `scripts/test.sh` exports it); the test is skipped with a printed
@@ -14,8 +17,16 @@ mod common;
 
 use std::path::PathBuf;
 use std::process::Command;
+use std::time::Duration;
 
-use common::{bootstrap, fresh_topic, start_proxy, Keys};
+use common::{
+    apache_kafka, bootstrap, compacting, consume_all, fresh_topic, start_proxy, Keys, RunningProxy,
+};
+use tombstone_crypt::kafka::decode_message;
+use tombstone_crypt::kafka::rdkafka::message::OwnedMessage;
+use tombstone_crypt::kafka::rdkafka::Timestamp;
+use tombstone_crypt::record_key::KeyBinding;
+use tombstone_crypt::{Bytes, DecryptingDeserializer, DeterministicDeserializer};
 use tombstone_crypt_proxy::{Hooks, Policies};
 
 fn python() -> Option<String> {
@@ -28,38 +39,167 @@ fn python() -> Option<String> {
     }
 }
 
+/// How a run of the script ended: its exit code, stdout and stderr.
+type Exit = (i32, String, String);
+
+/// A proxy with `hooks` to `broker` on a fresh prefix, under fresh
+/// keysets whose files are removed on drop.
+struct Setup {
+    broker: String,
+    prefix: String,
+    keys: Keys,
+    dir: PathBuf,
+    proxy: RunningProxy,
+}
+
+impl Setup {
+    fn new(broker: String, hooks: Hooks) -> Self {
+        let prefix = format!("{}-", fresh_topic("py"));
+        let keys = Keys::new(true);
+        let dir = std::env::temp_dir().join(format!("px-py-{}", fresh_topic("k")));
+        std::fs::create_dir_all(&dir).unwrap();
+        std::fs::write(dir.join("values.json"), keys.values.to_tink_json()).unwrap();
+        std::fs::write(
+            dir.join("keys.json"),
+            keys.keys.as_ref().unwrap().to_tink_json(),
+        )
+        .unwrap();
+        let policies = Policies::new().with_prefix(&prefix, keys.policy());
+        let proxy = start_proxy(&broker, policies, hooks);
+        Setup {
+            broker,
+            prefix,
+            keys,
+            dir,
+            proxy,
+        }
+    }
+
+    /// Runs `script` with `last` (codecs, or a phase): its exit code,
+    /// stdout and stderr.
+    fn python(&self, python: &str, script: &str, last: &str) -> Exit {
+        let script = PathBuf::from(env!("CARGO_MANIFEST_DIR"))
+            .join("tests/python")
+            .join(script);
+        let out = Command::new(python)
+            .arg(script)
+            .args([&self.proxy.addr, &self.broker, &self.prefix])
+            .arg(self.dir.join("values.json"))
+            .arg(self.dir.join("keys.json"))
+            .arg(last)
+            .output()
+            .unwrap();
+        (
+            out.status.code().unwrap_or(-1),
+            String::from_utf8_lossy(&out.stdout).into_owned(),
+            String::from_utf8_lossy(&out.stderr).into_owned(),
+        )
+    }
+}
+
+impl Drop for Setup {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_dir_all(&self.dir);
+    }
+}
+
 /// Runs `script` through a proxy with `hooks` over `codecs`: its exit
 /// code, stdout and stderr; `None` when skipped.
-fn run(script: &str, hooks: Hooks, codecs: &str) -> Option<(i32, String, String)> {
+fn run(script: &str, hooks: Hooks, codecs: &str) -> Option<Exit> {
     let broker = bootstrap()?;
     let python = python()?;
-    let prefix = format!("{}-", fresh_topic("py"));
-    let keys = Keys::new(true);
-    let dir = std::env::temp_dir().join(format!("px-py-{}", fresh_topic("k")));
-    std::fs::create_dir_all(&dir).unwrap();
-    let values_path = dir.join("values.json");
-    let keys_path = dir.join("keys.json");
-    std::fs::write(&values_path, keys.values.to_tink_json()).unwrap();
-    std::fs::write(&keys_path, keys.keys.as_ref().unwrap().to_tink_json()).unwrap();
-    let policies = Policies::new().with_prefix(&prefix, keys.policy());
-    let proxy = start_proxy(&broker, policies, hooks);
-    let script = PathBuf::from(env!("CARGO_MANIFEST_DIR"))
-        .join("tests/python")
-        .join(script);
-    let out = Command::new(python)
-        .arg(script)
-        .args([&proxy.addr, &broker, &prefix])
-        .arg(&values_path)
-        .arg(&keys_path)
-        .arg(codecs)
-        .output()
-        .unwrap();
-    let _ = std::fs::remove_dir_all(&dir);
-    Some((
-        out.status.code().unwrap_or(-1),
-        String::from_utf8_lossy(&out.stdout).into_owned(),
-        String::from_utf8_lossy(&out.stderr).into_owned(),
-    ))
+    Some(Setup::new(broker, hooks).python(&python, script, codecs))
+}
+
+/// kafka-python writes several versions of four keys to a compacted topic
+/// on Apache Kafka through a proxy with `hooks`, its log cleaner compacts
+/// the topic, and kafka-python reads it back through the proxy: that read
+/// (exit code, stdout, stderr; it must find each key's last record only,
+/// a tombstone null, an empty value empty), and the broker's records
+/// beside the proxy against the same; `None` when skipped.
+fn compaction(hooks: Hooks) -> Option<(Exit, Result<(), String>)> {
+    let broker = apache_kafka()?;
+    let python = python()?;
+    let setup = Setup::new(broker, hooks);
+    let script = "kafka_python_clients.py";
+    let (code, stdout, stderr) = setup.python(&python, script, "compaction-write");
+    assert_eq!(code, 0, "stdout: {stdout}\nstderr: {stderr}");
+    let topic = format!("{}compaction", setup.prefix);
+    let c = compacting::wait_compacted(&setup.broker, &topic, Duration::from_secs(60));
+    assert!((c.after as i64) < c.offsets, "nothing compacted: {c:?}");
+    let read = setup.python(&python, script, "compaction-read");
+    let last = [
+        (b"k2".to_vec(), Some(b"".to_vec())),
+        (b"k3".to_vec(), Some(b"v3-b".to_vec())),
+        (b"k0".to_vec(), Some(b"v0-c".to_vec())),
+        (b"k1".to_vec(), None),
+    ];
+    Some((read, sealed_per_key(&setup, &topic, &last)))
+}
+
+/// The broker holds one record per key of `last`, in its order: the key a
+/// ciphertext, the value a ciphertext the library reads back to the
+/// key's last value, the tombstone null.
+fn sealed_per_key(
+    setup: &Setup,
+    topic: &str,
+    last: &[(Vec<u8>, Option<Vec<u8>>)],
+) -> Result<(), String> {
+    let direct = consume_all(&setup.broker, topic, 1)?;
+    if direct.len() != last.len() {
+        return Err(format!(
+            "{} records on the broker after compaction, {} keys",
+            direct.len(),
+            last.len()
+        ));
+    }
+    let key_de = DeterministicDeserializer::new(Bytes, setup.keys.keys.clone().unwrap());
+    let value_de = DecryptingDeserializer::new(Bytes, setup.keys.values.clone());
+    for (want, d) in last.iter().zip(&direct) {
+        let (key, value) = want;
+        let wire_key = d.key.clone().unwrap_or_default();
+        if wire_key.len() != key.len() + 21 || wire_key[0] != 1 {
+            return Err(format!(
+                "offset {}: the key on the broker is not a ciphertext",
+                d.offset
+            ));
+        }
+        match (value, &d.value) {
+            (None, Some(_)) => {
+                return Err(format!(
+                    "offset {}: the tombstone on the broker is a value",
+                    d.offset
+                ))
+            }
+            (Some(v), Some(c)) if c.len() != v.len() + 33 || c[0] != 1 => {
+                return Err(format!(
+                    "offset {}: the value on the broker is not a ciphertext",
+                    d.offset
+                ))
+            }
+            _ => {}
+        }
+        let m = OwnedMessage::new(
+            d.value.clone(),
+            Some(wire_key),
+            topic.to_owned(),
+            Timestamp::NotAvailable,
+            d.partition,
+            d.offset,
+            None,
+        );
+        let got: (Vec<u8>, Option<Vec<u8>>) =
+            decode_message(&m, KeyBinding::Plaintext, &key_de, &value_de)
+                .map_err(|e| format!("offset {}: {e}", d.offset))?;
+        if &got != want {
+            return Err(format!(
+                "offset {}: the library reads {got:?}, not {:?}",
+                d.offset,
+                (key, value)
+            ));
+        }
+    }
+    Ok(())
 }
 
 #[test]
@@ -111,5 +251,32 @@ fn negative_control_plaintext_forwarded_fails_the_kafka_python_check() {
     assert!(
         stderr.contains("the value on the broker is not a ciphertext"),
         "{stderr}"
+    );
+}
+
+#[test]
+fn kafka_python_compaction_keeps_one_record_per_key_compacting_broker() {
+    let Some(((code, stdout, stderr), broker)) = compaction(Hooks::default()) else {
+        return;
+    };
+    assert_eq!(code, 0, "stdout: {stdout}\nstderr: {stderr}");
+    assert!(stdout.contains("\"ok\": true"), "{stdout}");
+    broker.unwrap();
+}
+
+#[test]
+fn negative_control_an_encrypted_tombstone_fails_the_kafka_python_compaction_check_compacting_broker(
+) {
+    let mut hooks = Hooks::default();
+    hooks.tombstone_as_empty = true;
+    let Some(((code, stdout, stderr), broker)) = compaction(hooks) else {
+        return;
+    };
+    assert_eq!(code, 1, "stdout: {stdout}\nstderr: {stderr}");
+    assert!(stderr.contains("not each key's last record"), "{stderr}");
+    let err = broker.unwrap_err();
+    assert!(
+        err.contains("the tombstone on the broker is a value"),
+        "{err}"
     );
 }

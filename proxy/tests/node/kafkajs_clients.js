@@ -3,6 +3,8 @@
 //
 // Usage:
 //   node kafkajs_clients.js PROXY BROKER PREFIX VALUE_KEYSET KEY_KEYSET CODECS
+//   node kafkajs_clients.js PROXY BROKER PREFIX VALUE_KEYSET KEY_KEYSET compaction-write
+//   node kafkajs_clients.js PROXY BROKER PREFIX VALUE_KEYSET KEY_KEYSET compaction-read
 //
 // For each codec of CODECS (none, gzip: kafkajs's built-in codecs), the
 // topic PREFIX + codec (two partitions, created beforehand: kafkajs's
@@ -14,8 +16,13 @@
 // Tink AES-GCM ciphertext (decrypted here from the keyset's JSON with the
 // TopicAndKey associated data of docs/FORMAT.md), every key as a
 // ciphertext of the key keyset (21 bytes more, version byte 1), every
-// tombstone null. Prints {"ok": true, ...}; exits 1 naming the first
-// difference.
+// tombstone null. compaction-write writes several versions of four keys
+// through the proxy to the compacted topic PREFIX + "compaction" (one
+// partition, created beforehand), one key ending on a tombstone, one on an
+// empty value; the test then has Apache Kafka's log cleaner compact it, and
+// compaction-read reads it through the proxy: each key's last record only,
+// the tombstone null, the empty value empty. Prints {"ok": true, ...};
+// exits 1 naming the first difference.
 'use strict';
 
 const fs = require('fs');
@@ -116,7 +123,58 @@ async function read(kafka, topic, groupId, expected, commit) {
   return got;
 }
 
+// Several versions of four keys, round by round: k1 ends on a tombstone,
+// k2 on an empty value.
+function versions() {
+  const table = [
+    ['k0', ['v0-a', 'v0-b', 'v0-c']],
+    ['k1', ['v1-a', 'v1-b', null]],
+    ['k2', ['v2-a', '']],
+    ['k3', ['v3-a', 'v3-b']],
+  ];
+  const out = [];
+  for (let r = 0; r < 3; r++) {
+    for (const [key, vs] of table) {
+      if (r < vs.length) out.push({ partition: 0, key: Buffer.from(key), value: vs[r] === null ? null : Buffer.from(vs[r]) });
+    }
+  }
+  return out;
+}
+
+function show(recs) {
+  return recs.map(([k, v]) => `${k}=${v === null ? 'null' : JSON.stringify(v.toString())}`).join(' ');
+}
+
+async function compaction(through, phase) {
+  const topic = `${prefix}compaction`;
+  const recs = versions();
+  if (phase === 'compaction-write') {
+    const producer = through.producer({ allowAutoTopicCreation: false });
+    await producer.connect();
+    try {
+      await producer.send({ topic, acks: -1, messages: recs });
+    } catch (e) {
+      throw new Failed(`${topic}: produce through the proxy: ${e.message}`);
+    } finally {
+      await producer.disconnect();
+    }
+    return;
+  }
+  // Each key's last record, in offset order: an older record left would be
+  // read before them.
+  const want = recs.filter((r, i) => recs.slice(i + 1).every((l) => !same(l.key, r.key))).map((r) => [r.key, r.value]);
+  const got = (await read(through, topic, `${topic}-group`, want.length, false))[0];
+  if (got.length !== want.length || !want.every(([k, v], i) => same(k, got[i][0]) && same(v, got[i][1]))) {
+    throw new Failed(`${topic} (compacted) read through the proxy: ${show(got)}, not each key's last record ${show(want)}`);
+  }
+}
+
 async function main() {
+  if (codecs.startsWith('compaction-')) {
+    await compaction(new Kafka({ clientId: 'px-kafkajs', brokers: [proxy], logLevel: logLevel.NOTHING }), codecs);
+    console.log(JSON.stringify({ ok: true, client: 'kafkajs', phase: codecs }));
+    return;
+  }
   const values = gcmKeys(valueKeysetPath);
   JSON.parse(fs.readFileSync(keyKeysetPath, 'utf8'));
   const recs = records();

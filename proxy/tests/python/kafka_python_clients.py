@@ -3,6 +3,8 @@ checked beside it with Google Tink (Python).
 
 Usage:
   kafka_python_clients.py PROXY BROKER PREFIX VALUE_KEYSET KEY_KEYSET CODECS
+  kafka_python_clients.py PROXY BROKER PREFIX VALUE_KEYSET KEY_KEYSET compaction-write
+  kafka_python_clients.py PROXY BROKER PREFIX VALUE_KEYSET KEY_KEYSET compaction-read
 
 The same records and checks as confluent_clients.py, with kafka-python's
 own protocol code: for each codec of CODECS (none, gzip: the venv has no
@@ -10,7 +12,12 @@ lz4, snappy or zstd library for kafka-python) a topic PREFIX + codec of two
 partitions created through the proxy, an idempotent producer, a consumer
 group through the proxy (subscribe, commit, committed offsets) that must
 read exactly what was sent, and a consumer beside the proxy whose records
-Tink decrypts to what was sent, tombstones null. Prints {"ok": true, ...};
+Tink decrypts to what was sent, tombstones null. compaction-write creates
+the compacted topic PREFIX + "compaction" (one partition) through the proxy
+and writes several versions of four keys to it, one ending on a tombstone,
+one on an empty value; the test then has Apache Kafka's log cleaner compact
+it, and compaction-read reads it through the proxy: each key's last record
+only, the tombstone null, the empty value empty. Prints {"ok": true, ...};
 exits 1 naming the first difference.
 """
 
@@ -27,10 +34,10 @@ sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from confluent_clients import Failed, handle, records, topic_ad, value_ad  # noqa: E402
 
 
-def create(proxy, topic):
+def create(proxy, topic, partitions=2, configs=None):
     admin = KafkaAdminClient(bootstrap_servers=proxy, client_id="px-admin")
     try:
-        admin.create_topics([NewTopic(topic, num_partitions=2, replication_factor=1)])
+        admin.create_topics([NewTopic(topic, num_partitions=partitions, replication_factor=1, topic_configs=configs or {})])
     finally:
         admin.close()
 
@@ -55,10 +62,10 @@ def produce(proxy, topic, codec, recs):
         p.close(10)
 
 
-def read(bootstrap, topic, group, expected):
-    """Every record of both partitions, by partition, in offset order: as a
-    member of `group` (then commits and reads the committed offsets back),
-    or with the partitions assigned when `group` is None."""
+def read(bootstrap, topic, group, expected, partitions=2):
+    """Every record of the topic's partitions, by partition, in offset
+    order: as a member of `group` (then commits and reads the committed
+    offsets back), or with the partitions assigned when `group` is None."""
     c = KafkaConsumer(
         bootstrap_servers=bootstrap,
         group_id=group,
@@ -67,13 +74,13 @@ def read(bootstrap, topic, group, expected):
         session_timeout_ms=6000,
         heartbeat_interval_ms=500,
     )
-    tps = [TopicPartition(topic, 0), TopicPartition(topic, 1)]
+    tps = [TopicPartition(topic, p) for p in range(partitions)]
     if group is None:
         c.assign(tps)
         c.seek_to_beginning(*tps)
     else:
         c.subscribe([topic])
-    got = {0: [], 1: []}
+    got = {p: [] for p in range(partitions)}
     deadline = time.monotonic() + 60
     try:
         while sum(len(v) for v in got.values()) < expected:
@@ -97,8 +104,42 @@ def read(bootstrap, topic, group, expected):
     return got
 
 
+# Several versions of four keys, round by round: k1 ends on a tombstone,
+# k2 on an empty value.
+VERSIONS = [
+    (b"k0", [b"v0-a", b"v0-b", b"v0-c"]),
+    (b"k1", [b"v1-a", b"v1-b", None]),
+    (b"k2", [b"v2-a", b""]),
+    (b"k3", [b"v3-a", b"v3-b"]),
+]
+
+
+def versions():
+    return [(0, key, vs[r]) for r in range(3) for key, vs in VERSIONS if r < len(vs)]
+
+
+def compaction(proxy, prefix, phase):
+    """The compaction-write or compaction-read phase."""
+    topic = f"{prefix}compaction"
+    recs = versions()
+    if phase == "compaction-write":
+        create(proxy, topic, 1, {"cleanup.policy": "compact"})
+        produce(proxy, topic, "none", recs)
+        return
+    # Each key's last record, in offset order: an older record left would
+    # be read before them.
+    want = [(k, v) for i, (_, k, v) in enumerate(recs) if all(k != later for _, later, _ in recs[i + 1:])]
+    got = read(proxy, topic, None, len(want), 1)[0]
+    if got != want:
+        raise Failed(f"{topic} (compacted) read through the proxy: {got}, not each key's last record {want}")
+
+
 def main():
     proxy, broker, prefix, value_keyset, key_keyset, codecs = sys.argv[1:7]
+    if codecs.startswith("compaction-"):
+        compaction(proxy, prefix, codecs)
+        print(json.dumps({"ok": True, "client": "kafka-python", "phase": codecs}))
+        return 0
     aead.register()
     daead.register()
     values = handle(value_keyset).primitive(aead.Aead)
