@@ -125,6 +125,7 @@ pub(crate) fn encrypt(
     };
     let mut batches = 0u32;
     let mut added = 0i32;
+    budget.clear_written();
     let records = transform(
         raw,
         false,
@@ -179,6 +180,11 @@ pub(crate) fn encrypt(
         } else {
             crate::codes::CORRUPT_MESSAGE
         },
+    })?;
+    // What the broker would take, a Fetch must be able to hand back.
+    budget.written_fits().map_err(|reason| Refusal {
+        reason,
+        code: crate::codes::MESSAGE_TOO_LARGE,
     })?;
     tally.commit(true);
     stats::add(
@@ -605,6 +611,7 @@ fn transform_records(
         timestamp: be64(batch, FIRST_TIMESTAMP),
     };
     let walked = crate::records::walk(&all, count, base)?;
+    let walked_headers = walked.headers;
     budget.take(
         crate::records::header_cost(walked.headers),
         "a record batch's headers",
@@ -659,17 +666,31 @@ fn transform_records(
     // encoder compressed).
     out.extend_from_slice(&batch[..HEADER]);
     let list = &records.list;
+    // The records' length uncompressed, as a Fetch of the batch will see
+    // it.
+    let uncompressed = std::cell::Cell::new(0usize);
     let write = |tmp: &mut BytesMut| -> anyhow::Result<()> {
-        crate::records::encode(tmp, list, base).map_err(anyhow::Error::msg)
+        let before = tmp.len();
+        crate::records::encode(tmp, list, base).map_err(anyhow::Error::msg)?;
+        uncompressed.set(tmp.len() - before);
+        Ok(())
     };
+    let records_at = out.len();
     let compressed = match set.compression {
-        Compression::None => crate::records::encode(out.inner(), list, base),
+        Compression::None => crate::records::encode(out.inner(), list, base)
+            .inspect(|()| uncompressed.set(out.len() - records_at)),
         Compression::Gzip => Gzip::compress(out.inner(), write).map_err(|e| format!("{e:#}")),
         Compression::Snappy => Snappy::compress(out.inner(), write).map_err(|e| format!("{e:#}")),
         Compression::Lz4 => Lz4::compress(out.inner(), write).map_err(|e| format!("{e:#}")),
         Compression::Zstd => Zstd::compress(out.inner(), write).map_err(|e| format!("{e:#}")),
     };
     compressed.map_err(|e| format!("encoding a record batch: {e}"))?;
+    budget.note_written(
+        list.len(),
+        uncompressed.get(),
+        walked_headers,
+        set.compression != Compression::None,
+    );
     drop(records);
     let encoded = &mut out[start..];
     let new_length = i32::try_from(encoded.len() - LOG_OVERHEAD)

@@ -77,6 +77,9 @@ pub(crate) struct Budget {
     pub(crate) decompress_limit: usize,
     max: usize,
     taken: Cell<usize>,
+    /// What decoding the batches written so far (`note_written`) would
+    /// take on the way back, and the longest of them decompressed.
+    written: Cell<(usize, usize)>,
 }
 
 impl Budget {
@@ -88,6 +91,7 @@ impl Budget {
             decompress_limit,
             max,
             taken: Cell::new(0),
+            written: Cell::new((0, 0)),
         }
     }
 
@@ -122,6 +126,64 @@ impl Budget {
             ));
         }
         self.taken.set(taken + n);
+        Ok(())
+    }
+}
+
+impl Budget {
+    /// Notes a batch written (encrypted on Produce) of `records` records,
+    /// `bytes` long uncompressed, with `headers` headers, `compressed` or
+    /// not: what a Fetch of it will take to decode, as
+    /// [`take`](Budget::take) is charged then (decompressing counted at
+    /// twice its length, the room a growing buffer takes).
+    pub(crate) fn note_written(
+        &self,
+        records: usize,
+        bytes: usize,
+        headers: usize,
+        compressed: bool,
+    ) {
+        let cost = crate::records::record_cost(records, bytes)
+            .saturating_add(crate::records::header_cost(headers))
+            .saturating_add(if compressed {
+                bytes.saturating_mul(2)
+            } else {
+                0
+            });
+        let (total, longest) = self.written.get();
+        self.written
+            .set((total.saturating_add(cost), longest.max(bytes)));
+    }
+
+    /// Forgets the batches noted written (a new partition).
+    pub(crate) fn clear_written(&self) {
+        self.written.set((0, 0));
+    }
+
+    /// Whether the batches noted written can be read back: a Fetch of them
+    /// alone fits a request's budget, and none decompresses past the
+    /// limit. A batch that could not would be taken by the broker and then
+    /// refused to every reader, on every Fetch, until retention removes it.
+    ///
+    /// # Errors
+    /// Why not.
+    pub(crate) fn written_fits(&self) -> Result<(), String> {
+        let (total, longest) = self.written.get();
+        if longest > self.decompress_limit {
+            return Err(format!(
+                "encrypted, the partition's records are {longest} bytes uncompressed, past the \
+                 {} a batch may decompress to (max_frame_bytes): a Fetch could not read them back",
+                self.decompress_limit
+            ));
+        }
+        if total > self.max {
+            return Err(format!(
+                "encrypted, the partition's records would take {total} bytes to decode on Fetch, \
+                 past a request's budget of {} (max_decoded_bytes_per_request): a Fetch could \
+                 not read them back; write smaller batches",
+                self.max
+            ));
+        }
         Ok(())
     }
 }

@@ -22,3 +22,8 @@ pub(crate) const UNKNOWN_TOPIC_ID: i16 = 100;
 /// `UNSUPPORTED_VERSION`: the proxy's answer to an ApiVersions at a
 /// version it cannot read.
 pub(crate) const UNSUPPORTED_VERSION: i16 = 35;
+/// `MESSAGE_TOO_LARGE`: a partition whose records, encrypted, a Fetch
+/// through the proxy could not decode back (past the request's decoding
+/// budget, or decompressing past `max_frame_bytes`). Not retriable as it
+/// is; the Java producer splits its batch and tries again.
+pub(crate) const MESSAGE_TOO_LARGE: i16 = 10;

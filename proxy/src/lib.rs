@@ -38,7 +38,10 @@
 //!   that sends no whole request, or takes no response, for
 //!   `connections_max_idle_ms` (default 600,000, a broker's own) is
 //!   closed. A batch that claims no records and carries some is refused
-//!   on Fetch too.
+//!   on Fetch too. What a Fetch could not decode back (a batch that,
+//!   encrypted, would take more than a request's budget, or decompress
+//!   past `max_frame_bytes`) is refused on Produce (`MESSAGE_TOO_LARGE`,
+//!   nothing written), never taken and then refused to every reader.
 //! - **Never plaintext**: a partition of a policy topic that cannot be
 //!   encrypted (a batch the proxy cannot decode, a keyset that fails) is
 //!   not forwarded; the proxy answers it with `CORRUPT_MESSAGE`
@@ -69,8 +72,11 @@
 //!   after its line left the bounded table) is answered
 //!   `UNKNOWN_PRODUCER_ID`, on which the producer starts a new epoch
 //!   (KIP-360: librdkafka's idempotent producer on its own, as the tests
-//!   show across a restart; the Java client by the same KIP, not yet tried
-//!   here; a transactional producer once it aborts).
+//!   show across a restart; the Java client by the same KIP, untried
+//!   across a restart of the proxy; a transactional producer once it
+//!   aborts). A line is confirmed once the broker takes one of its
+//!   batches; a full table drops unconfirmed lines first, so producers a
+//!   client makes up push out only each other.
 //!
 //! # Headers
 //! A policy may name headers (`"headers": ["x-ssn"]`,
@@ -151,6 +157,13 @@
 //! partition); neither names a key or a value.
 //!
 //! # Limits of this version
+//! - Encryption makes a batch longer (33 bytes a value under AES-GCM, 21
+//!   a record key under AES-SIV): a producer whose batches fill the
+//!   topic's `max.message.bytes` (librdkafka's default `batch.size` of
+//!   1,000,000 bytes against Apache Kafka's default of 1,048,588) gets
+//!   `MESSAGE_TOO_LARGE` from the broker for its largest batches. Give
+//!   such producers a `batch.size` about a tenth below the topic's limit,
+//!   or raise the limit (the Java producer splits a refused batch itself).
 //! - A record's partition is the client's choice. The library's writers
 //!   put an encrypted key in the partition of murmur2 of its plaintext (the
 //!   Java client's default partitioner); a client with another partitioner
