@@ -707,7 +707,10 @@ pub(crate) fn fetch_response(
     ids: &TopicIds,
 ) -> Result<(Option<Bytes>, Vec<Undecryptable>), String> {
     let mut failed = Vec::new();
-    if policies.is_empty() && !policies.guards_any() {
+    // Without a policy or a guard only the node endpoints (v16 and on)
+    // change: the brokers' addresses are the proxy's.
+    let watching = !policies.is_empty() || policies.guards_any();
+    if !watching && version < 16 {
         return Ok((None, failed));
     }
     crate::bounds::fetch_response(frame, version)
@@ -733,7 +736,7 @@ pub(crate) fn fetch_response(
         wipe: hooks.wipes(),
     };
     let mut changed = false;
-    for topic in &mut body.body.responses {
+    for topic in body.body.responses.iter_mut().filter(|_| watching) {
         // Its name: its own, or (v13 and on) the one its id names.
         let known = if version >= 13 {
             ids.name(topic.topic_id.as_bytes())
@@ -1069,6 +1072,42 @@ mod tests {
             &TopicIds::new(),
         )
         .is_ok());
+    }
+
+    /// Found by review: a proxy without policies handed a Fetch v16
+    /// response's node endpoints on as the broker sent them (the brokers'
+    /// own addresses: a client could go round the proxy). They are the
+    /// proxy's now, with or without a policy.
+    #[test]
+    fn fetch_node_endpoints_are_rewritten_without_a_policy_too() {
+        use kafka_protocol::messages::fetch_response::NodeEndpoint;
+        use kafka_protocol::messages::BrokerId;
+        let version = 16;
+        let mut body = FetchResponse::default();
+        let mut n = NodeEndpoint::default();
+        n.node_id = BrokerId(1);
+        n.host = StrBytes::from_static_str("broker.internal");
+        n.port = 9092;
+        body.node_endpoints.push(n);
+        let mut header = ResponseHeader::default();
+        header.correlation_id = 9;
+        let frame = encode_response(&header, &body, ApiKey::Fetch, version).unwrap();
+        let map = |_: i32, _: &str, _: i32| Some((StrBytes::from_static_str("proxy"), 19001));
+        let (out, failed) = fetch_response(
+            &frame,
+            version,
+            &Policies::new(),
+            &Hooks::default(),
+            &map,
+            &crate::budget::Budget::alone(64 << 20, 1 << 20),
+            &TopicIds::new(),
+        )
+        .unwrap();
+        assert!(failed.is_empty());
+        let out = out.expect("rewritten");
+        let (_, back): (_, FetchResponse) = decode_response(&out, ApiKey::Fetch, version).unwrap();
+        assert_eq!(back.node_endpoints[0].host.as_str(), "proxy");
+        assert_eq!(back.node_endpoints[0].port, 19001);
     }
 
     /// Default deny: ApiVersions keeps only what the proxy serves: not a
