@@ -536,6 +536,16 @@ pub(crate) fn answer_refused(
     encode_response(&rh, &response, ApiKey::Produce, version)
 }
 
+/// Whether `t` of a Produce response at `version` is the topic `name`
+/// (up to v12) or `id` (v13 and on).
+fn names(t: &TopicProduceResponse, version: i16, name: &TopicName, id: Uuid) -> bool {
+    if version >= 13 {
+        t.topic_id == id
+    } else {
+        t.name == *name
+    }
+}
+
 fn merge_refused(response: &mut ProduceResponse, refused: &[Refused], version: i16) {
     for r in refused {
         let mut p = PartitionProduceResponse::default();
@@ -548,14 +558,11 @@ fn merge_refused(response: &mut ProduceResponse, refused: &[Refused], version: i
                 r.reason
             )));
         }
-        let same = |t: &TopicProduceResponse| {
-            if version >= 13 {
-                t.topic_id == r.topic_id
-            } else {
-                t.name == r.topic
-            }
-        };
-        match response.responses.iter_mut().find(|t| same(t)) {
+        match response
+            .responses
+            .iter_mut()
+            .find(|t| names(t, version, &r.topic, r.topic_id))
+        {
             Some(t) => t.partition_responses.push(p),
             None => {
                 let mut t = TopicProduceResponse::default();
@@ -616,13 +623,7 @@ pub(crate) fn produce_response(
         let taken = body
             .responses
             .iter()
-            .filter(|t| {
-                if version >= 13 {
-                    t.topic_id == a.topic_id
-                } else {
-                    t.name == a.topic
-                }
-            })
+            .filter(|t| names(t, version, &a.topic, a.topic_id))
             .flat_map(|t| t.partition_responses.iter())
             .any(|p| p.index == a.partition && p.error_code == 0);
         if taken {
@@ -636,13 +637,7 @@ pub(crate) fn produce_response(
         let partitions = body
             .responses
             .iter_mut()
-            .filter(|t| {
-                if version >= 13 {
-                    t.topic_id == a.topic_id
-                } else {
-                    t.name == a.topic
-                }
-            })
+            .filter(|t| names(t, version, &a.topic, a.topic_id))
             .flat_map(|t| t.partition_responses.iter_mut())
             .filter(|p| p.index == a.partition);
         for p in partitions {

@@ -19,7 +19,9 @@ use std::panic::{catch_unwind, AssertUnwindSafe};
 use std::time::{Duration, Instant};
 
 use bytes::{Bytes, BytesMut};
-use common::wire::{batch_of, call, fix_crc, raw_fetch, raw_produce, record, request, send_frame};
+use common::wire::{
+    batch_of, call, fix_crc, raw_fetch, raw_produce, record, request, send_frame, topic_id,
+};
 use common::{consume_all, create_topic, fresh_topic, lenient_broker, start_proxy_json, Keys};
 use kafka_protocol::messages as m;
 use kafka_protocol::messages::{ApiKey, ResponseHeader, TopicName};
@@ -634,22 +636,6 @@ fn a_planted_batch_that_claims_no_records_is_not_handed_on_unread() {
 // ---------------------------------------------------------------------
 // Admin requests and default deny.
 // ---------------------------------------------------------------------
-
-/// The topic id of `topic` (Metadata v12 at `addr`).
-fn topic_id(addr: &str, topic: &str) -> Option<uuid::Uuid> {
-    let mut t = m::metadata_request::MetadataRequestTopic::default();
-    t.name = Some(name(topic));
-    let mut r = m::MetadataRequest::default();
-    r.topics = Some(vec![t]);
-    let resp: m::MetadataResponse = call(
-        addr,
-        ApiKey::Metadata,
-        12,
-        &request(ApiKey::Metadata, 12, 1, &r),
-    )?;
-    let t = resp.topics.first()?;
-    (t.error_code == 0 && !t.topic_id.is_nil()).then_some(t.topic_id)
-}
 
 fn exists(broker: &str, topic: &str) -> bool {
     let mut t = m::metadata_request::MetadataRequestTopic::default();

@@ -19,14 +19,7 @@ use std::path::PathBuf;
 use std::process::Command;
 use std::time::Duration;
 
-use common::{
-    apache_kafka, bootstrap, compacting, consume_all, fresh_topic, start_proxy, Keys, RunningProxy,
-};
-use tombstone_crypt::kafka::decode_message;
-use tombstone_crypt::kafka::rdkafka::message::OwnedMessage;
-use tombstone_crypt::kafka::rdkafka::Timestamp;
-use tombstone_crypt::record_key::KeyBinding;
-use tombstone_crypt::{Bytes, DecryptingDeserializer, DeterministicDeserializer};
+use common::{apache_kafka, bootstrap, compacting, fresh_topic, start_proxy, Keys, RunningProxy};
 use tombstone_crypt_proxy::{Hooks, Policies};
 
 fn python() -> Option<String> {
@@ -134,72 +127,10 @@ fn compaction(hooks: Hooks) -> Option<(Exit, Result<(), String>)> {
         (b"k0".to_vec(), Some(b"v0-c".to_vec())),
         (b"k1".to_vec(), None),
     ];
-    Some((read, sealed_per_key(&setup, &topic, &last)))
-}
-
-/// The broker holds one record per key of `last`, in its order: the key a
-/// ciphertext, the value a ciphertext the library reads back to the
-/// key's last value, the tombstone null.
-fn sealed_per_key(
-    setup: &Setup,
-    topic: &str,
-    last: &[(Vec<u8>, Option<Vec<u8>>)],
-) -> Result<(), String> {
-    let direct = consume_all(&setup.broker, topic, 1)?;
-    if direct.len() != last.len() {
-        return Err(format!(
-            "{} records on the broker after compaction, {} keys",
-            direct.len(),
-            last.len()
-        ));
-    }
-    let key_de = DeterministicDeserializer::new(Bytes, setup.keys.keys.clone().unwrap());
-    let value_de = DecryptingDeserializer::new(Bytes, setup.keys.values.clone());
-    for (want, d) in last.iter().zip(&direct) {
-        let (key, value) = want;
-        let wire_key = d.key.clone().unwrap_or_default();
-        if wire_key.len() != key.len() + 21 || wire_key[0] != 1 {
-            return Err(format!(
-                "offset {}: the key on the broker is not a ciphertext",
-                d.offset
-            ));
-        }
-        match (value, &d.value) {
-            (None, Some(_)) => {
-                return Err(format!(
-                    "offset {}: the tombstone on the broker is a value",
-                    d.offset
-                ))
-            }
-            (Some(v), Some(c)) if c.len() != v.len() + 33 || c[0] != 1 => {
-                return Err(format!(
-                    "offset {}: the value on the broker is not a ciphertext",
-                    d.offset
-                ))
-            }
-            _ => {}
-        }
-        let m = OwnedMessage::new(
-            d.value.clone(),
-            Some(wire_key),
-            topic.to_owned(),
-            Timestamp::NotAvailable,
-            d.partition,
-            d.offset,
-            None,
-        );
-        let got: (Vec<u8>, Option<Vec<u8>>) =
-            decode_message(&m, KeyBinding::Plaintext, &key_de, &value_de)
-                .map_err(|e| format!("offset {}: {e}", d.offset))?;
-        if &got != want {
-            return Err(format!(
-                "offset {}: the library reads {got:?}, not {:?}",
-                d.offset,
-                (key, value)
-            ));
-        }
-    }
-    Ok(())
+    Some((
+        read,
+        common::sealed_per_key(&setup.broker, &setup.keys, &topic, &last),
+    ))
 }
 
 #[test]

@@ -16,7 +16,7 @@ use bytes::Bytes;
 use common::wire::{batch_of, call, decode_records, record, request};
 use common::{apache_kafka, consume_all, create_topic, fresh_topic, start_proxy, Keys};
 use kafka_protocol::messages as m;
-use kafka_protocol::messages::{ApiKey, BrokerId, TopicName};
+use kafka_protocol::messages::{ApiKey, BrokerId};
 use kafka_protocol::protocol::StrBytes;
 use tombstone_crypt_proxy::Hooks;
 
@@ -27,10 +27,6 @@ type Row = (Option<Bytes>, Option<Bytes>);
 /// A record's key and value, as written.
 type Written = (Option<&'static [u8]>, Option<&'static [u8]>);
 const TOPIC_AUTHORIZATION_FAILED: i16 = 29;
-
-fn name(topic: &str) -> TopicName {
-    TopicName(StrBytes::from_string(topic.to_owned()))
-}
 
 /// The highest version of `api` that `addr` offers (its ApiVersions).
 fn max_version(addr: &str, api: ApiKey) -> i16 {
@@ -55,21 +51,7 @@ fn max_version(addr: &str, api: ApiKey) -> i16 {
 /// The id of `topic`, from a Metadata v12 at `addr` (through the proxy,
 /// this is what teaches it the id).
 fn topic_id(addr: &str, topic: &str) -> uuid::Uuid {
-    let mut t = m::metadata_request::MetadataRequestTopic::default();
-    t.name = Some(name(topic));
-    let mut r = m::MetadataRequest::default();
-    r.topics = Some(vec![t]);
-    let resp: m::MetadataResponse = call(
-        addr,
-        ApiKey::Metadata,
-        12,
-        &request(ApiKey::Metadata, 12, 1, &r),
-    )
-    .expect("a Metadata answer");
-    let t = &resp.topics[0];
-    assert_eq!(t.error_code, 0, "Metadata of {topic}");
-    assert!(!t.topic_id.is_nil(), "no id for {topic}");
-    t.topic_id
+    common::wire::topic_id(addr, topic).unwrap_or_else(|| panic!("no id for {topic}"))
 }
 
 /// A Produce v13 of `records` to partition 0 of the topic `id` at `addr`:

@@ -332,3 +332,75 @@ impl Keys {
         Policies::new().with_topic(topic, self.policy())
     }
 }
+
+/// The broker at `broker` holds one record per key of `last` in `topic`
+/// (one partition), in its order: the key a
+/// ciphertext, the value a ciphertext the library reads back to the
+/// key's last value, the tombstone null.
+pub fn sealed_per_key(
+    broker: &str,
+    keys: &Keys,
+    topic: &str,
+    last: &[(Vec<u8>, Option<Vec<u8>>)],
+) -> Result<(), String> {
+    use tombstone_crypt::kafka::decode_message;
+    use tombstone_crypt::kafka::rdkafka::message::OwnedMessage;
+    use tombstone_crypt::kafka::rdkafka::Timestamp;
+    use tombstone_crypt::record_key::KeyBinding;
+    use tombstone_crypt::{Bytes, DecryptingDeserializer, DeterministicDeserializer};
+    let direct = consume_all(broker, topic, 1)?;
+    if direct.len() != last.len() {
+        return Err(format!(
+            "{} records on the broker after compaction, {} keys",
+            direct.len(),
+            last.len()
+        ));
+    }
+    let key_de = DeterministicDeserializer::new(Bytes, keys.keys.clone().unwrap());
+    let value_de = DecryptingDeserializer::new(Bytes, keys.values.clone());
+    for (want, d) in last.iter().zip(&direct) {
+        let (key, value) = want;
+        let wire_key = d.key.clone().unwrap_or_default();
+        if wire_key.len() != key.len() + 21 || wire_key[0] != 1 {
+            return Err(format!(
+                "offset {}: the key on the broker is not a ciphertext",
+                d.offset
+            ));
+        }
+        match (value, &d.value) {
+            (None, Some(_)) => {
+                return Err(format!(
+                    "offset {}: the tombstone on the broker is a value",
+                    d.offset
+                ))
+            }
+            (Some(v), Some(c)) if c.len() != v.len() + 33 || c[0] != 1 => {
+                return Err(format!(
+                    "offset {}: the value on the broker is not a ciphertext",
+                    d.offset
+                ))
+            }
+            _ => {}
+        }
+        let m = OwnedMessage::new(
+            d.value.clone(),
+            Some(wire_key),
+            topic.to_owned(),
+            Timestamp::NotAvailable,
+            d.partition,
+            d.offset,
+            None,
+        );
+        let got: (Vec<u8>, Option<Vec<u8>>) =
+            decode_message(&m, KeyBinding::Plaintext, &key_de, &value_de)
+                .map_err(|e| format!("offset {}: {e}", d.offset))?;
+        if &got != want {
+            return Err(format!(
+                "offset {}: the library reads {got:?}, not {:?}",
+                d.offset,
+                (key, value)
+            ));
+        }
+    }
+    Ok(())
+}

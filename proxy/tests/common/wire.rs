@@ -116,6 +116,25 @@ pub fn call<Resp: Decodable>(addr: &str, api: ApiKey, version: i16, body: &[u8])
     Resp::decode(&mut out, version).ok()
 }
 
+/// The id of `topic`, from a Metadata v12 at `addr` (through a proxy,
+/// this is what teaches it the id); `None` when it has none.
+pub fn topic_id(addr: &str, topic: &str) -> Option<uuid::Uuid> {
+    use kafka_protocol::messages::metadata_request::MetadataRequestTopic;
+    use kafka_protocol::messages::{MetadataRequest, MetadataResponse};
+    let mut t = MetadataRequestTopic::default();
+    t.name = Some(TopicName(StrBytes::from_string(topic.to_owned())));
+    let mut r = MetadataRequest::default();
+    r.topics = Some(vec![t]);
+    let resp: MetadataResponse = call(
+        addr,
+        ApiKey::Metadata,
+        12,
+        &request(ApiKey::Metadata, 12, 1, &r),
+    )?;
+    let t = resp.topics.first()?;
+    (t.error_code == 0 && !t.topic_id.is_nil()).then_some(t.topic_id)
+}
+
 /// A Produce (`version`, acks=-1) of `records` to partition 0 of `topic`
 /// at `addr`: the partition's error code and message (`(-100, None)`: the
 /// connection closed without an answer).
