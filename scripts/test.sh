@@ -218,10 +218,10 @@ cargo test --workspace --all-features --test writers_model --test compaction -- 
 # (scripts/kafka.sh restart keeps its records); a shred that a client's
 # writes through the proxy to the key-store topic cannot undo once it is
 # compacted; TLS to every broker connection (an Apache Kafka of its
-# own advertising a TLS forwarder); and librdkafka's, the Java and the Go
-# clients' compacted topics (theirs also transactions after a key
-# rotation, compacted).
-cargo test --workspace --all-features --test proxy_compacting --test faults --test shred_attacks --test tls --test rdkafka_clients --test java_clients --test go_clients -- compacting_broker
+# own advertising a TLS forwarder); and the compacted topics of
+# librdkafka, the Java and Go clients (theirs also transactions after a
+# key rotation, compacted), kafka-python and kafkajs.
+cargo test --workspace --all-features --test proxy_compacting --test faults --test shred_attacks --test tls --test rdkafka_clients --test java_clients --test go_clients --test python_clients --test node_clients -- compacting_broker
 # The command line's resumes across a compaction (and into a topic
 # deleted and created again), with their negative control, the shredding
 # model with the command line as a second process, and the typed
