@@ -48,7 +48,8 @@ import org.apache.kafka.streams.state.Stores;
  *
  * <pre>
  * app BOOTSTRAP MODE APP_ID STATE_DIR [--exit-when-deleted FROM-TO] [--linger N]
- *     [--exit-after-first-punctuation] [--fail-after KEY] [--pause-after KEY --pause-file F]
+ *     [--exit-after-first-punctuation] [--stop-file F] [--fail-after KEY]
+ *     [--pause-after KEY --pause-file F]
  * produce BOOTSTRAP APP_ID FROM-TO [--live N] [--await]
  * await BOOTSTRAP APP_ID FROM-TO
  * tombstones BOOTSTRAP TOPIC
@@ -119,6 +120,7 @@ public final class Demo {
         String failAfter = option(args, "--fail-after");
         String pauseAfter = option(args, "--pause-after");
         String pauseFile = option(args, "--pause-file");
+        String stopFile = option(args, "--stop-file");
 
         Serde<String> values = switch (mode) {
             case "plain", "proxy" -> Serdes.String();
@@ -186,6 +188,9 @@ public final class Demo {
                 break;
             }
             if (exitAfterFirst && stats.punctuations() >= 1) {
+                break;
+            }
+            if (stopFile != null && Files.exists(Path.of(stopFile))) {
                 break;
             }
             if (until != null && doneAt < 0 && stats.deletedAll(until[0], until[1])) {
