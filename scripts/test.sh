@@ -20,6 +20,12 @@ step() { printf '\n==> [%d s] %s\n' "$(( $(date +%s) - started ))" "$*" >&2; }
 
 mkdir -p target
 
+# The proxy's Go client (franz-go: scripts/go-clients.sh) builds in the
+# background from here, its modules downloading while the Rust builds
+# run; waited for before the suites.
+bash scripts/go-clients.sh >target/go-clients.out 2>target/go-clients.log &
+go_clients=$!
+
 step "format; the crate root's re-exports (25 at most: the rest is in modules); the crate's docs hold no relative links; the layers of docs/LAYERS.md"
 cargo fmt --all -- --check
 cargo fmt --manifest-path fuzz/Cargo.toml -- --check
@@ -68,6 +74,7 @@ for tool in java mvn; do
 done
 stop_all() {
   if [[ -n "${fuzz_build:-}" ]]; then stop_fuzz_build; fi
+  kill "$go_clients" 2>/dev/null || true
   bash scripts/kafka.sh stop >&2 || true
   bash scripts/kms.sh stop >&2 || true
   bash scripts/broker.sh stop >&2 || true
@@ -84,10 +91,16 @@ export TOMBSTONE_APACHE_KAFKA_BOOTSTRAP
 TOMBSTONE_KAFKA_BOOTSTRAP="$TOMBSTONE_APACHE_KAFKA_BOOTSTRAP"
 export TOMBSTONE_KAFKA_BOOTSTRAP
 
-step "the proxy's Java and Go clients: kafka-clients 4.4.0 (proxy/tests/java/pom.xml, its jars in target/m2 beside the broker's, compiled by javac: scripts/java-clients.sh) and franz-go 1.22.3 (proxy/tests/go/go.mod and go.sum, built into target/go: scripts/go-clients.sh)"
+step "the proxy's Java and Go clients: kafka-clients 4.4.0 (proxy/tests/java/pom.xml, its jars in target/m2 beside the broker's, compiled by javac: scripts/java-clients.sh) and franz-go 1.22.3 (proxy/tests/go/go.mod and go.sum, built into target/go by scripts/go-clients.sh, in the background since the start)"
 TOMBSTONE_JAVA_CLIENTS_CP="$(bash scripts/java-clients.sh | tail -n 1)"
 export TOMBSTONE_JAVA_CLIENTS_CP
-TOMBSTONE_GO_CLIENT="$(bash scripts/go-clients.sh | tail -n 1)"
+if ! wait "$go_clients"; then
+  cat target/go-clients.log >&2
+  echo "the Go client did not build (scripts/go-clients.sh)" >&2
+  exit 1
+fi
+cat target/go-clients.log >&2
+TOMBSTONE_GO_CLIENT="$(tail -n 1 target/go-clients.out)"
 export TOMBSTONE_GO_CLIENT
 
 step "strace (cli/tests/keyset_files.rs traces the keyset files' fsync calls)"
