@@ -300,9 +300,10 @@ faults() {
   extra="$(field tombstones "$sink")"
   back="$(field first_seen "$restore")"
   live="$(field first_live "$restore")"
-  local uncommitted=$(( $(field all "$graves") - $(field committed "$graves") ))
-  echo "proxy, a transaction that aborts (the punctuator throws after its deletes): ${aborted:-?} deletes aborted, ${back_abort:-?} of those keys back in the store (as their sends were undone too); keys whose delete had committed seen again: ${committed_back:-?}"
-  echo "proxy, kill -9 between ${killed:-?} deletes and their commit ($uncommitted tombstones on the broker, uncommitted): ${back_kill:-?} keys back after the restart, sent and deleted once more"
+  local uncommitted
+  uncommitted="$(field pending "$graves")"
+  echo "proxy, a transaction that aborts (the punctuator throws after its deletes): deletes undone ${aborted:-?}, their keys back in the store ${back_abort:-?} (their sends were undone too); keys whose delete had committed seen again: ${committed_back:-?}"
+  echo "proxy, kill -9 between deletes and their commit (deletes ${killed:-?}; changelog tombstones at the broker in the open transaction $uncommitted, the write rule's included): keys back after the restart, sent and deleted once more, ${back_kill:-?}"
   echo "proxy, downstream (read_committed): $once of $EVENTS events, $more of them more than once (and $extra tombstones of older key forms, the write rule's, which a reader through the proxy sees)"
   echo "proxy, after compaction and a restore: $back deleted keys back; kept events restored: $live of $LIVE"
   local plain
@@ -313,7 +314,7 @@ faults() {
   check "[[ -n '$aborted' && '$aborted' -gt 0 && '$back_abort' == '$aborted' && '$committed_back' == 0 ]]" "proxy: the aborted transaction"
   # The keys back are those whose deletes were in the open transaction:
   # the paused punctuation's, and an earlier one's if no commit came between.
-  check "[[ -n '$killed' && '$killed' -gt 0 && $uncommitted -gt 0 && '$back_kill' -ge '$killed' ]]" "proxy: the kill -9"
+  check "[[ -n '$killed' && '$killed' -gt 0 && '$uncommitted' -gt 0 && '$back_kill' -ge '$killed' ]]" "proxy: the kill -9"
   check "[[ '$once' == $EVENTS && '$more' == 0 ]]" "proxy: every event downstream exactly once"
   check "[[ '$live' == $LIVE ]]" "proxy: the kept events after the faults' restore"
   # A committed delete that came back would have been sent downstream again.

@@ -478,21 +478,30 @@ public final class Demo {
 
     // ---------------------------------------------------------------- tombstones
 
-    /** Tombstones in a topic at the broker: all of them (read_uncommitted), and those committed. */
+    /**
+     * Tombstones in a topic's open transactions: at or past its last stable
+     * offset (read_committed's end), read with read_uncommitted.
+     */
     private static int tombstones(List<String> args) {
         String bootstrap = args.get(0);
         String topic = args.get(1);
-        int[] n = new int[2];
-        for (int i = 0; i < 2; i++) {
-            try (KafkaConsumer<byte[], byte[]> c = consumer(bootstrap, i == 1)) {
-                for (ConsumerRecord<byte[], byte[]> rec : readAll(c, topic, Map.of())) {
-                    if (rec.value() == null) {
-                        n[i]++;
-                    }
+        Map<Integer, Long> stable = new HashMap<>();
+        try (KafkaConsumer<byte[], byte[]> c = consumer(bootstrap, true)) {
+            List<TopicPartition> tps = new ArrayList<>();
+            for (PartitionInfo pi : c.partitionsFor(topic, Duration.ofSeconds(10))) {
+                tps.add(new TopicPartition(topic, pi.partition()));
+            }
+            c.endOffsets(tps, Duration.ofSeconds(10)).forEach((tp, off) -> stable.put(tp.partition(), off));
+        }
+        int pending = 0;
+        try (KafkaConsumer<byte[], byte[]> c = consumer(bootstrap, false)) {
+            for (ConsumerRecord<byte[], byte[]> rec : readAll(c, topic, stable)) {
+                if (rec.value() == null) {
+                    pending++;
                 }
             }
         }
-        System.out.println("tombstones all=" + n[0] + " committed=" + n[1]);
+        System.out.println("tombstones pending=" + pending);
         return 0;
     }
 }
