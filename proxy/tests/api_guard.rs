@@ -317,7 +317,11 @@ fn an_api_versions_past_the_proxys_is_answered_unsupported_and_the_client_asks_a
     let Some(broker) = common::apache_kafka() else {
         return;
     };
-    let proxy = start_proxy(&broker, tombstone_crypt_proxy::Policies::new(), Hooks::default());
+    let proxy = start_proxy(
+        &broker,
+        tombstone_crypt_proxy::Policies::new(),
+        Hooks::default(),
+    );
     let mut s = TcpStream::connect(&proxy.addr).unwrap();
     s.set_read_timeout(Some(Duration::from_secs(10))).unwrap();
     let mut ask = |version: i16| -> bytes::Bytes {
@@ -354,5 +358,8 @@ fn an_api_versions_past_the_proxys_is_answered_unsupported_and_the_client_asks_a
     ResponseHeader::decode(&mut out, 0).unwrap();
     let resp = m::ApiVersionsResponse::decode(&mut out, max).unwrap();
     assert_eq!(resp.error_code, 0);
-    assert!(resp.api_keys.iter().any(|k| k.api_key == 0), "Produce listed");
+    assert!(
+        resp.api_keys.iter().any(|k| k.api_key == 0),
+        "Produce listed"
+    );
 }
