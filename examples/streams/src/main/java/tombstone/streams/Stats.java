@@ -50,11 +50,19 @@ final class Stats {
         }
         System.out.println("punctuation " + punctuations + ": all() yields " + seen.size()
             + " keys, get() answers null for " + getNull + " of them");
-        if (reportAbort) {
-            reportAbort = false;
-            System.out.println("after the abort: back=" + seenAfterAbort.size() + " of=" + abortedDeletes.size()
-                + " committed_deletes_back=" + seenAfterDelete.size());
+        // Reported once every key of the aborted deletes is seen again:
+        // each task punctuates on its own, and the first punctuation after
+        // the abort may be another task's, which holds none of them. (A
+        // pause reports it as it stands, if it comes first.)
+        if (reportAbort && seenAfterAbort.containsAll(abortedDeletes)) {
+            reportAbort();
         }
+    }
+
+    private void reportAbort() {
+        reportAbort = false;
+        System.out.println("after the abort: back=" + seenAfterAbort.size() + " of=" + abortedDeletes.size()
+            + " committed_deletes_back=" + seenAfterDelete.size());
     }
 
     synchronized void deleted(String key) {
@@ -71,6 +79,9 @@ final class Stats {
     }
 
     synchronized void pausedDeletes(List<String> keys) {
+        if (reportAbort) {
+            reportAbort();
+        }
         System.out.println("fault: paused after deletes=" + keys.size() + ", before their commit");
     }
 
