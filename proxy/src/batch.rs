@@ -9,7 +9,9 @@
 //! base offset, partition leader epoch, attributes (codec, timestamp type,
 //! transactional and control flags), last offset delta, first and max
 //! timestamps, producer id and epoch, base sequence and record count are
-//! copied byte for byte, and only the length and the CRC are new.
+//! copied byte for byte, and only the length and the CRC are new; but for
+//! the write rule's tombstones, which grow a Produce batch (its counts and
+//! base sequence) and are left out of a Fetch batch (its record count).
 //!
 //! A batch is transformed only if its records encode back exactly as they
 //! came (the decoder keeps one header per key, so a record with two
@@ -266,6 +268,11 @@ fn prepend(
 /// batch at the end (the broker cut the response at its size limit) is
 /// dropped, as a client drops it.
 ///
+/// Under record keys, the write rule's tombstones are left out of a batch
+/// ([`replaced_forms`]): the client reads what it wrote, and the batch's
+/// record count says how many it holds (its offsets keep their gaps, as
+/// after compaction).
+///
 /// # Errors
 /// As [`encrypt`], and when a value or key does not authenticate.
 pub(crate) fn decrypt(
@@ -280,16 +287,85 @@ pub(crate) fn decrypt(
         input: false,
         output: hooks.wipes(),
     };
+    let keyed = policy.record_keys().is_some();
+    // The batch's record keys as they came (their wire forms), in order.
+    let forms: RefCell<Vec<Option<Bytes>>> = RefCell::new(Vec::new());
     let out = transform(
         raw,
         true,
         budget,
         wipe,
-        |record| decrypt_record(topic, policy, record, &mut tally),
-        |_, _| Ok(None),
+        |record| {
+            if keyed {
+                forms.borrow_mut().push(record.key.clone());
+            }
+            decrypt_record(topic, policy, record, &mut tally)
+        },
+        |_, list| {
+            let forms = std::mem::take(&mut *forms.borrow_mut());
+            if keyed {
+                // Their decrypted keys are wiped as the batch's are.
+                drop(Records {
+                    list: replaced_forms(list, &forms),
+                    wipe: wipe.output,
+                });
+            }
+            Ok(None)
+        },
     )?;
     tally.commit(false);
     Ok(out)
+}
+
+/// Takes out of a decrypted Fetch batch (`list`, whose record keys came
+/// as `forms`) the write rule's tombstones, and returns them: a record
+/// with no value whose key, later in the same batch, has a record under
+/// another wire form. The proxy put them there, one per older form of
+/// the key before the client's record (`prepend`); they delete forms the
+/// client never names, and read as `(key, null)` they would hand every
+/// reader a delete the client did not write before each record written
+/// after a rotation. A tombstone of a key's own form stays (a client's
+/// delete), and so does one with no later record of its key: what
+/// follows it decides the key, so leaving it out changes no table.
+/// Linear in the batch (one map of its keys).
+fn replaced_forms(list: &mut Vec<Record>, forms: &[Option<Bytes>]) -> Vec<Record> {
+    if forms.len() != list.len() {
+        return Vec::new();
+    }
+    let mut out = vec![false; list.len()];
+    {
+        // Per key, from the end: its latest wire form, and whether a
+        // second one follows too.
+        let mut later: std::collections::HashMap<&[u8], (&[u8], bool)> =
+            std::collections::HashMap::new();
+        for i in (0..list.len()).rev() {
+            let (Some(key), Some(form)) = (list[i].key.as_deref(), forms[i].as_deref()) else {
+                continue;
+            };
+            match later.get_mut(key) {
+                None => {
+                    later.insert(key, (form, false));
+                }
+                Some((latest, several)) => {
+                    let other = *latest != form;
+                    out[i] = list[i].value.is_none() && (*several || other);
+                    *several |= other;
+                }
+            }
+        }
+    }
+    if !out.contains(&true) {
+        return Vec::new();
+    }
+    let mut taken = Vec::new();
+    for (record, take) in std::mem::take(list).into_iter().zip(out) {
+        if take {
+            taken.push(record);
+        } else {
+            list.push(record);
+        }
+    }
+    taken
 }
 
 fn encrypt_record(
@@ -685,6 +761,7 @@ fn transform_records(
         Compression::Zstd => Zstd::compress(out.inner(), write).map_err(|e| format!("{e:#}")),
     };
     compressed.map_err(|e| format!("encoding a record batch: {e}"))?;
+    let kept = list.len();
     budget.note_written(
         list.len(),
         uncompressed.get(),
@@ -708,6 +785,11 @@ fn transform_records(
         encoded[LAST_OFFSET_DELTA].copy_from_slice(&grow_by(LAST_OFFSET_DELTA)?);
         encoded[RECORD_COUNT].copy_from_slice(&grow_by(RECORD_COUNT)?);
         encoded[BASE_SEQUENCE].copy_from_slice(&grown.base_sequence.to_be_bytes());
+    } else if kept != usize::try_from(count).unwrap_or(0) {
+        // Fetch: records left out ([`replaced_forms`]); the offsets keep
+        // their gaps and the last offset delta stays.
+        let kept = i32::try_from(kept).map_err(|_| "a record count overflows")?;
+        encoded[RECORD_COUNT].copy_from_slice(&kept.to_be_bytes());
     }
     let crc = crc32c::crc32c(&encoded[ATTRIBUTES.start..]);
     encoded[CRC].copy_from_slice(&crc.to_be_bytes());
@@ -840,6 +922,103 @@ mod tests {
     }
 
     #[test]
+    fn only_the_write_rules_tombstones_are_left_out_on_fetch() {
+        let mut keys = Keyset::generate_with(KeyTemplate::aes256_siv()).unwrap();
+        let values = Keyset::generate();
+        let before = TopicPolicy::keyset(values.clone())
+            .with_record_keys(keys.clone())
+            .unwrap();
+        let sealed_before = |records: &[Record]| {
+            let sequences = crate::sequences::Sequences::default();
+            let mut sequence = |b, a, g| sequences.forward("t", 0, b, a, g);
+            let raw = batch(records, Compression::None);
+            super::encrypt(
+                "t",
+                &before,
+                &Hooks::default(),
+                &raw,
+                &budget(),
+                &mut sequence,
+            )
+            .unwrap()
+            .records
+        };
+        // Written before the rotation: a client's delete, then in one
+        // batch a delete and a value of one key (one form).
+        let deleted = sealed_before(&[unsequenced(0, Some(b"k"), None)]);
+        let again = sealed_before(&[
+            unsequenced(0, Some(b"k"), None),
+            unsequenced(1, Some(b"k"), Some(b"v")),
+        ]);
+        keys.rotate();
+        let after = TopicPolicy::keyset(values).with_record_keys(keys).unwrap();
+        let read = |raw: &Bytes| -> Vec<(Option<Bytes>, Option<Bytes>)> {
+            decode(&decrypt("t", &after, &Hooks::default(), raw, &budget()).unwrap())
+                .into_iter()
+                .map(|r| (r.key, r.value))
+                .collect()
+        };
+        let k = || Some(Bytes::from_static(b"k"));
+        assert_eq!(read(&deleted), [(k(), None)]);
+        assert_eq!(decode(&again).len(), 2);
+        assert_eq!(
+            RecordBatchDecoder::decode_all(&mut again.clone())
+                .unwrap()
+                .len(),
+            1
+        );
+        assert_eq!(
+            read(&again),
+            [(k(), None), (k(), Some(Bytes::from_static(b"v")))]
+        );
+        // A tombstone of the older form followed by a record under the
+        // primary one, in one batch: the write rule's, left out.
+        let mut mixed = decode(&deleted);
+        let written = decode(&sealed_after(&after, b"k"));
+        let mut next = written[written.len() - 1].clone();
+        next.offset = 1;
+        // (The encoder keeps one batch while offset minus sequence stays.)
+        next.sequence = mixed[0].sequence + 1;
+        mixed.push(next);
+        assert_eq!(
+            read(&batch(&mixed, Compression::None)),
+            [(k(), Some(Bytes::from_static(b"v")))]
+        );
+    }
+
+    /// [`record`] of a producer that is not idempotent (the encoder keeps
+    /// records in one batch while offset minus sequence stays: the first
+    /// at -1, the batch's base sequence).
+    fn unsequenced(
+        offset: i64,
+        key: Option<&'static [u8]>,
+        value: Option<&'static [u8]>,
+    ) -> Record {
+        Record {
+            producer_id: -1,
+            sequence: offset as i32 - 1,
+            ..record(offset, key, value)
+        }
+    }
+
+    /// `k` written as `v` under `policy` (its write rule's tombstones first).
+    fn sealed_after(policy: &TopicPolicy, k: &'static [u8]) -> Bytes {
+        let sequences = crate::sequences::Sequences::default();
+        let mut sequence = |b, a, g| sequences.forward("t", 0, b, a, g);
+        let raw = batch(&[unsequenced(0, Some(k), Some(b"v"))], Compression::None);
+        super::encrypt(
+            "t",
+            policy,
+            &Hooks::default(),
+            &raw,
+            &budget(),
+            &mut sequence,
+        )
+        .unwrap()
+        .records
+    }
+
+    #[test]
     fn a_value_that_does_not_authenticate_fails_and_a_rotated_key_keyset_fans_out() {
         let policy = TopicPolicy::keyset(Keyset::generate());
         let other = TopicPolicy::keyset(Keyset::generate());
@@ -911,22 +1090,29 @@ mod tests {
             assert_ne!(sealed[0].key, sealed[2].key, "an older form");
             assert_ne!(sealed[1].key, sealed[3].key, "an older form");
             assert_eq!(sealed[2].key, sealed[4].key);
-            let back = decode(
-                &decrypt("t", &rotated, &Hooks::default(), &enc.records, &budget()).unwrap(),
-            );
+            // Read back: the client's records at their offsets, the
+            // write rule's tombstones left out (the record count says 3,
+            // the last offset delta stays), the client's delete kept.
+            let opened =
+                decrypt("t", &rotated, &Hooks::default(), &enc.records, &budget()).unwrap();
+            let back = decode(&opened);
             let read: Vec<_> = back
                 .iter()
-                .map(|r| (r.key.as_deref(), r.value.as_deref()))
+                .map(|r| (r.offset, r.key.as_deref(), r.value.as_deref()))
                 .collect();
             assert_eq!(
                 read,
                 [
-                    (Some(&b"k"[..]), None),
-                    (Some(&b"j"[..]), None),
-                    (Some(&b"k"[..]), Some(&b"v1"[..])),
-                    (Some(&b"j"[..]), Some(&b"v2"[..])),
-                    (Some(&b"k"[..]), None),
+                    (2, Some(&b"k"[..]), Some(&b"v1"[..])),
+                    (3, Some(&b"j"[..]), Some(&b"v2"[..])),
+                    (4, Some(&b"k"[..]), None),
                 ]
+            );
+            assert_eq!(be32(&opened, 57), 3, "record count");
+            assert_eq!(
+                be32(&opened, 23),
+                be32(&enc.records, 23),
+                "last offset delta"
             );
             // The producer's first grown batch at its own sequence, and
             // (the second codec) its retry where it went.

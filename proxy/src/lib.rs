@@ -164,13 +164,14 @@
 //!   `MESSAGE_TOO_LARGE` from the broker for its largest batches. Give
 //!   such producers a `batch.size` about a tenth below the topic's limit,
 //!   or raise the limit (the Java producer splits a refused batch itself).
-//! - Under a key keyset in rotation, a reader through the proxy reads the
-//!   write rule's tombstones too: a record's older key forms decrypt to
-//!   its key, so a key written after the rotation reads as `(key, null)`
-//!   then `(key, value)`. A table (a store, a changelog, a compacted
-//!   topic) ends on the value; a stream of events sees a delete before
-//!   each (a Kafka Streams `map` must let a null value through, as
-//!   `examples/streams/` does).
+//! - Under a key keyset in rotation, the write rule's tombstones of a key's
+//!   older forms are on the broker, in front of the client's record in its
+//!   batch, and left out of what a client fetches: a reader reads the
+//!   records written, the batch's record count says how many, and the
+//!   offsets of the tombstones are gaps (as after compaction). A tombstone
+//!   is left out only when a record of its key under another form follows
+//!   it in the same batch, so every delete a client wrote is read, and a
+//!   reader of the topic beside the proxy sees them all.
 //! - A record's partition is the client's choice. The library's writers
 //!   put an encrypted key in the partition of murmur2 of its plaintext (the
 //!   Java client's default partitioner); a client with another partitioner

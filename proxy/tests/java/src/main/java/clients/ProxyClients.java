@@ -554,6 +554,14 @@ public final class ProxyClients {
     if (k1 == null || !Arrays.equals(k1.value, b("v1-new")) || k2 == null || k2.value != null) {
       throw new Failed(topic + ": after the committed transaction k1 reads " + (k1 == null ? "nothing" : show(k1.value)) + " and k2 " + (k2 == null ? "nothing" : show(k2.value)));
     }
+    // Read as written: the write rule's tombstones are the proxy's, on the
+    // broker only, not a delete before each record.
+    List<String> read = new ArrayList<>();
+    for (Got g : through) read.add(new String(g.key, StandardCharsets.UTF_8) + "=" + (g.value == null ? "null" : new String(g.value, StandardCharsets.UTF_8)));
+    List<String> written = List.of("k1=v1", "k2=v2", "k1=v1-new", "k2=null");
+    if (!read.equals(written)) {
+      throw new Failed(topic + ": read through the proxy " + read + ", not what was written " + written);
+    }
     checkLive(topic, readAssigned(broker, topic, 1, "read_committed"), older, "after the commit");
   }
 
