@@ -8,7 +8,7 @@ docs/LAYERS.md names every file of the library (`src/`) in a numbered layer
 (`N. **...**: `a.rs` (...), `dir/` (...)`; a directory names the files in it
 that no other entry names), and the files of the command line (`cli/src/`)
 and of the proxy (`proxy/src/`) each in a list "bottom up:" of backticked
-module names. A file may name (`crate::...`, `super::...`, or a name the
+module names (a directory's files as `dir/file`). A file may name (`crate::...`, `super::...`, or a name the
 crate root re-exports) a file of its own layer or a layer below, never one
 above; the crate root and what the document puts "On top" may name any.
 A source file the document does not place, or a place that names no file,
@@ -153,7 +153,8 @@ def listed_layers(doc, crate, src, files):
     # The modules, without what the parentheses say of each.
     listed = re.sub(r"\([^()]*\)", "", " ".join(listed.split()))
     layer_of, errors = {}, []
-    names = re.findall(r"`(\w+)`", listed)
+    # A module of its own directory is named by its files (`dir/file`).
+    names = re.findall(r"`([\w/]+)`", listed)
     for rank, name in enumerate(names):
         path = os.path.join(src, name + ".rs")
         if path not in files.values():
