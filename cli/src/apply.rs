@@ -29,18 +29,19 @@ use indicatif::ProgressBar;
 use tombstone_crypt::kafka::rdkafka::consumer::Consumer as _;
 use tombstone_crypt::kafka::rdkafka::producer::FutureProducer;
 
+use crate::args::{ProgressArgs, CHUNK_RECORDS};
 use crate::audit::{check_keyset, scan_partition, Pass, Scanned, Upto};
 use crate::checkpoint::{
     default_lock_dirs, Checkpoint, LockDir, Mark, PartitionLocks, Progress, RunOf,
 };
 use crate::key_state::{Index, KeyHash};
+use crate::outcome::{fail, Fail};
 use crate::plan::{Command, PlanCounts, Planner};
 use crate::read::{consumer, partitions, progress, read_partition, Rec, Setup};
 use crate::record::{key_of, Write};
 use crate::report::{hex, ranges, Audit, Counts, LISTED};
 use crate::run::for_partitions;
-use crate::write::{check_ordered, is_transactional, produce_chunk, producer, Sink, CHUNK_RECORDS};
-use crate::{fail, Fail};
+use crate::write::{check_ordered, is_transactional, produce_chunk, producer, Sink};
 
 /// How a command writes: `--apply` and where its progress goes.
 pub(crate) struct Writing {
@@ -902,4 +903,20 @@ pub(crate) fn run(
         }
     }
     checked.map(|()| out)
+}
+
+/// The checkpoint of a new run of `command` on the topic of `s`:
+/// `--checkpoint`, else a name of the command, the topic and the
+/// partitions in the working directory.
+pub(crate) fn checkpoint_path(progress: &ProgressArgs, command: &str, s: &Setup) -> PathBuf {
+    progress.checkpoint.clone().unwrap_or_else(|| {
+        let parts = s.only.as_ref().map_or(String::new(), |o| {
+            let list: Vec<i32> = o.iter().copied().collect();
+            format!("-p{}", crate::report::ranges(&list))
+        });
+        PathBuf::from(format!(
+            "tombstone-crypt-{command}-{}{parts}.checkpoint",
+            s.topic
+        ))
+    })
 }

@@ -8,14 +8,15 @@ use std::collections::HashMap;
 use indicatif::ProgressBar;
 use tombstone_crypt::error::ErrorKind;
 
+use crate::args::AuditArgs;
 use crate::checkpoint::Mark;
 use crate::fields::FieldState;
 use crate::key_state::{Index, KeyHash, Kind, Seen};
+use crate::outcome::{fail, Fail, Outcome, Output};
 use crate::read::{confluent_codec, partitions, progress, read_partition, setup_with, Rec, Setup};
 use crate::record::{bound, key_of, open_value, value_context, value_failed, Value};
 use crate::report::{Audit, Counts};
 use crate::run::for_partitions;
-use crate::{fail, AuditArgs, Fail, Outcome, Output};
 
 /// How a partition read for an index ends.
 #[derive(Clone, Copy)]
@@ -231,7 +232,7 @@ fn check_fields(
                 s.topic,
                 r.partition,
                 r.offset,
-                crate::chain(&e)
+                crate::outcome::chain(&e)
             ))
         })?;
     counts.fields.add(&checked, r.partition, r.offset);

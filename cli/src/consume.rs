@@ -19,8 +19,10 @@ use tombstone_crypt::error::ErrorKind;
 use tombstone_crypt::policy::{Read, TopicPolicy};
 use tombstone_crypt::Error;
 
+use crate::args::{ConsumeArgs, NullMarker};
+use crate::keysets;
+use crate::outcome::{fail, Fail, Outcome, Output};
 use crate::read::{self, Rec, Setup};
-use crate::{fail, keysets, ConsumeArgs, Fail, NullMarker, Outcome, Output};
 
 /// What the values are read with.
 enum Reader {
@@ -140,7 +142,7 @@ impl Reader {
             (Reader::Ours { policy, name }, Some(wire)) if policy.record_keys().is_some() => policy
                 .read_key(name, wire)
                 .map(|k| Some(k.to_vec()))
-                .map_err(|e| crate::chain(&e)),
+                .map_err(|e| crate::outcome::chain(&e)),
             (_, key) => Ok(key.map(<[u8]>::to_vec)),
         }
     }
@@ -171,7 +173,7 @@ impl Reader {
                         "the value at {topic}/{} offset {}: {}",
                         r.partition,
                         r.offset,
-                        crate::chain(&e)
+                        crate::outcome::chain(&e)
                     ))))
                 }
                 Err(e) => return Err(Unread::Value(hinted(policy, r.value, &e))),
@@ -187,9 +189,9 @@ impl Reader {
                             "the value at {topic}/{} offset {}: {}",
                             r.partition,
                             r.offset,
-                            crate::chain(&e)
+                            crate::outcome::chain(&e)
                         ))),
-                        e => Unread::Value(crate::chain(&e)),
+                        e => Unread::Value(crate::outcome::chain(&e)),
                     })?;
                 line.insert("value".into(), v.unwrap_or(Value::Null));
                 return Ok(());
@@ -216,7 +218,7 @@ impl Reader {
 /// value looks like the other kind of values (a hint only: it is read as
 /// the policy says).
 fn hinted(policy: &TopicPolicy, value: Option<&[u8]>, e: &Error) -> String {
-    let why = crate::chain(e);
+    let why = crate::outcome::chain(e);
     let looks_subject = value.is_some_and(tombstone_crypt::shred::has_subject_shape);
     match (policy.subject_key_set().is_some(), looks_subject) {
         (false, true) => format!(

@@ -5,25 +5,10 @@
 
 use tombstone_crypt::Keyset;
 
-use crate::{fail, fields, keysets, Fail, InspectArgs, Outcome, Output};
-
-/// Decodes hex digits (whitespace between them ignored).
-pub(crate) fn hex_decode(s: &str) -> Result<Vec<u8>, String> {
-    let s: String = s.chars().filter(|c| !c.is_ascii_whitespace()).collect();
-    if !s.len().is_multiple_of(2) {
-        return Err(format!("odd number of hex digits ({})", s.len()));
-    }
-    let digit = |c: u8| match c {
-        b'0'..=b'9' => Ok(c - b'0'),
-        b'a'..=b'f' => Ok(c - b'a' + 10),
-        b'A'..=b'F' => Ok(c - b'A' + 10),
-        _ => Err("not a hex digit".to_owned()),
-    };
-    s.as_bytes()
-        .chunks(2)
-        .map(|p| Ok(digit(p[0])? << 4 | digit(p[1])?))
-        .collect()
-}
+use crate::args::{hex_decode, InspectArgs};
+use crate::fields;
+use crate::keysets;
+use crate::outcome::{fail, Fail, Outcome, Output};
 
 /// The most hex text `inspect` reads from stdin (a ciphertext of 64 MiB).
 const MAX_INSPECT_HEX: u64 = 128 << 20;

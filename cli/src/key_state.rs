@@ -17,7 +17,7 @@ use std::collections::HashMap;
 use std::hash::{BuildHasher, BuildHasherDefault, Hasher};
 
 use crate::fields::FieldState;
-use crate::{fail, Fail};
+use crate::outcome::{fail, Fail};
 
 /// What a record (or the newest record of a key) is.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]

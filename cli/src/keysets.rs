@@ -9,7 +9,8 @@ use tombstone_crypt::kms::{AwsKmsClient, VaultClient};
 use tombstone_crypt::{KeyId, KeyStatus, KeyTemplate, Keyset};
 use zeroize::Zeroizing;
 
-use crate::{fail, Fail, InArgs, KeyOp, KeysetCommand, OutArgs, Outcome, Output, Template};
+use crate::args::{InArgs, KeyOp, KeysetCommand, OutArgs, Template};
+use crate::outcome::{fail, Fail, Outcome, Output};
 
 /// The KMS clients the command line knows: Vault/OpenBao transit
 /// (`hcvault://`, `VAULT_ADDR` and `VAULT_TOKEN`) and AWS KMS

@@ -18,13 +18,14 @@ use tombstone_crypt::{
 };
 use zeroize::Zeroizing;
 
+use crate::args::ValueKey;
 use crate::fields::{FieldKeys, FieldState, NotRewritten};
 pub(crate) use crate::key_state::Action;
 use crate::key_state::{Entry, Kind};
+use crate::outcome::{fail, Fail};
 use crate::read::{Rec, Setup};
 use crate::record::Write;
 use crate::record::{open_value, value_context, RecordKey, Value};
-use crate::{fail, Fail, ValueKey};
 
 /// What a command's plan adds up to.
 #[derive(Default, Clone, Copy)]
@@ -461,7 +462,7 @@ impl<'a> Planner<'a> {
                         from.topic,
                         r.partition,
                         r.offset,
-                        crate::chain(&err)
+                        crate::outcome::chain(&err)
                     )),
                 },
             )?;

@@ -22,9 +22,11 @@ use tombstone_crypt::policy::TopicPolicy;
 use tombstone_crypt::shred::{KeyStore, RedbKeyStore, SubjectKeys};
 use tombstone_crypt::{AadPolicy, KeyStatus, Keyset};
 
+use crate::args::{ClientArgs, NullMarker, SubjectKeyArgs, TopicArgs, ValueKey};
 use crate::fields::FieldKeys;
 use crate::key_state::MAX_FORMS;
-use crate::{fail, keysets, ClientArgs, Fail, NullMarker, SubjectKeyArgs, TopicArgs, ValueKey};
+use crate::keysets;
+use crate::outcome::{fail, Fail};
 
 /// The header every record the commands write carries: the run's id, so
 /// that a resumed run tells its own records from anyone else's.
@@ -108,7 +110,7 @@ pub(crate) fn subject_keys(
                     RedbKeyStore::open(path)
                 };
                 let store = store.map_err(|e| {
-                    fail(format!("--subject-key-store {}: {}", path.display(), crate::chain(&e)))
+                    fail(format!("--subject-key-store {}: {}", path.display(), crate::outcome::chain(&e)))
                 })?;
                 (Arc::new(store), format!("--subject-key-store {}", path.display()))
             }
@@ -122,7 +124,7 @@ pub(crate) fn subject_keys(
                     // records is another topic (or another key store).
                     if let Ok(existing) = KafkaChangelog::existing(config.clone(), topic) {
                         let held = tombstone_crypt::store::Changelog::records(&existing).map_err(|e| {
-                            fail(format!("--subject-key-topic {topic}: {}", crate::chain(&e)))
+                            fail(format!("--subject-key-topic {topic}: {}", crate::outcome::chain(&e)))
                         })?;
                         if !held.is_empty() {
                             return Err(fail(format!(
@@ -136,13 +138,13 @@ pub(crate) fn subject_keys(
                     KafkaChangelog::existing(config, topic)
                 };
                 let log = log.map_err(|e| {
-                    fail(format!("--subject-key-topic {topic}: {}", crate::chain(&e)))
+                    fail(format!("--subject-key-topic {topic}: {}", crate::outcome::chain(&e)))
                 })?;
                 let store = KafkaKeyStore::new(log);
                 let store = match &a.subject_key_view {
                     None => store,
                     Some(dir) => store.with_view_dir(dir).map_err(|e| {
-                        fail(format!("--subject-key-view {}: {}", dir.display(), crate::chain(&e)))
+                        fail(format!("--subject-key-view {}: {}", dir.display(), crate::outcome::chain(&e)))
                     })?,
                 };
                 (Arc::new(store), format!("--subject-key-topic {topic}"))
@@ -158,7 +160,7 @@ pub(crate) fn subject_keys(
     } else {
         SubjectKeys::open(kek, store)
     };
-    let keys = keys.map_err(|e| fail(format!("{named}: {}", crate::chain(&e))))?;
+    let keys = keys.map_err(|e| fail(format!("{named}: {}", crate::outcome::chain(&e))))?;
     Ok(Some(Arc::new(if strict { keys.strict() } else { keys })))
 }
 
@@ -691,34 +693,6 @@ pub(crate) fn partitions(s: &Setup) -> Result<(Partitions, usize), Fail> {
             .collect(),
         count,
     ))
-}
-
-/// Parses `--partitions`: numbers and ranges, `0-15,32`.
-pub(crate) fn parse_partitions(text: &str) -> Result<BTreeSet<i32>, String> {
-    let mut set = BTreeSet::new();
-    for part in text.split(',').map(str::trim) {
-        let num = |t: &str| {
-            t.trim()
-                .parse::<i32>()
-                .ok()
-                .filter(|n| *n >= 0)
-                .ok_or_else(|| format!("{t:?} is not a partition number"))
-        };
-        let (a, b) = match part.split_once('-') {
-            Some((a, b)) => (num(a)?, num(b)?),
-            None => (num(part)?, num(part)?),
-        };
-        if a > b {
-            return Err(format!("{part}: the range runs backwards"));
-        }
-        // Checked before the range is expanded: never a set of 2^31.
-        let n = usize::try_from(i64::from(b) - i64::from(a) + 1).unwrap_or(usize::MAX);
-        if set.len().saturating_add(n) > 1 << 20 {
-            return Err("more than 2^20 partitions".into());
-        }
-        set.extend(a..=b);
-    }
-    Ok(set)
 }
 
 /// A record as read.

@@ -10,8 +10,9 @@ use tombstone_crypt::format::{self, Header};
 use tombstone_crypt::{Bytes, Context, Deserializer as _, DeterministicDeserializer, Keyset};
 use zeroize::Zeroizing;
 
+use crate::args::ValueKey;
+use crate::outcome::{fail, Fail};
 use crate::read::{Rec, Setup};
-use crate::{fail, Fail, ValueKey};
 
 /// What a present value is, and its plaintext when it decrypts.
 pub(crate) enum Value {
@@ -64,7 +65,7 @@ pub(crate) fn value_failed(s: &Setup, r: &Rec<'_>, e: &tombstone_crypt::Error) -
         s.topic,
         r.partition,
         r.offset,
-        crate::chain(e)
+        crate::outcome::chain(e)
     ))
 }
 

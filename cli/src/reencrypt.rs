@@ -7,11 +7,13 @@
 
 use serde_json::json;
 
-use crate::apply::{run, Writing};
+use crate::apply::{checkpoint_path, run, Writing};
+use crate::args::{FieldsFormat, ReencryptArgs, UnencryptedArg};
 use crate::fields::FieldKeys;
+use crate::keysets;
+use crate::outcome::{fail, Fail, Outcome, Output};
 use crate::plan::Command;
 use crate::read::{setup, Setup};
-use crate::{fail, keysets, Fail, FieldsFormat, Outcome, Output, ReencryptArgs, UnencryptedArg};
 
 /// The keys of `--fields`: `--field-keyset` (else `--keyset`) and
 /// `--deterministic-field-keyset`, with what each binds.
@@ -79,7 +81,7 @@ pub(crate) fn reencrypt(args: &ReencryptArgs, out: &Output) -> Result<Outcome, F
     let primary = s.keyset.primary().0;
     let pass_through = args.unencrypted == UnencryptedArg::PassThrough;
     let writing = args.apply.then(|| Writing {
-        checkpoint: args.progress.path("reencrypt", &s),
+        checkpoint: checkpoint_path(&args.progress, "reencrypt", &s),
         resume: args.progress.resume.clone(),
         chunk_records: args.progress.chunk_records.max(1),
         fail_after: args.progress.fail_after_records,

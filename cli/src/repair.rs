@@ -5,10 +5,11 @@
 
 use serde_json::json;
 
-use crate::apply::{run, Writing};
+use crate::apply::{checkpoint_path, run, Writing};
+use crate::args::RepairArgs;
+use crate::outcome::{fail, Fail, Outcome, Output};
 use crate::plan::Command;
 use crate::read::setup;
-use crate::{fail, Fail, Outcome, Output, RepairArgs};
 
 /// `tombstone-crypt repair`: exit 1 while findings are left.
 pub(crate) fn repair(args: &RepairArgs, out: &Output) -> Result<Outcome, Fail> {
@@ -19,7 +20,7 @@ pub(crate) fn repair(args: &RepairArgs, out: &Output) -> Result<Outcome, Fail> {
     }
     let s = setup(&args.topic)?;
     let writing = args.apply.then(|| Writing {
-        checkpoint: args.progress.path("repair", &s),
+        checkpoint: checkpoint_path(&args.progress, "repair", &s),
         resume: args.progress.resume.clone(),
         chunk_records: args.progress.chunk_records.max(1),
         fail_after: args.progress.fail_after_records,

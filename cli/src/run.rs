@@ -6,8 +6,8 @@ use std::sync::Mutex;
 
 use indicatif::ProgressBar;
 
+use crate::outcome::Fail;
 use crate::read::Setup;
-use crate::Fail;
 
 /// Runs `work` on each of `parts` (partition, first and end offsets) on
 /// at most `s.parallel` threads, each with its own `W` kept from one
@@ -51,7 +51,7 @@ pub(crate) fn for_partitions<T: Send, W: Default>(
     });
     let all = results
         .into_inner()
-        .map_err(|_| crate::fail("a reader panicked"))?;
+        .map_err(|_| crate::outcome::fail("a reader panicked"))?;
     let mut out = Vec::with_capacity(all.len());
     for r in all {
         match r {
@@ -67,7 +67,7 @@ pub(crate) fn for_partitions<T: Send, W: Default>(
     }
     if out.len() < parts.len() {
         bar.abandon();
-        return Err(crate::fail(
+        return Err(crate::outcome::fail(
             "a reader stopped before its partition was read",
         ));
     }

@@ -7,8 +7,9 @@ use serde_json::json;
 
 use tombstone_crypt::shred::Shred;
 
+use crate::args::{KeyStoreArgs, ShredArgs, ShredMode};
+use crate::outcome::{fail, Fail, Outcome, Output};
 use crate::read::subject_keys;
-use crate::{fail, Fail, KeyStoreArgs, Outcome, Output, ShredArgs, ShredMode};
 
 /// What `shred` does.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -157,7 +158,7 @@ pub(crate) fn shred(args: &ShredArgs, out: &Output) -> Result<Outcome, Fail> {
         Mode::Rewrap => {
             let n = keys
                 .rewrap()
-                .map_err(|e| fail(format!("rewrap: {}", crate::chain(&e))))?;
+                .map_err(|e| fail(format!("rewrap: {}", crate::outcome::chain(&e))))?;
             out.print(
                 &format!(
                     "{} wrapped under the KEK's primary key\n",
@@ -177,7 +178,7 @@ pub(crate) fn shred(args: &ShredArgs, out: &Output) -> Result<Outcome, Fail> {
             fail(format!(
                 "{done} of {} shredded, then: {}",
                 subjects_n(list.len()),
-                crate::chain(&e)
+                crate::outcome::chain(&e)
             ))
         })?;
         let name = shown(subject, args.hex);
@@ -243,7 +244,7 @@ fn topic_counts(
     use tombstone_crypt::store::Changelog as _;
     let records = KafkaChangelog::with_config(config.clone(), topic)
         .and_then(|log| log.records())
-        .map_err(|e| fail(format!("read {topic}: {}", crate::chain(&e))))?;
+        .map_err(|e| fail(format!("read {topic}: {}", crate::outcome::chain(&e))))?;
     let tombstones = records.iter().filter(|r| r.value.is_none()).count();
     let markers = records
         .iter()
@@ -267,7 +268,7 @@ fn check(
 ) -> Result<Outcome, Fail> {
     let c = keys
         .check()
-        .map_err(|e| fail(format!("check: {}", crate::chain(&e))))?;
+        .map_err(|e| fail(format!("check: {}", crate::outcome::chain(&e))))?;
     let listed = |tags: &[[u8; 16]]| tags.iter().take(100).map(|t| hex(t)).collect::<Vec<_>>();
     let mut report = json!({
         "subjects": c.subjects,

@@ -15,10 +15,11 @@ use tombstone_crypt::kafka::rdkafka::producer::{
     DeliveryFuture, FutureProducer, FutureRecord, Producer as _,
 };
 
+use crate::args::CHUNK_RECORDS;
 use crate::checkpoint::{Checkpoint, Progress};
+use crate::outcome::{fail, Fail};
 use crate::read::{Setup, RUN_HEADER};
 use crate::record::Write;
-use crate::{fail, Fail};
 
 /// Whether `value` (a librdkafka boolean) is true, as librdkafka reads it
 /// (the library's reading, shared with `TypedProducer`).
@@ -134,11 +135,6 @@ pub(crate) fn produce_chunk(
     }
 }
 
-/// The most records of a chunk by default: in flight at once, and
-/// journaled. Larger chunks are hardly faster and cost memory: with
-/// 10,000 records (or 8 MiB), `reencrypt --apply` of 10^6 records with 2
-/// readers peaked at 177 MiB, with 3,000 at 107 MiB, 6% slower.
-pub(crate) const CHUNK_RECORDS: usize = 4_000;
 /// About the most bytes of a chunk: held here and in librdkafka's queue
 /// while in flight (twice this per partition written at once).
 const CHUNK_BYTES: usize = 2 << 20;

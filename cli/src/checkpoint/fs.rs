@@ -5,7 +5,7 @@ use std::fs::File;
 use std::io::Write as _;
 use std::path::{Path, PathBuf};
 
-use crate::{fail, Fail};
+use crate::outcome::{fail, Fail};
 
 /// Creates `path`, which must not exist (`O_EXCL`: a link there is not
 /// followed), readable and writable by its owner only: checkpoints and

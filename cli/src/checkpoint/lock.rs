@@ -7,7 +7,7 @@ use std::fs::File;
 use std::io::{Read as _, Seek as _, Write as _};
 use std::path::{Path, PathBuf};
 
-use crate::{fail, Fail};
+use crate::outcome::{fail, Fail};
 
 /// The lock file of the checkpoint at `path`.
 pub(super) fn lock_path(path: &Path) -> PathBuf {

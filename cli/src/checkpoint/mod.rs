@@ -36,8 +36,8 @@ use std::sync::Mutex;
 
 use serde_json::{json, Value};
 
+use crate::outcome::{fail, Fail};
 use crate::record::Write;
-use crate::{fail, Fail};
 
 mod fs;
 mod journal;
