@@ -21,6 +21,7 @@ mod apply;
 mod args;
 mod audit;
 mod checkpoint;
+mod client;
 mod consume;
 mod fields;
 mod inspect;

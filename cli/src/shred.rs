@@ -134,7 +134,7 @@ pub(crate) fn shred(args: &ShredArgs, out: &Output) -> Result<Outcome, Fail> {
         Vec::new()
     };
     let config = match &store.bootstrap {
-        Some(b) => Some(crate::read::client_config(b, &store.client)?),
+        Some(b) => Some(crate::client::client_config(b, &store.client)?),
         None => None,
     };
     let keys = subject_keys(
