@@ -1,8 +1,9 @@
 //! Record batches of a policy topic: values and keys encrypted on the way
 //! to the broker, decrypted on the way back, every other field kept.
 //!
-//! The records are decoded by kafka-protocol and encoded by
-//! `crate::records::encode`, against the batch header's own base offset
+//! The records are walked and decoded by `crate::records` (into
+//! kafka-protocol's `Record`, after the batch's CRC is checked) and encoded
+//! by `crate::records::encode`, against the batch header's own base offset
 //! and first timestamp (kafka-protocol's encoder takes them from the
 //! records, which differs in a batch the log cleaner compacted), and
 //! compressed with kafka-protocol's codecs. The original header is kept:
@@ -19,9 +20,10 @@
 //! altered.
 //!
 //! Plaintext is wiped before it is freed (`crate::wipe`): on Produce the
-//! decompressed records and the re-encoding of the check; on Fetch the
-//! records' decrypted keys, values and headers and the batch they are
-//! encoded into. Not the compression codecs' own buffers nor
+//! decompressed records (the check compares as it encodes, and makes no
+//! copy of them); on Fetch the records' decrypted keys, values and headers
+//! and the batch they are encoded into. Not the compression codecs' own
+//! buffers nor
 //! kafka-protocol's buffer of a compressed batch's records (see the
 //! crate's limits). Ciphertext is not wiped.
 
@@ -29,7 +31,7 @@ use std::cell::RefCell;
 
 use bytes::{Bytes, BytesMut};
 use kafka_protocol::compression::{Compressor as _, Gzip, Lz4, Snappy, Zstd};
-use kafka_protocol::records::{Compression, Record, RecordBatchDecoder};
+use kafka_protocol::records::{Compression, Record};
 use tombstone_crypt::policy::{Read, TopicPolicy};
 
 use crate::budget::Budget;
@@ -656,7 +658,8 @@ fn transform_records(
 ) -> Result<(), String> {
     // The records, decompressed within the budget, then walked: every
     // count checked against the bytes, and what decoding them costs taken
-    // from the budget, before kafka-protocol sizes anything from a count.
+    // from the budget, before anything is sized from a count; then decoded
+    // (`crate::records::decode`).
     let attributes = i16::from_be_bytes([batch[ATTRIBUTES.start], batch[ATTRIBUTES.start + 1]]);
     let compression = match attributes & 0x07 {
         0 => Compression::None,
@@ -666,6 +669,17 @@ fn transform_records(
         4 => Compression::Zstd,
         other => return Err(format!("a record batch of compression type {other}")),
     };
+    // The batch's checksum, over what follows it (attributes to the last
+    // record), before anything is decompressed or decoded from it.
+    let crc = u32::from_be_bytes([
+        batch[CRC.start],
+        batch[CRC.start + 1],
+        batch[CRC.start + 2],
+        batch[CRC.start + 3],
+    ]);
+    if crc32c::crc32c(&batch[ATTRIBUTES.start..]) != crc {
+        return Err("decoding a record batch: its CRC does not match its bytes".into());
+    }
     let all = crate::inflate::decompress(&batch.slice(HEADER..), compression, budget)?;
     plain.replace(Some(all.clone()));
     let count = i32::from_be_bytes([
@@ -692,36 +706,27 @@ fn transform_records(
         crate::records::header_cost(walked.headers),
         "a record batch's headers",
     )?;
-    // kafka-protocol hands its decompressor the batch's records; they are
-    // decompressed already.
-    let decompress = |_: &mut Bytes, _: Compression| -> anyhow::Result<Bytes> { Ok(all.clone()) };
-    let mut input = batch.clone();
-    let set = RecordBatchDecoder::decode_with_custom_compression(&mut input, Some(decompress))
-        .map_err(|e| format!("decoding a record batch: {e:#}"))?;
+    let header = crate::records::Header {
+        base,
+        attributes,
+        partition_leader_epoch: be32(batch, 12),
+        producer_id: be64(batch, PRODUCER_ID),
+        producer_epoch: i16::from_be_bytes([batch[PRODUCER_EPOCH], batch[PRODUCER_EPOCH + 1]]),
+        base_sequence: be32(batch, BASE_SEQUENCE.start),
+    };
     let mut records = Records {
-        list: set.records,
+        list: crate::records::decode(&all, walked, &header)
+            .map_err(|e| format!("decoding a record batch: {e}"))?,
         wipe: wipe.output,
     };
-    if !input.is_empty() {
-        return Err("a record batch did not decode to its end".into());
-    }
-    let expected = plain
-        .borrow()
-        .clone()
-        .ok_or("a record batch decoded without its records")?;
-    // Sized for a batch that encodes back as it came: it does not grow.
-    // One that does not (refused) may outgrow it, leaving a block unwiped.
-    let mut check = Buf::with_capacity(expected.len() + 64, wipe.input);
-    crate::records::encode(check.inner(), &records.list, base)?;
-    if check[..] != expected[..] {
+    // Compared as encoded: no copy of the records is made for the check.
+    if !crate::records::encodes_back(&records.list, base, &all)? {
         return Err(
             "a record batch does not encode back as it came (two headers of one key in a \
              record, a record with attributes): refused rather than altered"
                 .into(),
         );
     }
-    drop(check);
-    drop(expected);
     for record in &mut records.list {
         f(record)?;
     }
@@ -730,7 +735,7 @@ fn transform_records(
     // never longer, so the encoder does not grow `out` (a block it grew
     // out of would be freed unwiped). A compressed one may be: a quarter
     // more. An encrypted one may be longer; what it leaves is ciphertext.
-    out.reserve(if set.compression == Compression::None {
+    out.reserve(if compression == Compression::None {
         batch.len()
     } else {
         batch.len() + batch.len() / 4 + 64
@@ -752,7 +757,7 @@ fn transform_records(
         Ok(())
     };
     let records_at = out.len();
-    let compressed = match set.compression {
+    let compressed = match compression {
         Compression::None => crate::records::encode(out.inner(), list, base)
             .inspect(|()| uncompressed.set(out.len() - records_at)),
         Compression::Gzip => Gzip::compress(out.inner(), write).map_err(|e| format!("{e:#}")),
@@ -766,7 +771,7 @@ fn transform_records(
         list.len(),
         uncompressed.get(),
         walked_headers,
-        set.compression != Compression::None,
+        compression != Compression::None,
     );
     drop(records);
     let encoded = &mut out[start..];
@@ -801,7 +806,9 @@ mod tests {
     use super::*;
     use bytes::BytesMut;
     use indexmap::IndexMap;
-    use kafka_protocol::records::{RecordBatchEncoder, RecordEncodeOptions, TimestampType};
+    use kafka_protocol::records::{
+        RecordBatchDecoder, RecordBatchEncoder, RecordEncodeOptions, TimestampType,
+    };
     use tombstone_crypt::{KeyTemplate, Keyset};
 
     const LIMIT: usize = 1 << 20;
@@ -1404,6 +1411,25 @@ mod tests {
                 .map(|r| (r.offset, r.timestamp, r.key.clone(), r.value.clone()))
                 .collect();
             assert_eq!(seen, expected, "{codec:?}");
+        }
+    }
+
+    #[test]
+    fn a_batch_whose_crc_does_not_match_is_refused_both_ways() {
+        let policy = TopicPolicy::keyset(Keyset::generate());
+        let raw = batch(&[record(0, Some(b"k"), Some(b"v"))], Compression::None);
+        let sealed = encrypt("t", &policy, &Hooks::default(), &raw, &budget())
+            .unwrap()
+            .records;
+        for good in [raw, sealed] {
+            let mut bad = BytesMut::from(&good[..]);
+            let last = bad.len() - 1;
+            bad[last] ^= 1;
+            let bad = bad.freeze();
+            let e = encrypt("t", &policy, &Hooks::default(), &bad, &budget()).unwrap_err();
+            assert!(e.contains("CRC"), "{e}");
+            let e = decrypt("t", &policy, &Hooks::default(), &bad, &budget()).unwrap_err();
+            assert!(e.contains("CRC"), "{e}");
         }
     }
 

@@ -1,7 +1,6 @@
 //! Plaintext the proxy owns, zeroized before it is freed: the client's
 //! Produce frames, the records it decrypts on Fetch and the batches and
-//! response frames made of them, the buffers it decompresses into and
-//! re-encodes into for its check.
+//! response frames made of them, the buffers it decompresses into.
 //!
 //! A frame or a batch is a shared buffer ([`Bytes`]): the records decoded
 //! from it are slices of it. It is reclaimed (and wiped) only by its last

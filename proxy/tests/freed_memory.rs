@@ -320,10 +320,9 @@ fn the_produce_path_leaves_no_plaintext_in_freed_memory() {
     wipe_own(batch);
     let r = s.finish();
     eprintln!("the Produce path without wiping: {r:?}");
-    assert!(
-        r.blocks_with_needle >= 2,
-        "the check's re-encoding and the client's frame: {r:?}"
-    );
+    // The client's frame (the encode-back check compares as it encodes:
+    // it makes no copy of the records).
+    assert!(r.blocks_with_needle >= 1, "the client's frame: {r:?}");
 }
 
 #[test]
