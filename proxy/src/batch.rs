@@ -298,10 +298,11 @@ pub(crate) fn decrypt(
         budget,
         wipe,
         |record| {
+            let wire = decrypt_record(topic, policy, record, &mut tally)?;
             if keyed {
-                forms.borrow_mut().push(record.key.clone());
+                forms.borrow_mut().push(wire);
             }
-            decrypt_record(topic, policy, record, &mut tally)
+            Ok(())
         },
         |_, list| {
             let forms = std::mem::take(&mut *forms.borrow_mut());
@@ -331,7 +332,9 @@ pub(crate) fn decrypt(
 /// follows it decides the key, so leaving it out changes no table.
 /// Linear in the batch (one map of its keys).
 fn replaced_forms(list: &mut Vec<Record>, forms: &[Option<Bytes>]) -> Vec<Record> {
-    if forms.len() != list.len() {
+    // Only a record with no value is ever taken out: a batch without one
+    // (the common case) needs no map.
+    if forms.len() != list.len() || list.iter().all(|r| r.value.is_some()) {
         return Vec::new();
     }
     let mut out = vec![false; list.len()];
@@ -381,7 +384,9 @@ fn encrypt_record(
     if hooks.skip_encryption {
         return Ok(());
     }
-    let plaintext_key = record.key.clone();
+    // The record's key under the policy's key keyset, set once its value
+    // and headers are sealed against the plaintext key.
+    let mut sealed_key = None;
     if let Some(key) = &record.key {
         let forms = policy
             .write_key(topic, &key[..])
@@ -397,12 +402,12 @@ fn encrypt_record(
                     Some(_) => primary = Some(Bytes::copy_from_slice(form)),
                 }
             }
-            record.key =
+            sealed_key =
                 Some(primary.ok_or("the write rule gave no record under the primary key")?);
             tally.keys += 1;
         }
     }
-    let key = plaintext_key.as_deref();
+    let key = record.key.as_deref();
     if !hooks.skip_header_encryption {
         for (name, value) in record.headers.iter_mut() {
             let Some(v) = value else { continue };
@@ -415,11 +420,15 @@ fn encrypt_record(
         }
     }
     let value = match (&record.value, hooks.tombstone_as_empty) {
-        (Some(v), _) => Some(v.clone()),
-        (None, true) => Some(Bytes::new()),
+        (Some(v), _) => Some(&v[..]),
+        (None, true) => Some(&[][..]),
         (None, false) => None,
     };
-    record.value = match policy.write_value(topic, key, value.as_deref()) {
+    let sealed = policy.write_value(topic, key, value);
+    if let Some(k) = sealed_key {
+        record.key = Some(k);
+    }
+    record.value = match sealed {
         Ok(None) => {
             tally.tombstones += 1;
             None
@@ -433,20 +442,26 @@ fn encrypt_record(
     Ok(())
 }
 
+/// Decrypts `record` in place; its record key as it came (its wire form,
+/// moved out of the record) when the policy encrypts record keys.
 fn decrypt_record(
     topic: &str,
     policy: &TopicPolicy,
     record: &mut Record,
     tally: &mut Tally,
-) -> Result<(), String> {
-    if let (Some(_), Some(key)) = (policy.record_keys(), &record.key) {
-        let mut plaintext = policy
-            .read_key(topic, &key[..])
-            .map_err(|e| format!("decrypting a record key at offset {}: {e}", record.offset))?;
-        // The plaintext's own buffer, moved (not copied): the records are
-        // wiped when dropped (`Records`).
-        record.key = Some(Bytes::from(std::mem::take(&mut *plaintext)));
-        tally.keys += 1;
+) -> Result<Option<Bytes>, String> {
+    let mut wire = None;
+    if policy.record_keys().is_some() {
+        if let Some(key) = record.key.take() {
+            let mut plaintext = policy
+                .read_key(topic, &key[..])
+                .map_err(|e| format!("decrypting a record key at offset {}: {e}", record.offset))?;
+            // The plaintext's own buffer, moved (not copied): the records
+            // are wiped when dropped (`Records`).
+            record.key = Some(Bytes::from(std::mem::take(&mut *plaintext)));
+            wire = Some(key);
+            tally.keys += 1;
+        }
     }
     let key = record.key.as_deref();
     for (name, value) in record.headers.iter_mut() {
@@ -484,7 +499,7 @@ fn decrypt_record(
             ))
         }
     }
-    Ok(())
+    Ok(wire)
 }
 
 /// Which side of a transform is plaintext, wiped before it is freed: what
