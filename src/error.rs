@@ -205,6 +205,16 @@ pub enum Error {
         /// Whether the value reads as a delete.
         as_delete: bool,
     },
+    /// A file a front end named could not be read or is not what it must
+    /// be ([`files`](crate::files)): its path and what it should hold,
+    /// with why (an I/O error, or the [`Error`] its contents gave, whose
+    /// kind it takes).
+    File {
+        /// The file and what it was to hold ("the keyset PATH").
+        detail: String,
+        /// Why: an I/O error, or the error its contents gave.
+        cause: Cause,
+    },
     /// A value under a subject key ([`shred`](crate::shred)) whose DEK the
     /// key store neither holds nor records as shredded: the wrong key
     /// store, one that lost records, or a value whose header was changed.
@@ -400,6 +410,10 @@ impl Error {
             | Error::Registry { .. }
             | Error::NeedsRestore => ErrorKind::Environment,
             Error::Record { cause, .. } | Error::Field { cause, .. } => cause.kind(),
+            // What the file held decides; else reading it failed.
+            Error::File { cause, .. } => cause
+                .downcast_ref::<Error>()
+                .map_or(ErrorKind::Environment, Error::kind),
             Error::Truncated { .. }
             | Error::UnsupportedVersion
             | Error::UnknownKeyId(_)
@@ -467,6 +481,7 @@ impl fmt::Display for Error {
             }
             Error::MissingRecordKey => f.write_str("the record has no key"),
             Error::Store { detail, .. } => write!(f, "store failed: {detail}"),
+            Error::File { detail, .. } => f.write_str(detail),
             Error::Changelog { detail, .. } => write!(f, "changelog failed: {detail}"),
             Error::Kafka { detail, .. } => write!(f, "kafka failed: {detail}"),
             Error::Record {
@@ -507,6 +522,7 @@ impl StdError for Error {
             | Error::Kafka { cause, .. }
             | Error::Kms { cause, .. } => cause.as_deref().map(|c| c as &(dyn StdError + 'static)),
             Error::Record { cause, .. } | Error::Field { cause, .. } => Some(&**cause),
+            Error::File { cause, .. } => Some(&**cause),
             _ => None,
         }
     }
@@ -563,6 +579,16 @@ impl PartialEq for Error {
                     operation: d,
                 },
             ) => a == c && b == d,
+            (
+                E::File {
+                    detail: a,
+                    cause: b,
+                },
+                E::File {
+                    detail: c,
+                    cause: d,
+                },
+            ) => a == c && same_cause(&Some(b.clone()), &Some(d.clone())),
             (
                 E::Store {
                     detail: a,

@@ -58,6 +58,7 @@
 //! | `kafka` | `encode_write`/`decode_message`, the typed producer and consumer, `KafkaChangelog`, `KafkaKeyStore` (feature `kafka`) |
 //! | [`field`] | encrypted fields: `Encrypted<T>`, `Deterministic<T>`, `FieldEncrypting` |
 //! | [`policy`] | `TopicPolicy`: how one topic's values and record keys are read and written (a keyset, subject keys, a codec of yours), as the proxy and the command line read a topic |
+//! | `files` | keyset files read within a bound and zeroized, for front ends (feature `files`) |
 //! | `confluent` | Confluent's format: `ConfluentJson` (JSON Schema, and Avro with `confluent-avro`), `ConfluentSerde`, `Registry` (feature `confluent`) |
 //! | [`shred`] | crypto-shredding: `SubjectKeys`, `SubjectEncrypting`, key stores |
 //! | [`format`](crate::format) | the wire format, the associated data and the keyset format; `OVERHEAD` |
@@ -76,6 +77,7 @@
 //! | `vault` | `kms::VaultClient` (`hcvault://`, Vault or OpenBao transit), same HTTP client |
 //! | `confluent` | the `confluent` module: Confluent's CSFLE and CSPE for JSON Schema (adds `hkdf`) |
 //! | `confluent-avro` | Avro schemas in the same codec (adds `apache-avro`) |
+//! | `files` | the `files` module: keyset files for front ends (the command line and the proxy); no dependency of its own |
 //! | `metrics` | [`stats::publish`](crate::stats) to the `metrics` facade, and KMS call durations |
 //! | `tracing` | `tracing` spans and events at the KMS and DEK boundaries |
 //! | `test-hooks` | an explicit AES-GCM nonce for fuzzing and vectors: **never in production** |
@@ -102,6 +104,9 @@ pub mod error;
 #[cfg(feature = "test-hooks")]
 mod fake_kms;
 pub mod field;
+#[cfg(feature = "files")]
+#[cfg_attr(docsrs, doc(cfg(feature = "files")))]
+pub mod files;
 pub mod guide;
 mod header;
 mod json_text;

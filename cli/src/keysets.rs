@@ -21,14 +21,12 @@ pub(crate) fn register_kms_clients() {
 }
 
 /// Reads a keyset file: Tink's cleartext JSON, or Tink's encrypted keyset
-/// with `decrypt_with` (the KMS key it is encrypted with). The proxy's
-/// loader: the file at most 16 MiB, read into a buffer zeroized when
-/// dropped; errors name the file, never key bytes.
+/// with `decrypt_with` (the KMS key it is encrypted with). The library's
+/// loader ([`tombstone_crypt::files`], the proxy's too): the file at most
+/// 16 MiB, read into a buffer zeroized when dropped; errors name the file,
+/// never key bytes.
 pub(crate) fn load(path: &Path, decrypt_with: Option<&str>) -> Result<Keyset, Fail> {
-    tombstone_crypt_proxy::load_keyset_with(path, decrypt_with).map_err(|e| match e {
-        tombstone_crypt_proxy::ProxyError::Config(what) => fail(what),
-        e => fail(e.to_string()),
-    })
+    tombstone_crypt::files::load_keyset(path, decrypt_with).map_err(Fail::from)
 }
 
 /// Writes `keyset` to `path` (atomically: a new file, readable by its
