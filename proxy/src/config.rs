@@ -46,7 +46,6 @@ use tombstone_crypt::kafka::{KafkaChangelog, KafkaKeyStore};
 pub use tombstone_crypt::policy::TopicPolicy;
 use tombstone_crypt::shred::{KeyStore, RedbKeyStore, SubjectKeys};
 use tombstone_crypt::Keyset;
-use zeroize::Zeroizing;
 
 use crate::error::ProxyError;
 
@@ -671,9 +670,6 @@ fn subject_keys(
         .map_err(|e| failed("the subject keys".into(), &e))
 }
 
-/// The most bytes a keyset file may have.
-const MAX_KEYSET_FILE: u64 = 16 << 20;
-
 /// Loads a Tink cleartext JSON keyset file (its text zeroized when
 /// dropped).
 ///
@@ -687,30 +683,14 @@ pub fn load_keyset(path: &Path) -> Result<Keyset, ProxyError> {
 /// Loads a keyset file: Tink's cleartext JSON, or with `kms_uri` Tink's
 /// encrypted keyset under that KMS key (decrypted now, through the KMS
 /// clients configured from the environment; empty associated data, as the
-/// command line writes it).
+/// command line writes it). The library's loader
+/// ([`tombstone_crypt::files::load_keyset`]), the command line's too.
 ///
 /// # Errors
 /// [`ProxyError::Config`] naming the file when it cannot be read, is not a
 /// keyset, or the KMS does not decrypt it (never with key bytes).
 pub fn load_keyset_with(path: &Path, kms_uri: Option<&str>) -> Result<Keyset, ProxyError> {
-    let fail = |what: String| ProxyError::Config(format!("the keyset {}: {what}", path.display()));
-    let file = std::fs::File::open(path).map_err(|e| fail(e.to_string()))?;
-    let size = file.metadata().map_or(0, |m| m.len()).min(MAX_KEYSET_FILE) + 1;
-    // Sized up front: a String that grows leaves old buffers unzeroized.
-    let mut text = Zeroizing::new(String::with_capacity(size as usize));
-    std::io::Read::read_to_string(
-        &mut std::io::Read::take(file, MAX_KEYSET_FILE + 1),
-        &mut text,
-    )
-    .map_err(|e| fail(e.to_string()))?;
-    if text.len() as u64 > MAX_KEYSET_FILE {
-        return Err(fail(format!("larger than {MAX_KEYSET_FILE} bytes")));
-    }
-    match kms_uri {
-        Some(uri) => Keyset::from_encrypted_tink_json(&text, uri, b""),
-        None => Keyset::from_tink_json(&text),
-    }
-    .map_err(|e| fail(chain(&e)))
+    tombstone_crypt::files::load_keyset(path, kms_uri).map_err(|e| ProxyError::Config(chain(&e)))
 }
 
 /// An error and its causes, one line.
