@@ -17,9 +17,9 @@ use tombstone_crypt::kafka::rdkafka::message::{Headers as _, Message as _};
 use tombstone_crypt::kafka::rdkafka::{Offset, TopicPartitionList};
 
 use tombstone_crypt::confluent::{ConfluentJson, LocalKms, Registry};
-use tombstone_crypt::kafka::{KafkaChangelog, KafkaKeyStore};
+use tombstone_crypt::files::{open_key_store, KeyStoreAt, KeyStorePart};
 use tombstone_crypt::policy::TopicPolicy;
-use tombstone_crypt::shred::{KeyStore, RedbKeyStore, SubjectKeys};
+use tombstone_crypt::shred::SubjectKeys;
 use tombstone_crypt::{AadPolicy, KeyStatus, Keyset};
 
 use crate::args::{ClientArgs, NullMarker, SubjectKeyArgs, TopicArgs, ValueKey};
@@ -102,60 +102,42 @@ pub(crate) fn subject_keys(
         return Ok(None);
     };
     let kek = keysets::load(kek_path, decrypt_with)?;
-    let (store, named): (Arc<dyn KeyStore>, String) =
-        match (&a.subject_key_store, &a.subject_key_topic) {
-            (Some(path), _) => {
-                let store = if create {
-                    RedbKeyStore::create(path)
-                } else {
-                    RedbKeyStore::open(path)
-                };
-                let store = store.map_err(|e| {
-                    fail(format!("--subject-key-store {}: {}", path.display(), crate::outcome::chain(&e)))
-                })?;
-                (Arc::new(store), format!("--subject-key-store {}", path.display()))
+    let at = match (&a.subject_key_store, &a.subject_key_topic) {
+        (Some(path), _) => KeyStoreAt::File(path.clone()),
+        (None, Some(topic)) => {
+            let config = config
+                .cloned()
+                .ok_or_else(|| fail("--subject-key-topic needs --bootstrap"))?;
+            reach(&config, topic, connect)?;
+            KeyStoreAt::Topic {
+                config,
+                topic: topic.clone(),
+                view: a.subject_key_view.clone(),
+                fence: None,
             }
-            (None, Some(topic)) => {
-                let config = config
-                    .cloned()
-                    .ok_or_else(|| fail("--subject-key-topic needs --bootstrap"))?;
-                reach(&config, topic, connect)?;
-                let log = if create {
-                    // A new key store: a topic that exists and holds
-                    // records is another topic (or another key store).
-                    if let Ok(existing) = KafkaChangelog::existing(config.clone(), topic) {
-                        let held = tombstone_crypt::store::Changelog::records(&existing).map_err(|e| {
-                            fail(format!("--subject-key-topic {topic}: {}", crate::outcome::chain(&e)))
-                        })?;
-                        if !held.is_empty() {
-                            return Err(fail(format!(
-                                "--subject-key-topic {topic}: the topic exists and holds {} records: not a new key store (name a new topic)",
-                                held.len()
-                            )));
-                        }
-                    }
-                    KafkaChangelog::with_config(config, topic)
-                } else {
-                    KafkaChangelog::existing(config, topic)
-                };
-                let log = log.map_err(|e| {
-                    fail(format!("--subject-key-topic {topic}: {}", crate::outcome::chain(&e)))
-                })?;
-                let store = KafkaKeyStore::new(log);
-                let store = match &a.subject_key_view {
-                    None => store,
-                    Some(dir) => store.with_view_dir(dir).map_err(|e| {
-                        fail(format!("--subject-key-view {}: {}", dir.display(), crate::outcome::chain(&e)))
-                    })?,
-                };
-                (Arc::new(store), format!("--subject-key-topic {topic}"))
-            }
-            (None, None) => {
-                return Err(fail(
-                    "--subject-keyset needs the key store: --subject-key-store FILE or --subject-key-topic TOPIC",
-                ))
-            }
-        };
+        }
+        (None, None) => {
+            return Err(fail(
+                "--subject-keyset needs the key store: --subject-key-store FILE or --subject-key-topic TOPIC",
+            ))
+        }
+    };
+    // Each part named by its flag.
+    let named = |part: KeyStorePart| match (part, &a.subject_key_store, &a.subject_key_topic) {
+        (KeyStorePart::View, _, _) => format!(
+            "--subject-key-view {}",
+            a.subject_key_view
+                .as_deref()
+                .map(|d| d.display().to_string())
+                .unwrap_or_default()
+        ),
+        (_, Some(path), _) => format!("--subject-key-store {}", path.display()),
+        (_, None, Some(topic)) => format!("--subject-key-topic {topic}"),
+        (_, None, None) => String::new(),
+    };
+    let store = open_key_store(&at, create)
+        .map_err(|(part, e)| fail(format!("{}: {}", named(part), crate::outcome::chain(&e))))?;
+    let named = named(KeyStorePart::File);
     let keys = if create {
         SubjectKeys::create(kek, store)
     } else {

@@ -41,10 +41,10 @@ use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
 use serde::Deserialize;
+use tombstone_crypt::files::{open_key_store, KeyStoreAt, KeyStorePart};
 use tombstone_crypt::kafka::rdkafka::config::ClientConfig;
-use tombstone_crypt::kafka::{KafkaChangelog, KafkaKeyStore};
 pub use tombstone_crypt::policy::TopicPolicy;
-use tombstone_crypt::shred::{KeyStore, RedbKeyStore, SubjectKeys};
+use tombstone_crypt::shred::SubjectKeys;
 use tombstone_crypt::Keyset;
 
 use crate::error::ProxyError;
@@ -615,7 +615,7 @@ fn subject_keys(
 ) -> Result<SubjectKeys, ProxyError> {
     let failed = |what: String, e: &tombstone_crypt::Error| bad(&format!("{what}: {}", chain(e)));
     let fence = std::time::Duration::from_millis(entry.subject_key_fence_ms.unwrap_or(5000));
-    let store: Arc<dyn KeyStore> = match (&entry.subject_key_topic, &entry.subject_key_store) {
+    let at = match (&entry.subject_key_topic, &entry.subject_key_store) {
         (Some(topic), None) => {
             let mut client = ClientConfig::new();
             client.set("bootstrap.servers", &config.bootstrap);
@@ -640,24 +640,18 @@ fn subject_keys(
                 }
                 client.set(name, value);
             }
-            let log = KafkaChangelog::existing(client, topic)
-                .map_err(|e| failed(format!("\"subject_key_topic\" {topic:?}"), &e))?;
-            let store = KafkaKeyStore::new(log).with_fence(fence);
-            let store = match &entry.subject_key_view {
-                None => store,
-                Some(dir) => store.with_view_dir(dir).map_err(|e| {
-                    failed(format!("\"subject_key_view\" {}", dir.display()), &e)
-                })?,
-            };
-            Arc::new(store)
+            KeyStoreAt::Topic {
+                config: client,
+                topic: topic.clone(),
+                view: entry.subject_key_view.clone(),
+                fence: Some(fence),
+            }
         }
         (None, Some(path)) => {
             if entry.subject_key_view.is_some() {
                 return Err(bad("\"subject_key_view\" is for a \"subject_key_topic\""));
             }
-            Arc::new(RedbKeyStore::open(path).map_err(|e| {
-                failed(format!("\"subject_key_store\" {}", path.display()), &e)
-            })?)
+            KeyStoreAt::File(path.clone())
         }
         _ => {
             return Err(bad(
@@ -665,6 +659,23 @@ fn subject_keys(
             ))
         }
     };
+    // Each part named by its setting.
+    let store = open_key_store(&at, false).map_err(|(part, e)| {
+        let named = match (part, &entry.subject_key_topic, &entry.subject_key_store) {
+            (KeyStorePart::View, _, _) => format!(
+                "\"subject_key_view\" {}",
+                entry
+                    .subject_key_view
+                    .as_deref()
+                    .map(|d| d.display().to_string())
+                    .unwrap_or_default()
+            ),
+            (_, Some(topic), _) => format!("\"subject_key_topic\" {topic:?}"),
+            (_, None, Some(path)) => format!("\"subject_key_store\" {}", path.display()),
+            (_, None, None) => String::new(),
+        };
+        failed(named, &e)
+    })?;
     SubjectKeys::open(kek, store)
         .map(|keys| keys.with_fence(fence))
         .map_err(|e| failed("the subject keys".into(), &e))
@@ -814,7 +825,11 @@ mod tests {
         let store = dir.join("s.redb");
         let kek = Keyset::from_tink_json(&std::fs::read_to_string(dir.join("kek.json")).unwrap())
             .unwrap();
-        SubjectKeys::create(kek, Arc::new(RedbKeyStore::create(&store).unwrap())).unwrap();
+        SubjectKeys::create(
+            kek,
+            Arc::new(tombstone_crypt::shred::RedbKeyStore::create(&store).unwrap()),
+        )
+        .unwrap();
         load(r#"{"topic":"t","subject_keyset":"kek.json","subject_key_store":"s.redb"}"#).unwrap();
         let e = load(
             r#"{"topic":"t","subject_keyset":"kek.json","subject_key_store":"s.redb","headers":["x"]}"#,
