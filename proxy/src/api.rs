@@ -510,9 +510,16 @@ pub(crate) fn produce_request(
             .transpose()?;
         return Ok(ProduceAction::Answer { response, refused });
     }
-    let mut out = BytesMut::new();
+    // Sized up front: grown by doubling, a 1 MB request took five blocks,
+    // their copies and the page faults of each fresh one.
+    let header_version = ApiKey::Produce.request_header_version(version);
+    let size = header
+        .compute_size(header_version)
+        .and_then(|h| Ok(h + request.compute_size(version)?))
+        .unwrap_or(0);
+    let mut out = BytesMut::with_capacity(size);
     header
-        .encode(&mut out, ApiKey::Produce.request_header_version(version))
+        .encode(&mut out, header_version)
         .and_then(|()| request.encode(&mut out, version))
         .map_err(|e| format!("encoding a Produce v{version} request: {e:#}"))?;
     Ok(ProduceAction::Forward {
