@@ -321,6 +321,17 @@ impl Put for BytesMut {
     }
 }
 
+/// A buffer of plaintext grows through [`crate::wipe::Buf::reserve`],
+/// which wipes the block it leaves.
+impl Put for crate::wipe::Buf {
+    fn put_u8(&mut self, b: u8) {
+        self.extend_from_slice(&[b]);
+    }
+    fn put_slice(&mut self, b: &[u8]) {
+        self.extend_from_slice(b);
+    }
+}
+
 /// Compares what is put with `rest`, in order.
 struct Compare<'a> {
     rest: &'a [u8],
