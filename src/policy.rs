@@ -30,6 +30,16 @@
 //! policy is subject keys, for a value whose key the key store records as
 //! shredded.
 //!
+//! # A record told apart completely
+//! A reader that counts rather than reads (an audit, a repair's plan) asks
+//! the policy what a record is, and never reads a format's bytes itself:
+//! [`TopicPolicy::classify_value`] tells a tombstone, a value and the key
+//! id it was under, a shredded subject's value, a value of the policy's
+//! format that does not read (and why), and a value of another format (a
+//! plaintext, a subject-key value on a keyset's topic) apart;
+//! [`TopicPolicy::classify_key`] tells a record key's plaintext under an
+//! enabled key from one under a key no reader uses any more.
+//!
 //! # Headers
 //! A named header's value is the keyset's ciphertext
 //! ([`Keyset::encrypt`]) with associated data the
@@ -67,7 +77,8 @@ use zeroize::Zeroizing;
 use crate::codec::Bytes;
 use crate::context::{AadPolicy, Context};
 use crate::error::{Error, KeysetErrorKind};
-use crate::keyset::Keyset;
+use crate::key_id::KeyId;
+use crate::keyset::{KeyStatus, Keyset};
 use crate::record_key::KeyForms;
 use crate::serde::{
     DecryptingDeserializer, Deserializer, DeterministicDeserializer, DeterministicSerializer,
@@ -101,6 +112,10 @@ pub struct TopicPolicy {
         DeterministicDeserializer<Bytes>,
     )>,
     headers: Vec<String>,
+    /// The record keys' keyset with its disabled keys enabled, when it has
+    /// any: to tell a key's plaintext under a key no reader uses any more
+    /// ([`TopicPolicy::classify_key`]).
+    widened: Option<DeterministicDeserializer<Bytes>>,
 }
 
 /// A present value or a tombstone, as a reader of the topic gets it.
@@ -122,6 +137,97 @@ impl Read {
     pub fn is_delete(&self) -> bool {
         !matches!(self, Read::Value(_))
     }
+}
+
+/// What a record's value is under a topic's policy, told completely
+/// ([`TopicPolicy::classify_value`]): what a reader that counts (an audit,
+/// a repair's plan) needs beside what [`Read`] gives, so that it never
+/// reads a format's bytes itself.
+#[derive(Debug)]
+#[non_exhaustive]
+pub enum ValueRead {
+    /// A tombstone: the record's value is null.
+    Tombstone,
+    /// It reads: its plaintext, and the key id it was sealed under (a
+    /// keyset's ciphertext; `None` under subject keys).
+    Value {
+        /// The plaintext (zeroized when dropped).
+        plaintext: Zeroizing<Vec<u8>>,
+        /// The key id its header names.
+        key_id: Option<KeyId>,
+    },
+    /// A shredded subject's value: a delete ([`Read::Shredded`]).
+    Shredded,
+    /// A value of the policy's format that does not read: the key id it
+    /// names (a keyset's ciphertext) and why: not authentic in its
+    /// context, under a key the keyset lacks or has disabled, its subject's
+    /// key unknown to the key store ([`Error::UnknownSubjectKey`]), a
+    /// shredded subject's value under strict subject keys
+    /// ([`Error::Shredded`]), no record key to name its subject. Never a
+    /// delete.
+    Unreadable {
+        /// The key id its header names, if it has one.
+        key_id: Option<KeyId>,
+        /// Why it does not read.
+        why: Error,
+    },
+    /// Not a value of a keyset's format: a plaintext (no header, or a
+    /// header under a key the keyset lacks on bytes too short to be a
+    /// ciphertext), or a value of subject keys' format on a keyset's topic.
+    /// Under subject keys every present value is read as one (a value
+    /// that is not is [`ValueRead::Unreadable`]).
+    Foreign(Foreign),
+}
+
+/// What a present value is when it is not of a keyset policy's format.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[non_exhaustive]
+pub enum Foreign {
+    /// No ciphertext of this library: a plaintext value.
+    Plaintext,
+    /// A value of subject keys' format ([`shred`](crate::shred)), which a
+    /// keyset does not read: never taken for a plaintext to encrypt again.
+    SubjectKeys,
+}
+
+/// A record key as a reader of the topic knows it
+/// ([`TopicPolicy::classify_key`]).
+#[derive(Debug, PartialEq, Eq)]
+#[non_exhaustive]
+pub enum KeyRead {
+    /// The policy leaves record keys as they are: the bytes are the key.
+    AsWritten,
+    /// It decrypts: its plaintext, the key id its form names, and whether
+    /// a reader decrypts it (under an enabled key) or only one that knows
+    /// the keyset's disabled keys too.
+    Decrypted {
+        /// The key's plaintext (zeroized when dropped).
+        plaintext: Zeroizing<Vec<u8>>,
+        /// The key id its form names.
+        key_id: KeyId,
+        /// Whether the key it is under is enabled.
+        enabled: bool,
+    },
+    /// It decrypts under no key of the record keys' keyset, enabled or
+    /// disabled.
+    Unreadable,
+}
+
+/// `keys` with its disabled keys enabled; `None` when it has none.
+fn widened(keys: &Keyset) -> Option<Keyset> {
+    let disabled: Vec<KeyId> = keys
+        .keys()
+        .filter(|&(_, status)| status == KeyStatus::Disabled)
+        .map(|(id, _)| id)
+        .collect();
+    if disabled.is_empty() {
+        return None;
+    }
+    let mut all = keys.clone();
+    for id in disabled {
+        all.enable(id).ok()?;
+    }
+    Some(all)
 }
 
 /// The context of a record of topic `name` with plaintext key `key`.
@@ -160,6 +266,7 @@ impl TopicPolicy {
             },
             keys: None,
             headers: Vec::new(),
+            widened: None,
         }
     }
 
@@ -170,6 +277,7 @@ impl TopicPolicy {
             values: Values::Subjects(SubjectEncrypting::new(keys, Bytes)),
             keys: None,
             headers: Vec::new(),
+            widened: None,
         }
     }
 
@@ -208,6 +316,7 @@ impl TopicPolicy {
         if !keys.is_deterministic() {
             return Err(refused("record keys need a deterministic (AES-SIV) keyset"));
         }
+        self.widened = widened(&keys).map(|all| DeterministicDeserializer::new(Bytes, all));
         self.keys = Some((
             keys.clone(),
             DeterministicSerializer::new(Bytes, keys.clone()),
@@ -382,6 +491,100 @@ impl TopicPolicy {
         })
     }
 
+    /// What the value `value` of a record of topic `name` with plaintext
+    /// record key `key` is, told completely ([`ValueRead`]): under a
+    /// keyset, a subject-key value or a plaintext is told apart from a
+    /// ciphertext that does not read; under subject keys, every present
+    /// value is read as one.
+    ///
+    /// # Errors
+    /// Only what stops a reader ([`ErrorKind::Environment`](crate::error::ErrorKind::Environment):
+    /// a KMS or key-store failure); every error of the value itself is a
+    /// [`ValueRead::Unreadable`].
+    pub fn classify_value(
+        &self,
+        name: &str,
+        key: Option<&[u8]>,
+        value: Option<&[u8]>,
+    ) -> Result<ValueRead, Error> {
+        use crate::error::ErrorKind;
+        let Some(v) = value else {
+            return Ok(ValueRead::Tombstone);
+        };
+        let key_id = match &self.values {
+            Values::Keyset { keyset, .. } => {
+                if crate::shred::has_subject_shape(v) && !keyset.names_a_key(v) {
+                    return Ok(ValueRead::Foreign(Foreign::SubjectKeys));
+                }
+                let Some(header) = crate::header::Header::parse(v) else {
+                    return Ok(ValueRead::Foreign(Foreign::Plaintext));
+                };
+                let id = header.key_id;
+                if !keyset.names_a_key(v) {
+                    // Room for the shortest value ciphertext (AES-GCM's
+                    // nonce and tag) under a key this keyset lacks: a
+                    // ciphertext it cannot read, more likely than a
+                    // plaintext value that starts so.
+                    return Ok(if v.len() >= crate::envelope::OVERHEAD {
+                        ValueRead::Unreadable {
+                            key_id: Some(id),
+                            why: Error::UnknownKeyId(id),
+                        }
+                    } else {
+                        ValueRead::Foreign(Foreign::Plaintext)
+                    });
+                }
+                Some(id)
+            }
+            Values::Subjects(_) => {
+                if key.is_none() {
+                    return Ok(ValueRead::Unreadable {
+                        key_id: None,
+                        why: Error::MissingRecordKey,
+                    });
+                }
+                None
+            }
+        };
+        match self.read_value(name, key, Some(v)) {
+            Ok(Read::Value(plaintext)) => Ok(ValueRead::Value { plaintext, key_id }),
+            Ok(Read::Shredded) => Ok(ValueRead::Shredded),
+            Ok(Read::Tombstone) => Ok(ValueRead::Tombstone),
+            Err(e) if e.kind() == ErrorKind::Environment => Err(e),
+            Err(why) => Ok(ValueRead::Unreadable { key_id, why }),
+        }
+    }
+
+    /// What the record key `wire` of topic `name` is, told completely
+    /// ([`KeyRead`]): its plaintext under the record keys' keyset, its
+    /// disabled keys included, and whether a reader decrypts it.
+    pub fn classify_key(&self, name: &str, wire: &[u8]) -> KeyRead {
+        let Some((_, _, de)) = &self.keys else {
+            return KeyRead::AsWritten;
+        };
+        let Some(header) = crate::header::Header::parse(wire) else {
+            return KeyRead::Unreadable;
+        };
+        let ctx = Context::new(name);
+        let opened =
+            |de: &DeterministicDeserializer<Bytes>| de.deserialize(&ctx, Some(wire)).ok().flatten();
+        if let Some(plain) = opened(de) {
+            return KeyRead::Decrypted {
+                plaintext: Zeroizing::new(plain),
+                key_id: header.key_id,
+                enabled: true,
+            };
+        }
+        match self.widened.as_ref().and_then(opened) {
+            Some(plain) => KeyRead::Decrypted {
+                plaintext: Zeroizing::new(plain),
+                key_id: header.key_id,
+                enabled: false,
+            },
+            None => KeyRead::Unreadable,
+        }
+    }
+
     /// A header's value as read: its plaintext when the policy names
     /// `header`, `None` when it does not (the value is as it is).
     ///
@@ -433,6 +636,136 @@ mod tests {
         let store = Arc::new(MemoryKeyStore::new());
         let keys = SubjectKeys::create(Keyset::generate(), store).unwrap();
         TopicPolicy::subject_keys(Arc::new(keys))
+    }
+
+    #[test]
+    fn a_value_is_classified_completely_under_a_keyset() {
+        let keyset = Keyset::generate();
+        let policy = TopicPolicy::keyset(keyset.clone());
+        let id = keyset.primary();
+        let sealed = policy
+            .write_value("t", Some(b"k"), Some(b"v"))
+            .unwrap()
+            .unwrap();
+        let classify = |v: Option<&[u8]>| policy.classify_value("t", Some(b"k"), v).unwrap();
+        assert!(matches!(classify(None), ValueRead::Tombstone));
+        assert!(matches!(
+            classify(Some(&sealed)),
+            ValueRead::Value { ref plaintext, key_id: Some(k) } if &plaintext[..] == b"v" && k == id
+        ));
+        // Moved to another key: not authentic there, under the key it names.
+        assert!(matches!(
+            policy.classify_value("t", Some(b"j"), Some(&sealed)).unwrap(),
+            ValueRead::Unreadable { key_id: Some(k), .. } if k == id
+        ));
+        // Under a key this keyset lacks: unreadable when it has a
+        // ciphertext's room, a plaintext when it is shorter.
+        let other = Keyset::generate();
+        let foreign = TopicPolicy::keyset(other.clone())
+            .write_value("t", Some(b"k"), Some(b"v"))
+            .unwrap()
+            .unwrap();
+        assert!(matches!(
+            classify(Some(&foreign)),
+            ValueRead::Unreadable { key_id: Some(k), why: Error::UnknownKeyId(_) } if k == other.primary()
+        ));
+        let short = &foreign[..crate::envelope::OVERHEAD - 1];
+        assert!(matches!(
+            classify(Some(short)),
+            ValueRead::Foreign(Foreign::Plaintext)
+        ));
+        assert!(matches!(
+            classify(Some(b"{}")),
+            ValueRead::Foreign(Foreign::Plaintext)
+        ));
+        assert!(matches!(
+            classify(Some(b"")),
+            ValueRead::Foreign(Foreign::Plaintext)
+        ));
+        // A subject-key value: not a plaintext, never read by a keyset.
+        let subject = subjects()
+            .write_value("t", Some(b"k"), Some(b"v"))
+            .unwrap()
+            .unwrap();
+        assert!(matches!(
+            classify(Some(&subject)),
+            ValueRead::Foreign(Foreign::SubjectKeys)
+        ));
+    }
+
+    #[test]
+    fn a_value_is_classified_completely_under_subject_keys() {
+        let policy = subjects();
+        let sealed = policy
+            .write_value("t", Some(b"k"), Some(b"v"))
+            .unwrap()
+            .unwrap();
+        let classify = |k: Option<&[u8]>, v: &[u8]| policy.classify_value("t", k, Some(v)).unwrap();
+        assert!(matches!(
+            classify(Some(b"k"), &sealed),
+            ValueRead::Value { ref plaintext, key_id: None } if &plaintext[..] == b"v"
+        ));
+        assert!(matches!(
+            classify(None, &sealed),
+            ValueRead::Unreadable {
+                why: Error::MissingRecordKey,
+                ..
+            }
+        ));
+        // Every present value is read as one: a plaintext is unreadable.
+        assert!(matches!(
+            classify(Some(b"k"), b"{}"),
+            ValueRead::Unreadable { .. }
+        ));
+        policy.subject_key_set().unwrap().shred(b"k").unwrap();
+        assert!(matches!(classify(Some(b"k"), &sealed), ValueRead::Shredded));
+    }
+
+    #[test]
+    fn a_record_key_is_classified_under_enabled_and_disabled_keys() {
+        let mut keys = Keyset::generate_with(KeyTemplate::aes256_siv()).unwrap();
+        let old = keys.primary();
+        let policy = TopicPolicy::keyset(Keyset::generate())
+            .with_record_keys(keys.clone())
+            .unwrap();
+        let wire = policy
+            .write_key("t", b"alice")
+            .unwrap()
+            .unwrap()
+            .primary()
+            .to_vec();
+        let decrypted = |p: &TopicPolicy| match p.classify_key("t", &wire) {
+            KeyRead::Decrypted {
+                plaintext,
+                key_id,
+                enabled,
+            } => {
+                assert_eq!(&plaintext[..], b"alice");
+                assert_eq!(key_id, old);
+                Some(enabled)
+            }
+            _ => None,
+        };
+        assert_eq!(decrypted(&policy), Some(true));
+        keys.rotate();
+        keys.disable(old).unwrap();
+        let rotated = TopicPolicy::keyset(Keyset::generate())
+            .with_record_keys(keys)
+            .unwrap();
+        // Its key disabled: told, and told as no reader's.
+        assert_eq!(decrypted(&rotated), Some(false));
+        assert!(rotated.read_key("t", &wire).is_err());
+        // Another topic's, another keyset's, no key: unreadable.
+        assert_eq!(rotated.classify_key("u", &wire), KeyRead::Unreadable);
+        let stranger = TopicPolicy::keyset(Keyset::generate())
+            .with_record_keys(Keyset::generate_with(KeyTemplate::aes256_siv()).unwrap())
+            .unwrap();
+        assert_eq!(stranger.classify_key("t", &wire), KeyRead::Unreadable);
+        assert_eq!(stranger.classify_key("t", b"alice"), KeyRead::Unreadable);
+        assert_eq!(
+            TopicPolicy::keyset(Keyset::generate()).classify_key("t", b"alice"),
+            KeyRead::AsWritten
+        );
     }
 
     #[test]

@@ -640,7 +640,7 @@ fn plan_options(from: &Setup, to: &Setup, command: Command) -> String {
         from.name,
         to.name,
         from.value_key,
-        keys(&to.keyset),
+        to.run_keys().map(keys).unwrap_or_default(),
         to.key_keyset.as_ref().map(keys).unwrap_or_default(),
     );
     // Only with --fields: a run without it plans as before.
@@ -695,7 +695,7 @@ pub(crate) fn run(
                 command: name.to_owned(),
                 topic: from.topic.clone(),
                 to_topic: to.topic.clone(),
-                primary: to.keyset.primary().0,
+                primary: to.run_keys().map_or(0, |k| k.primary().0),
                 key_primary: to.key_keyset.as_ref().map(|k| k.primary().0),
                 partitions: match &from.only {
                     None => "all".to_owned(),

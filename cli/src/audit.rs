@@ -14,7 +14,7 @@ use crate::fields::FieldState;
 use crate::key_state::{Index, KeyHash, Kind, Seen};
 use crate::outcome::{fail, Fail, Outcome, Output};
 use crate::read::{confluent_codec, partitions, progress, read_partition, setup_with, Rec, Setup};
-use crate::record::{bound, key_of, open_value, value_context, value_failed, Value};
+use crate::record::{bound, key_of, value_context, value_failed};
 use crate::report::{Audit, Counts};
 use crate::run::for_partitions;
 
@@ -70,40 +70,7 @@ pub(crate) fn classify(
             (Kind::Tombstone, None)
         }
         Some(v) if s.confluent.is_some() => confluent_kind(s, counts, r, v)?,
-        // The policy is subject keys: every present value is read as one,
-        // whatever its first byte.
-        Some(v) if s.values.subject_key_set().is_some() => subject_kind(s, counts, r, v, bound)?,
-        // The policy is a keyset, and the value is not its ciphertext but
-        // has the subject-key format: not taken for a plaintext value to
-        // encrypt again (reencrypt would wrap it, and a shred would no
-        // longer reach the copy), but counted as a value this run cannot
-        // read. A refusal to call it plaintext, never a read.
-        Some(v) if tombstone_crypt::shred::has_subject_shape(v) && !s.keyset.names_a_key(v) => {
-            counts.subject_values_unread += 1;
-            (Kind::Undecryptable, None)
-        }
-        Some(v) => match open_value(s, r, v, bound)? {
-            Value::Plain(p, id) => {
-                counts.decrypted += 1;
-                if s.marker.matches(&p) {
-                    counts.marker_values += 1;
-                    (Kind::Broken, Some(id))
-                } else {
-                    fields = check_fields(s, counts, r, &p, bound)?;
-                    (Kind::Live, Some(id))
-                }
-            }
-            Value::Undecryptable(id) => {
-                counts.undecryptable_values += 1;
-                counts.undecryptable_ids.insert(id);
-                (Kind::Undecryptable, Some(id))
-            }
-            Value::NotCiphertext => {
-                counts.plaintext += 1;
-                fields = check_fields(s, counts, r, v, bound)?;
-                (Kind::Plaintext, None)
-            }
-        },
+        Some(v) => value_kind(s, counts, r, v, bound, &mut fields)?,
     };
     if let Some(id) = key_id {
         *counts.all_by_key_id.entry(id).or_default() += 1;
@@ -120,54 +87,97 @@ pub(crate) fn classify(
     Ok(Some((hash.of(key.encrypted, &key.group), seen, key.group)))
 }
 
-/// What a present value under subject keys is to the reading rule: live
-/// when it decrypts; broken when a shred covers its DEK (it reads as a
-/// delete, but compaction keeps it on the topic: `repair` writes its
-/// tombstone), undecryptable with `--strict`; undecryptable when it does
-/// not authenticate, its record key is unknown, or its DEK is neither in
-/// the key store nor covered by a shred (`unknown_subject_keys`: never a
-/// delete). A key-store or KMS error fails the command.
-fn subject_kind(
+/// What a present value is to the reading rule, as the topic's policy
+/// classifies it ([`TopicPolicy::classify_value`](tombstone_crypt::policy::TopicPolicy::classify_value)),
+/// and the key id it names.
+/// - Under a keyset: live when it decrypts, broken when its plaintext is
+///   the null marker, undecryptable when it does not (the key id counted),
+///   plaintext when it is no ciphertext; a value of subject keys' format is
+///   counted as a value this run cannot read, never taken for a plaintext
+///   to encrypt again (reencrypt would wrap it, and a shred would no
+///   longer reach the copy).
+/// - Under subject keys: live when it decrypts; broken when a shred covers
+///   its DEK (it reads as a delete, but compaction keeps it on the topic:
+///   `repair` writes its tombstone), undecryptable with `--strict`;
+///   undecryptable when it does not authenticate, its record key is
+///   unknown, or its DEK is neither in the key store nor covered by a
+///   shred (`unknown_subject_keys`: never a delete).
+///
+/// A key-store or KMS error fails the command.
+fn value_kind(
     s: &Setup,
     counts: &mut Counts,
     r: &Rec<'_>,
     v: &[u8],
     bound: Option<&[u8]>,
+    fields: &mut FieldState,
 ) -> Result<(Kind, Option<u32>), Fail> {
-    use tombstone_crypt::policy::Read;
+    use tombstone_crypt::policy::{Foreign, ValueRead};
     use tombstone_crypt::Error;
-    let Some(key) = bound else {
-        counts.undecryptable_values += 1;
-        return Ok((Kind::Undecryptable, None));
-    };
-    match s.values.read_value(&s.name, Some(key), Some(v)) {
-        Ok(Read::Value(_)) => {
+    let subjects = s.values.subject_key_set().is_some();
+    let read = s
+        .values
+        .classify_value(&s.name, bound, Some(v))
+        .map_err(|e| value_failed(s, r, &e))?;
+    Ok(match read {
+        ValueRead::Value { plaintext, key_id } => {
             counts.decrypted += 1;
-            Ok((Kind::Live, None))
+            let id = key_id.map(|k| k.0);
+            if subjects {
+                (Kind::Live, None)
+            } else if s.marker.matches(&plaintext) {
+                counts.marker_values += 1;
+                (Kind::Broken, id)
+            } else {
+                *fields = check_fields(s, counts, r, &plaintext, bound)?;
+                (Kind::Live, id)
+            }
         }
-        Ok(Read::Shredded) => {
+        ValueRead::Shredded => {
             counts.shredded_values += 1;
-            Ok((Kind::Broken, None))
+            (Kind::Broken, None)
         }
         // --strict: a shredded subject's value is a finding, not a delete
         // (repair leaves it).
-        Err(Error::Shredded { .. }) => {
+        ValueRead::Unreadable {
+            why: Error::Shredded { .. },
+            ..
+        } => {
             counts.shredded_values += 1;
-            Ok((Kind::Undecryptable, None))
+            (Kind::Undecryptable, None)
         }
         // Its DEK is neither in the key store nor covered by a shred: the
         // wrong key store, or a changed or forged value. Never a delete.
-        Err(Error::UnknownSubjectKey { .. }) => {
+        ValueRead::Unreadable {
+            why: Error::UnknownSubjectKey { .. },
+            ..
+        } => {
             counts.unknown_subject_keys += 1;
-            Ok((Kind::Undecryptable, None))
+            (Kind::Undecryptable, None)
         }
-        Err(e) if e.kind() == ErrorKind::Environment => Err(value_failed(s, r, &e)),
-        // What this version does not know is never a delete.
-        Ok(_) | Err(_) => {
+        ValueRead::Unreadable { key_id, .. } => {
             counts.undecryptable_values += 1;
-            Ok((Kind::Undecryptable, None))
+            let id = key_id.map(|k| k.0);
+            if let Some(id) = id {
+                counts.undecryptable_ids.insert(id);
+            }
+            (Kind::Undecryptable, id)
         }
-    }
+        ValueRead::Foreign(Foreign::SubjectKeys) => {
+            counts.subject_values_unread += 1;
+            (Kind::Undecryptable, None)
+        }
+        ValueRead::Foreign(_) => {
+            counts.plaintext += 1;
+            *fields = check_fields(s, counts, r, v, bound)?;
+            (Kind::Plaintext, None)
+        }
+        // What this version does not know is never a delete.
+        _ => {
+            counts.undecryptable_values += 1;
+            (Kind::Undecryptable, None)
+        }
+    })
 }
 
 /// What a present value of Confluent's format is to the reading rule, and
@@ -337,7 +347,13 @@ pub(crate) fn check_keyset(s: &Setup, c: &Counts) -> Result<(), Fail> {
             s.topic, c.undecryptable_values
         )));
     }
-    let have: Vec<u32> = s.keyset.keys().map(|(id, _)| id.0).collect();
+    let Some(keyset) = &s.keyset else {
+        return Err(fail(format!(
+            "no value of {} decrypts under these subject keys: {} values do not; are they the topic's KEK (--subject-keyset) and key store, and was it written with this --aad-name?",
+            s.topic, c.undecryptable_values
+        )));
+    };
+    let have: Vec<u32> = keyset.keys().map(|(id, _)| id.0).collect();
     let keys = if c.undecryptable_record_keys > 0 {
         format!(
             " ({} record keys do not decrypt under --key-keyset either)",

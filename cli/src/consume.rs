@@ -111,7 +111,8 @@ impl Reader {
                             false,
                             a.strict,
                         )?
-                        .ok_or_else(|| fail("--subject-keyset: no subject keys"))?;
+                        .ok_or_else(|| fail("--subject-keyset: no subject keys"))?
+                        .0;
                         TopicPolicy::subject_keys(keys)
                     }
                 };

@@ -25,7 +25,7 @@ use crate::key_state::{Entry, Kind};
 use crate::outcome::{fail, Fail};
 use crate::read::{Rec, Setup};
 use crate::record::Write;
-use crate::record::{open_value, value_context, RecordKey, Value};
+use crate::record::{open_value, value_context, RecordKey};
 
 /// What a command's plan adds up to.
 #[derive(Default, Clone, Copy)]
@@ -114,8 +114,9 @@ pub(crate) struct Planner<'a> {
     key_ser: Option<DeterministicSerializer<Bytes>>,
     /// Every form of a key, disabled keys' too (to tombstone those).
     all_forms: Option<DeterministicSerializer<Bytes>>,
-    /// The values' encryption in the target.
-    value_ser: EncryptingSerializer<Bytes>,
+    /// The values' encryption in the target (`None` when its values are
+    /// not under a keyset: then nothing is encrypted again).
+    value_ser: Option<EncryptingSerializer<Bytes>>,
     /// The form of the key keyset's primary key.
     primary_form: u8,
     /// The forms under disabled keys, a bit each.
@@ -156,11 +157,14 @@ impl<'a> Planner<'a> {
                 .widened_keys
                 .as_ref()
                 .map(|k| DeterministicSerializer::new(Bytes, k.clone())),
-            value_ser: EncryptingSerializer::new(Bytes, to.keyset.clone()).with_aad(to.aad),
+            value_ser: to
+                .keyset
+                .as_ref()
+                .map(|k| EncryptingSerializer::new(Bytes, k.clone()).with_aad(to.aad)),
             primary_form,
             disabled,
             enabled_forms: enabled_forms.max(1),
-            primary: to.keyset.primary().0,
+            primary: to.keyset.as_ref().map_or(0, |k| k.primary().0),
         }
     }
 
@@ -394,8 +398,8 @@ impl<'a> Planner<'a> {
                     ValueKey::Plaintext => forms.plaintext(),
                 };
                 match open_value(from, r, v, Some(bound))? {
-                    Value::Plain(plaintext, _) => plaintext,
-                    _ => {
+                    Some(plaintext) => plaintext,
+                    None => {
                         return Err(fail(format!(
                             "the value at {}/{} offset {} no longer decrypts: run again",
                             from.topic, r.partition, r.offset
@@ -408,7 +412,16 @@ impl<'a> Planner<'a> {
             ValueKey::Wire => forms.primary(),
             ValueKey::Plaintext => forms.plaintext(),
         };
-        self.value_ser
+        // Under subject keys (no keyset) a value is never encrypted again:
+        // its subject's key is the key store's, and a keyset's ciphertext
+        // there would read as nothing.
+        let value_ser = self.value_ser.as_ref().ok_or_else(|| {
+            fail(format!(
+                "the value at {}/{} offset {} would be encrypted again, and the topic's values are not under a keyset: nothing is written",
+                from.topic, r.partition, r.offset
+            ))
+        })?;
+        value_ser
             .serialize(&value_context(&to.name, Some(bound)), Some(&plaintext[..]))?
             .ok_or_else(|| fail("a present value encrypted to nothing"))
     }
@@ -446,8 +459,8 @@ impl<'a> Planner<'a> {
         let (text, whole) = match e.kind() {
             Kind::Plaintext => (Zeroizing::new(v.to_vec()), false),
             _ => match open_value(from, r, v, Some(from_bound))? {
-                Value::Plain(plaintext, _) => (plaintext, true),
-                _ => return Err(changed("no longer decrypts".into())),
+                Some(plaintext) => (plaintext, true),
+                None => return Err(changed("no longer decrypts".into())),
             },
         };
         let from_ctx = value_context(&from.name, Some(from_bound));
@@ -469,7 +482,12 @@ impl<'a> Planner<'a> {
         if !whole {
             return Ok(text.to_vec());
         }
-        self.value_ser
+        let value_ser = self.value_ser.as_ref().ok_or_else(|| {
+            changed(
+                "would be encrypted again, and the topic's values are not under a keyset".into(),
+            )
+        })?;
+        value_ser
             .serialize(&to_ctx, Some(&text[..]))?
             .ok_or_else(|| fail("a present value encrypted to nothing"))
     }

@@ -42,8 +42,13 @@ pub(crate) struct Setup {
     pub(crate) name: String,
     /// Which bytes of the record key values are bound to (`--value-key`).
     pub(crate) value_key: ValueKey,
-    /// The values' keyset (`--keyset`).
-    pub(crate) keyset: Keyset,
+    /// The values' keyset (`--keyset`); `None` when the values are under
+    /// subject keys or in Confluent's format (nothing is ever encrypted
+    /// under a stand-in).
+    pub(crate) keyset: Option<Keyset>,
+    /// The subject keys' KEK (`--subject-keyset`): with `keyset`, what a
+    /// run is named by ([`Setup::run_keys`]).
+    pub(crate) kek: Option<Keyset>,
     /// The record keys' keyset (`--key-keyset`).
     pub(crate) key_keyset: Option<Keyset>,
     /// The key keyset with its disabled keys enabled: to recognize the
@@ -80,9 +85,9 @@ pub(crate) struct Setup {
     pub(crate) values: TopicPolicy,
 }
 
-/// The subject keys `a` names (`None` without `--subject-keyset`): the KEK
-/// keyset, and the redb file or the compacted topic (on `config`'s
-/// brokers) that keeps them. The store must exist and hold a naming key
+/// The subject keys `a` names (`None` without `--subject-keyset`), and
+/// their KEK keyset: the KEK, and the redb file or the compacted topic (on
+/// `config`'s brokers) that keeps them. The store must exist and hold a naming key
 /// the KEK opens (a mistyped path or topic is an error, never an empty
 /// store), unless `create` (`shred create-key-store`), which makes it.
 ///
@@ -97,11 +102,12 @@ pub(crate) fn subject_keys(
     connect: Duration,
     create: bool,
     strict: bool,
-) -> Result<Option<Arc<SubjectKeys>>, Fail> {
+) -> Result<Option<(Arc<SubjectKeys>, Keyset)>, Fail> {
     let Some(kek_path) = &a.subject_kek else {
         return Ok(None);
     };
     let kek = keysets::load(kek_path, decrypt_with)?;
+    let named_by = kek.clone();
     let at = match (&a.subject_key_store, &a.subject_key_topic) {
         (Some(path), _) => KeyStoreAt::File(path.clone()),
         (None, Some(topic)) => {
@@ -144,7 +150,10 @@ pub(crate) fn subject_keys(
         SubjectKeys::open(kek, store)
     };
     let keys = keys.map_err(|e| fail(format!("{named}: {}", crate::outcome::chain(&e))))?;
-    Ok(Some(Arc::new(if strict { keys.strict() } else { keys })))
+    Ok(Some((
+        Arc::new(if strict { keys.strict() } else { keys }),
+        named_by,
+    )))
 }
 
 /// The codec of Confluent-format records with the Schema Registry at
@@ -196,20 +205,20 @@ pub(crate) fn setup(a: &TopicArgs) -> Result<Setup, Fail> {
 /// # Errors
 /// As [`setup`]; `--keyset` missing without `confluent`.
 pub(crate) fn setup_with(a: &TopicArgs, confluent: Option<ConfluentJson>) -> Result<Setup, Fail> {
-    let keyset = match (&a.keyset, &confluent) {
+    let keyset: Option<Keyset> = match (&a.keyset, &confluent) {
         (Some(_), None) if a.subject.subject_kek.is_some() => {
             return Err(fail(
                 "give one of --keyset and --subject-keyset: a topic's values are under one policy, a keyset or subject keys (a value's format is never guessed from its bytes)",
             ))
         }
-        (Some(path), _) => keysets::load(path, a.decrypt_with.as_deref())?,
-        // Values in Confluent's format, or all under subject keys: the
-        // keyset reads nothing.
-        (None, Some(_)) => Keyset::generate(),
-        (None, None) if a.subject.subject_kek.is_some() => Keyset::generate(),
+        (Some(path), _) => Some(keysets::load(path, a.decrypt_with.as_deref())?),
+        // Values in Confluent's format, or all under subject keys: no
+        // keyset.
+        (None, Some(_)) => None,
+        (None, None) if a.subject.subject_kek.is_some() => None,
         (None, None) => return Err(fail("--keyset FILE is required (the values' keyset)")),
     };
-    if keyset.is_deterministic() {
+    if keyset.as_ref().is_some_and(Keyset::is_deterministic) {
         return Err(fail(
             "--keyset holds a deterministic (AES-SIV) keyset: that is for record keys (--key-keyset)",
         ));
@@ -251,15 +260,27 @@ pub(crate) fn setup_with(a: &TopicArgs, confluent: Option<ConfluentJson>) -> Res
         false,
         a.strict,
     )?;
-    let values = match subjects {
-        Some(keys) => TopicPolicy::subject_keys(keys),
-        None => TopicPolicy::keyset(keyset.clone()).with_aad(a.aad.into())?,
+    let (values, kek) = match (subjects, &keyset) {
+        (Some((keys, kek)), _) => (TopicPolicy::subject_keys(keys), Some(kek)),
+        (None, Some(keyset)) => (
+            TopicPolicy::keyset(keyset.clone()).with_aad(a.aad.into())?,
+            None,
+        ),
+        // Confluent's format: the codec reads the values, never this.
+        (None, None) => (TopicPolicy::keyset(Keyset::generate()), None),
+    };
+    // Record keys read through the policy too (their disabled keys'
+    // forms told apart by it).
+    let values = match &key_keyset {
+        Some(k) => values.with_record_keys(k.clone())?,
+        None => values,
     };
     Ok(Setup {
         topic: a.topic.clone(),
         name: a.aad_name.clone().unwrap_or_else(|| a.topic.clone()),
         value_key: a.value_key,
         keyset,
+        kek,
         key_keyset,
         widened_keys,
         marker: a.null_marker.clone().unwrap_or(NullMarker::Empty),
@@ -291,13 +312,14 @@ impl Setup {
         only: Option<BTreeSet<i32>>,
     ) -> Result<Setup, Fail> {
         let config = client_config(bootstrap, client)?;
-        let keyset = Keyset::generate();
         Ok(Setup {
-            values: TopicPolicy::keyset(keyset.clone()),
+            // Read by the command's own reader, never this.
+            values: TopicPolicy::keyset(Keyset::generate()),
             topic: topic.to_owned(),
             name: topic.to_owned(),
             value_key: ValueKey::Plaintext,
-            keyset,
+            keyset: None,
+            kek: None,
             key_keyset: None,
             widened_keys: None,
             marker: NullMarker::None,
@@ -311,6 +333,15 @@ impl Setup {
             fields: None,
             confluent: None,
         })
+    }
+}
+
+impl Setup {
+    /// The keys a run of `repair` or `reencrypt` is named by (its
+    /// checkpoint's primary key and plan): the values' keyset, else the
+    /// subject keys' KEK; `None` for Confluent's format.
+    pub(crate) fn run_keys(&self) -> Option<&Keyset> {
+        self.keyset.as_ref().or(self.kek.as_ref())
     }
 }
 

@@ -1,59 +1,37 @@
 //! What one record is to the commands: its key ([`RecordKey`]: the
 //! plaintext it decrypts to under the key keyset, its disabled keys
-//! included, or its bytes on the wire) and its value ([`Value`]: a
-//! plaintext, a ciphertext that does not decrypt, or not a ciphertext),
-//! with the associated data `--value-key` binds it to; and a record to
-//! write ([`Write`]).
+//! included, or its bytes on the wire) and its value's plaintext, as the
+//! topic's policy classifies them, with the associated data `--value-key`
+//! binds it to; and a record to write ([`Write`]).
 
-use tombstone_crypt::error::ErrorKind;
-use tombstone_crypt::format::{self, Header};
-use tombstone_crypt::{Bytes, Context, Deserializer as _, DeterministicDeserializer, Keyset};
+use tombstone_crypt::policy::{KeyRead, ValueRead};
+use tombstone_crypt::Context;
 use zeroize::Zeroizing;
 
 use crate::args::ValueKey;
 use crate::outcome::{fail, Fail};
 use crate::read::{Rec, Setup};
 
-/// What a present value is, and its plaintext when it decrypts.
-pub(crate) enum Value {
-    /// It decrypts: its plaintext, and the key id it names.
-    Plain(Zeroizing<Vec<u8>>, u32),
-    /// A ciphertext that does not decrypt, under the key id it names.
-    Undecryptable(u32),
-    /// Not a ciphertext of the keyset (a plaintext value).
-    NotCiphertext,
-}
-
-/// What the value `v` of record `r` is, its associated data bound to
-/// `bound` (the bytes of the record key that `--value-key` names; `None`
-/// when they are unknown: a record key that does not decrypt). A KMS error
-/// (the KMS down, or refusing a data key) fails the command: the value
-/// cannot be told apart.
+/// The plaintext of the value `v` of record `r` under the topic's policy
+/// ([`TopicPolicy::classify_value`](tombstone_crypt::policy::TopicPolicy::classify_value)),
+/// its associated data bound to `bound` (the bytes of the record key that
+/// `--value-key` names; `None` when they are unknown: a record key that
+/// does not decrypt); `None` when it does not read. A KMS error (the KMS
+/// down, or refusing a data key) fails the command: the value cannot be
+/// told apart.
 pub(crate) fn open_value(
     s: &Setup,
     r: &Rec<'_>,
     v: &[u8],
     bound: Option<&[u8]>,
-) -> Result<Value, Fail> {
-    let Some(header) = Header::parse(v) else {
-        return Ok(Value::NotCiphertext);
-    };
-    let id = header.key_id.0;
-    if !s.keyset.names_a_key(v) {
-        // A header and room for the shortest value ciphertext (AES-GCM's
-        // nonce and tag), under a key this keyset lacks: a ciphertext it
-        // cannot read, more likely than a plaintext value that starts so.
-        return Ok(if v.len() >= format::OVERHEAD {
-            Value::Undecryptable(id)
-        } else {
-            Value::NotCiphertext
-        });
-    }
-    // Through the topic's policy, the reader `consume` and the proxy use.
-    match s.values.read_value(&s.name, bound, Some(v)) {
-        Ok(tombstone_crypt::policy::Read::Value(p)) => Ok(Value::Plain(p, id)),
-        Err(e) if e.kind() == ErrorKind::Environment => Err(value_failed(s, r, &e)),
-        _ => Ok(Value::Undecryptable(id)),
+) -> Result<Option<Zeroizing<Vec<u8>>>, Fail> {
+    match s
+        .values
+        .classify_value(&s.name, bound, Some(v))
+        .map_err(|e| value_failed(s, r, &e))?
+    {
+        ValueRead::Value { plaintext, .. } => Ok(Some(plaintext)),
+        _ => Ok(None),
     }
 }
 
@@ -90,42 +68,24 @@ pub(crate) struct RecordKey {
     pub(crate) readable: bool,
 }
 
-/// The plaintext of a record key under `keys`, if it decrypts.
-fn open_key(keys: &Keyset, name: &str, wire: &[u8]) -> Option<Vec<u8>> {
-    DeterministicDeserializer::new(Bytes, keys.clone())
-        .deserialize(&Context::new(name), Some(wire))
-        .ok()
-        .flatten()
-}
-
-/// The record key `wire` as the commands see it: decrypted under the key
-/// keyset, else under its disabled keys too, else its bytes.
+/// The record key `wire` as the commands see it, as the topic's policy
+/// classifies it: decrypted under the key keyset, else under its disabled
+/// keys too, else its bytes.
 pub(crate) fn key_of(s: &Setup, wire: &[u8]) -> RecordKey {
-    let Some(keys) = &s.key_keyset else {
-        return RecordKey {
+    match s.values.classify_key(&s.name, wire) {
+        KeyRead::AsWritten => RecordKey {
             group: wire.to_vec(),
             encrypted: false,
             readable: true,
-        };
-    };
-    if let Some(plain) = open_key(keys, &s.name, wire) {
-        return RecordKey {
-            group: plain,
-            encrypted: true,
-            readable: true,
-        };
-    }
-    match s
-        .widened_keys
-        .as_ref()
-        .and_then(|all| open_key(all, &s.name, wire))
-    {
-        Some(plain) => RecordKey {
-            group: plain,
-            encrypted: true,
-            readable: false,
         },
-        None => RecordKey {
+        KeyRead::Decrypted {
+            plaintext, enabled, ..
+        } => RecordKey {
+            group: plaintext.to_vec(),
+            encrypted: true,
+            readable: enabled,
+        },
+        _ => RecordKey {
             group: wire.to_vec(),
             encrypted: false,
             readable: false,

@@ -29,7 +29,10 @@ fn field_keys(args: &ReencryptArgs, s: &Setup) -> Result<Option<FieldKeys>, Fail
     let decrypt_with = args.topic.decrypt_with.as_deref();
     let randomized = match &args.field_keyset {
         Some(path) => keysets::load(path, decrypt_with)?,
-        None => s.keyset.clone(),
+        None => s
+            .keyset
+            .clone()
+            .ok_or_else(|| fail("--fields needs --keyset or --field-keyset"))?,
     };
     if randomized.is_deterministic() {
         return Err(fail(
@@ -78,7 +81,7 @@ pub(crate) fn reencrypt(args: &ReencryptArgs, out: &Output) -> Result<Outcome, F
         },
         ..s.clone()
     };
-    let primary = s.keyset.primary().0;
+    let primary = s.keyset.as_ref().map_or(0, |k| k.primary().0);
     let pass_through = args.unencrypted == UnencryptedArg::PassThrough;
     let writing = args.apply.then(|| Writing {
         checkpoint: checkpoint_path(&args.progress, "reencrypt", &s),

@@ -145,7 +145,8 @@ pub(crate) fn shred(args: &ShredArgs, out: &Output) -> Result<Outcome, Fail> {
         mode == Mode::Create,
         false,
     )?
-    .ok_or_else(|| fail("--subject-keyset FILE is required (the subject keys' KEK)"))?;
+    .ok_or_else(|| fail("--subject-keyset FILE is required (the subject keys' KEK)"))?
+    .0;
     match mode {
         Mode::Create => {
             out.print(

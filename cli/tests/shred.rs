@@ -167,27 +167,33 @@ fn shred_then_audit_and_repair_a_topic_under_subject_keys_in_a_redb_file() {
         "{r}"
     );
 
-    // repair writes c-1's tombstone; the audit after it is clean.
+    // repair writes c-1's tombstone; the audit after it is clean. A run
+    // killed before its first write resumes: the run is named by the
+    // KEK's keys (never by a stand-in keyset made anew by each process).
     let mut repair = vec!["repair", "--bootstrap", &bootstrap, "--topic", &topic];
     repair.extend_from_slice(&keys);
     let ck = dir.file("repair.checkpoint");
-    repair.extend_from_slice(&[
-        "--apply",
-        "--null-marker",
-        "none",
-        "--checkpoint",
-        &ck,
-        "--json",
-        "-q",
-    ]);
+    repair.extend_from_slice(&["--apply", "--null-marker", "none", "--json", "-q"]);
+    let mut killed = repair.clone();
+    killed.extend_from_slice(&["--checkpoint", &ck, "--fail-after-records", "0"]);
+    let out = cli(&killed);
+    assert!(
+        !out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert!(std::path::Path::new(&ck).exists());
+    repair.extend_from_slice(&["--resume", &ck]);
     let out = cli(&repair);
     assert_eq!(code(&out), 0, "{}", String::from_utf8_lossy(&out.stderr));
     assert_eq!(json_of(&out)["tombstones_planned"], 1);
     let (c, r) = audit(&bootstrap, &topic, &keys);
     assert_eq!(c, 0, "{r}");
+    // c-1's tombstone twice: the killed run's, and its journal's chunk
+    // written again by the resume (harmless by the reading rule).
     assert_eq!(
         (&r["live_keys"], &r["broken_tombstones"], &r["tombstones"]),
-        (&2.into(), &0.into(), &2.into()),
+        (&2.into(), &0.into(), &3.into()),
         "{r}"
     );
 
