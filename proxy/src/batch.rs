@@ -322,15 +322,22 @@ pub(crate) fn decrypt(
 
 /// Takes out of a decrypted Fetch batch (`list`, whose record keys came
 /// as `forms`) the write rule's tombstones, and returns them: a record
-/// with no value whose key, later in the same batch, has a record under
-/// another wire form. The proxy put them there, one per older form of
-/// the key before the client's record (`prepend`); they delete forms the
-/// client never names, and read as `(key, null)` they would hand every
-/// reader a delete the client did not write before each record written
-/// after a rotation. A tombstone of a key's own form stays (a client's
-/// delete), and so does one with no later record of its key: what
-/// follows it decides the key, so leaving it out changes no table.
-/// Linear in the batch (one map of its keys).
+/// with no value whose wire form is not the form of its key's last record
+/// in the batch. Every write through the rule ends on the key's primary
+/// form (the proxy's `prepend`, and the library's writers: a delete is
+/// its older forms' tombstones then the primary's), so these are the
+/// tombstones of older forms, which delete forms no client names; read as
+/// `(key, null)` they would hand every reader a delete nobody wrote before
+/// each record written after a rotation. A tombstone under the key's
+/// primary form is a client's delete and stays, whatever follows it in
+/// the batch (a library writer's delete then put of one key in one batch
+/// reads as both). A key's last record always stays, so the key ends as
+/// it would have. Linear in the batch (one map of its keys).
+///
+/// One case reads a delete less than was written: a writer whose key
+/// keyset rotated between a delete and a later write of the key in the
+/// same batch (the delete's primary form is older than the batch's last
+/// record's); the key still ends as written.
 fn replaced_forms(list: &mut Vec<Record>, forms: &[Option<Bytes>]) -> Vec<Record> {
     // Only a record with no value is ever taken out: a batch without one
     // (the common case) needs no map.
@@ -339,23 +346,17 @@ fn replaced_forms(list: &mut Vec<Record>, forms: &[Option<Bytes>]) -> Vec<Record
     }
     let mut out = vec![false; list.len()];
     {
-        // Per key, from the end: its latest wire form, and whether a
-        // second one follows too.
-        let mut later: std::collections::HashMap<&[u8], (&[u8], bool)> =
-            std::collections::HashMap::new();
+        // Per key, from the end: the wire form of its last record.
+        let mut last: std::collections::HashMap<&[u8], &[u8]> = std::collections::HashMap::new();
         for i in (0..list.len()).rev() {
             let (Some(key), Some(form)) = (list[i].key.as_deref(), forms[i].as_deref()) else {
                 continue;
             };
-            match later.get_mut(key) {
+            match last.get(key) {
                 None => {
-                    later.insert(key, (form, false));
+                    last.insert(key, form);
                 }
-                Some((latest, several)) => {
-                    let other = *latest != form;
-                    out[i] = list[i].value.is_none() && (*several || other);
-                    *several |= other;
-                }
+                Some(&latest) => out[i] = list[i].value.is_none() && latest != form,
             }
         }
     }

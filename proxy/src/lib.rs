@@ -169,9 +169,11 @@
 //!   batch, and left out of what a client fetches: a reader reads the
 //!   records written, the batch's record count says how many, and the
 //!   offsets of the tombstones are gaps (as after compaction). A tombstone
-//!   is left out only when a record of its key under another form follows
-//!   it in the same batch, so every delete a client wrote is read, and a
-//!   reader of the topic beside the proxy sees them all.
+//!   is left out only when its form is not the form of its key's last
+//!   record in the batch (every write ends on the primary form), so every
+//!   delete a client wrote is read (but for one written before a rotation
+//!   of its writer's key keyset and followed by a write of its key in the
+//!   same batch), and a reader of the topic beside the proxy sees them all.
 //! - A record's partition is the client's choice. The library's writers
 //!   put an encrypted key in the partition of murmur2 of its plaintext (the
 //!   Java client's default partitioner); a client with another partitioner

@@ -1,15 +1,18 @@
-//! A hostile review of the Fetch drop rule (48f1f65: the write rule's
-//! tombstones of older key forms left out of a decrypted batch) and of the
-//! proxy's own record decoder (57e88de, 4f25bcd).
+//! Attacks on the Fetch drop rule (the write rule's tombstones of older
+//! key forms left out of a decrypted batch) and on the proxy's own record
+//! decoder, from a hostile review.
 //!
 //! Most attacks go through the proxy's `__fuzz` entry points (its Fetch
 //! path on a batch as a broker holds it: no broker needed); the last one
 //! writes with the library's own producer to Apache Kafka
 //! (`TOMBSTONE_KAFKA_BOOTSTRAP`) and reads through a proxy.
 //!
-//! Findings are `#[ignore]`d tests that fail on the code they were found
-//! on (each says which finding it reproduces); the attacks the proxy
-//! withstands are ordinary tests asserting the safe behaviour.
+//! The `finding_1_*` tests reproduce what the review found: the first rule
+//! (a tombstone followed in its batch by another form of its key) left out
+//! a library writer's delete followed by a put of the key in one batch,
+//! and they failed on it; the rule now keeps every tombstone under the
+//! form of its key's last record. The others are attacks the proxy
+//! withstood, kept as regression tests.
 
 mod common;
 
@@ -156,7 +159,6 @@ fn client_batch(ops: &[Op]) -> Bytes {
 /// (and a reader beside the proxy) reads the delete. The crate docs
 /// promise "every delete a client wrote is read".
 #[test]
-#[ignore = "reproduces finding 1: a library writer's delete followed by a put of its key in one batch is left out"]
 fn finding_1_a_library_writers_delete_then_put_in_one_batch_keeps_the_delete() {
     let (values, keys) = rotated(1);
     let policy = policy_of(&values, &keys);
@@ -178,7 +180,6 @@ fn finding_1_a_library_writers_delete_then_put_in_one_batch_keeps_the_delete() {
 /// of a changelog reads `v1` then `v2`, never that `k` was deleted in
 /// between.
 #[test]
-#[ignore = "reproduces finding 1: a library writer's delete between two puts is left out"]
 fn finding_1_a_library_writers_delete_between_puts_is_read() {
     let (values, keys) = rotated(2);
     let policy = policy_of(&values, &keys);
@@ -757,7 +758,6 @@ fn a_left_out_tombstones_decrypted_header_is_wiped() {
 /// consumer beside the proxy reads the delete; an rdkafka consumer
 /// through the proxy does not.
 #[test]
-#[ignore = "reproduces finding 1 end to end (needs TOMBSTONE_KAFKA_BOOTSTRAP)"]
 fn finding_1_a_typed_producers_delete_is_lost_through_the_proxy() {
     use common::{consume_all, create_topic, fresh_topic, start_proxy};
     use tombstone_crypt::kafka::TypedProducer;
