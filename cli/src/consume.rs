@@ -20,7 +20,6 @@ use tombstone_crypt::policy::{Read, TopicPolicy};
 use tombstone_crypt::Error;
 
 use crate::args::{ConsumeArgs, NullMarker};
-use crate::keysets;
 use crate::outcome::{fail, Fail, Outcome, Output};
 use crate::read::{self, Rec, Setup};
 
@@ -93,41 +92,23 @@ impl Reader {
             (None, None) if !subject_kek => Err(fail(
                 "give --keyset, --subject-keyset (values under subject keys) or --schema-registry",
             )),
-            (Some(_), None) if subject_kek => Err(fail(
-                "give one of --keyset and --subject-keyset: a topic's values are under one policy, a keyset or subject keys (a value's format is never guessed from its bytes)",
-            )),
             (keyset, None) => {
-                let policy = match keyset {
-                    Some(path) => {
-                        let keyset = keysets::load(path, a.decrypt_with.as_deref())?;
-                        TopicPolicy::keyset(keyset).with_aad(a.aad.into())?
-                    }
-                    None => {
-                        let keys = read::subject_keys(
-                            &a.subject,
-                            a.decrypt_with.as_deref(),
-                            Some(&s.config),
-                            s.connect_timeout,
-                            false,
-                            a.strict,
-                        )?
-                        .ok_or_else(|| fail("--subject-keyset: no subject keys"))?
-                        .0;
-                        TopicPolicy::subject_keys(keys)
-                    }
-                };
-                let policy = match &a.key_keyset {
-                    Some(path) => {
-                        let k = keysets::load(path, a.decrypt_with.as_deref())?;
-                        if !k.is_deterministic() {
-                            return Err(fail(
-                                "--key-keyset must be a deterministic (AES-SIV) keyset",
-                            ));
-                        }
-                        policy.with_record_keys(k)?
-                    }
-                    None => policy,
-                };
+                // The policy every topic command reads with, built in one
+                // place ([`read::policy`]).
+                let policy = read::policy(
+                    &read::Sources {
+                        keyset: keyset.as_deref(),
+                        key_keyset: a.key_keyset.as_deref(),
+                        decrypt_with: a.decrypt_with.as_deref(),
+                        aad: a.aad.into(),
+                        subject: &a.subject,
+                        strict: a.strict,
+                    },
+                    false,
+                    &s.config,
+                    s.connect_timeout,
+                )?
+                .values;
                 Ok(Reader::Ours {
                     policy,
                     name: a.aad_name.clone().unwrap_or_else(|| a.topic.clone()),

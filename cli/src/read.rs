@@ -6,6 +6,7 @@
 
 use std::collections::BTreeSet;
 use std::io::IsTerminal as _;
+use std::path::Path;
 use std::time::{Duration, Instant};
 
 use indicatif::{ProgressBar, ProgressDrawTarget, ProgressStyle};
@@ -188,6 +189,113 @@ pub(crate) fn confluent_codec(url: &str) -> Result<ConfluentJson, Fail> {
     Ok(codec.with_registry(registry).avro_bytes_as_base64())
 }
 
+/// What a topic's values and record keys are read with, as every topic
+/// command names them: `--keyset`, `--key-keyset`, `--subject-keyset` and
+/// its store, `--aad`, `--decrypt-with`, `--strict`.
+pub(crate) struct Sources<'a> {
+    /// The values' keyset file.
+    pub(crate) keyset: Option<&'a Path>,
+    /// The record keys' keyset file.
+    pub(crate) key_keyset: Option<&'a Path>,
+    /// The KMS key the keyset files are encrypted with.
+    pub(crate) decrypt_with: Option<&'a str>,
+    /// The values' associated data.
+    pub(crate) aad: AadPolicy,
+    /// The subject keys and their store.
+    pub(crate) subject: &'a SubjectKeyArgs,
+    /// A shredded subject's value is a finding, not a delete.
+    pub(crate) strict: bool,
+}
+
+/// A topic's policy as the options give it, and the keysets it was made
+/// of.
+pub(crate) struct Policy {
+    /// The policy: values under a keyset or subject keys (a stand-in that
+    /// reads nothing for Confluent's format), record keys under the key
+    /// keyset.
+    pub(crate) values: TopicPolicy,
+    /// The values' keyset.
+    pub(crate) keyset: Option<Keyset>,
+    /// The record keys' keyset.
+    pub(crate) key_keyset: Option<Keyset>,
+    /// The subject keys' KEK.
+    pub(crate) kek: Option<Keyset>,
+}
+
+/// The policy every topic command reads a topic with, built in this one
+/// place from its options; `confluent` when the values are in Confluent's
+/// format (read by its codec: then no keyset is asked for). The subject
+/// keys' store is reached through `config`'s brokers within `connect`.
+///
+/// # Errors
+/// Both a keyset and subject keys (a topic's values are under one
+/// policy), neither (and not Confluent's format), a deterministic
+/// `--keyset`, a `--key-keyset` that is not, a keyset or store that does
+/// not open.
+pub(crate) fn policy(
+    src: &Sources<'_>,
+    confluent: bool,
+    config: &ClientConfig,
+    connect: Duration,
+) -> Result<Policy, Fail> {
+    let subject_kek = src.subject.subject_kek.is_some();
+    let keyset: Option<Keyset> = match src.keyset {
+        Some(_) if subject_kek && !confluent => {
+            return Err(fail(
+                "give one of --keyset and --subject-keyset: a topic's values are under one policy, a keyset or subject keys (a value's format is never guessed from its bytes)",
+            ))
+        }
+        Some(path) => Some(keysets::load(path, src.decrypt_with)?),
+        // Values in Confluent's format, or all under subject keys: no
+        // keyset.
+        None if confluent || subject_kek => None,
+        None => return Err(fail("--keyset FILE is required (the values' keyset)")),
+    };
+    if keyset.as_ref().is_some_and(Keyset::is_deterministic) {
+        return Err(fail(
+            "--keyset holds a deterministic (AES-SIV) keyset: that is for record keys (--key-keyset)",
+        ));
+    }
+    let key_keyset = match src.key_keyset {
+        Some(p) => {
+            let k = keysets::load(p, src.decrypt_with)?;
+            if !k.is_deterministic() {
+                return Err(fail(
+                    "--key-keyset must be a deterministic (AES-SIV) keyset",
+                ));
+            }
+            Some(k)
+        }
+        None => None,
+    };
+    let subjects = subject_keys(
+        src.subject,
+        src.decrypt_with,
+        Some(config),
+        connect,
+        false,
+        src.strict,
+    )?;
+    let (values, kek) = match (subjects, &keyset) {
+        (Some((keys, kek)), _) => (TopicPolicy::subject_keys(keys), Some(kek)),
+        (None, Some(keyset)) => (TopicPolicy::keyset(keyset.clone()).with_aad(src.aad)?, None),
+        // Confluent's format: the codec reads the values, never this.
+        (None, None) => (TopicPolicy::keyset(Keyset::generate()), None),
+    };
+    // Record keys read through the policy too (their disabled keys'
+    // forms told apart by it).
+    let values = match &key_keyset {
+        Some(k) => values.with_record_keys(k.clone())?,
+        None => values,
+    };
+    Ok(Policy {
+        values,
+        keyset,
+        key_keyset,
+        kek,
+    })
+}
+
 /// Loads the keysets and builds the client configuration of a topic
 /// command.
 ///
@@ -205,36 +313,25 @@ pub(crate) fn setup(a: &TopicArgs) -> Result<Setup, Fail> {
 /// # Errors
 /// As [`setup`]; `--keyset` missing without `confluent`.
 pub(crate) fn setup_with(a: &TopicArgs, confluent: Option<ConfluentJson>) -> Result<Setup, Fail> {
-    let keyset: Option<Keyset> = match (&a.keyset, &confluent) {
-        (Some(_), None) if a.subject.subject_kek.is_some() => {
-            return Err(fail(
-                "give one of --keyset and --subject-keyset: a topic's values are under one policy, a keyset or subject keys (a value's format is never guessed from its bytes)",
-            ))
-        }
-        (Some(path), _) => Some(keysets::load(path, a.decrypt_with.as_deref())?),
-        // Values in Confluent's format, or all under subject keys: no
-        // keyset.
-        (None, Some(_)) => None,
-        (None, None) if a.subject.subject_kek.is_some() => None,
-        (None, None) => return Err(fail("--keyset FILE is required (the values' keyset)")),
-    };
-    if keyset.as_ref().is_some_and(Keyset::is_deterministic) {
-        return Err(fail(
-            "--keyset holds a deterministic (AES-SIV) keyset: that is for record keys (--key-keyset)",
-        ));
-    }
-    let key_keyset = match &a.key_keyset {
-        Some(p) => {
-            let k = keysets::load(p, a.decrypt_with.as_deref())?;
-            if !k.is_deterministic() {
-                return Err(fail(
-                    "--key-keyset must be a deterministic (AES-SIV) keyset",
-                ));
-            }
-            Some(k)
-        }
-        None => None,
-    };
+    let config = client_config(&a.bootstrap, &a.client)?;
+    let Policy {
+        values,
+        keyset,
+        key_keyset,
+        kek,
+    } = policy(
+        &Sources {
+            keyset: a.keyset.as_deref(),
+            key_keyset: a.key_keyset.as_deref(),
+            decrypt_with: a.decrypt_with.as_deref(),
+            aad: a.aad.into(),
+            subject: &a.subject,
+            strict: a.strict,
+        },
+        confluent.is_some(),
+        &config,
+        Duration::from_secs(a.client.connect_timeout.max(1)),
+    )?;
     let widened_keys = key_keyset.as_ref().and_then(widened);
     let form_ids: Vec<u32> = key_keyset
         .iter()
@@ -250,30 +347,6 @@ pub(crate) fn setup_with(a: &TopicArgs, confluent: Option<ConfluentJson>) -> Res
         Some(0) => return Err(fail("--parallel 0: at least one reader")),
         Some(n) => n,
         None => std::thread::available_parallelism().map_or(1, usize::from),
-    };
-    let config = client_config(&a.bootstrap, &a.client)?;
-    let subjects = subject_keys(
-        &a.subject,
-        a.decrypt_with.as_deref(),
-        Some(&config),
-        Duration::from_secs(a.client.connect_timeout.max(1)),
-        false,
-        a.strict,
-    )?;
-    let (values, kek) = match (subjects, &keyset) {
-        (Some((keys, kek)), _) => (TopicPolicy::subject_keys(keys), Some(kek)),
-        (None, Some(keyset)) => (
-            TopicPolicy::keyset(keyset.clone()).with_aad(a.aad.into())?,
-            None,
-        ),
-        // Confluent's format: the codec reads the values, never this.
-        (None, None) => (TopicPolicy::keyset(Keyset::generate()), None),
-    };
-    // Record keys read through the policy too (their disabled keys'
-    // forms told apart by it).
-    let values = match &key_keyset {
-        Some(k) => values.with_record_keys(k.clone())?,
-        None => values,
     };
     Ok(Setup {
         topic: a.topic.clone(),
