@@ -30,7 +30,6 @@ use tombstone_crypt::kafka::rdkafka::consumer::Consumer as _;
 use tombstone_crypt::kafka::rdkafka::producer::FutureProducer;
 
 use crate::args::{ProgressArgs, CHUNK_RECORDS};
-use crate::audit::{check_keyset, scan_partition, Pass, Scanned, Upto};
 use crate::checkpoint::{
     default_lock_dirs, Checkpoint, LockDir, Mark, PartitionLocks, Progress, RunOf,
 };
@@ -41,6 +40,7 @@ use crate::read::{consumer, partitions, progress, read_partition, Rec, Setup};
 use crate::record::{key_of, Write};
 use crate::report::{hex, ranges, Audit, Counts, LISTED};
 use crate::run::for_partitions;
+use crate::scan::{check_keyset, scan_partition, Pass, Scanned, Upto};
 use crate::write::{check_ordered, is_transactional, produce_chunk, producer, Sink};
 
 /// How a command writes: `--apply` and where its progress goes.

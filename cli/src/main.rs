@@ -36,6 +36,7 @@ mod reencrypt;
 mod repair;
 mod report;
 mod run;
+mod scan;
 mod shred;
 mod write;
 
