@@ -78,7 +78,7 @@ use crate::codec::Bytes;
 use crate::context::{AadPolicy, Context};
 use crate::error::{Error, KeysetErrorKind};
 use crate::key_id::KeyId;
-use crate::keyset::{KeyStatus, Keyset};
+use crate::keyset::Keyset;
 use crate::record_key::KeyForms;
 use crate::serde::{
     DecryptingDeserializer, Deserializer, DeterministicDeserializer, DeterministicSerializer,
@@ -213,23 +213,6 @@ pub enum KeyRead {
     Unreadable,
 }
 
-/// `keys` with its disabled keys enabled; `None` when it has none.
-fn widened(keys: &Keyset) -> Option<Keyset> {
-    let disabled: Vec<KeyId> = keys
-        .keys()
-        .filter(|&(_, status)| status == KeyStatus::Disabled)
-        .map(|(id, _)| id)
-        .collect();
-    if disabled.is_empty() {
-        return None;
-    }
-    let mut all = keys.clone();
-    for id in disabled {
-        all.enable(id).ok()?;
-    }
-    Some(all)
-}
-
 /// The context of a record of topic `name` with plaintext key `key`.
 fn context<'a>(name: &'a str, key: Option<&'a [u8]>) -> Context<'a> {
     match key {
@@ -316,7 +299,9 @@ impl TopicPolicy {
         if !keys.is_deterministic() {
             return Err(refused("record keys need a deterministic (AES-SIV) keyset"));
         }
-        self.widened = widened(&keys).map(|all| DeterministicDeserializer::new(Bytes, all));
+        self.widened = keys
+            .widened()
+            .map(|all| DeterministicDeserializer::new(Bytes, all));
         self.keys = Some((
             keys.clone(),
             DeterministicSerializer::new(Bytes, keys.clone()),

@@ -21,7 +21,7 @@ use tombstone_crypt::confluent::{ConfluentJson, LocalKms, Registry};
 use tombstone_crypt::files::{open_key_store, KeyStoreAt, KeyStorePart};
 use tombstone_crypt::policy::TopicPolicy;
 use tombstone_crypt::shred::SubjectKeys;
-use tombstone_crypt::{AadPolicy, KeyStatus, Keyset};
+use tombstone_crypt::{AadPolicy, Keyset};
 
 use crate::args::{ClientArgs, NullMarker, SubjectKeyArgs, TopicArgs, ValueKey};
 use crate::client::{client_config, reach};
@@ -332,7 +332,7 @@ pub(crate) fn setup_with(a: &TopicArgs, confluent: Option<ConfluentJson>) -> Res
         &config,
         Duration::from_secs(a.client.connect_timeout.max(1)),
     )?;
-    let widened_keys = key_keyset.as_ref().and_then(widened);
+    let widened_keys = key_keyset.as_ref().and_then(Keyset::widened);
     let form_ids: Vec<u32> = key_keyset
         .iter()
         .flat_map(|k| k.keys().map(|(id, _)| id.0))
@@ -416,23 +416,6 @@ impl Setup {
     pub(crate) fn run_keys(&self) -> Option<&Keyset> {
         self.keyset.as_ref().or(self.kek.as_ref())
     }
-}
-
-/// `keys` with every disabled key enabled, if it has one.
-fn widened(keys: &Keyset) -> Option<Keyset> {
-    let disabled: Vec<_> = keys
-        .keys()
-        .filter(|&(_, status)| status == KeyStatus::Disabled)
-        .map(|(id, _)| id)
-        .collect();
-    if disabled.is_empty() {
-        return None;
-    }
-    let mut all = keys.clone();
-    for id in disabled {
-        all.enable(id).ok()?;
-    }
-    Some(all)
 }
 
 /// The partitions of `topic` and their first and end offsets now (the end

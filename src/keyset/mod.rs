@@ -344,6 +344,38 @@ impl Keyset {
         self.set_status(id, KeyStatus::Enabled)
     }
 
+    /// A copy with every disabled key enabled, to tell which key a value or
+    /// a record key is under when no reader uses that key any more (an
+    /// audit); `None` when no key is disabled. The primary stays.
+    ///
+    /// ```
+    /// use tombstone_crypt::Keyset;
+    /// let mut keys = Keyset::generate();
+    /// let old = keys.primary();
+    /// keys.rotate();
+    /// assert!(keys.widened().is_none());
+    /// keys.disable(old)?;
+    /// let all = keys.widened().expect("a disabled key");
+    /// assert_eq!(all.primary(), keys.primary());
+    /// assert!(all.keys().all(|(_, s)| s == tombstone_crypt::KeyStatus::Enabled));
+    /// # Ok::<(), tombstone_crypt::Error>(())
+    /// ```
+    pub fn widened(&self) -> Option<Keyset> {
+        let disabled: Vec<KeyId> = self
+            .keys()
+            .filter(|&(_, status)| status == KeyStatus::Disabled)
+            .map(|(id, _)| id)
+            .collect();
+        if disabled.is_empty() {
+            return None;
+        }
+        let mut all = self.clone();
+        for id in disabled {
+            all.enable(id).ok()?;
+        }
+        Some(all)
+    }
+
     /// Removes key `id` for good (Tink's "destroy"): values under it can no
     /// longer be decrypted by this keyset.
     ///
