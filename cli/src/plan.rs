@@ -153,10 +153,13 @@ impl<'a> Planner<'a> {
                 .key_keyset
                 .as_ref()
                 .map(|k| DeterministicSerializer::new(Bytes, k.clone())),
+            // The key keyset with its disabled keys enabled: the forms of
+            // a key under keys it no longer reads.
             all_forms: to
-                .widened_keys
+                .key_keyset
                 .as_ref()
-                .map(|k| DeterministicSerializer::new(Bytes, k.clone())),
+                .and_then(tombstone_crypt::Keyset::widened)
+                .map(|k| DeterministicSerializer::new(Bytes, k)),
             value_ser: to
                 .keyset
                 .as_ref()

@@ -52,10 +52,6 @@ pub(crate) struct Setup {
     pub(crate) kek: Option<Keyset>,
     /// The record keys' keyset (`--key-keyset`).
     pub(crate) key_keyset: Option<Keyset>,
-    /// The key keyset with its disabled keys enabled: to recognize the
-    /// forms of a key under keys it no longer reads (`None` when it has no
-    /// disabled key).
-    pub(crate) widened_keys: Option<Keyset>,
     /// What a broken delete decrypts to (`--null-marker`).
     pub(crate) marker: NullMarker,
     /// The values' associated data (`--aad`).
@@ -332,7 +328,6 @@ pub(crate) fn setup_with(a: &TopicArgs, confluent: Option<ConfluentJson>) -> Res
         &config,
         Duration::from_secs(a.client.connect_timeout.max(1)),
     )?;
-    let widened_keys = key_keyset.as_ref().and_then(Keyset::widened);
     let form_ids: Vec<u32> = key_keyset
         .iter()
         .flat_map(|k| k.keys().map(|(id, _)| id.0))
@@ -355,7 +350,6 @@ pub(crate) fn setup_with(a: &TopicArgs, confluent: Option<ConfluentJson>) -> Res
         keyset,
         kek,
         key_keyset,
-        widened_keys,
         marker: a.null_marker.clone().unwrap_or(NullMarker::Empty),
         aad: a.aad.into(),
         config,
@@ -394,7 +388,6 @@ impl Setup {
             keyset: None,
             kek: None,
             key_keyset: None,
-            widened_keys: None,
             marker: NullMarker::None,
             aad: AadPolicy::TopicAndKey,
             config,
