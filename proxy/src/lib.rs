@@ -209,15 +209,17 @@
 //!   client certificates (mutual TLS) are neither asked for nor presented.
 //! - Plaintext in freed memory: the proxy zeroizes what it owns before it
 //!   is freed, whole blocks (a client's request frames once forwarded or
-//!   refused; the batches it decompresses and the re-encoding it checks
-//!   them with; on Fetch the decrypted keys, values and headers, the
-//!   batches encoded from them and the response frame once written to
-//!   the client; `tests/freed_memory.rs`, on uncompressed batches). Not
-//!   what it does not own, freed unzeroized: the compression codecs' own
-//!   buffers (flate2, lz4, snap, zstd: their windows, blocks and frames)
-//!   when a batch is compressed; kafka-protocol's buffer of the records of
-//!   a compressed batch as it encodes one (on Fetch, the decrypted
-//!   records), and the blocks it grew out of; tokio's and rustls' I/O
+//!   refused; the batches it decompresses (the check that a batch
+//!   encodes back as it came compares as it encodes, and keeps no copy);
+//!   on Fetch the decrypted keys, values and headers, the batches encoded
+//!   from them, the records an lz4 batch is compressed from, and the
+//!   response frame once written to the client; `tests/freed_memory.rs`,
+//!   on uncompressed batches). Not what it does not own, freed
+//!   unzeroized: the compression codecs' own buffers (flate2, lz4, snap,
+//!   zstd: their windows, blocks and frames) when a batch is compressed;
+//!   kafka-protocol's buffer of the records of a gzip, snappy or zstd
+//!   batch as it encodes one (on Fetch, the decrypted records), and the
+//!   blocks it grew out of; tokio's and rustls' I/O
 //!   buffers (rustls keeps a copy of what it encrypts to a TLS client);
 //!   the kernel's socket buffers. The frame of a broker's Fetch response
 //!   the proxy decrypts into a new one (ciphertext, for policy topics) is
