@@ -56,9 +56,7 @@ pub fn load_keyset(path: &Path, kms_uri: Option<&str>) -> Result<Keyset, Error> 
     let file = std::fs::File::open(path).map_err(io)?;
     let size = file.metadata().map_or(0, |m| m.len()).min(MAX_KEYSET_FILE) + 1;
     // Sized up front: a String that grows leaves old buffers unzeroized.
-    let mut text = Zeroizing::new(String::with_capacity(
-        usize::try_from(size).unwrap_or(usize::MAX),
-    ));
+    let mut text = Zeroizing::new(String::with_capacity(usize::try_from(size).unwrap_or(0)));
     file.take(MAX_KEYSET_FILE + 1)
         .read_to_string(&mut text)
         .map_err(io)?;
