@@ -20,11 +20,9 @@ use std::path::PathBuf;
 use std::process::Command;
 use std::time::Duration;
 
-use common::{
-    apache_kafka, bootstrap, compacting, create_topic, create_topic_with, fresh_topic, start_proxy,
-    Keys, RunningProxy,
-};
-use tombstone_crypt_proxy::{Hooks, Policies};
+use common::peers::{Exit, ScriptProxy};
+use common::{apache_kafka, bootstrap, compacting, create_topic, create_topic_with};
+use tombstone_crypt_proxy::Hooks;
 
 fn node_modules() -> Option<String> {
     match std::env::var("TOMBSTONE_PROXY_NODE_MODULES") {
@@ -36,68 +34,14 @@ fn node_modules() -> Option<String> {
     }
 }
 
-/// How a run of the script ended: its exit code, stdout and stderr.
-type Exit = (i32, String, String);
-
-/// A proxy with `hooks` to `broker` on a fresh prefix, under fresh
-/// keysets whose files are removed on drop.
-struct Setup {
-    broker: String,
-    prefix: String,
-    keys: Keys,
-    dir: PathBuf,
-    proxy: RunningProxy,
-}
-
-impl Setup {
-    fn new(broker: String, hooks: Hooks) -> Self {
-        let prefix = format!("{}-", fresh_topic("js"));
-        let keys = Keys::new(true);
-        let dir = std::env::temp_dir().join(format!("px-js-{}", fresh_topic("k")));
-        std::fs::create_dir_all(&dir).unwrap();
-        std::fs::write(dir.join("values.json"), keys.values.to_tink_json()).unwrap();
-        std::fs::write(
-            dir.join("keys.json"),
-            keys.keys.as_ref().unwrap().to_tink_json(),
-        )
-        .unwrap();
-        let policies = Policies::new().with_prefix(&prefix, keys.policy());
-        let proxy = start_proxy(&broker, policies, hooks);
-        Setup {
-            broker,
-            prefix,
-            keys,
-            dir,
-            proxy,
-        }
-    }
-
-    /// Runs the script with `last` (codecs, or a phase): its exit code,
-    /// stdout and stderr.
-    fn node(&self, modules: &str, last: &str) -> Exit {
-        let script =
-            PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("tests/node/kafkajs_clients.js");
-        let out = Command::new("node")
-            .arg(script)
-            .args([&self.proxy.addr, &self.broker, &self.prefix])
-            .arg(self.dir.join("values.json"))
-            .arg(self.dir.join("keys.json"))
-            .arg(last)
-            .env("NODE_PATH", modules)
-            .output()
-            .unwrap();
-        (
-            out.status.code().unwrap_or(-1),
-            String::from_utf8_lossy(&out.stdout).into_owned(),
-            String::from_utf8_lossy(&out.stderr).into_owned(),
-        )
-    }
-}
-
-impl Drop for Setup {
-    fn drop(&mut self) {
-        let _ = std::fs::remove_dir_all(&self.dir);
-    }
+/// Runs the kafkajs script with node (`modules` its `NODE_PATH`) against
+/// `setup`.
+fn node_script(setup: &ScriptProxy, modules: &str, last: &str) -> Exit {
+    let mut program = Command::new("node");
+    program
+        .arg(PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("tests/node/kafkajs_clients.js"))
+        .env("NODE_PATH", modules);
+    setup.run(program, last)
 }
 
 /// Runs the script through a proxy with `hooks` over `codecs`: its exit
@@ -105,11 +49,11 @@ impl Drop for Setup {
 fn run(hooks: Hooks, codecs: &[&str]) -> Option<Exit> {
     let broker = bootstrap()?;
     let modules = node_modules()?;
-    let setup = Setup::new(broker, hooks);
+    let setup = ScriptProxy::new(broker, hooks, "js");
     for codec in codecs {
         create_topic(&setup.proxy.addr, &format!("{}{codec}", setup.prefix), 2);
     }
-    Some(setup.node(&modules, &codecs.join(",")))
+    Some(node_script(&setup, &modules, &codecs.join(",")))
 }
 
 /// kafkajs writes several versions of four keys to a compacted topic on
@@ -121,7 +65,7 @@ fn run(hooks: Hooks, codecs: &[&str]) -> Option<Exit> {
 fn compaction(hooks: Hooks) -> Option<(Exit, Result<(), String>)> {
     let broker = apache_kafka()?;
     let modules = node_modules()?;
-    let setup = Setup::new(broker, hooks);
+    let setup = ScriptProxy::new(broker, hooks, "js");
     let topic = format!("{}compaction", setup.prefix);
     create_topic_with(
         &setup.proxy.addr,
@@ -129,11 +73,11 @@ fn compaction(hooks: Hooks) -> Option<(Exit, Result<(), String>)> {
         1,
         &[("cleanup.policy", "compact")],
     );
-    let (code, stdout, stderr) = setup.node(&modules, "compaction-write");
+    let (code, stdout, stderr) = node_script(&setup, &modules, "compaction-write");
     assert_eq!(code, 0, "stdout: {stdout}\nstderr: {stderr}");
     let c = compacting::wait_compacted(&setup.broker, &topic, Duration::from_secs(60));
     assert!((c.after as i64) < c.offsets, "nothing compacted: {c:?}");
-    let read = setup.node(&modules, "compaction-read");
+    let read = node_script(&setup, &modules, "compaction-read");
     let last = [
         (b"k2".to_vec(), Some(b"".to_vec())),
         (b"k3".to_vec(), Some(b"v3-b".to_vec())),

@@ -19,8 +19,9 @@ use std::path::PathBuf;
 use std::process::Command;
 use std::time::Duration;
 
-use common::{apache_kafka, bootstrap, compacting, fresh_topic, start_proxy, Keys, RunningProxy};
-use tombstone_crypt_proxy::{Hooks, Policies};
+use common::peers::{Exit, ScriptProxy};
+use common::{apache_kafka, bootstrap, compacting};
+use tombstone_crypt_proxy::Hooks;
 
 fn python() -> Option<String> {
     match std::env::var("TOMBSTONE_TINK_PYTHON") {
@@ -32,68 +33,15 @@ fn python() -> Option<String> {
     }
 }
 
-/// How a run of the script ended: its exit code, stdout and stderr.
-type Exit = (i32, String, String);
-
-/// A proxy with `hooks` to `broker` on a fresh prefix, under fresh
-/// keysets whose files are removed on drop.
-struct Setup {
-    broker: String,
-    prefix: String,
-    keys: Keys,
-    dir: PathBuf,
-    proxy: RunningProxy,
-}
-
-impl Setup {
-    fn new(broker: String, hooks: Hooks) -> Self {
-        let prefix = format!("{}-", fresh_topic("py"));
-        let keys = Keys::new(true);
-        let dir = std::env::temp_dir().join(format!("px-py-{}", fresh_topic("k")));
-        std::fs::create_dir_all(&dir).unwrap();
-        std::fs::write(dir.join("values.json"), keys.values.to_tink_json()).unwrap();
-        std::fs::write(
-            dir.join("keys.json"),
-            keys.keys.as_ref().unwrap().to_tink_json(),
-        )
-        .unwrap();
-        let policies = Policies::new().with_prefix(&prefix, keys.policy());
-        let proxy = start_proxy(&broker, policies, hooks);
-        Setup {
-            broker,
-            prefix,
-            keys,
-            dir,
-            proxy,
-        }
-    }
-
-    /// Runs `script` with `last` (codecs, or a phase): its exit code,
-    /// stdout and stderr.
-    fn python(&self, python: &str, script: &str, last: &str) -> Exit {
-        let script = PathBuf::from(env!("CARGO_MANIFEST_DIR"))
+/// Runs `script` under the venv's Python against `setup`.
+fn python_script(setup: &ScriptProxy, python: &str, script: &str, last: &str) -> Exit {
+    let mut program = Command::new(python);
+    program.arg(
+        PathBuf::from(env!("CARGO_MANIFEST_DIR"))
             .join("tests/python")
-            .join(script);
-        let out = Command::new(python)
-            .arg(script)
-            .args([&self.proxy.addr, &self.broker, &self.prefix])
-            .arg(self.dir.join("values.json"))
-            .arg(self.dir.join("keys.json"))
-            .arg(last)
-            .output()
-            .unwrap();
-        (
-            out.status.code().unwrap_or(-1),
-            String::from_utf8_lossy(&out.stdout).into_owned(),
-            String::from_utf8_lossy(&out.stderr).into_owned(),
-        )
-    }
-}
-
-impl Drop for Setup {
-    fn drop(&mut self) {
-        let _ = std::fs::remove_dir_all(&self.dir);
-    }
+            .join(script),
+    );
+    setup.run(program, last)
 }
 
 /// Runs `script` through a proxy with `hooks` over `codecs`: its exit
@@ -101,7 +49,12 @@ impl Drop for Setup {
 fn run(script: &str, hooks: Hooks, codecs: &str) -> Option<Exit> {
     let broker = bootstrap()?;
     let python = python()?;
-    Some(Setup::new(broker, hooks).python(&python, script, codecs))
+    Some(python_script(
+        &ScriptProxy::new(broker, hooks, "py"),
+        &python,
+        script,
+        codecs,
+    ))
 }
 
 /// kafka-python writes several versions of four keys to a compacted topic
@@ -113,14 +66,14 @@ fn run(script: &str, hooks: Hooks, codecs: &str) -> Option<Exit> {
 fn compaction(hooks: Hooks) -> Option<(Exit, Result<(), String>)> {
     let broker = apache_kafka()?;
     let python = python()?;
-    let setup = Setup::new(broker, hooks);
+    let setup = ScriptProxy::new(broker, hooks, "py");
     let script = "kafka_python_clients.py";
-    let (code, stdout, stderr) = setup.python(&python, script, "compaction-write");
+    let (code, stdout, stderr) = python_script(&setup, &python, script, "compaction-write");
     assert_eq!(code, 0, "stdout: {stdout}\nstderr: {stderr}");
     let topic = format!("{}compaction", setup.prefix);
     let c = compacting::wait_compacted(&setup.broker, &topic, Duration::from_secs(60));
     assert!((c.after as i64) < c.offsets, "nothing compacted: {c:?}");
-    let read = setup.python(&python, script, "compaction-read");
+    let read = python_script(&setup, &python, script, "compaction-read");
     let last = [
         (b"k2".to_vec(), Some(b"".to_vec())),
         (b"k3".to_vec(), Some(b"v3-b".to_vec())),

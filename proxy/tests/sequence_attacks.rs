@@ -14,11 +14,8 @@ mod common;
 use bytes::{Bytes, BytesMut};
 use common::wire::{fetch_records, produce_body, send_frame};
 use common::{create_topic_with, fresh_topic, start_proxy};
-use kafka_protocol::messages::{
-    ApiKey, InitProducerIdRequest, InitProducerIdResponse, ProduceResponse, ProducerId,
-    RequestHeader, ResponseHeader,
-};
-use kafka_protocol::protocol::{Decodable, Encodable, StrBytes};
+use kafka_protocol::messages::{ApiKey, ProduceResponse, ResponseHeader};
+use kafka_protocol::protocol::Decodable;
 use kafka_protocol::records::{
     Compression, Record, RecordBatchEncoder, RecordEncodeOptions, TimestampType,
 };
@@ -26,29 +23,6 @@ use tombstone_crypt::{KeyTemplate, Keyset};
 use tombstone_crypt_proxy::{Hooks, Policies, TopicPolicy};
 
 const V: i16 = 9;
-
-fn init_pid(broker: &str) -> (i64, i16) {
-    let mut req = InitProducerIdRequest::default();
-    req.transactional_id = None;
-    req.transaction_timeout_ms = 60000;
-    req.producer_id = ProducerId(-1);
-    req.producer_epoch = -1;
-    let v = 1;
-    let mut h = RequestHeader::default();
-    h.request_api_key = ApiKey::InitProducerId as i16;
-    h.request_api_version = v;
-    h.correlation_id = 1;
-    h.client_id = Some(StrBytes::from_static_str("hx"));
-    let mut body = BytesMut::new();
-    h.encode(&mut body, ApiKey::InitProducerId.request_header_version(v))
-        .unwrap();
-    req.encode(&mut body, v).unwrap();
-    let mut f = send_frame(broker, &body).unwrap();
-    ResponseHeader::decode(&mut f, ApiKey::InitProducerId.response_header_version(v)).unwrap();
-    let r = InitProducerIdResponse::decode(&mut f, v).unwrap();
-    assert_eq!(r.error_code, 0);
-    (r.producer_id.0, r.producer_epoch)
-}
 
 fn rec(pid: i64, epoch: i16, seq: i32, i: i64, key: &[u8], value: Option<&[u8]>) -> Record {
     Record {
@@ -135,7 +109,7 @@ fn delete_after(
     let a = start_proxy(broker, policies.clone(), Hooks::default());
     let b = two_proxies.then(|| start_proxy(broker, policies, Hooks::default()));
     let second = b.as_ref().map_or(a.addr.as_str(), |b| b.addr.as_str());
-    let (pid, epoch) = init_pid(broker);
+    let (pid, epoch) = common::wire::init_producer_id(broker);
     let r0 = produce(
         &a.addr,
         &topic,
@@ -161,7 +135,7 @@ fn delete_after(
         );
     }
     // A new epoch (a new producer id here) starts at 0 and is followed.
-    let (pid, epoch) = init_pid(broker);
+    let (pid, epoch) = common::wire::init_producer_id(broker);
     let r3 = produce(
         second,
         &topic,

@@ -27,12 +27,10 @@ use std::io::{Read as _, Write as _};
 use std::time::Duration;
 
 use bytes::{Bytes, BytesMut};
-use common::wire::send_frame;
 use common::{create_topic, fresh_topic, start_proxy};
 use kafka_protocol::messages::produce_request::{PartitionProduceData, TopicProduceData};
 use kafka_protocol::messages::{
-    ApiKey, InitProducerIdRequest, InitProducerIdResponse, ProduceRequest, ProduceResponse,
-    ProducerId, RequestHeader, ResponseHeader, TopicName,
+    ApiKey, ProduceRequest, ProduceResponse, RequestHeader, ResponseHeader, TopicName,
 };
 use kafka_protocol::protocol::{Decodable, Encodable, StrBytes};
 use kafka_protocol::records::{
@@ -43,29 +41,6 @@ use tombstone_crypt_proxy::{Hooks, Policies, TopicPolicy};
 
 const V: i16 = 9;
 const UNKNOWN_PRODUCER_ID: i16 = 59;
-
-fn init_pid(broker: &str) -> (i64, i16) {
-    let mut req = InitProducerIdRequest::default();
-    req.transactional_id = None;
-    req.transaction_timeout_ms = 60000;
-    req.producer_id = ProducerId(-1);
-    req.producer_epoch = -1;
-    let v = 1;
-    let mut h = RequestHeader::default();
-    h.request_api_key = ApiKey::InitProducerId as i16;
-    h.request_api_version = v;
-    h.correlation_id = 1;
-    h.client_id = Some(StrBytes::from_static_str("rv58"));
-    let mut body = BytesMut::new();
-    h.encode(&mut body, ApiKey::InitProducerId.request_header_version(v))
-        .unwrap();
-    req.encode(&mut body, v).unwrap();
-    let mut f = send_frame(broker, &body).unwrap();
-    ResponseHeader::decode(&mut f, ApiKey::InitProducerId.response_header_version(v)).unwrap();
-    let r = InitProducerIdResponse::decode(&mut f, v).unwrap();
-    assert_eq!(r.error_code, 0);
-    (r.producer_id.0, r.producer_epoch)
-}
 
 fn batch(pid: i64, epoch: i16, seq: i32, key: &[u8], value: Option<&[u8]>) -> Bytes {
     let r = Record {
@@ -160,7 +135,7 @@ fn one_client_cannot_make_the_proxy_forget_another_producer() {
     );
     let proxy = start_proxy(&broker, policies, Hooks::default());
     // The victim: an idempotent producer, its first batch.
-    let (pid, epoch) = init_pid(&broker);
+    let (pid, epoch) = common::wire::init_producer_id(&broker);
     let first = produce_body(&topic, vec![batch(pid, epoch, 0, b"acct", Some(b"v1"))]);
     assert_eq!(produce_error(&proxy.addr, &first), 0);
     // The hostile client: one request of 65,536 partition entries, each

@@ -17,7 +17,7 @@ use tombstone_crypt::record_key::KeyBinding;
 use tombstone_crypt::{Bytes, DeterministicSerializer, EncryptingSerializer, KeyTemplate};
 use tombstone_crypt_proxy::{Hooks, Policies};
 
-use super::{apache_kafka, compacting, fresh_topic, produce_ok, start_proxy, Keys};
+use super::{apache_kafka, compacting, fresh_topic, produce_ok, start_proxy, Keys, RunningProxy};
 
 /// The longest a program's phase may take before it is killed.
 const PHASE_TIMEOUT: Duration = Duration::from_secs(300);
@@ -332,5 +332,72 @@ impl Peer {
         }
         compacting::wait_compacted(&broker, &topic, Duration::from_secs(60));
         run("rotation-compacted")
+    }
+}
+
+/// How a run of a script ended: its exit code, stdout and stderr.
+pub type Exit = (i32, String, String);
+
+/// A proxy with `hooks` to `broker` on a fresh prefix, under fresh
+/// keysets written to files (removed on drop): what the Python and Node
+/// scripts run against (`SCRIPT PROXY BROKER PREFIX VALUE_KEYSET
+/// KEY_KEYSET LAST`).
+pub struct ScriptProxy {
+    /// The broker.
+    pub broker: String,
+    /// The prefix of the topics the policy covers.
+    pub prefix: String,
+    /// The keysets.
+    pub keys: Keys,
+    dir: PathBuf,
+    /// The proxy.
+    pub proxy: RunningProxy,
+}
+
+impl ScriptProxy {
+    /// A proxy whose prefix and keyset directory are named after `tag`.
+    pub fn new(broker: String, hooks: Hooks, tag: &str) -> Self {
+        let prefix = format!("{}-", fresh_topic(tag));
+        let keys = Keys::new(true);
+        let dir = std::env::temp_dir().join(format!("px-{tag}-{}", fresh_topic("k")));
+        std::fs::create_dir_all(&dir).unwrap();
+        std::fs::write(dir.join("values.json"), keys.values.to_tink_json()).unwrap();
+        std::fs::write(
+            dir.join("keys.json"),
+            keys.keys.as_ref().unwrap().to_tink_json(),
+        )
+        .unwrap();
+        let policies = Policies::new().with_prefix(&prefix, keys.policy());
+        let proxy = start_proxy(&broker, policies, hooks);
+        ScriptProxy {
+            broker,
+            prefix,
+            keys,
+            dir,
+            proxy,
+        }
+    }
+
+    /// Runs `program` (the interpreter and its script) with the proxy's
+    /// arguments and `last` (codecs, or a phase).
+    pub fn run(&self, mut program: Command, last: &str) -> Exit {
+        let out = program
+            .args([&self.proxy.addr, &self.broker, &self.prefix])
+            .arg(self.dir.join("values.json"))
+            .arg(self.dir.join("keys.json"))
+            .arg(last)
+            .output()
+            .unwrap();
+        (
+            out.status.code().unwrap_or(-1),
+            String::from_utf8_lossy(&out.stdout).into_owned(),
+            String::from_utf8_lossy(&out.stderr).into_owned(),
+        )
+    }
+}
+
+impl Drop for ScriptProxy {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_dir_all(&self.dir);
     }
 }

@@ -116,6 +116,22 @@ pub fn call<Resp: Decodable>(addr: &str, api: ApiKey, version: i16, body: &[u8])
     Resp::decode(&mut out, version).ok()
 }
 
+/// A new idempotent producer's id and epoch, asked of `broker`
+/// (InitProducerId v1, no transactional id).
+pub fn init_producer_id(broker: &str) -> (i64, i16) {
+    let mut req = kafka_protocol::messages::InitProducerIdRequest::default();
+    // Not transactional: null (the default is an empty id).
+    req.transactional_id = None;
+    req.transaction_timeout_ms = 60000;
+    req.producer_id = kafka_protocol::messages::ProducerId(-1);
+    req.producer_epoch = -1;
+    let body = request(ApiKey::InitProducerId, 1, 1, &req);
+    let r: kafka_protocol::messages::InitProducerIdResponse =
+        call(broker, ApiKey::InitProducerId, 1, &body).expect("an InitProducerId answer");
+    assert_eq!(r.error_code, 0);
+    (r.producer_id.0, r.producer_epoch)
+}
+
 /// The id of `topic`, from a Metadata v12 at `addr` (through a proxy,
 /// this is what teaches it the id); `None` when it has none.
 pub fn topic_id(addr: &str, topic: &str) -> Option<uuid::Uuid> {
