@@ -738,12 +738,7 @@ fn a_timed_out_tombstone_fails_the_flush_and_says_what_may_be_on_the_log() {
         .set("request.timeout.ms", "1000")
         .set("retry.backoff.ms", "100");
     let name = topic("timed-out-tombstone");
-    // The topic is made (compacted, as the changelog asks), and the fresh
-    // broker warmed, by a producer with a long timeout: a first write to a
-    // broker that has just started can take longer than the changelog's
-    // 1.5 s on a loaded machine.
-    common::compacting::create_compacted_topic(&broker.bootstrap, &name, 1);
-    common::kafka::produce(&broker.bootstrap, &name, &[(b"warm-up", Some(b"v"))]);
+    broker.warm_up(&[&name]);
     let mut log = KafkaChangelog::with_config(c, &name)
         .unwrap()
         .with_timeout(Duration::from_secs(20));

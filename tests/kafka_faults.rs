@@ -128,6 +128,7 @@ fn a_killed_broker_fails_the_flush_by_name_and_the_store_refuses() {
         .set("bootstrap.servers", &broker.bootstrap)
         .set("message.timeout.ms", "3000");
     let name = topic("killed");
+    broker.warm_up(&[&name]);
     let log = KafkaChangelog::with_config(config, &name)
         .unwrap()
         .with_timeout(Duration::from_secs(8));

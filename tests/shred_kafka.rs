@@ -172,6 +172,7 @@ fn a_paused_broker_makes_a_stale_view_refuse_subject_key_values() {
     }
     let broker = PrivateBroker::start();
     let topic = common::kafka::fresh_topic("subject-keys-paused");
+    broker.warm_up(&[&topic]);
     let kek = Keyset::generate();
     let instance = |view: Duration, cache: Duration| {
         let log = KafkaChangelog::open(&broker.bootstrap, &topic)

@@ -22,6 +22,19 @@ impl PrivateBroker {
         PrivateBroker { own, bootstrap }
     }
 
+    /// Makes each of `compacted` (`cleanup.policy=compact`, one partition)
+    /// and writes one record to a topic of its own with an idempotent
+    /// producer and a long timeout: a broker that has just started can take
+    /// seconds over its first topics and producer ids on a loaded machine,
+    /// longer than the short timeouts of a test that pauses or kills it.
+    pub fn warm_up(&self, compacted: &[&str]) {
+        for topic in compacted {
+            super::compacting::create_compacted_topic(&self.bootstrap, topic, 1);
+        }
+        let topic = super::kafka::fresh_topic("warm-up");
+        super::kafka::produce(&self.bootstrap, &topic, &[(b"k", Some(b"v"))]);
+    }
+
     fn signal(&self, sig: &str) {
         let Some(pid) = self.own.pid() else {
             return;
