@@ -247,6 +247,7 @@ mod bounds;
 mod budget;
 mod codes;
 mod config;
+mod dispatch;
 mod error;
 mod frame;
 mod hooks;

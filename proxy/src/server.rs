@@ -17,16 +17,15 @@ use std::future::Future;
 use std::net::{IpAddr, SocketAddr};
 use std::sync::{Arc, Mutex};
 
-use bytes::Bytes;
-use kafka_protocol::messages::ApiKey;
 use kafka_protocol::protocol::StrBytes;
 use tokio::io::{AsyncRead, AsyncWrite};
 use tokio::net::{TcpListener, TcpStream};
 use tokio::sync::{mpsc, watch};
 
-use crate::api::{self, ProduceAction, Refused};
+use crate::api::{self, Refused};
 use crate::budget::Budget;
 use crate::config::{Policies, ProxyConfig};
+use crate::dispatch::{self, Answered, Pending, Routed};
 use crate::error::ProxyError;
 use crate::frame::{read_frame, write_frame, FrameError};
 use crate::hooks::Hooks;
@@ -243,6 +242,17 @@ impl Shared {
         Some((self.advertised_host.clone(), i32::from(ours)))
     }
 
+    /// What dispatching a request or a response reads.
+    fn context(&self) -> dispatch::Context<'_> {
+        dispatch::Context {
+            policies: &self.policies,
+            hooks: &self.hooks,
+            sequences: &self.sequences,
+            topic_ids: &self.topic_ids,
+            key_store_admin: self.key_store_admin,
+        }
+    }
+
     fn upstream_of(&self, target: Target) -> Option<String> {
         match target {
             Target::Bootstrap => Some(self.upstream_bootstrap.clone()),
@@ -272,39 +282,6 @@ async fn accept_loop(shared: Arc<Shared>, listener: TcpListener, target: Target)
             },
         }
     }
-}
-
-/// What a client is owed, in request order.
-enum Pending {
-    /// A response the proxy wrote.
-    Local(Bytes),
-    /// The broker's response to this correlation id, then `then`.
-    Upstream { correlation: i32, then: Then },
-}
-
-/// What to do with a broker's response.
-enum Then {
-    Pass,
-    Produce {
-        version: i16,
-        refused: Vec<Refused>,
-        added: Vec<api::Added>,
-    },
-    Fetch {
-        version: i16,
-    },
-    Metadata {
-        version: i16,
-    },
-    FindCoordinator {
-        version: i16,
-    },
-    DescribeCluster {
-        version: i16,
-    },
-    ApiVersions {
-        version: i16,
-    },
 }
 
 async fn connection(
@@ -438,157 +415,50 @@ async fn read_requests(
                 return End::Closed;
             }
         };
-        let Some((key, version, correlation)) = api::request_head(&frame) else {
-            stats::add(Event::FramesRefused, 1);
-            tracing::warn!(
-                "client {peer}: refused a request of {} bytes, shorter than a request header: \
-                 connection closed",
-                frame.len()
-            );
-            return End::Closed;
+        let head = match dispatch::head(&frame) {
+            Ok(head) => head,
+            Err(refusal) => {
+                tracing::warn!("client {peer}: refused {refusal}: connection closed");
+                return End::Closed;
+            }
         };
-        let upstream_then = |then| Some(Pending::Upstream { correlation, then });
+        let (key, version, correlation) = head;
         // A span per request: its API key, version and correlation id
         // (the partitions' spans, topic and partition, nest in it).
         let span =
             tracing::debug_span!("request", api_key = key, api_version = version, correlation);
-        let (owe, send) = match ApiKey::try_from(key) {
-            Ok(ApiKey::Produce) => {
-                // What decoding this request may take, given back once it
-                // is encrypted: never held while a peer is slow (the
-                // encrypted frame waiting for the broker is this
-                // connection's one request in hand).
-                let encrypted = in_place(
-                    (shared.policies.may_block() || !shared.policies.is_empty())
-                        && !shared.hooks.kms_on_the_worker,
-                    || {
-                        let budget =
-                            Budget::new(&shared.pool, shared.request_budget, shared.max_frame);
-                        span.in_scope(|| {
-                            api::produce_request(
-                                &frame,
-                                version,
-                                &shared.policies,
-                                &shared.hooks,
-                                &budget,
-                                &shared.sequences,
-                                &shared.topic_ids,
-                            )
-                        })
-                    },
-                );
-                match encrypted {
-                    Err(reason) => {
-                        stats::add(Event::FramesRefused, 1);
-                        tracing::warn!(
-                            "client {peer}: refused a Produce (correlation id {correlation}): \
-                             {reason}: connection closed, nothing forwarded"
-                        );
-                        return End::Closed;
-                    }
-                    Ok(ProduceAction::Unchanged { acks }) => {
-                        let then = Then::Produce {
-                            version,
-                            refused: Vec::new(),
-                            added: Vec::new(),
-                        };
-                        (
-                            (acks != 0).then_some(then).and_then(upstream_then),
-                            Some(Bytes::clone(&frame)),
-                        )
-                    }
-                    Ok(ProduceAction::Forward {
-                        frame: forwarded,
-                        refused,
-                        acks,
-                        added,
-                    }) => {
-                        log_refused(peer, &refused);
-                        let then = Then::Produce {
-                            version,
-                            refused,
-                            added,
-                        };
-                        (
-                            (acks != 0).then_some(then).and_then(upstream_then),
-                            Some(forwarded),
-                        )
-                    }
-                    Ok(ProduceAction::Answer { response, refused }) => {
-                        log_refused(peer, &refused);
-                        (response.map(Pending::Local), None)
-                    }
-                }
-            }
-            Ok(ApiKey::Fetch) => (
-                upstream_then(Then::Fetch { version }),
-                Some(Bytes::clone(&frame)),
-            ),
-            Ok(ApiKey::Metadata) => (
-                upstream_then(Then::Metadata { version }),
-                Some(Bytes::clone(&frame)),
-            ),
-            Ok(ApiKey::FindCoordinator) => (
-                upstream_then(Then::FindCoordinator { version }),
-                Some(Bytes::clone(&frame)),
-            ),
-            Ok(ApiKey::DescribeCluster) => (
-                upstream_then(Then::DescribeCluster { version }),
-                Some(Bytes::clone(&frame)),
-            ),
-            Ok(ApiKey::ApiVersions)
-                if api::decodable(ApiKey::ApiVersions).is_some_and(|r| version > r.max) =>
-            {
-                // A client newer than the proxy: told which versions the
-                // proxy reads, as a broker tells it (nothing forwarded).
-                match api::api_versions_unsupported(correlation) {
-                    Ok(answer) => (Some(Pending::Local(answer)), None),
-                    Err(reason) => {
-                        tracing::warn!("client {peer}: {reason}: connection closed");
-                        return End::Closed;
-                    }
-                }
-            }
-            Ok(ApiKey::ApiVersions) => (
-                upstream_then(Then::ApiVersions { version }),
-                Some(Bytes::clone(&frame)),
-            ),
-            Ok(api) if api::admin_guarded(api) && !shared.key_store_admin => {
-                match api::admin_request(&frame, api, version, correlation, &shared.policies) {
-                    Ok(None) => (upstream_then(Then::Pass), Some(Bytes::clone(&frame))),
-                    Ok(Some(answer)) => {
-                        stats::add(Event::AdminRefused, 1);
-                        tracing::warn!(
-                            "client {peer}: refused a {api:?} (correlation id {correlation}) that \
-                             names a key-store topic: answered TOPIC_AUTHORIZATION_FAILED, nothing \
-                             forwarded"
-                        );
-                        (Some(Pending::Local(answer)), None)
-                    }
-                    Err(reason) => {
-                        stats::add(Event::FramesRefused, 1);
-                        tracing::warn!(
-                            "client {peer}: refused a request: {reason}: connection closed, \
-                             nothing forwarded"
-                        );
-                        return End::Closed;
-                    }
-                }
-            }
-            Ok(api) if api::forwarded_unread(api) || api::admin_guarded(api) => {
-                (upstream_then(Then::Pass), Some(Bytes::clone(&frame)))
-            }
-            _ => {
-                // Default deny: an API the proxy does not know or serve (left
-                // out of its ApiVersions) is never forwarded.
-                stats::add(Event::FramesRefused, 1);
+        let cx = shared.context();
+        // What decoding this request may take, given back once it is
+        // routed: never held while a peer is slow (the encrypted frame
+        // waiting for the broker is this connection's one request in hand).
+        let routed = in_place(
+            dispatch::request_is_heavy(&cx, key) && !shared.hooks.kms_on_the_worker,
+            || {
+                let budget = Budget::new(&shared.pool, shared.request_budget, shared.max_frame);
+                span.in_scope(|| dispatch::route(&cx, &frame, head, &budget))
+            },
+        );
+        let Routed {
+            owe,
+            send,
+            answered,
+        } = match routed {
+            Ok(routed) => routed,
+            Err(refusal) => {
                 tracing::warn!(
-                    "client {peer}: refused a request of API key {key} v{version}, which the \
-                     proxy does not serve: connection closed, nothing forwarded"
+                    "client {peer}: refused {refusal}: connection closed, nothing forwarded"
                 );
                 return End::Closed;
             }
         };
+        match answered {
+            Answered::Nothing => {}
+            Answered::Partitions(refused) => log_refused(peer, &refused),
+            Answered::KeyStoreAdmin(api) => tracing::warn!(
+                "client {peer}: refused a {api:?} (correlation id {correlation}) that names a \
+                 key-store topic: answered TOPIC_AUTHORIZATION_FAILED, nothing forwarded"
+            ),
+        }
         // What goes to the broker: the client's frame (a handle, dropped
         // first: declared after it) or the encrypted one.
         let send = send.map(|b| Wiped::new(b, shared.hooks.wipes()));
@@ -658,17 +528,28 @@ async fn write_responses(
                 let span = tracing::debug_span!("response", correlation);
                 // The decoding's budget is given back once the response is
                 // made, never held while the client is slow to read it.
-                let decrypts = matches!(then, Then::Fetch { .. }) && !shared.policies.is_empty();
+                let cx = shared.context();
                 let handed = in_place(
-                    (shared.policies.may_block() || decrypts) && !shared.hooks.kms_on_the_worker,
+                    dispatch::response_is_heavy(&cx, &then) && !shared.hooks.kms_on_the_worker,
                     || {
                         let budget =
                             Budget::new(&shared.pool, shared.request_budget, shared.max_frame);
-                        span.in_scope(|| respond(&shared, frame, then, &map, peer, &budget))
+                        span.in_scope(|| dispatch::respond(&cx, frame, then, &map, &budget))
                     },
                 );
                 match handed {
-                    Ok(out) => out,
+                    Ok((out, failed)) => {
+                        for f in failed {
+                            tracing::warn!(
+                                "client {peer}: refused to hand on {}-{} of a Fetch: {}: \
+                                 answered CORRUPT_MESSAGE, no records",
+                                f.topic,
+                                f.partition,
+                                f.reason
+                            );
+                        }
+                        out
+                    }
                     Err(reason) => {
                         tracing::warn!(
                             "client {peer}: a response from the broker {broker} cannot be \
@@ -717,52 +598,4 @@ fn in_place<T>(heavy: bool, work: impl FnOnce() -> T) -> T {
         }
         _ => work(),
     }
-}
-
-fn respond(
-    shared: &Shared,
-    frame: Bytes,
-    then: Then,
-    map: &api::NodeMap<'_>,
-    peer: SocketAddr,
-    budget: &Budget,
-) -> Result<Bytes, String> {
-    Ok(match then {
-        Then::Pass => frame,
-        Then::Produce {
-            version,
-            refused,
-            added,
-        } => api::produce_response(&frame, version, &refused, &added, map, &shared.sequences)?
-            .unwrap_or(frame),
-        Then::Fetch { version } => {
-            let (out, failed) = api::fetch_response(
-                &frame,
-                version,
-                &shared.policies,
-                &shared.hooks,
-                map,
-                budget,
-                &shared.topic_ids,
-            )?;
-            for f in failed {
-                tracing::warn!(
-                    "client {peer}: refused to hand on {}-{} of a Fetch: {}: answered \
-                     CORRUPT_MESSAGE, no records",
-                    f.topic,
-                    f.partition,
-                    f.reason
-                );
-            }
-            out.unwrap_or(frame)
-        }
-        Then::Metadata { version } => {
-            api::metadata_response(&frame, version, map, &shared.topic_ids)?
-        }
-        Then::FindCoordinator { version } => api::find_coordinator_response(&frame, version, map)?,
-        Then::DescribeCluster { version } => api::describe_cluster_response(&frame, version, map)?,
-        Then::ApiVersions { version } => {
-            api::api_versions_response(&frame, version)?.unwrap_or(frame)
-        }
-    })
 }
