@@ -590,7 +590,7 @@ fn every_refusal_gives_its_budget_back() {
 /// batch that claims 0 records byte for byte on Fetch (as compaction leaves
 /// them), so records planted inside one would have reached the client
 /// unread; such a batch is now refused unless it is a bare header
-/// (`batch.rs`'s unit test holds that with a broker's bytes taken out of
+/// (`batch/tests.rs`'s unit test holds that with a broker's bytes taken out of
 /// the way).
 #[test]
 fn a_planted_batch_that_claims_no_records_is_not_handed_on_unread() {
