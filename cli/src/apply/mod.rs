@@ -26,22 +26,23 @@ use std::collections::{BTreeMap, HashSet};
 use std::path::PathBuf;
 
 use indicatif::ProgressBar;
-use tombstone_crypt::kafka::rdkafka::consumer::Consumer as _;
 use tombstone_crypt::kafka::rdkafka::producer::FutureProducer;
 
 use crate::args::{ProgressArgs, CHUNK_RECORDS};
-use crate::checkpoint::{
-    default_lock_dirs, Checkpoint, LockDir, Mark, PartitionLocks, Progress, RunOf,
-};
+use crate::checkpoint::{default_lock_dirs, Checkpoint, LockDir, PartitionLocks, Progress, RunOf};
 use crate::key_state::{Index, KeyHash};
 use crate::outcome::{fail, Fail};
 use crate::plan::{Command, PlanCounts, Planner};
-use crate::read::{consumer, partitions, progress, read_partition, Rec, Setup};
+use crate::read::{partitions, progress, read_partition, Setup};
 use crate::record::{key_of, Write};
-use crate::report::{hex, ranges, Audit, Counts, LISTED};
+use crate::report::{ranges, Audit, Counts, LISTED};
 use crate::run::for_partitions;
 use crate::scan::{check_keyset, scan_partition, Pass, Scanned, Upto};
 use crate::write::{check_ordered, is_transactional, produce_chunk, producer, Sink};
+
+mod resume;
+
+use resume::*;
 
 /// How a command writes: `--apply` and where its progress goes.
 pub(crate) struct Writing {
@@ -80,63 +81,6 @@ pub(crate) struct Done {
     pub(crate) others: Others,
 }
 
-/// What others wrote to the partitions a resumed run wrote to, since its
-/// first write to each: their keys keep those writes.
-#[derive(Default)]
-pub(crate) struct Others {
-    /// Records.
-    pub(crate) records: u64,
-    /// Distinct keys.
-    pub(crate) keys: u64,
-    /// Keys whose journaled records were not written again.
-    pub(crate) journaled_keys: u64,
-    /// The first keys found ([`LISTED`] at most): partition and key group
-    /// (its plaintext, or its bytes when it is not encrypted).
-    pub(crate) listed: Vec<(i32, Vec<u8>)>,
-}
-
-impl Others {
-    /// Adds what others wrote to a report: text (empty when nothing) and
-    /// the JSON fields.
-    pub(crate) fn report(&self, json: &mut serde_json::Value) -> String {
-        let listed: Vec<serde_json::Value> = self
-            .listed
-            .iter()
-            .map(|(p, k)| serde_json::json!({"partition": p, "key": hex(k)}))
-            .collect();
-        json["written_by_others"] = serde_json::json!({"records": self.records,
-            "keys": self.keys, "journaled_keys_left": self.journaled_keys, "listed": listed});
-        if self.keys == 0 {
-            return String::new();
-        }
-        let mut text = format!(
-            "since the run stopped, others wrote {} records of {} keys: those writes stand, and the run left those keys alone ({} of them were in its journals)\n",
-            self.records, self.keys, self.journaled_keys
-        );
-        for (p, k) in &self.listed {
-            text.push_str(&format!("left {p} {}\n", hex(k)));
-        }
-        if self.keys > self.listed.len() as u64 {
-            text.push_str(&format!(
-                "(and {} more)\n",
-                self.keys - self.listed.len() as u64
-            ));
-        }
-        text
-    }
-}
-
-/// The keys others wrote to one partition since the run's first write.
-#[derive(Default)]
-struct Foreign {
-    /// Their hashes.
-    keys: HashSet<(u64, u32)>,
-    /// Records.
-    records: u64,
-    /// The first keys' groups.
-    listed: Vec<Vec<u8>>,
-}
-
 /// How many times a copy (`--to-topic`) reads a source partition that grew
 /// while it was written before it gives up.
 const ROUNDS: usize = 10;
@@ -147,262 +91,6 @@ struct PartDone {
     plan: PlanCounts,
     after: Option<Counts>,
     written: u64,
-}
-
-/// The high watermark of `partition` now, as the broker reports it: what
-/// tells whether anyone wrote to it meanwhile.
-fn watermark(s: &Setup, partition: i32) -> Result<i64, Fail> {
-    let c = consumer(s)?;
-    c.fetch_watermarks(&s.topic, partition, s.timeout)
-        .map(|(_, high)| high)
-        .map_err(|e| {
-            fail(format!(
-                "reading the offsets of {}/{partition}: {e}",
-                s.topic
-            ))
-        })
-}
-
-/// The end of partition `p` of the topic of `s` now, read to its end (the
-/// broker's offsets may say less: tansu 0.6.0 answers the last batch's
-/// base offset + 1), and its last record's mark.
-fn tail(s: &Setup, p: i32) -> Result<(i64, Option<Mark>), Fail> {
-    let high = watermark(s, p)?;
-    let mut last = None;
-    let bar = ProgressBar::hidden();
-    let next = read_partition(s, &s.topic, p, (high - 1).max(0), None, &bar, |r| {
-        last = Some(Mark::of(r.offset, r.timestamp, r.key, r.value));
-        Ok(())
-    })?;
-    let end = next.max(high);
-    Ok((end, last.filter(|m| m.offset + 1 == end)))
-}
-
-/// The id of the cluster of `s`, as its metadata gives it.
-fn cluster_id(s: &Setup) -> Result<Option<String>, Fail> {
-    Ok(consumer(s)?.client().fetch_cluster_id(s.timeout))
-}
-
-/// The id of the topic of `s`, as the broker's metadata gives it; `None`
-/// (said on stderr) when it cannot be asked with these settings, the
-/// broker names none, or the asking failed: the run then knows the topic
-/// by its records alone.
-fn topic_id(s: &Setup) -> Option<String> {
-    use tombstone_crypt::kafka::{topic_identity, TopicIdentity};
-    match topic_identity(&s.config, &s.topic, s.timeout) {
-        Ok(TopicIdentity::Known(id)) => Some(id.to_string()),
-        Ok(TopicIdentity::Unknown(why)) => {
-            eprintln!(
-                "warning: the id of {} is not known ({why}): a topic deleted and created again is told by its records alone",
-                s.topic
-            );
-            None
-        }
-        Err(e) => {
-            eprintln!(
-                "warning: asking the id of {} failed ({e}): a topic deleted and created again is told by its records alone",
-                s.topic
-            );
-            None
-        }
-    }
-}
-
-/// Reads what was written to partition `p` of the topic a resumed run
-/// writes, from the record before its first write there to the end, before
-/// the run writes anything: the partition must be the one it wrote (not a
-/// topic deleted and created again: its end is not before the run's first
-/// write, and the record before that is the one recorded, or compacted
-/// away), and every key someone else wrote since is the run's no longer.
-fn since(
-    to: &Setup,
-    ck: &Checkpoint,
-    p: i32,
-    prog: Progress,
-    hash: &KeyHash,
-) -> Result<Foreign, Fail> {
-    let mut out = Foreign::default();
-    let mut found = None;
-    let mut own = 0u64;
-    let run = ck.run.as_bytes();
-    // The run's first and last acknowledged records there.
-    let anchors: Vec<Mark> = match prog.anchors {
-        None => Vec::new(),
-        Some((first, last)) if first == last => vec![first],
-        Some((first, last)) => vec![first, last],
-    };
-    let mut seen = vec![AnchorSeen::default(); anchors.len()];
-    // The record just before the run's first write: at its offset as it
-    // was, or gone under a later record of its key.
-    let mut mark_seen = AnchorSeen::default();
-    let bar = ProgressBar::hidden();
-    // Never from past the partition's end (a topic created again can be
-    // shorter): a read there would wait for records that never come.
-    let high = watermark(to, p)?;
-    let start = (prog.from - 1).max(0).min(high);
-    let next = read_partition(to, &to.topic, p, start, None, &bar, |r| {
-        if let Some(m) = &prog.mark {
-            mark_seen.see(m, r, |r| {
-                Mark::of(r.offset, r.timestamp, r.key, r.value) == *m
-            });
-        }
-        if r.offset < prog.from {
-            if prog.mark.is_some_and(|m| m.offset == r.offset) {
-                found = Some(Mark::of(r.offset, r.timestamp, r.key, r.value));
-            }
-            return Ok(());
-        }
-        for (a, seen) in anchors.iter().zip(&mut seen) {
-            seen.see(a, r, |r| {
-                r.run == Some(run) && Mark::of(r.offset, None, r.key, r.value) == *a
-            });
-        }
-        if r.run == Some(run) {
-            own += 1;
-            return Ok(());
-        }
-        out.records += 1;
-        if let Some(wire) = r.key {
-            let key = key_of(to, wire);
-            if out.keys.insert(hash.of(key.encrypted, &key.group)) && out.listed.len() < LISTED {
-                out.listed.push(key.group);
-            }
-        }
-        Ok(())
-    })?;
-    let end = next.max(high);
-    let elsewhere = |why: String| {
-        fail(format!(
-            "{}/{p} is not the partition the run wrote: {why}. Was the topic deleted and created again, or is this another cluster? The checkpoint {} and its journals are kept: resume against the cluster and topic the run wrote",
-            to.topic,
-            ck.path().display()
-        ))
-    };
-    if end < prog.from {
-        return Err(elsewhere(format!(
-            "it ends at offset {end}, before the run's first write there (offset {})",
-            prog.from
-        )));
-    }
-    // The run's records can leave only under someone else's newer ones (or
-    // as tombstones past delete.retention.ms): with neither there, this is
-    // not where they went.
-    if prog.written > 0 && own == 0 && out.records == 0 {
-        return Err(elsewhere(format!(
-            "it holds none of the {} records the run wrote there, and nothing else after offset {}",
-            prog.written, prog.from
-        )));
-    }
-    if let (Some(want), Some(got)) = (prog.mark, found) {
-        if want != got {
-            return Err(elsewhere(format!(
-                "its record at offset {} is not the one that was there when the run began",
-                want.offset
-            )));
-        }
-    }
-    if let Some(m) = &prog.mark {
-        if let Some(why) = mark_seen.refusal(m, end, "the record before the run's first write") {
-            return Err(elsewhere(why));
-        }
-    }
-    for (a, seen) in anchors.iter().zip(&seen) {
-        if let Some(why) = seen.refusal(a, end, "the run's acknowledged record") {
-            return Err(elsewhere(why));
-        }
-    }
-    // None of the run's acknowledged records is there (all compacted under
-    // later records of their keys, or never written here) and no record
-    // from before its first write is there as it was: nothing tells the
-    // partition it wrote from one created again whose writer wrote the
-    // same keys (topic ids would; librdkafka's Rust binding gives none).
-    // Refused rather than risk writing a journal or a plan into another
-    // topic.
-    let mark_there = prog.mark.is_some() && prog.mark == found;
-    if prog.written > 0 && own == 0 && !mark_there {
-        return Err(elsewhere(format!(
-            "none of the {} records the run wrote there is left (each gone under a later record of its key, or never written here){}, so nothing shows it is the partition the run wrote and not one created again, whose journal written into it could bring back a key deleted there. A resume cannot tell them apart and writes nothing; if you know it is the partition the run wrote, delete the checkpoint and its journals and run again (a key the stopped run left between its records may then be lost)",
-            prog.written,
-            if prog.mark.is_some() {
-                ", and the record before its first write is not there as it was"
-            } else {
-                ", and the partition was empty before it"
-            }
-        )));
-    }
-    Ok(out)
-}
-
-/// What a read saw of a record a checkpoint recorded (an anchor): the
-/// record at its offset, if any, and whether a later record of its key.
-#[derive(Clone, Copy, Default)]
-struct AnchorSeen {
-    /// `Some(true)`: its offset holds the same record; `Some(false)`:
-    /// another one.
-    at: Option<bool>,
-    /// A later record has its key.
-    later_of_its_key: bool,
-}
-
-impl AnchorSeen {
-    fn see(&mut self, a: &Mark, r: &Rec<'_>, same: impl FnOnce(&Rec<'_>) -> bool) {
-        if r.offset == a.offset {
-            self.at = Some(same(r));
-        } else if r.offset > a.offset && a.same_key(r.key) {
-            self.later_of_its_key = true;
-        }
-    }
-
-    /// Why the partition read to `end` is not the one the anchor `a` was
-    /// recorded on, if it is not: an offset keeps its record for ever or,
-    /// compacted, loses it under a later record of its key; and the end
-    /// of a partition never moves back.
-    fn refusal(&self, a: &Mark, end: i64, what: &str) -> Option<String> {
-        if end <= a.offset {
-            return Some(format!(
-                "it ends at offset {end}, before {what} at offset {}",
-                a.offset
-            ));
-        }
-        match (self.at, self.later_of_its_key) {
-            (Some(true), _) | (None, true) => None,
-            (Some(false), _) => Some(format!(
-                "its record at offset {} is not {what}",
-                a.offset
-            )),
-            (None, false) => Some(format!(
-                "{what} at offset {} is gone, and no later record of its key is there (compaction removes a record only under a newer one of its key; the one other way is a tombstone older than the topic's delete.retention.ms: then delete the checkpoint and its journals and run again)",
-                a.offset
-            )),
-        }
-    }
-}
-
-/// Checks, before a resumed copy (`--to-topic`) writes, that partition
-/// `p` of its source is the one it planned from: the record it recorded
-/// just before its planned end is still there, or compacted under a later
-/// record of its key (a source deleted and created again is refused).
-fn same_source(from: &Setup, ck: &Checkpoint, p: i32, prog: Progress) -> Result<(), Fail> {
-    let Some(a) = prog.source else {
-        return Ok(());
-    };
-    let high = watermark(from, p)?;
-    let mut seen = AnchorSeen::default();
-    let bar = ProgressBar::hidden();
-    let next = read_partition(from, &from.topic, p, a.offset.min(high), None, &bar, |r| {
-        seen.see(&a, r, |r| {
-            Mark::of(r.offset, r.timestamp, r.key, r.value) == a
-        });
-        Ok(())
-    })?;
-    match seen.refusal(&a, next.max(high), "the record the run planned up to") {
-        None => Ok(()),
-        Some(why) => Err(fail(format!(
-            "{}/{p} is not the partition the run copied from: {why}. Was the topic deleted and created again? The checkpoint {} and its journals are kept: resume against the topic the run read",
-            from.topic,
-            ck.path().display()
-        ))),
-    }
 }
 
 /// Everything a partition's work needs.
