@@ -11,8 +11,7 @@ use super::transform::*;
 use crate::budget::Budget;
 use crate::hooks::Hooks;
 use crate::sequences::Batch;
-use crate::stats;
-use crate::stats::{Event, Tally};
+use crate::stats::{self, Event, Tally};
 
 /// A Produce partition's records, encrypted.
 #[derive(Debug)]

@@ -10,8 +10,7 @@ use kafka_protocol::compression::{Compressor as _, Gzip, Snappy, Zstd};
 use kafka_protocol::records::{Compression, Record};
 
 use crate::budget::Budget;
-use crate::wipe;
-use crate::wipe::Buf;
+use crate::wipe::{self, Buf};
 
 /// The size of a v2 record batch's header, up to and including its record
 /// count.

@@ -4,8 +4,7 @@
 use std::collections::HashMap;
 
 use super::*;
-use crate::confluent::kek;
-use crate::confluent::kek::{Kek, KekPlace};
+use crate::confluent::kek::{self, Kek, KekPlace};
 use crate::confluent::rule::Rule;
 use crate::error::Error;
 
