@@ -14,8 +14,9 @@ mod common;
 use std::collections::BTreeMap;
 use std::path::PathBuf;
 use std::process::Command;
-use std::time::{Duration, SystemTime, UNIX_EPOCH};
+use std::time::Duration;
 
+use common::kafka::{bootstrap, client_config as config, create_topic, fresh_topic as topic};
 use common::naive::NaiveSerde;
 use tombstone_crypt::format::OVERHEAD;
 use tombstone_crypt::kafka::rdkafka::config::ClientConfig;
@@ -30,30 +31,6 @@ use tombstone_crypt::store::{
     Record, TypedStore,
 };
 use tombstone_crypt::{Bytes, DecryptingDeserializer, EncryptingSerializer, KeyId, Keyset, Utf8};
-
-fn bootstrap() -> Option<String> {
-    if std::env::var_os("TOMBSTONE_SKIP_KAFKA").is_some() {
-        eprintln!("TOMBSTONE_SKIP_KAFKA is set: Kafka tests skipped");
-        return None;
-    }
-    Some(std::env::var("TOMBSTONE_KAFKA_BOOTSTRAP").expect(
-        "TOMBSTONE_KAFKA_BOOTSTRAP is not set: run ./scripts/test.sh (it starts a broker), or set TOMBSTONE_SKIP_KAFKA=1",
-    ))
-}
-
-fn topic(name: &str) -> String {
-    let nanos = SystemTime::now()
-        .duration_since(UNIX_EPOCH)
-        .unwrap()
-        .as_nanos();
-    format!("tc-{name}-{}-{nanos}", std::process::id())
-}
-
-fn config(bootstrap: &str) -> ClientConfig {
-    let mut c = ClientConfig::new();
-    c.set("bootstrap.servers", bootstrap);
-    c
-}
 
 /// Every record of partition 0 with a plain rdkafka consumer: (key, payload).
 fn consume_plain(bootstrap: &str, topic: &str) -> Vec<(Vec<u8>, Option<Vec<u8>>)> {
@@ -396,21 +373,6 @@ fn negative_control_the_naive_layer_resurrects_deleted_keys_from_kafka() {
     let mut fresh = MemoryStore::new();
     restore(&mut fresh, &records).unwrap();
     assert!(fresh.is_empty());
-}
-
-/// Creates `topic` with `partitions` partitions.
-fn create_topic(bootstrap: &str, topic: &str, partitions: i32) {
-    use tombstone_crypt::kafka::rdkafka::admin::{
-        AdminClient, AdminOptions, NewTopic, TopicReplication,
-    };
-    use tombstone_crypt::kafka::rdkafka::client::DefaultClientContext;
-    let admin: AdminClient<DefaultClientContext> = config(bootstrap).create().unwrap();
-    let new = NewTopic::new(topic, partitions, TopicReplication::Fixed(1));
-    let results =
-        futures_executor::block_on(admin.create_topics([&new], &AdminOptions::new())).unwrap();
-    for r in results {
-        r.unwrap();
-    }
 }
 
 /// Every record of every partition: (partition, key, payload).

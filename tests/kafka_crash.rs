@@ -9,6 +9,8 @@
 //! one: per key, the acknowledged state or one written after it.
 #![cfg(all(feature = "kafka", feature = "redb"))]
 
+mod common;
+
 use std::collections::BTreeMap;
 use std::io::{BufRead as _, BufReader, Write as _};
 use std::process::{Command, Stdio};
@@ -19,18 +21,11 @@ use tombstone_crypt::kafka::KafkaChangelog;
 use tombstone_crypt::store::{ChangeLoggingStore, EncryptedStore, KeyValueStore, RedbStore};
 use tombstone_crypt::Keyset;
 
+use common::kafka::bootstrap;
+
 const KILLS: usize = 20;
 const KEYS: u32 = 8;
 const FLUSH_EVERY: u32 = 4;
-
-fn bootstrap() -> Option<String> {
-    if std::env::var_os("TOMBSTONE_SKIP_KAFKA").is_some() {
-        return None;
-    }
-    Some(std::env::var("TOMBSTONE_KAFKA_BOOTSTRAP").expect(
-        "TOMBSTONE_KAFKA_BOOTSTRAP is not set: run ./scripts/test.sh, or set TOMBSTONE_SKIP_KAFKA=1",
-    ))
-}
 
 /// A small reproducible PRNG (xorshift).
 struct Rng(u64);
