@@ -5,7 +5,9 @@
 //! writes and reads it:
 //! - **values**: encrypted whole under a keyset ([`TopicPolicy::keyset`]),
 //!   or under data subjects' keys ([`TopicPolicy::subject_keys`], see
-//!   [`shred`](crate::shred));
+//!   [`shred`](crate::shred)), or in another format that its own codec
+//!   reads (Confluent's: [`TopicPolicy::foreign_values`], which reads and
+//!   writes tombstones only);
 //! - **record keys**: as they are, or encrypted deterministically under an
 //!   AES-SIV keyset ([`TopicPolicy::with_record_keys`]), written by the
 //!   write rule ([`KeyForms::writes`]);
@@ -98,6 +100,9 @@ enum Values {
     },
     /// Under their subjects' keys.
     Subjects(SubjectEncrypting<Bytes, [u8]>),
+    /// In another format, read and written by its own codec: only a
+    /// tombstone is this policy's to read or write.
+    Foreign,
 }
 
 /// A topic's policy: its values' keys, its record keys' keyset (if they
@@ -228,6 +233,9 @@ fn has_kms_keys(keyset: &Keyset) -> bool {
         .any(|(id, _)| keyset.key_type(id) == Some(crate::header::KeyType::KmsEnvelope))
 }
 
+/// Why a policy of values in another format refuses a present value.
+const FOREIGN: &str = "the topic's values are in another format, read and written by its own codec, not by this policy";
+
 fn refused(detail: impl Into<String>) -> Error {
     Error::Keyset {
         kind: KeysetErrorKind::Template,
@@ -264,6 +272,31 @@ impl TopicPolicy {
         }
     }
 
+    /// A policy whose values are in another format (Confluent's, say),
+    /// read and written by that format's own codec: a tombstone reads and
+    /// writes as one, a present value is refused both ways (never taken for
+    /// this library's ciphertext or written as a plaintext). Its record
+    /// keys are read as any policy's ([`with_record_keys`](Self::with_record_keys)).
+    ///
+    /// ```
+    /// use tombstone_crypt::policy::{Read, TopicPolicy};
+    ///
+    /// let policy = TopicPolicy::foreign_values();
+    /// assert_eq!(policy.read_value("t", Some(b"k"), None)?, Read::Tombstone);
+    /// assert_eq!(policy.write_value("t", Some(b"k"), None)?, None);
+    /// assert!(policy.read_value("t", Some(b"k"), Some(b"\x00\x00\x00\x00\x01{}")).is_err());
+    /// assert!(policy.write_value("t", Some(b"k"), Some(b"v")).is_err());
+    /// # Ok::<(), tombstone_crypt::Error>(())
+    /// ```
+    pub fn foreign_values() -> Self {
+        TopicPolicy {
+            values: Values::Foreign,
+            keys: None,
+            headers: Vec::new(),
+            widened: None,
+        }
+    }
+
     /// The same policy with values bound to `aad` (a keyset's values only).
     ///
     /// # Errors
@@ -286,6 +319,7 @@ impl TopicPolicy {
             Values::Subjects(_) => Err(refused(
                 "values under subject keys are bound to the topic and the record key",
             )),
+            Values::Foreign => Err(refused(FOREIGN)),
         }
     }
 
@@ -326,6 +360,11 @@ impl TopicPolicy {
                 "headers are encrypted under a value keyset: a policy of subject keys has none (a header a shred does not reach would outlive the shred)",
             ));
         }
+        if !self.headers.is_empty() && matches!(self.values, Values::Foreign) {
+            return Err(refused(
+                "headers are encrypted under a value keyset: a policy of values in another format has none",
+            ));
+        }
         Ok(self)
     }
 
@@ -333,14 +372,14 @@ impl TopicPolicy {
     pub fn value_keyset(&self) -> Option<&Keyset> {
         match &self.values {
             Values::Keyset { keyset, .. } => Some(keyset),
-            Values::Subjects(_) => None,
+            Values::Subjects(_) | Values::Foreign => None,
         }
     }
 
     /// The subject keys (`None` under a keyset).
     pub fn subject_key_set(&self) -> Option<&Arc<SubjectKeys>> {
         match &self.values {
-            Values::Keyset { .. } => None,
+            Values::Keyset { .. } | Values::Foreign => None,
             Values::Subjects(s) => Some(s.keys()),
         }
     }
@@ -367,6 +406,7 @@ impl TopicPolicy {
         let values = match &self.values {
             Values::Keyset { keyset, .. } => has_kms_keys(keyset),
             Values::Subjects(_) => true,
+            Values::Foreign => false,
         };
         values || self.keys.as_ref().is_some_and(|(k, _, _)| has_kms_keys(k))
     }
@@ -400,6 +440,8 @@ impl TopicPolicy {
         let written = match &self.values {
             Values::Keyset { ser, .. } => ser.serialize(&ctx, value)?,
             Values::Subjects(s) => s.serialize(&ctx, value)?,
+            Values::Foreign if value.is_none() => None,
+            Values::Foreign => return Err(refused(FOREIGN)),
         };
         match (value, &written) {
             (Some(_), None) => Err(Error::InnerReturnedNone),
@@ -465,13 +507,14 @@ impl TopicPolicy {
         let read: Option<Vec<u8>> = match &self.values {
             Values::Keyset { de, .. } => de.deserialize(&ctx, Some(v))?,
             Values::Subjects(s) => s.deserialize(&ctx, Some(v))?,
+            Values::Foreign => return Err(refused(FOREIGN)),
         };
         Ok(match read {
             Some(plain) => Read::Value(Zeroizing::new(plain)),
             // Only a shred's record reads a present value as a delete.
             None => match &self.values {
                 Values::Subjects(_) => Read::Shredded,
-                Values::Keyset { .. } => return Err(Error::InnerReturnedNone),
+                Values::Keyset { .. } | Values::Foreign => return Err(Error::InnerReturnedNone),
             },
         })
     }
@@ -530,6 +573,7 @@ impl TopicPolicy {
                 }
                 None
             }
+            Values::Foreign => None,
         };
         match self.read_value(name, key, Some(v)) {
             Ok(Read::Value(plaintext)) => Ok(ValueRead::Value { plaintext, key_id }),
@@ -878,6 +922,45 @@ mod tests {
             .write_header("t", Some(b"k"), "other", b"1")
             .unwrap()
             .is_none());
+    }
+
+    /// Values in another format: a tombstone is read and written as one;
+    /// a present value is refused both ways (never read as a delete, never
+    /// written as it came); record keys read as under any policy.
+    #[test]
+    fn a_policy_of_foreign_values_keeps_tombstones_and_refuses_values() {
+        let keys = Keyset::generate_with(KeyTemplate::aes256_siv()).unwrap();
+        let p = TopicPolicy::foreign_values()
+            .with_record_keys(keys)
+            .unwrap();
+        assert_eq!(
+            p.read_value("t", Some(b"k"), None).unwrap(),
+            Read::Tombstone
+        );
+        assert_eq!(p.write_value("t", Some(b"k"), None).unwrap(), None);
+        let confluent = b"\x00\x00\x00\x00\x01{\"a\":1}";
+        assert!(p.read_value("t", Some(b"k"), Some(confluent)).is_err());
+        assert!(p.read_value("t", Some(b"k"), Some(b"")).is_err());
+        assert!(p.write_value("t", Some(b"k"), Some(b"v")).is_err());
+        assert!(matches!(
+            p.classify_value("t", Some(b"k"), Some(confluent)).unwrap(),
+            ValueRead::Unreadable { key_id: None, .. }
+        ));
+        assert!(matches!(
+            p.classify_value("t", Some(b"k"), None).unwrap(),
+            ValueRead::Tombstone
+        ));
+        // Record keys are this policy's all the same.
+        let forms = p.write_key("t", b"k").unwrap().unwrap();
+        let wire = forms.primary().to_vec();
+        assert_eq!(&p.read_key("t", &wire).unwrap()[..], b"k");
+        assert!(p.value_keyset().is_none() && p.subject_key_set().is_none());
+        assert!(!p.may_block());
+        // Nothing of a value keyset to bind or to encrypt headers under.
+        assert!(TopicPolicy::foreign_values()
+            .with_aad(AadPolicy::Topic)
+            .is_err());
+        assert!(TopicPolicy::foreign_values().with_headers(["h"]).is_err());
     }
 
     #[test]
