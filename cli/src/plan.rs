@@ -131,7 +131,7 @@ impl<'a> Planner<'a> {
     /// A planner for `command` from `from` to `to`.
     pub(crate) fn new(from: &'a Setup, to: &'a Setup, command: Command) -> Self {
         let (mut primary_form, mut disabled, mut enabled_forms) = (0u8, 0u32, 0u64);
-        if let Some(k) = &to.key_keyset {
+        if let Some(k) = to.key_keyset() {
             let primary = k.primary().0;
             for (i, (id, status)) in k.keys().enumerate() {
                 if id.0 == primary {
@@ -150,24 +150,21 @@ impl<'a> Planner<'a> {
             same: from.topic == to.topic,
             command,
             key_ser: to
-                .key_keyset
-                .as_ref()
+                .key_keyset()
                 .map(|k| DeterministicSerializer::new(Bytes, k.clone())),
             // The key keyset with its disabled keys enabled: the forms of
             // a key under keys it no longer reads.
             all_forms: to
-                .key_keyset
-                .as_ref()
+                .key_keyset()
                 .and_then(tombstone_crypt::Keyset::widened)
                 .map(|k| DeterministicSerializer::new(Bytes, k)),
             value_ser: to
-                .keyset
-                .as_ref()
+                .keyset()
                 .map(|k| EncryptingSerializer::new(Bytes, k.clone()).with_aad(to.aad)),
             primary_form,
             disabled,
             enabled_forms: enabled_forms.max(1),
-            primary: to.keyset.as_ref().map_or(0, |k| k.primary().0),
+            primary: to.keyset().map_or(0, |k| k.primary().0),
         }
     }
 
@@ -341,7 +338,7 @@ impl<'a> Planner<'a> {
             let mut found = 0;
             for form in all.all() {
                 let id = tombstone_crypt::format::Header::parse(form).map(|h| h.key_id.0);
-                let i = from.form_ids.iter().position(|&f| Some(f) == id);
+                let i = id.and_then(|id| from.form_index(id));
                 if i.is_some_and(|i| unreached & (1 << i) != 0) {
                     found += 1;
                     out.push(Write {

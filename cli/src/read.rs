@@ -43,15 +43,9 @@ pub(crate) struct Setup {
     pub(crate) name: String,
     /// Which bytes of the record key values are bound to (`--value-key`).
     pub(crate) value_key: ValueKey,
-    /// The values' keyset (`--keyset`); `None` when the values are under
-    /// subject keys or in Confluent's format (nothing is ever encrypted
-    /// under a stand-in).
-    pub(crate) keyset: Option<Keyset>,
     /// The subject keys' KEK (`--subject-keyset`): with `keyset`, what a
     /// run is named by ([`Setup::run_keys`]).
     pub(crate) kek: Option<Keyset>,
-    /// The record keys' keyset (`--key-keyset`).
-    pub(crate) key_keyset: Option<Keyset>,
     /// What a broken delete decrypts to (`--null-marker`).
     pub(crate) marker: NullMarker,
     /// The values' associated data (`--aad`).
@@ -62,9 +56,6 @@ pub(crate) struct Setup {
     pub(crate) timeout: Duration,
     /// How long the brokers have to answer at first (`--connect-timeout`).
     pub(crate) connect_timeout: Duration,
-    /// The key ids of the key keyset, enabled or not, in its order: a
-    /// form of a key is the position of its key here.
-    pub(crate) form_ids: Vec<u32>,
     /// The partitions to read (`--partitions`; all when `None`).
     pub(crate) only: Option<BTreeSet<i32>>,
     /// How many partitions are read at once (`--parallel`).
@@ -75,10 +66,12 @@ pub(crate) struct Setup {
     /// Confluent's format (`audit --schema-registry`): the values are read
     /// with this codec, subject `{topic}-value`, and `keyset` is unused.
     pub(crate) confluent: Option<Arc<ConfluentJson>>,
-    /// How the values are read: the library's topic policy, of `keyset`
-    /// (bound as `--aad` says) or, with `--subject-keyset`, of subject
-    /// keys; every present value is read as it says, never by its first
-    /// byte.
+    /// How the records are read: the library's topic policy, its values
+    /// under the values' keyset (bound as `--aad` says), under subject
+    /// keys (`--subject-keyset`), or in Confluent's format (a policy of
+    /// foreign values, `confluent` reading them); its record keys under the
+    /// key keyset (`--key-keyset`). Every present value is read as it
+    /// says, never by its first byte; the keysets are asked of it.
     pub(crate) values: TopicPolicy,
 }
 
@@ -206,14 +199,10 @@ pub(crate) struct Sources<'a> {
 /// A topic's policy as the options give it, and the keysets it was made
 /// of.
 pub(crate) struct Policy {
-    /// The policy: values under a keyset or subject keys (a stand-in that
-    /// reads nothing for Confluent's format), record keys under the key
-    /// keyset.
+    /// The policy: values under a keyset or subject keys, or in
+    /// Confluent's format (foreign values, read by its codec); record keys
+    /// under the key keyset.
     pub(crate) values: TopicPolicy,
-    /// The values' keyset.
-    pub(crate) keyset: Option<Keyset>,
-    /// The record keys' keyset.
-    pub(crate) key_keyset: Option<Keyset>,
     /// The subject keys' KEK.
     pub(crate) kek: Option<Keyset>,
 }
@@ -276,20 +265,15 @@ pub(crate) fn policy(
         (Some((keys, kek)), _) => (TopicPolicy::subject_keys(keys), Some(kek)),
         (None, Some(keyset)) => (TopicPolicy::keyset(keyset.clone()).with_aad(src.aad)?, None),
         // Confluent's format: the codec reads the values, never this.
-        (None, None) => (TopicPolicy::keyset(Keyset::generate()), None),
+        (None, None) => (TopicPolicy::foreign_values(), None),
     };
     // Record keys read through the policy too (their disabled keys'
     // forms told apart by it).
-    let values = match &key_keyset {
-        Some(k) => values.with_record_keys(k.clone())?,
+    let values = match key_keyset {
+        Some(k) => values.with_record_keys(k)?,
         None => values,
     };
-    Ok(Policy {
-        values,
-        keyset,
-        key_keyset,
-        kek,
-    })
+    Ok(Policy { values, kek })
 }
 
 /// Loads the keysets and builds the client configuration of a topic
@@ -310,12 +294,7 @@ pub(crate) fn setup(a: &TopicArgs) -> Result<Setup, Fail> {
 /// As [`setup`]; `--keyset` missing without `confluent`.
 pub(crate) fn setup_with(a: &TopicArgs, confluent: Option<ConfluentJson>) -> Result<Setup, Fail> {
     let config = client_config(&a.bootstrap, &a.client)?;
-    let Policy {
-        values,
-        keyset,
-        key_keyset,
-        kek,
-    } = policy(
+    let Policy { values, kek } = policy(
         &Sources {
             keyset: a.keyset.as_deref(),
             key_keyset: a.key_keyset.as_deref(),
@@ -328,14 +307,10 @@ pub(crate) fn setup_with(a: &TopicArgs, confluent: Option<ConfluentJson>) -> Res
         &config,
         Duration::from_secs(a.client.connect_timeout.max(1)),
     )?;
-    let form_ids: Vec<u32> = key_keyset
-        .iter()
-        .flat_map(|k| k.keys().map(|(id, _)| id.0))
-        .collect();
-    if form_ids.len() > MAX_FORMS {
+    let forms = values.record_keys().map_or(0, |k| k.keys().count());
+    if forms > MAX_FORMS {
         return Err(fail(format!(
-            "--key-keyset holds {} keys: the topic commands read at most {MAX_FORMS} (enabled and disabled); destroy the keys no record key is under any more",
-            form_ids.len()
+            "--key-keyset holds {forms} keys: the topic commands read at most {MAX_FORMS} (enabled and disabled); destroy the keys no record key is under any more"
         )));
     }
     let parallel = match a.parallel {
@@ -347,15 +322,12 @@ pub(crate) fn setup_with(a: &TopicArgs, confluent: Option<ConfluentJson>) -> Res
         topic: a.topic.clone(),
         name: a.aad_name.clone().unwrap_or_else(|| a.topic.clone()),
         value_key: a.value_key,
-        keyset,
         kek,
-        key_keyset,
         marker: a.null_marker.clone().unwrap_or(NullMarker::Empty),
         aad: a.aad.into(),
         config,
         timeout: Duration::from_secs(a.timeout.max(1)),
         connect_timeout: Duration::from_secs(a.client.connect_timeout.max(1)),
-        form_ids,
         only: a.partitions.clone(),
         parallel,
         fields: None,
@@ -367,7 +339,7 @@ pub(crate) fn setup_with(a: &TopicArgs, confluent: Option<ConfluentJson>) -> Res
 impl Setup {
     /// A setup for a command that reads records and decrypts them its own
     /// way (`consume`): the brokers, `-X` settings, timeout and partitions;
-    /// its keyset is a fresh one that decrypts nothing and is never used.
+    /// its policy reads no value (foreign values).
     ///
     /// # Errors
     /// A `-X` without `=`.
@@ -381,19 +353,16 @@ impl Setup {
         let config = client_config(bootstrap, client)?;
         Ok(Setup {
             // Read by the command's own reader, never this.
-            values: TopicPolicy::keyset(Keyset::generate()),
+            values: TopicPolicy::foreign_values(),
             topic: topic.to_owned(),
             name: topic.to_owned(),
             value_key: ValueKey::Plaintext,
-            keyset: None,
             kek: None,
-            key_keyset: None,
             marker: NullMarker::None,
             aad: AadPolicy::TopicAndKey,
             config,
             timeout: Duration::from_secs(timeout.max(1)),
             connect_timeout: Duration::from_secs(client.connect_timeout.max(1)),
-            form_ids: Vec::new(),
             only,
             parallel: 1,
             fields: None,
@@ -407,7 +376,24 @@ impl Setup {
     /// checkpoint's primary key and plan): the values' keyset, else the
     /// subject keys' KEK; `None` for Confluent's format.
     pub(crate) fn run_keys(&self) -> Option<&Keyset> {
-        self.keyset.as_ref().or(self.kek.as_ref())
+        self.keyset().or(self.kek.as_ref())
+    }
+
+    /// The values' keyset (`--keyset`), as the policy holds it; `None` when
+    /// the values are under subject keys or in Confluent's format.
+    pub(crate) fn keyset(&self) -> Option<&Keyset> {
+        self.values.value_keyset()
+    }
+
+    /// The record keys' keyset (`--key-keyset`), as the policy holds it.
+    pub(crate) fn key_keyset(&self) -> Option<&Keyset> {
+        self.values.record_keys()
+    }
+
+    /// The form of a record key under key id `id`: the position of its key
+    /// in the key keyset, enabled or not (at most [`MAX_FORMS`]).
+    pub(crate) fn form_index(&self, id: u32) -> Option<usize> {
+        self.key_keyset()?.keys().position(|(k, _)| k.0 == id)
     }
 }
 

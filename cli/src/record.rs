@@ -99,7 +99,7 @@ pub(crate) fn key_of(s: &Setup, wire: &[u8]) -> RecordKey {
 pub(crate) fn bound<'a>(s: &Setup, key: &'a RecordKey, wire: &'a [u8]) -> Option<&'a [u8]> {
     match s.value_key {
         ValueKey::Wire => Some(wire),
-        ValueKey::Plaintext if key.encrypted || s.key_keyset.is_none() => Some(&key.group),
+        ValueKey::Plaintext if key.encrypted || s.key_keyset().is_none() => Some(&key.group),
         ValueKey::Plaintext => None,
     }
 }

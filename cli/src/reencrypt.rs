@@ -30,8 +30,8 @@ fn field_keys(args: &ReencryptArgs, s: &Setup) -> Result<Option<FieldKeys>, Fail
     let randomized = match &args.field_keyset {
         Some(path) => keysets::load(path, decrypt_with)?,
         None => s
-            .keyset
-            .clone()
+            .keyset()
+            .cloned()
             .ok_or_else(|| fail("--fields needs --keyset or --field-keyset"))?,
     };
     if randomized.is_deterministic() {
@@ -81,7 +81,7 @@ pub(crate) fn reencrypt(args: &ReencryptArgs, out: &Output) -> Result<Outcome, F
         },
         ..s.clone()
     };
-    let primary = s.keyset.as_ref().map_or(0, |k| k.primary().0);
+    let primary = s.keyset().map_or(0, |k| k.primary().0);
     let pass_through = args.unencrypted == UnencryptedArg::PassThrough;
     let writing = args.apply.then(|| Writing {
         checkpoint: checkpoint_path(&args.progress, "reencrypt", &s),

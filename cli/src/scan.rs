@@ -257,9 +257,7 @@ pub(crate) fn form_of(s: &Setup, key: &crate::record::RecordKey, wire: &[u8]) ->
         return 0;
     }
     let id = tombstone_crypt::format::Header::parse(wire).map_or(0, |h| h.key_id.0);
-    s.form_ids
-        .iter()
-        .position(|&f| f == id)
+    s.form_index(id)
         .and_then(|i| u8::try_from(i).ok())
         .unwrap_or(0)
 }
@@ -348,7 +346,7 @@ pub(crate) fn check_keyset(s: &Setup, c: &Counts) -> Result<(), Fail> {
             s.topic, c.undecryptable_values
         )));
     }
-    let Some(keyset) = &s.keyset else {
+    let Some(keyset) = s.keyset() else {
         return Err(fail(format!(
             "no value of {} decrypts under these subject keys: {} values do not; are they the topic's KEK (--subject-keyset) and key store, and was it written with this --aad-name?",
             s.topic, c.undecryptable_values

@@ -329,7 +329,7 @@ fn plan_options(from: &Setup, to: &Setup, command: Command) -> String {
         to.name,
         from.value_key,
         to.run_keys().map(keys).unwrap_or_default(),
-        to.key_keyset.as_ref().map(keys).unwrap_or_default(),
+        to.key_keyset().map(keys).unwrap_or_default(),
     );
     // Only with --fields: a run without it plans as before.
     if let Some(f) = &to.fields {
@@ -384,7 +384,7 @@ pub(crate) fn run(
                 topic: from.topic.clone(),
                 to_topic: to.topic.clone(),
                 primary: to.run_keys().map_or(0, |k| k.primary().0),
-                key_primary: to.key_keyset.as_ref().map(|k| k.primary().0),
+                key_primary: to.key_keyset().map(|k| k.primary().0),
                 partitions: match &from.only {
                     None => "all".to_owned(),
                     Some(o) => ranges(&o.iter().copied().collect::<Vec<_>>()),
