@@ -4,17 +4,18 @@
 //! subject's value as `null` with `"shredded": true`), from Confluent's
 //! (CSFLE fields, CSPE payloads, JSON Schema) with `--schema-registry`.
 //!
-//! This library's format is read through the library's topic policy
-//! (`tombstone_crypt::policy::TopicPolicy`, as the proxy reads): values
-//! under a keyset or under subject keys, one or the other, record keys
-//! under `--key-keyset`. A value's format comes from the options, never
-//! from its first byte.
+//! Every topic is read through the setup every topic command reads with
+//! (`read::Setup`, its policy built in one place, `read::policy`), as the
+//! proxy reads: values under a keyset or under subject keys, one or the
+//! other, or in Confluent's format (its codec reads them); record keys
+//! under `--key-keyset`, Confluent's topics' too. A value's format comes
+//! from the options, never from its first byte.
 
 use std::io::Write as _;
+use std::sync::Arc;
 
 use base64::Engine as _;
 use serde_json::{json, Value};
-use tombstone_crypt::confluent::ConfluentJson;
 use tombstone_crypt::error::ErrorKind;
 use tombstone_crypt::policy::{Read, TopicPolicy};
 use tombstone_crypt::Error;
@@ -22,16 +23,6 @@ use tombstone_crypt::Error;
 use crate::args::{ConsumeArgs, NullMarker};
 use crate::outcome::{fail, Fail, Outcome, Output};
 use crate::read::{self, Rec, Setup};
-
-/// What the values are read with.
-enum Reader {
-    /// This library's format, through the topic's policy: values under a
-    /// keyset (`--keyset`) or under subject keys (`--subject-keyset`);
-    /// the name values are bound to.
-    Ours { policy: TopicPolicy, name: String },
-    /// Confluent's, with its registry.
-    Confluent(Box<ConfluentJson>),
-}
 
 /// Why a value did not print: it does not decrypt (an `"error"` line, exit
 /// 1), or the command cannot go on (a key store, its topic or a KMS
@@ -78,122 +69,125 @@ fn plain_value(bytes: &[u8], line: &mut serde_json::Map<String, Value>) {
     }
 }
 
-impl Reader {
-    /// The reader `a` asks for (the flags checked before a keyset or key
-    /// store is opened); `s.config` reaches a `--subject-key-topic`.
-    fn new(a: &ConsumeArgs, s: &Setup) -> Result<Self, Fail> {
-        let subject_kek = a.subject.subject_kek.is_some();
+/// The setup `a` asks for, read through the one policy every topic
+/// command reads with ([`read::policy`]): values under a keyset
+/// (`--keyset`), under subject keys (`--subject-keyset`) or in Confluent's
+/// format (`--schema-registry`, its codec reading them), record keys under
+/// `--key-keyset`. The flags are checked before a keyset or key store is
+/// opened.
+fn setup(a: &ConsumeArgs) -> Result<Setup, Fail> {
+    let subject_kek = a.subject.subject_kek.is_some();
+    let confluent =
         match (&a.keyset, &a.schema_registry) {
-            (Some(_), Some(_)) => Err(fail("give one of --keyset and --schema-registry")),
-            (None, Some(_)) if subject_kek => Err(fail(
-                "--subject-keyset reads this library's format: not with --schema-registry",
-            )),
-            (None, Some(url)) => Ok(Reader::Confluent(Box::new(read::confluent_codec(url)?))),
-            (None, None) if !subject_kek => Err(fail(
+            (Some(_), Some(_)) => return Err(fail("give one of --keyset and --schema-registry")),
+            (None, Some(_)) if subject_kek => {
+                return Err(fail(
+                    "--subject-keyset reads this library's format: not with --schema-registry",
+                ))
+            }
+            (None, Some(url)) => Some(read::confluent_codec(url)?),
+            (None, None) if !subject_kek => return Err(fail(
                 "give --keyset, --subject-keyset (values under subject keys) or --schema-registry",
             )),
-            (keyset, None) => {
-                // The policy every topic command reads with, built in one
-                // place ([`read::policy`]).
-                let policy = read::policy(
-                    &read::Sources {
-                        keyset: keyset.as_deref(),
-                        key_keyset: a.key_keyset.as_deref(),
-                        decrypt_with: a.decrypt_with.as_deref(),
-                        aad: a.aad.into(),
-                        subject: &a.subject,
-                        strict: a.strict,
-                    },
-                    false,
-                    &s.config,
-                    s.connect_timeout,
-                )?
-                .values;
-                Ok(Reader::Ours {
-                    policy,
-                    name: a.aad_name.clone().unwrap_or_else(|| a.topic.clone()),
-                })
-            }
-        }
-    }
-
-    /// The record's key as its policy reads it: its plaintext under
-    /// `--key-keyset` (with this library's format), else as written.
-    fn key(&self, r: &Rec<'_>) -> Result<Option<Vec<u8>>, String> {
-        match (self, r.key) {
-            (Reader::Ours { policy, name }, Some(wire)) if policy.record_keys().is_some() => policy
-                .read_key(name, wire)
-                .map(|k| Some(k.to_vec()))
-                .map_err(|e| crate::outcome::chain(&e)),
-            (_, key) => Ok(key.map(<[u8]>::to_vec)),
-        }
-    }
-
-    /// The record's value, decrypted, into `line`; `Err` with why not.
-    fn value(
-        &self,
-        topic: &str,
-        r: &Rec<'_>,
-        key: Option<&[u8]>,
-        marker: &NullMarker,
-        line: &mut serde_json::Map<String, Value>,
-    ) -> Result<(), Unread> {
-        let plain = match self {
-            Reader::Ours { policy, name } => match policy.read_value(name, key, r.value) {
-                Ok(Read::Value(bytes)) => Some(bytes),
-                Ok(Read::Tombstone) => None,
-                // Its subject was shredded: a delete, told apart from a
-                // tombstone.
-                Ok(Read::Shredded) => {
-                    line.insert("value".into(), Value::Null);
-                    line.insert("shredded".into(), Value::Bool(true));
-                    return Ok(());
-                }
-                Ok(_) => return Err(Unread::Value("a value read as nothing known".into())),
-                Err(e) if e.kind() == ErrorKind::Environment => {
-                    return Err(Unread::Command(fail(format!(
-                        "the value at {topic}/{} offset {}: {}",
-                        r.partition,
-                        r.offset,
-                        crate::outcome::chain(&e)
-                    ))))
-                }
-                Err(e) => return Err(Unread::Value(hinted(policy, r.value, &e))),
-            },
-            Reader::Confluent(codec) => {
-                let subject = format!("{topic}-value");
-                let v = codec
-                    .decode_for(Some(&subject), r.value)
-                    .map_err(|e| match e {
-                        // The registry or a KMS failed: nothing is known of
-                        // the record (exit 2, as audit).
-                        e if e.kind() == ErrorKind::Environment => Unread::Command(fail(format!(
-                            "the value at {topic}/{} offset {}: {}",
-                            r.partition,
-                            r.offset,
-                            crate::outcome::chain(&e)
-                        ))),
-                        e => Unread::Value(crate::outcome::chain(&e)),
-                    })?;
-                line.insert("value".into(), v.unwrap_or(Value::Null));
-                return Ok(());
-            }
+            (_, None) => None,
         };
-        match plain {
-            None => {
-                line.insert("value".into(), Value::Null);
-            }
-            Some(bytes) => {
-                // A present value whose plaintext is the null marker: a
-                // delete a broken layer wrote as a value (audit counts it).
-                if marker.matches(&bytes) {
-                    line.insert("broken_delete".into(), Value::Bool(true));
-                }
-                plain_value(&bytes, line);
-            }
-        }
-        Ok(())
+    let mut s = Setup::for_reading(
+        &a.topic,
+        &a.bootstrap,
+        &a.client,
+        a.timeout,
+        a.partitions.clone(),
+    )?;
+    let policy = read::policy(
+        &read::Sources {
+            keyset: a.keyset.as_deref(),
+            key_keyset: a.key_keyset.as_deref(),
+            decrypt_with: a.decrypt_with.as_deref(),
+            aad: a.aad.into(),
+            subject: &a.subject,
+            strict: a.strict,
+        },
+        confluent.is_some(),
+        &s.config,
+        s.connect_timeout,
+    )?;
+    s.values = policy.values;
+    s.kek = policy.kek;
+    s.confluent = confluent.map(Arc::new);
+    s.name = a.aad_name.clone().unwrap_or_else(|| a.topic.clone());
+    Ok(s)
+}
+
+/// The record's key as the policy reads it: its plaintext under
+/// `--key-keyset`, else as written.
+fn key_of(s: &Setup, r: &Rec<'_>) -> Result<Option<Vec<u8>>, String> {
+    match r.key {
+        Some(wire) if s.key_keyset().is_some() => s
+            .values
+            .read_key(&s.name, wire)
+            .map(|k| Some(k.to_vec()))
+            .map_err(|e| crate::outcome::chain(&e)),
+        key => Ok(key.map(<[u8]>::to_vec)),
     }
+}
+
+/// The record's value, decrypted, into `line`; `Err` with why not.
+fn value_of(
+    s: &Setup,
+    r: &Rec<'_>,
+    key: Option<&[u8]>,
+    marker: &NullMarker,
+    line: &mut serde_json::Map<String, Value>,
+) -> Result<(), Unread> {
+    let topic = &s.topic;
+    let environment = |e: &Error| {
+        Unread::Command(fail(format!(
+            "the value at {topic}/{} offset {}: {}",
+            r.partition,
+            r.offset,
+            crate::outcome::chain(e)
+        )))
+    };
+    if let Some(codec) = &s.confluent {
+        let subject = format!("{topic}-value");
+        let v = codec
+            .decode_for(Some(&subject), r.value)
+            .map_err(|e| match e {
+                // The registry or a KMS failed: nothing is known of the
+                // record (exit 2, as audit).
+                e if e.kind() == ErrorKind::Environment => environment(&e),
+                e => Unread::Value(crate::outcome::chain(&e)),
+            })?;
+        line.insert("value".into(), v.unwrap_or(Value::Null));
+        return Ok(());
+    }
+    let plain = match s.values.read_value(&s.name, key, r.value) {
+        Ok(Read::Value(bytes)) => Some(bytes),
+        Ok(Read::Tombstone) => None,
+        // Its subject was shredded: a delete, told apart from a tombstone.
+        Ok(Read::Shredded) => {
+            line.insert("value".into(), Value::Null);
+            line.insert("shredded".into(), Value::Bool(true));
+            return Ok(());
+        }
+        Ok(_) => return Err(Unread::Value("a value read as nothing known".into())),
+        Err(e) if e.kind() == ErrorKind::Environment => return Err(environment(&e)),
+        Err(e) => return Err(Unread::Value(hinted(&s.values, r.value, &e))),
+    };
+    match plain {
+        None => {
+            line.insert("value".into(), Value::Null);
+        }
+        Some(bytes) => {
+            // A present value whose plaintext is the null marker: a
+            // delete a broken layer wrote as a value (audit counts it).
+            if marker.matches(&bytes) {
+                line.insert("broken_delete".into(), Value::Bool(true));
+            }
+            plain_value(&bytes, line);
+        }
+    }
+    Ok(())
 }
 
 /// Why a present value did not read under `policy`, with a hint when the
@@ -221,14 +215,7 @@ fn hinted(policy: &TopicPolicy, value: Option<&[u8]>, e: &Error) -> String {
 /// value that reads as JSON null, or whose plaintext is the null marker
 /// (`--null-marker`, `empty` by default), has `"broken_delete": true`.
 pub(crate) fn consume(a: &ConsumeArgs, out: &Output) -> Result<Outcome, Fail> {
-    let s = Setup::for_reading(
-        &a.topic,
-        &a.bootstrap,
-        &a.client,
-        a.timeout,
-        a.partitions.clone(),
-    )?;
-    let reader = Reader::new(a, &s)?;
+    let s = setup(a)?;
     let marker = a.null_marker.clone().unwrap_or(NullMarker::Empty);
     let (parts, _) = read::partitions(&s)?;
     let total: i64 = parts.iter().map(|(_, low, high)| (high - low).max(0)).sum();
@@ -244,10 +231,10 @@ pub(crate) fn consume(a: &ConsumeArgs, out: &Output) -> Result<Outcome, Fail> {
             line.insert("partition".into(), json!(r.partition));
             line.insert("offset".into(), json!(r.offset));
             // The key as written, decrypted under --key-keyset.
-            let key = reader.key(r);
+            let key = key_of(&s, r);
             key_fields(key.as_ref().map_or(r.key, Option::as_deref), &mut line);
             let value = match &key {
-                Ok(key) => reader.value(&a.topic, r, key.as_deref(), &marker, &mut line),
+                Ok(key) => value_of(&s, r, key.as_deref(), &marker, &mut line),
                 Err(why) => Err(Unread::Value(format!(
                     "the record key does not decrypt under --key-keyset: {why}"
                 ))),
