@@ -8,8 +8,8 @@
 //! (`read::Setup`, its policy built in one place, `read::policy`), as the
 //! proxy reads: values under a keyset or under subject keys, one or the
 //! other, or in Confluent's format (its codec reads them); record keys
-//! under `--key-keyset`, Confluent's topics' too. A value's format comes
-//! from the options, never from its first byte.
+//! under `--key-keyset`. A value's format comes from the options, never
+//! from its first byte.
 
 use std::io::Write as _;
 use std::sync::Arc;
