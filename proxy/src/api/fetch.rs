@@ -1,7 +1,7 @@
 //! Fetch: a response's policy partitions decrypted.
 
 use bytes::{Bytes, BytesMut};
-use kafka_protocol::messages::fetch_response::FetchResponse;
+use kafka_protocol::messages::fetch_response::{FetchResponse, PartitionData};
 use kafka_protocol::messages::{ApiKey, ResponseHeader};
 use kafka_protocol::protocol::Decodable;
 
@@ -94,29 +94,13 @@ pub(crate) fn fetch_response(
             // An id no Metadata response through the proxy has named: it
             // may be a policy topic or a key-store topic, so nothing of it
             // is handed on; the client refreshes its metadata and retries.
-            for p in &mut topic.partitions {
-                changed = true;
-                p.error_code = UNKNOWN_TOPIC_ID;
-                p.records = Some(Bytes::new());
-                p.high_watermark = -1;
-                p.last_stable_offset = -1;
-                p.log_start_offset = -1;
-                p.aborted_transactions = None;
-            }
+            changed |= withhold(&mut topic.partitions, UNKNOWN_TOPIC_ID);
             continue;
         };
         if policies.guards(&name) {
             // A key-store topic: its records (subjects' wrapped keys, the
             // records of shreds) are not handed to clients.
-            for p in &mut topic.partitions {
-                changed = true;
-                p.error_code = TOPIC_AUTHORIZATION_FAILED;
-                p.records = Some(Bytes::new());
-                p.high_watermark = -1;
-                p.last_stable_offset = -1;
-                p.log_start_offset = -1;
-                p.aborted_transactions = None;
-            }
+            changed |= withhold(&mut topic.partitions, TOPIC_AUTHORIZATION_FAILED);
             continue;
         }
         let Some(policy) = policies.get(&name) else {
@@ -159,6 +143,21 @@ pub(crate) fn fetch_response(
         return Ok((None, failed));
     }
     encode_response(&header, &body.body, ApiKey::Fetch, version).map(|out| (Some(out), failed))
+}
+
+/// Every partition of `partitions` answered `code` with no records and no
+/// offsets: a topic whose records are not handed to clients. Whether there
+/// was any.
+fn withhold(partitions: &mut [PartitionData], code: i16) -> bool {
+    for p in partitions.iter_mut() {
+        p.error_code = code;
+        p.records = Some(Bytes::new());
+        p.high_watermark = -1;
+        p.last_stable_offset = -1;
+        p.log_start_offset = -1;
+        p.aborted_transactions = None;
+    }
+    !partitions.is_empty()
 }
 
 /// A Fetch response below v16 without its top-level tagged field 0 (the
