@@ -63,8 +63,8 @@ pub(crate) struct Setup {
     /// The keys of the values' encrypted fields (`reencrypt --fields`):
     /// with them, each present value's fields are checked as it is read.
     pub(crate) fields: Option<FieldKeys>,
-    /// Confluent's format (`audit --schema-registry`): the values are read
-    /// with this codec, subject `{topic}-value`, and `keyset` is unused.
+    /// Confluent's format (`--schema-registry`): the values are read with
+    /// this codec, subject `{topic}-value` (the policy's are foreign).
     pub(crate) confluent: Option<Arc<ConfluentJson>>,
     /// How the records are read: the library's topic policy, its values
     /// under the values' keyset (bound as `--aad` says), under subject
@@ -196,8 +196,8 @@ pub(crate) struct Sources<'a> {
     pub(crate) strict: bool,
 }
 
-/// A topic's policy as the options give it, and the keysets it was made
-/// of.
+/// A topic's policy as the options give it, and the KEK of its subject
+/// keys.
 pub(crate) struct Policy {
     /// The policy: values under a keyset or subject keys, or in
     /// Confluent's format (foreign values, read by its codec); record keys
@@ -337,9 +337,9 @@ pub(crate) fn setup_with(a: &TopicArgs, confluent: Option<ConfluentJson>) -> Res
 }
 
 impl Setup {
-    /// A setup for a command that reads records and decrypts them its own
-    /// way (`consume`): the brokers, `-X` settings, timeout and partitions;
-    /// its policy reads no value (foreign values).
+    /// The part of a setup that `consume`'s options give alike: the
+    /// brokers, `-X` settings, timeout and partitions. Its policy reads no
+    /// value (foreign values) until `consume` puts the topic's there.
     ///
     /// # Errors
     /// A `-X` without `=`.
@@ -352,7 +352,7 @@ impl Setup {
     ) -> Result<Setup, Fail> {
         let config = client_config(bootstrap, client)?;
         Ok(Setup {
-            // Read by the command's own reader, never this.
+            // `consume` puts the topic's policy here.
             values: TopicPolicy::foreign_values(),
             topic: topic.to_owned(),
             name: topic.to_owned(),
