@@ -287,8 +287,8 @@ pub(crate) fn setup(a: &TopicArgs) -> Result<Setup, Fail> {
 }
 
 /// [`setup`], the values of Confluent's format read with `confluent`
-/// (then `--keyset` is not given, and the setup's keyset is a fresh one
-/// that is never used).
+/// (then `--keyset` is not given, and the policy's values are foreign:
+/// `TopicPolicy::foreign_values`).
 ///
 /// # Errors
 /// As [`setup`]; `--keyset` missing without `confluent`.
