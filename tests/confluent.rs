@@ -6,7 +6,7 @@
 //! of `scripts/tink-venv.sh`).
 #![cfg(feature = "confluent")]
 
-mod common;
+use crate::common;
 
 use common::confluent::{b64, fixture, peer_env, reader, records};
 

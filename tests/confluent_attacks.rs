@@ -11,7 +11,7 @@
 //! or held from the start ("Held:").
 #![cfg(all(feature = "confluent", feature = "confluent-avro"))]
 
-mod common;
+use crate::common;
 
 use base64::Engine as _;
 use serde_json::{json, Value};

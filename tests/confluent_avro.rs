@@ -7,7 +7,7 @@
 //! record's value is its JSON form (bytes as an array of numbers).
 #![cfg(feature = "confluent-avro")]
 
-mod common;
+use crate::common;
 
 use common::confluent::{fixture, reader};
 

@@ -21,7 +21,7 @@
 //! case.
 #![cfg(all(feature = "confluent", feature = "confluent-avro"))]
 
-mod common;
+use crate::common;
 
 use base64::Engine as _;
 use common::confluent::{add_deks, b64, peer_env};

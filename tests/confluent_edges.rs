@@ -6,7 +6,7 @@
 //! `tests/interop/confluent_edges_peer.py` (same case names).
 #![cfg(feature = "confluent")]
 
-mod common;
+use crate::common;
 
 use serde_json::{json, Value};
 use tombstone_crypt::confluent::{ConfluentJson, LocalKms};

@@ -11,7 +11,7 @@
 //! registered here: refused with a message that names what.
 #![cfg(feature = "confluent")]
 
-mod common;
+use crate::common;
 
 use common::confluent::{peer_env, reader, records};
 use serde_json::{json, Value};

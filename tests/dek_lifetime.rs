@@ -8,7 +8,7 @@
 //! slept; the KMS calls and the DEKs held are counted. The clock and the
 //! count are process-wide, so every test here holds one lock.
 
-mod common;
+use crate::common;
 
 use std::sync::{Mutex, MutexGuard, PoisonError};
 use std::time::Duration;

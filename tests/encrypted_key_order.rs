@@ -8,7 +8,7 @@
 //! reader, and after compaction).
 #![cfg(feature = "kafka")]
 
-mod common;
+use crate::common;
 
 use std::future::Future;
 use std::pin::Pin;

@@ -5,7 +5,7 @@
 //! The same store without the fan-out (writes reach the primary form only)
 //! fails the property: a rotated-then-deleted key comes back.
 
-mod common;
+use crate::common;
 
 use std::collections::{BTreeMap, HashMap};
 

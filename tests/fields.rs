@@ -10,7 +10,7 @@
 //! encrypted field through byte for byte; deterministic fields are equal
 //! exactly where they should be.
 
-mod common;
+use crate::common;
 
 use std::collections::BTreeMap;
 use std::error::Error as _;

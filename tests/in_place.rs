@@ -6,7 +6,7 @@
 //! rejected and left empty. That no plaintext stays behind in freed memory,
 //! on an error or on success, is checked in `tests/freed_memory.rs`.
 
-mod common;
+use crate::common;
 
 use common::envelope::envelope_keyset;
 use tombstone_crypt::kms::DekPolicy;

@@ -6,7 +6,7 @@
 //! `TOMBSTONE_TINK_PYTHON`, else `target/venv/bin/python`; if neither exists
 //! the tests fail (set `TOMBSTONE_SKIP_INTEROP=1` to skip them knowingly).
 
-mod common;
+use crate::common;
 
 use std::path::PathBuf;
 

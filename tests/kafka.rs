@@ -9,7 +9,7 @@
 //! ([`compact`]) to what is consumed.
 #![cfg(feature = "kafka")]
 
-mod common;
+use crate::common;
 
 use std::collections::BTreeMap;
 use std::path::PathBuf;
@@ -261,7 +261,7 @@ fn restore_from_a_changelog_topic_gives_exactly_the_live_keys() {
         .args([
             "--ignored",
             "--exact",
-            "restore_child_process",
+            &common::test_name(module_path!(), "restore_child_process"),
             "--nocapture",
         ])
         .env("TC_CHILD_TOPIC", &topic)

@@ -7,7 +7,7 @@
 //! completes its write; `acks` other than `all` is refused.
 #![cfg(feature = "kafka")]
 
-mod common;
+use crate::common;
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::time::Duration;

@@ -8,7 +8,7 @@
 //! value both ways: no schema, DEK or cipher touches it.
 #![cfg(all(feature = "kafka", feature = "confluent"))]
 
-mod common;
+use crate::common;
 
 use common::confluent::fixture;
 

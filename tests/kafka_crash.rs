@@ -9,7 +9,7 @@
 //! one: per key, the acknowledged state or one written after it.
 #![cfg(all(feature = "kafka", feature = "redb"))]
 
-mod common;
+use crate::common;
 
 use std::collections::BTreeMap;
 use std::io::{BufRead as _, BufReader, Write as _};
@@ -130,7 +130,7 @@ fn a_killed_writer_loses_nothing_it_flushed() {
         let mut child = Command::new(&exe)
             .args([
                 "--exact",
-                "crash_writer_child",
+                &common::test_name(module_path!(), "crash_writer_child"),
                 "--ignored",
                 "--nocapture",
                 "--test-threads",

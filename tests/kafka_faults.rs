@@ -9,7 +9,7 @@
 //! (`TOMBSTONE_KAFKA_BOOTSTRAP`, or skip with `TOMBSTONE_SKIP_KAFKA=1`).
 #![cfg(feature = "kafka")]
 
-mod common;
+use crate::common;
 
 use std::collections::BTreeMap;
 use std::error::Error as _;

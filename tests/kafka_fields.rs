@@ -6,7 +6,7 @@
 //! reads the routed topic.
 #![cfg(feature = "kafka")]
 
-mod common;
+use crate::common;
 
 use std::collections::BTreeMap;
 use std::time::Duration;

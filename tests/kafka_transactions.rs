@@ -10,7 +10,7 @@
 
 #![cfg(feature = "kafka")]
 
-mod common;
+use crate::common;
 
 use std::collections::BTreeMap;
 use std::process::{Command, Stdio};
@@ -218,7 +218,12 @@ fn a_process_killed_mid_transaction_leaves_nothing_a_restore_sees() {
     create(&bootstrap, &topic, &[]);
     let id = fresh_topic("id");
     let mut child = Command::new(std::env::current_exe().unwrap())
-        .args(["--ignored", "--exact", "killed_child", "--nocapture"])
+        .args([
+            "--ignored",
+            "--exact",
+            &common::test_name(module_path!(), "killed_child"),
+            "--nocapture",
+        ])
         .env("TC_CHILD_BOOTSTRAP", &bootstrap)
         .env("TC_CHILD_TOPIC", &topic)
         .env("TC_CHILD_ID", &id)

@@ -12,7 +12,7 @@
 //! (`tests/common/broker.rs`).
 #![cfg(all(feature = "kafka", feature = "redb"))]
 
-mod common;
+use crate::common;
 
 use std::path::{Path, PathBuf};
 use std::sync::Arc;

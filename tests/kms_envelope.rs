@@ -3,7 +3,7 @@
 //! one unwrap per DEK per reader, no KMS call for a tombstone, a KMS that
 //! is down, hostile envelopes.
 
-mod common;
+use crate::common;
 
 use std::error::Error as _;
 use std::time::Duration;

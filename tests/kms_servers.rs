@@ -5,7 +5,7 @@
 //! `TOMBSTONE_SKIP_KMS=1` says to skip them knowingly.
 #![cfg(all(feature = "aws-kms", feature = "vault"))]
 
-mod common;
+use crate::common;
 
 use std::path::PathBuf;
 use std::process::Command;

@@ -8,7 +8,7 @@
 //! after an unknown-partition error.
 #![cfg(feature = "kafka")]
 
-mod common;
+use crate::common;
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::time::{Duration, Instant};

@@ -4,7 +4,7 @@
 //! written. A model suite with two instances, and its control: an instance
 //! whose cache is not fenced keeps reading a shredded subject, and fails.
 
-mod common;
+use crate::common;
 
 use common::rng::Rng;
 

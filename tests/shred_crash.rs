@@ -15,7 +15,9 @@
 //! test (`child`), told what to do by environment variables; it prints a
 //! line per write or shred that returned.
 
-mod common;
+#![cfg(feature = "redb")]
+
+use crate::common;
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::io::{BufRead as _, BufReader};
@@ -134,7 +136,13 @@ fn child() {
 /// returns the whole lines it printed.
 fn run_and_kill(what: &str, kek: &Keyset, store: &Where, after: Duration) -> Vec<String> {
     let mut child = Command::new(std::env::current_exe().unwrap())
-        .args(["--exact", "child", "--ignored", "--nocapture", "--quiet"])
+        .args([
+            "--exact",
+            &common::test_name(module_path!(), "child"),
+            "--ignored",
+            "--nocapture",
+            "--quiet",
+        ])
         .env("TC_SHRED_CRASH", what)
         .env("TC_SHRED_KEK", kek.to_tink_json())
         .env("TC_SHRED_STORE", store.env())

@@ -14,7 +14,7 @@
 //! Over the memory store, a redb file, and a key-store topic on the
 //! loopback broker (skipped with `TOMBSTONE_SKIP_KAFKA`).
 
-mod common;
+use crate::common;
 
 use std::sync::Arc;
 

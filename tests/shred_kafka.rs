@@ -8,7 +8,7 @@
 //! (`tests/common/broker.rs`).
 #![cfg(feature = "kafka")]
 
-mod common;
+use crate::common;
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::sync::{Arc, Barrier};

@@ -25,7 +25,7 @@
 
 #![cfg(feature = "kafka")]
 
-mod common;
+use crate::common;
 
 use std::collections::BTreeMap;
 use std::io::{BufRead as _, BufReader};
@@ -117,15 +117,21 @@ fn spawn(
     control: bool,
 ) -> Child {
     let mut c = Command::new(std::env::current_exe().unwrap());
-    c.args(["--exact", "child", "--ignored", "--nocapture", "--quiet"])
-        .env("TC_RACE", what)
-        .env("TC_RACE_KEK", kek.to_tink_json())
-        .env("TC_RACE_BOOTSTRAP", bootstrap)
-        .env("TC_RACE_TOPIC", topic)
-        .env("TC_RACE_DELAY_MS", delay.to_string())
-        .env("TC_RACE_REWRAPS", "6")
-        .stdout(Stdio::piped())
-        .stderr(Stdio::inherit());
+    c.args([
+        "--exact",
+        &common::test_name(module_path!(), "child"),
+        "--ignored",
+        "--nocapture",
+        "--quiet",
+    ])
+    .env("TC_RACE", what)
+    .env("TC_RACE_KEK", kek.to_tink_json())
+    .env("TC_RACE_BOOTSTRAP", bootstrap)
+    .env("TC_RACE_TOPIC", topic)
+    .env("TC_RACE_DELAY_MS", delay.to_string())
+    .env("TC_RACE_REWRAPS", "6")
+    .stdout(Stdio::piped())
+    .stderr(Stdio::inherit());
     if control {
         c.env("TC_RACE_CONTROL", "1");
     }

@@ -3,7 +3,7 @@
 //! every path that encrypts or decrypts, with threads, and across the drop
 //! of a keyset.
 
-mod common;
+use crate::common;
 
 use common::envelope::envelope_keyset;
 use tombstone_crypt::kms::DekPolicy;

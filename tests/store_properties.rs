@@ -3,7 +3,7 @@
 //! changelog, after compaction and after a restore. The naive layer (which
 //! encrypts a null) fails the very same property.
 
-mod common;
+use crate::common;
 
 use std::collections::BTreeMap;
 use std::sync::atomic::{AtomicUsize, Ordering};

@@ -4,7 +4,7 @@
 //! error; settings the lookup does not speak give no id, never an error.
 #![cfg(feature = "kafka")]
 
-mod common;
+use crate::common;
 
 use std::time::{Duration, Instant};
 

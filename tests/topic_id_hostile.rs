@@ -8,6 +8,7 @@
 //! without the password in the error's Display or Debug.
 #![cfg(feature = "kafka")]
 
+use crate::common;
 use std::io::{Read, Write};
 use std::net::{TcpListener, TcpStream};
 use std::time::{Duration, Instant};
@@ -406,7 +407,12 @@ fn a_count_no_frame_can_hold_is_an_error_not_an_abort() {
     let mut failed = Vec::new();
     for which in ["garbage", "topics", "brokers", "api_keys", "mechanisms"] {
         let out = std::process::Command::new(std::env::current_exe().unwrap())
-            .args(["child_huge_count", "--exact", "--ignored", "--nocapture"])
+            .args([
+                &common::test_name(module_path!(), "child_huge_count"),
+                "--exact",
+                "--ignored",
+                "--nocapture",
+            ])
             .env("TC_HOSTILE_WHICH", which)
             .output()
             .unwrap();

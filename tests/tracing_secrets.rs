@@ -6,7 +6,7 @@
 //! may appear.
 #![cfg(all(feature = "tracing", feature = "vault"))]
 
-mod common;
+use crate::common;
 
 use std::fmt::Write as _;
 use std::sync::atomic::{AtomicU64, Ordering};

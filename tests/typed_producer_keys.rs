@@ -4,7 +4,7 @@
 //! restored from the topic and for a consumer replaying it.
 #![cfg(feature = "kafka")]
 
-mod common;
+use crate::common;
 
 use std::collections::BTreeMap;
 use std::time::Duration;

@@ -12,7 +12,7 @@
 //! polled once before its key's delete, never lands after the delete.
 #![cfg(feature = "kafka")]
 
-mod common;
+use crate::common;
 
 use std::collections::BTreeMap;
 use std::future::Future;

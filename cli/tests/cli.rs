@@ -3,7 +3,7 @@
 //! the loopback broker on a topic a naive layer wrote; bad input is exit 2
 //! with a message, never a panic.
 
-mod common;
+use crate::common;
 
 use common::rng::Rng;
 

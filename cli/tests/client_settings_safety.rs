@@ -26,8 +26,7 @@ fn stderr(out: &Output) -> String {
     String::from_utf8_lossy(&out.stderr).into_owned()
 }
 
-#[path = "../../tests/common/dir.rs"]
-mod dir;
+use crate::common::dir;
 
 use dir::Dir;
 

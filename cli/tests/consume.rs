@@ -7,7 +7,7 @@
 //! line per record, decrypted, a delete as `null`, a value that does not
 //! decrypt as an error (exit 1), never as `null`.
 
-mod common;
+use crate::common;
 
 use std::io::{BufRead as _, Write as _};
 use std::process::{Command, Stdio};

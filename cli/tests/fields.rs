@@ -7,7 +7,7 @@
 //! as it is while its record's other fields are rewritten; a run stopped
 //! midway resumes.
 
-mod common;
+use crate::common;
 
 use std::collections::BTreeMap;
 

@@ -19,8 +19,7 @@ fn run_in(dir: &Path, args: &[&str]) -> Output {
         .expect("run tombstone-crypt")
 }
 
-#[path = "../../tests/common/dir.rs"]
-mod dir;
+use crate::common::dir;
 
 use dir::Dir;
 

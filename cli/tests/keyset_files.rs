@@ -14,8 +14,7 @@ use std::collections::HashMap;
 use std::path::Path;
 use std::process::Command;
 
-#[path = "../../tests/common/dir.rs"]
-mod dir;
+use crate::common::dir;
 
 use dir::Dir;
 

@@ -4,7 +4,7 @@
 //! delete as `null`, an empty value as `""`), a topic without a policy is
 //! untouched, and SIGTERM ends it with exit 0 after in-flight requests.
 
-mod common;
+use crate::common;
 
 use std::io::Read as _;
 use std::process::{Command, Stdio};

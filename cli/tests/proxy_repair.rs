@@ -4,7 +4,7 @@
 //! write a tombstone for any key nobody deleted or shredded, and each
 //! key's last record must read right afterwards.
 
-mod common;
+use crate::common;
 
 use std::collections::BTreeMap;
 use std::process::{Child, Command, Stdio};

@@ -6,7 +6,7 @@
 //! interpreter at `TOMBSTONE_TINK_PYTHON`; rdkafka in this process when it
 //! is unset).
 
-mod common;
+use crate::common;
 
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, ExitStatus, Stdio};

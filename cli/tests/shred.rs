@@ -7,7 +7,7 @@
 //! compacted topic. `consume` prints a shredded subject's values as `null`
 //! with `"shredded": true` (not as a tombstone, an error or plaintext).
 
-mod common;
+use crate::common;
 
 use common::rng::Rng;
 

@@ -6,7 +6,7 @@
 //! DEK for a subject and a record that is not a key store's are found and
 //! exit 1).
 
-mod common;
+use crate::common;
 
 use std::sync::Arc;
 

@@ -3,7 +3,7 @@
 //! not read as a delete of that key (a value that does not authenticate
 //! there is an error), and `repair` must not write a tombstone for it.
 
-mod common;
+use crate::common;
 
 use std::sync::Arc;
 

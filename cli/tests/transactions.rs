@@ -6,7 +6,7 @@
 //! same run without a transaction, its records sent one per batch, leaves
 //! the key deleted.
 
-mod common;
+use crate::common;
 
 use std::collections::BTreeMap;
 use std::time::Duration;

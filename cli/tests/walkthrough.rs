@@ -8,7 +8,7 @@
 //! against the snippets the text quotes, each of which must still be in the
 //! text.
 
-mod common;
+use crate::common;
 
 use std::process::Command;
 

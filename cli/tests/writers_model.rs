@@ -29,7 +29,7 @@
 //! `TOMBSTONE_E2E_CASES` sets the number of cases (64 by default;
 //! `scripts/soak.sh` runs more).
 
-mod common;
+use crate::common;
 
 use std::collections::BTreeMap;
 use std::path::PathBuf;

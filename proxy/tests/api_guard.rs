@@ -14,7 +14,7 @@
 //!   holds every record it held; the same requests on another topic pass,
 //!   and with `key_store_admin` set they pass on the key store too.
 
-mod common;
+use crate::common;
 
 use std::io::{Read as _, Write as _};
 use std::net::TcpStream;

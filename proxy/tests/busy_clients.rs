@@ -13,7 +13,7 @@
 //! the hostile requests takes through the proxy (without the fix it waited
 //! about as long as one).
 
-mod common;
+use crate::common;
 
 use std::io::{Read as _, Write as _};
 use std::time::{Duration, Instant};

@@ -15,7 +15,7 @@
 //! batch whose counts lie (INVALID_RECORD), which a Kafka-compatible broker
 //! may hold.
 
-mod common;
+use crate::common;
 
 use std::io::Write as _;
 

@@ -4,7 +4,7 @@
 //! proxy keeps serving. With negative controls: a proxy that forwards
 //! plaintext fails the checks.
 
-mod common;
+use crate::common;
 
 use std::io::Write;
 use std::net::TcpStream;

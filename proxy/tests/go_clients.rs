@@ -22,7 +22,7 @@
 //! line without it or without a broker. The broker is Apache Kafka's
 //! (`TOMBSTONE_APACHE_KAFKA_BOOTSTRAP`).
 
-mod common;
+use crate::common;
 
 use common::peers::Peer;
 use tombstone_crypt_proxy::Hooks;

@@ -4,7 +4,7 @@
 //! encrypted header; a null header value stays null. With a negative
 //! control: a proxy that skips header encryption fails the check.
 
-mod common;
+use crate::common;
 
 use std::time::{Duration, Instant};
 

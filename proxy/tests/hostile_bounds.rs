@@ -11,7 +11,7 @@
 //! planted on the broker, which Apache Kafka refuses, and one Fetch reads a
 //! topic whole, where Apache Kafka answers one batch at a time.
 
-mod common;
+use crate::common;
 
 use std::io::{Read as _, Write as _};
 use std::net::TcpStream;

@@ -3,7 +3,7 @@
 //! a clear error, nothing is written, and the proxy keeps serving other
 //! connections.
 
-mod common;
+use crate::common;
 
 use std::io::{Read, Write};
 use std::net::TcpStream;

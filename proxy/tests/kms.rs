@@ -7,7 +7,7 @@
 //! check says must not be there; KMS calls made on the runtime's workers
 //! hold up the other connections.
 
-mod common;
+use crate::common;
 
 use common::{
     bootstrap, consume_all, create_topic, fresh_topic, produce, produce_ok, start_proxy, Rec,

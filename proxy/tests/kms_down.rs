@@ -8,7 +8,7 @@
 //! for the process: one test in this binary. With a negative control: a
 //! proxy that forwards plaintext writes while the KMS is down.
 
-mod common;
+use crate::common;
 
 use common::{bootstrap, consume_all, create_topic, fresh_topic, produce, start_proxy};
 use tombstone_crypt::__fuzz::FakeKms;

@@ -14,7 +14,7 @@
 //! topics are created first (kafkajs's idempotent producer fails against
 //! tansu 0.6.0: InitProducerId v1, unknown server error).
 
-mod common;
+use crate::common;
 
 use std::path::PathBuf;
 use std::process::Command;

@@ -4,7 +4,7 @@
 //! forged bytes, wrong key stores and racing instances. Each test shows
 //! the property holding.
 
-mod common;
+use crate::common;
 
 use std::io::{Read as _, Write as _};
 use std::net::TcpStream;

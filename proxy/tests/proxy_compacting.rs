@@ -19,7 +19,7 @@
 //! `TOMBSTONE_TINK_PYTHON` (the venv with confluent-kafka; skipped with a
 //! printed line without it).
 
-mod common;
+use crate::common;
 
 use std::collections::BTreeMap;
 use std::path::PathBuf;

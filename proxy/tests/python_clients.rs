@@ -13,7 +13,7 @@
 //! as `scripts/test.sh` exports it); the test is skipped with a printed
 //! line without it or without a broker.
 
-mod common;
+use crate::common;
 
 use std::path::PathBuf;
 use std::process::Command;

@@ -9,7 +9,7 @@
 //! forwards plaintext, turns a tombstone into a value, or leaves out the
 //! older forms' tombstones fails the checks.
 
-mod common;
+use crate::common;
 
 use std::time::Duration;
 

@@ -15,7 +15,7 @@
 //! nothing written (the Java producer splits its batch on it). A batch
 //! half as long is taken and reads back whole.
 
-mod common;
+use crate::common;
 
 use common::wire::{batch_of, decode_records, raw_fetch, raw_produce, record};
 use common::{apache_kafka, consume_all, create_topic, fresh_topic, start_proxy_with, Keys};

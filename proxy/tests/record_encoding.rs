@@ -9,7 +9,7 @@
 //! (offset, timestamp, key, value, headers), never a panic, never
 //! plaintext in a Produce's output, never ciphertext as a Fetch's value.
 
-mod common;
+use crate::common;
 
 use bytes::{BufMut, Bytes, BytesMut};
 use kafka_protocol::compression::{Compressor as _, Gzip, Lz4, Snappy, Zstd};

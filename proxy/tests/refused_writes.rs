@@ -13,7 +13,7 @@
 //! own first: these tests then read the key as deleted after the refused
 //! write.
 
-mod common;
+use crate::common;
 
 use std::time::Duration;
 

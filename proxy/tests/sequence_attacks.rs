@@ -9,7 +9,7 @@
 //! batch is answered `UNKNOWN_PRODUCER_ID`, the producer starts a
 //! new epoch, and every acknowledged write is on the topic.
 
-mod common;
+use crate::common;
 
 use bytes::{Bytes, BytesMut};
 use common::wire::{fetch_records, produce_body, send_frame};

@@ -21,7 +21,7 @@
 //! and writes a batch under each of 65,536 of them still can: each costs
 //! it an InitProducerId and a write the broker takes.)
 
-mod common;
+use crate::common;
 
 use std::io::{Read as _, Write as _};
 use std::time::Duration;

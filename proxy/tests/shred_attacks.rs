@@ -9,7 +9,7 @@
 //! next to this test binary in the target directory
 //! (`cargo build -p tombstone-crypt-cli` first).
 
-mod common;
+use crate::common;
 
 use std::net::TcpStream;
 use std::path::PathBuf;

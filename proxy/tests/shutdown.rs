@@ -2,7 +2,7 @@
 //! (a Fetch the broker holds for its max wait) is still answered, then the
 //! proxy stops listening.
 
-mod common;
+use crate::common;
 
 use std::io::{Read, Write};
 use std::net::TcpStream;

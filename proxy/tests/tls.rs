@@ -13,7 +13,7 @@
 //! The certificates are fixed test material in `tests/certs/`, made by
 //! `tests/certs/make.sh` (openssl).
 
-mod common;
+use crate::common;
 
 use std::io::{Read, Write};
 use std::path::PathBuf;

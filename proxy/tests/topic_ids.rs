@@ -10,7 +10,7 @@
 //! a topic without a policy fails the second (ciphertext handed on, or
 //! plaintext written).
 
-mod common;
+use crate::common;
 
 use bytes::Bytes;
 use common::wire::{batch_of, call, decode_records, record, request};
