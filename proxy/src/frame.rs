@@ -1,7 +1,10 @@
 //! Size-prefixed frames: the Kafka protocol's unit on the wire.
 
+use std::sync::Arc;
+
 use bytes::Bytes;
 use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt};
+use tokio::sync::{OwnedSemaphorePermit, Semaphore};
 
 /// Why a frame could not be read.
 #[derive(Debug)]
@@ -42,6 +45,43 @@ pub(crate) async fn read_frame<R: AsyncRead + Unpin>(
     r: &mut R,
     max: usize,
 ) -> Result<Bytes, FrameError> {
+    read(r, max, None).await.map(|(body, _)| body)
+}
+
+/// Reads one frame as [`read_frame`] does, with what its length claims
+/// past the first block (64 KiB) taken from `in_hand` (one byte, one
+/// permit) before its body is read, all at once, as a Kafka broker's
+/// request memory pool does: the large frames of all connections in hand
+/// together take at most the semaphore's permits (`max_buffered_bytes`),
+/// beside a block each. When the pool lacks them the read waits (the
+/// connection's socket is not read meanwhile) until frames in hand are let
+/// go: a client that sends large frames on many connections and stalls
+/// makes other large frames wait, not the process's memory grow, and a
+/// frame of 64 KiB or less (ApiVersions, Metadata, a Fetch request, a
+/// small Produce) never waits. Taken whole, never piece by piece, so that
+/// no frame holding part of the pool waits for more of it (frames that
+/// each hold part and wait for the rest would wait on each other for
+/// ever). The bytes are held by the permit returned, until it is dropped.
+/// The semaphore must hold at least `max` permits.
+pub(crate) async fn read_frame_held<R: AsyncRead + Unpin>(
+    r: &mut R,
+    max: usize,
+    in_hand: &Arc<Semaphore>,
+) -> Result<(Bytes, OwnedSemaphorePermit), FrameError> {
+    let (body, held) = read(r, max, Some(in_hand)).await?;
+    match held {
+        Some(held) => Ok((body, held)),
+        None => Err(FrameError::Io(std::io::Error::other(
+            "a frame read without its bytes held",
+        ))),
+    }
+}
+
+async fn read<R: AsyncRead + Unpin>(
+    r: &mut R,
+    max: usize,
+    in_hand: Option<&Arc<Semaphore>>,
+) -> Result<(Bytes, Option<OwnedSemaphorePermit>), FrameError> {
     let mut len = [0u8; 4];
     match r.read_exact(&mut len).await {
         Ok(_) => {}
@@ -56,6 +96,13 @@ pub(crate) async fn read_frame<R: AsyncRead + Unpin>(
             max,
         });
     };
+    // All of what the frame may take past its first block, before any of
+    // it is read: a frame that holds part of the pool never waits for
+    // more (no frame waits on another that waits too).
+    let held = match in_hand {
+        Some(pool) => Some(take(pool, size.saturating_sub(FIRST_READ)).await?),
+        None => None,
+    };
     let mut body = crate::wipe::Buf::with_capacity(size.min(FIRST_READ), true);
     while body.len() < size {
         let room = (size - body.len()).min(body.len().max(FIRST_READ));
@@ -69,7 +116,17 @@ pub(crate) async fn read_frame<R: AsyncRead + Unpin>(
             return Err(FrameError::Io(std::io::ErrorKind::UnexpectedEof.into()));
         }
     }
-    Ok(body.freeze())
+    Ok((body.freeze(), held))
+}
+
+/// `n` permits of `pool`, waiting for them.
+async fn take(pool: &Arc<Semaphore>, n: usize) -> Result<OwnedSemaphorePermit, FrameError> {
+    let n = u32::try_from(n)
+        .map_err(|_| FrameError::Io(std::io::Error::other("a frame over 4 GiB")))?;
+    pool.clone()
+        .acquire_many_owned(n)
+        .await
+        .map_err(|_| FrameError::Io(std::io::Error::other("the proxy is stopping")))
 }
 
 /// Writes one frame: its length, then its body.
@@ -88,6 +145,40 @@ pub(crate) async fn write_frame<W: AsyncWrite + Unpin>(
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[tokio::test]
+    async fn large_frames_in_hand_take_the_pool_and_wait_for_it() {
+        let size = FIRST_READ + 1000;
+        let frame = |fill: u8| {
+            let mut f = (size as i32).to_be_bytes().to_vec();
+            f.extend(std::iter::repeat_n(fill, size));
+            f
+        };
+        // Room for one large frame's bytes past its first block, not two.
+        let pool = Arc::new(Semaphore::new(1500));
+        let (first_bytes, second_bytes) = (frame(1), frame(2));
+        let mut first: &[u8] = &first_bytes;
+        let (body, held) = read_frame_held(&mut first, size, &pool).await.unwrap();
+        assert_eq!((body.len(), held.num_permits()), (size, 1000));
+        assert_eq!(pool.available_permits(), 500);
+        let in_hand = pool.clone();
+        let waiting = tokio::spawn(async move {
+            let mut second: &[u8] = &second_bytes;
+            read_frame_held(&mut second, size, &pool)
+                .await
+                .map(|(b, h)| (b[0], b.len(), h.num_permits()))
+        });
+        tokio::time::sleep(std::time::Duration::from_millis(50)).await;
+        assert!(!waiting.is_finished(), "read while the pool was short");
+        drop(held);
+        assert_eq!(waiting.await.unwrap().unwrap(), (2, size, 1000));
+        assert_eq!(in_hand.available_permits(), 1500);
+        // A frame of one block or less takes nothing, even from an empty pool.
+        let empty = Arc::new(Semaphore::new(0));
+        let mut small: &[u8] = &[0, 0, 0, 3, 7, 7, 7];
+        let (body, held) = read_frame_held(&mut small, 3, &empty).await.unwrap();
+        assert_eq!((&body[..], held.num_permits()), (&[7u8, 7, 7][..], 0));
+    }
 
     #[tokio::test]
     async fn a_frame_longer_than_the_limit_is_refused_before_allocation() {

@@ -34,7 +34,11 @@
 //!   never an abort, so one request's decoding takes at most its budget
 //!   beside its frame, and all requests together at most the process's.
 //!   The budget is given back as soon as a request is encrypted or a
-//!   response decrypted, never held while a peer is slow; a connection
+//!   response decrypted, never held while a peer is slow. What the frames
+//!   in hand claim past the first 64 KiB of each is taken from a pool for
+//!   all connections before their bodies are read (`max_buffered_bytes`,
+//!   default 4 times `max_frame_bytes`, one for requests and one for
+//!   responses), and a large frame that finds it short waits; a connection
 //!   that sends no whole request, or takes no response, for
 //!   `connections_max_idle_ms` (default 600,000, a broker's own) is
 //!   closed. A batch that claims no records and carries some is refused

@@ -20,14 +20,14 @@ use std::sync::{Arc, Mutex};
 use kafka_protocol::protocol::StrBytes;
 use tokio::io::{AsyncRead, AsyncWrite};
 use tokio::net::{TcpListener, TcpStream};
-use tokio::sync::{mpsc, watch};
+use tokio::sync::{mpsc, watch, Semaphore};
 
 use crate::api::{self, Refused};
 use crate::budget::Budget;
 use crate::config::{Policies, ProxyConfig};
 use crate::dispatch::{self, Answered, Pending, Routed};
 use crate::error::ProxyError;
-use crate::frame::{read_frame, write_frame, FrameError};
+use crate::frame::{read_frame_held, write_frame, FrameError};
 use crate::hooks::Hooks;
 use crate::stats::{self, Event};
 use crate::wipe::Wiped;
@@ -58,6 +58,13 @@ struct Shared {
     request_budget: usize,
     /// What decoding may take, all requests in flight together.
     pool: Arc<crate::budget::Pool>,
+    /// The bytes of request frames in hand past each one's first block,
+    /// all connections together (`max_buffered_bytes`).
+    requests_in_hand: Arc<Semaphore>,
+    /// The same for response frames from the brokers: a pool of their own,
+    /// so that a response is never kept waiting by requests that wait on
+    /// the broker to take them.
+    responses_in_hand: Arc<Semaphore>,
     /// Idempotent producers' sequences, where the write rule grew a batch.
     sequences: crate::sequences::Sequences,
     /// Topic ids to names, from the broker's Metadata responses.
@@ -136,6 +143,8 @@ impl Proxy {
             idle: std::time::Duration::from_millis(config.connections_max_idle_ms()),
             request_budget: config.max_decoded_bytes_per_request(),
             pool: crate::budget::Pool::new(config.max_decoded_bytes()),
+            requests_in_hand: Arc::new(Semaphore::new(config.max_buffered_bytes())),
+            responses_in_hand: Arc::new(Semaphore::new(config.max_buffered_bytes())),
             sequences: crate::sequences::Sequences::default(),
             topic_ids: crate::topic_ids::TopicIds::new(),
             policies,
@@ -386,7 +395,10 @@ async fn read_requests(
         // it: idle connections do not pile up.
         let frame = tokio::select! {
             _ = stopping.changed() => return End::Finished,
-            frame = tokio::time::timeout(shared.idle, read_frame(&mut client, shared.max_frame)) => {
+            frame = tokio::time::timeout(
+                shared.idle,
+                read_frame_held(&mut client, shared.max_frame, &shared.requests_in_hand),
+            ) => {
                 match frame {
                     Ok(frame) => frame,
                     Err(_) => {
@@ -401,9 +413,10 @@ async fn read_requests(
         };
         // The client's frame (a Produce's plaintext records): wiped when
         // this iteration ends, once every slice of it is dropped (it was
-        // encrypted and forwarded, forwarded as it came, or refused).
-        let frame = match frame {
-            Ok(f) => Wiped::new(f, shared.hooks.wipes()),
+        // encrypted and forwarded, forwarded as it came, or refused). Its
+        // bytes in hand are let go after it (`_held`, declared first).
+        let (_held, frame) = match frame {
+            Ok((f, held)) => (held, Wiped::new(f, shared.hooks.wipes())),
             Err(FrameError::Closed) => return End::Finished,
             Err(e @ FrameError::TooLong { .. }) => {
                 stats::add(Event::FramesRefused, 1);
@@ -500,11 +513,14 @@ async fn write_responses(
     let map_shared = shared.clone();
     let map = move |node: i32, host: &str, port: i32| map_shared.node_address(node, host, port);
     while let Some(pending) = owed.recv().await {
-        // The frame to write (the connection's one response in hand).
-        let out = match pending {
-            Pending::Local(frame) => frame,
+        // The frame to write (the connection's one response in hand), and
+        // the broker's frame's bytes in hand, let go once it is written.
+        let (_held, out) = match pending {
+            Pending::Local(frame) => (None, frame),
             Pending::Upstream { correlation, then } => {
-                let frame = match read_frame(&mut upstream, shared.max_frame).await {
+                let read =
+                    read_frame_held(&mut upstream, shared.max_frame, &shared.responses_in_hand);
+                let (frame, held) = match read.await {
                     Ok(f) => f,
                     Err(FrameError::Closed) => {
                         tracing::debug!("client {peer}: the broker {broker} closed the connection");
@@ -548,7 +564,7 @@ async fn write_responses(
                                 f.reason
                             );
                         }
-                        out
+                        (Some(held), out)
                     }
                     Err(reason) => {
                         tracing::warn!(

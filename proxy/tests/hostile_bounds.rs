@@ -1092,6 +1092,100 @@ fn a_thousand_connections_claiming_100_mib_each() {
     );
 }
 
+/// Found, closed: the frames in hand were bounded per connection only (one
+/// request and one response each), not across connections: 60 connections
+/// that each sent nearly all of an 8 MiB frame and stalled grew a proxy's
+/// resident memory from 20 to 529 MiB, and with the default 100 MiB frames
+/// about 240 would take 24 GB. Now what a frame claims past its first 64
+/// KiB is taken from a pool of `max_buffered_bytes` (one for requests, one
+/// for responses) before its body is read, and a connection whose frame
+/// finds it short is not read until frames are let go. Here 12 such
+/// connections with 8 MiB frames against a pool of 16 MiB: the process
+/// grows by about the pool, not by 12 frames (96 MiB); a small request is
+/// answered meanwhile, and a large one once the stalled connections close.
+/// (Taken as the bytes arrived, the pool deadlocked here: frames that each
+/// held part of it waited on each other for the rest, and the large
+/// Produce never went through.)
+#[test]
+fn many_connections_that_send_most_of_a_large_frame_and_stall() {
+    let Some(broker) = lenient_broker() else {
+        return;
+    };
+    let topic = fresh_topic("stalled");
+    let keys = Keys::new(false);
+    create_topic(&broker, &topic, 1);
+    let frame: usize = 8 << 20;
+    let proxy = start_proxy_json(
+        &broker,
+        keys.policies(&topic),
+        Hooks::default(),
+        Some(frame),
+        &format!(r#""max_buffered_bytes": {},"#, 16 << 20),
+    );
+    std::thread::sleep(Duration::from_millis(300));
+    // One payload for every connection, touched before the count starts.
+    let payload = std::sync::Arc::new(vec![0x5au8; frame - (64 << 10)]);
+    let rss_before = status_kib("VmRSS:");
+    let stalled: Vec<_> = (0..12)
+        .map(|_| {
+            let (addr, payload) = (proxy.addr.clone(), payload.clone());
+            std::thread::spawn(move || {
+                let mut s = TcpStream::connect(&addr).unwrap();
+                s.set_write_timeout(Some(Duration::from_millis(500)))
+                    .unwrap();
+                s.write_all(&(frame as i32).to_be_bytes()).unwrap();
+                // As much of the frame as the proxy (and the sockets'
+                // buffers) take, never all of it; then nothing more.
+                let mut sent = 0;
+                for chunk in payload.chunks(256 << 10) {
+                    match s.write(chunk) {
+                        Ok(n) => sent += n,
+                        Err(_) => break,
+                    }
+                }
+                (s, sent)
+            })
+        })
+        .collect();
+    let stalled: Vec<_> = stalled.into_iter().map(|t| t.join().unwrap()).collect();
+    std::thread::sleep(Duration::from_secs(1));
+    let rss_after = status_kib("VmRSS:");
+    let sent: usize = stalled.iter().map(|(_, n)| n).sum();
+    eprintln!(
+        "12 stalled connections sent {} MiB of 8 MiB frames: resident {} -> {} MiB",
+        sent >> 20,
+        rss_before / 1024,
+        rss_after / 1024
+    );
+    // A small request is not kept waiting.
+    let (code, m) = raw_produce(&proxy.addr, &topic, small_records(3), 9);
+    assert_eq!(code, 0, "{m:?}");
+    assert!(
+        rss_after.saturating_sub(rss_before) < 40 << 10,
+        "12 stalled frames grew the proxy by {} MiB (a pool of 16 MiB)",
+        (rss_after - rss_before) / 1024
+    );
+    // A large request waits for the pool while they stall, and goes
+    // through once they close: the pool is given back.
+    let big = vec![0x42u8; 100 << 10];
+    let recs: Vec<_> = (0..40).map(|i| record(None, Some(&big), i)).collect();
+    let batch = batch_of(&recs).freeze();
+    let (addr, t) = (proxy.addr.clone(), topic.clone());
+    let large = std::thread::spawn(move || raw_produce(&addr, &t, batch, 9));
+    std::thread::sleep(Duration::from_millis(500));
+    drop(stalled);
+    let deadline = Instant::now() + Duration::from_secs(30);
+    while !large.is_finished() && Instant::now() < deadline {
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    assert!(
+        large.is_finished(),
+        "a 4 MiB Produce still waits after the stalled connections closed"
+    );
+    let (code, m) = large.join().unwrap();
+    assert_eq!(code, 0, "{m:?}");
+}
+
 // ---------------------------------------------------------------------
 // Configuration.
 // ---------------------------------------------------------------------

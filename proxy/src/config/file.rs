@@ -46,6 +46,16 @@ pub struct ProxyConfig {
     /// refused, `CORRUPT_MESSAGE` (retriable).
     #[serde(default)]
     pub max_decoded_bytes: Option<usize>,
+    /// What the frames in hand may claim past the first 64 KiB of each,
+    /// all connections together, in bytes, for requests and again for
+    /// responses (default 4 times `max_frame_bytes`; at least
+    /// `max_frame_bytes`), taken before a frame's body is read. A
+    /// connection whose frame finds it short is not read until frames are
+    /// let go: a client that sends large frames on many connections and
+    /// stalls cannot grow the process's memory with them; other large
+    /// frames wait, smaller ones never do.
+    #[serde(default)]
+    pub max_buffered_bytes: Option<usize>,
     /// Let DeleteTopics, DeleteRecords, CreatePartitions, AlterConfigs and
     /// IncrementalAlterConfigs that name a key-store topic of subject keys
     /// (`subject_key_topic`) pass (default: refused,
@@ -248,6 +258,7 @@ impl ProxyConfig {
                 self.max_decoded_bytes_per_request(),
             ),
             ("max_decoded_bytes", self.max_decoded_bytes()),
+            ("max_buffered_bytes", self.max_buffered_bytes()),
         ] {
             if value < frame {
                 return Err(ProxyError::Config(format!(
@@ -268,6 +279,14 @@ impl ProxyConfig {
     pub fn max_decoded_bytes_per_request(&self) -> usize {
         self.max_decoded_bytes_per_request
             .unwrap_or_else(|| decoded_per_request(self.max_frame_bytes()))
+    }
+
+    /// `max_buffered_bytes`, or its default: 4 times `max_frame_bytes`
+    /// (capped below tokio's limit on a semaphore's permits).
+    pub fn max_buffered_bytes(&self) -> usize {
+        self.max_buffered_bytes
+            .unwrap_or_else(|| self.max_frame_bytes().saturating_mul(4))
+            .min(tokio::sync::Semaphore::MAX_PERMITS)
     }
 
     /// `max_decoded_bytes`, or its default: 8 times `max_frame_bytes`
