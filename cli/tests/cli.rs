@@ -3902,3 +3902,147 @@ fn a_new_run_beside_a_stopped_run_whose_checkpoint_path_is_not_utf8_is_refused()
         String::from_utf8_lossy(&out.stderr)
     );
 }
+
+/// Found by a hostile review, closed: a producer that writes a key while
+/// `repair --apply` writes its partition, before the run reaches that key,
+/// had its value deleted by the run's tombstone (planned from what the
+/// partition held before), and the run exited 0. The run now reads what it
+/// wrote back after its writes (`apply::resume::overwritten`): a key
+/// someone else wrote meanwhile that the run's records then followed fails
+/// the run (exit 2), named with both offsets. Here 400 broken tombstones,
+/// one record a chunk (each acknowledged before the next), and a live value
+/// for the last key written as soon as the run's first write lands.
+#[test]
+fn a_write_by_others_that_repair_then_overwrote_fails_the_run() {
+    let Some(bootstrap) = bootstrap() else { return };
+    let dir = Dir::new("overwritten");
+    let topic = fresh_topic("cli-overwritten");
+    create_compacted(&bootstrap, &topic, 1);
+    let (ks_file, keyset) = new_keyset(&dir, "values.json");
+    let ser = EncryptingSerializer::new(Bytes, keyset.clone());
+    let seal = |k: &[u8], v: &[u8]| {
+        ser.serialize(&Context::new(&topic).with_key(k), Some(v))
+            .unwrap()
+    };
+    // Every key's delete written as the encrypted empty value; the last
+    // key's deciding record is the partition's last.
+    let keys: Vec<Vec<u8>> = (0..400)
+        .map(|i| format!("key-{i:03}").into_bytes())
+        .collect();
+    let writes: Vec<(Vec<u8>, Option<Vec<u8>>)> =
+        keys.iter().map(|k| (k.clone(), seal(k, b""))).collect();
+    produce(&bootstrap, &topic, &writes);
+    let before = end_offsets(&bootstrap, &topic, 1)[0];
+    let last = keys.last().unwrap().clone();
+
+    let checkpoint = dir.file("run.checkpoint");
+    let mut child = Command::new(env!("CARGO_BIN_EXE_tombstone-crypt"))
+        .env("TOMBSTONE_CRYPT_LOCK_DIR", common::process::lock_dir())
+        .args([
+            "repair",
+            "--json",
+            "--quiet",
+            "--bootstrap",
+            &bootstrap,
+            "--topic",
+            &topic,
+            "--keyset",
+            &ks_file,
+            "--apply",
+            "--null-marker",
+            "empty",
+            "--chunk-records",
+            "1",
+            "--checkpoint",
+            &checkpoint,
+        ])
+        .stdout(std::process::Stdio::null())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    // As soon as the run's first tombstone is on the partition, a producer
+    // writes the last key's new value.
+    let deadline = std::time::Instant::now() + Duration::from_secs(120);
+    while end_offsets(&bootstrap, &topic, 1)[0] == before {
+        assert!(
+            child.try_wait().unwrap().is_none(),
+            "the run ended before it wrote"
+        );
+        assert!(
+            std::time::Instant::now() < deadline,
+            "the run wrote nothing"
+        );
+        std::thread::sleep(Duration::from_millis(5));
+    }
+    produce(
+        &bootstrap,
+        &topic,
+        &[(last.clone(), seal(&last, b"written during the run"))],
+    );
+    let status = child.wait().unwrap();
+    let mut err = String::new();
+    std::io::Read::read_to_string(child.stderr.as_mut().unwrap(), &mut err).unwrap();
+
+    // The race happened as meant: the new value, then the run's tombstone.
+    let log = restore_partition_log(&bootstrap, &topic, before);
+    let theirs = log
+        .iter()
+        .position(|(k, v)| k == &last && v.is_some())
+        .expect("the new value is on the topic");
+    let over = log
+        .iter()
+        .rposition(|(k, v)| k == &last && v.is_none())
+        .expect("the run's tombstone of the last key");
+    assert!(
+        theirs < over,
+        "the run wrote the last key before the new value: the race did not happen ({err})"
+    );
+    assert_eq!(
+        status.code(),
+        Some(2),
+        "a run that deleted a new value passed: {err}"
+    );
+    assert!(
+        err.contains("wrote over 1 keys") && err.contains(&hex(&last)),
+        "the failure names the key: {err}"
+    );
+}
+
+/// Partition 0 of `topic` from offset `from` to its end: each record's key
+/// and value, in offset order.
+fn restore_partition_log(
+    bootstrap: &str,
+    topic: &str,
+    from: i64,
+) -> Vec<(Vec<u8>, Option<Vec<u8>>)> {
+    use tombstone_crypt::kafka::rdkafka::consumer::{BaseConsumer, Consumer as _};
+    use tombstone_crypt::kafka::rdkafka::{Message as _, Offset, TopicPartitionList};
+    let end = end_offsets(bootstrap, topic, 1)[0];
+    let c: BaseConsumer = client_config(bootstrap)
+        .set("group.id", fresh_topic("overwritten-reader"))
+        .set("enable.auto.commit", "false")
+        .create()
+        .unwrap();
+    let mut tpl = TopicPartitionList::new();
+    tpl.add_partition_offset(topic, 0, Offset::Offset(from))
+        .unwrap();
+    c.assign(&tpl).unwrap();
+    let mut out = Vec::new();
+    let deadline = std::time::Instant::now() + Duration::from_secs(60);
+    let mut next = from;
+    while next < end {
+        assert!(
+            std::time::Instant::now() < deadline,
+            "reading {topic} timed out"
+        );
+        if let Some(m) = c.poll(Duration::from_millis(200)) {
+            let m = m.unwrap();
+            next = m.offset() + 1;
+            out.push((
+                m.key().unwrap_or_default().to_vec(),
+                m.payload().map(<[u8]>::to_vec),
+            ));
+        }
+    }
+    out
+}

@@ -189,6 +189,11 @@ impl Job<'_> {
                 let (n, now) = self.write(index, p, prog, ck, producer)?;
                 written += n;
                 progress = Some(now);
+                // Nothing others wrote while the run wrote is left under
+                // the run's older plan.
+                if n > 0 {
+                    overwritten(to, ck, p, now.from, self.hash)?;
+                }
             }
             // A copy reads its source again: what it gained while it was
             // read and written is copied in another round.

@@ -1,8 +1,10 @@
 //! A resumed run's check before it writes ([`since`]): each partition it
 //! wrote to read from its first write there, checked to be the partition it
-//! wrote, and each key someone else wrote since left to that write.
+//! wrote, and each key someone else wrote since left to that write. And
+//! every run's check after it wrote a partition ([`overwritten`]): no key
+//! someone else wrote while it wrote is left under the run's older plan.
 
-use std::collections::HashSet;
+use std::collections::{HashMap, HashSet};
 
 use indicatif::ProgressBar;
 use tombstone_crypt::kafka::rdkafka::consumer::Consumer as _;
@@ -330,4 +332,60 @@ pub(super) fn same_source(
             ck.path().display()
         ))),
     }
+}
+
+/// Reads partition `p` of the topic the run wrote, from its end before the
+/// run's first write there (`from`) to its end now, after the run's writes
+/// are acknowledged: a key someone else wrote meanwhile whose record the
+/// run's own records of that key then followed has lost that write (the
+/// run planned from what the partition held before; a `repair` tombstone
+/// after a producer's new value deletes it). Such keys fail the run,
+/// named with both offsets, rather than pass as written: the write they
+/// lost is still on the topic at its offset (until compaction removes it
+/// under the run's newer record), so it can be written again.
+pub(super) fn overwritten(
+    to: &Setup,
+    ck: &Checkpoint,
+    p: i32,
+    from: i64,
+    hash: &KeyHash,
+) -> Result<(), Fail> {
+    let run = ck.run.as_bytes();
+    // Each key others wrote since `from`: the offset of their last record
+    // not yet followed by one of the run's.
+    let mut theirs: HashMap<(u64, u32), i64> = HashMap::new();
+    let mut lost = 0u64;
+    let mut listed: Vec<(Vec<u8>, i64, i64)> = Vec::new();
+    let bar = ProgressBar::hidden();
+    read_partition(to, &to.topic, p, from, None, &bar, |r| {
+        let Some(wire) = r.key else {
+            return Ok(());
+        };
+        let key = key_of(to, wire);
+        let h = hash.of(key.encrypted, &key.group);
+        if r.run != Some(run) {
+            theirs.insert(h, r.offset);
+        } else if let Some(at) = theirs.remove(&h) {
+            lost += 1;
+            if listed.len() < LISTED {
+                listed.push((key.group, at, r.offset));
+            }
+        }
+        Ok(())
+    })?;
+    if lost == 0 {
+        return Ok(());
+    }
+    let mut keys: Vec<String> = listed
+        .iter()
+        .map(|(k, at, over)| format!("{} (theirs at offset {at}, the run's at {over})", hex(k)))
+        .collect();
+    if lost > listed.len() as u64 {
+        keys.push(format!("and {} more", lost - listed.len() as u64));
+    }
+    Err(fail(format!(
+        "{}/{p}: the run wrote over {lost} keys that others wrote while it wrote the partition, so their writes are no longer the keys' last: {}. Each lost write is still on the topic at its offset until compaction removes it: write those keys again as their writers meant. Stop the topic's producers during a run",
+        to.topic,
+        keys.join(", ")
+    )))
 }
