@@ -3984,14 +3984,15 @@ fn a_write_by_others_that_repair_then_overwrote_fails_the_run() {
     std::io::Read::read_to_string(child.stderr.as_mut().unwrap(), &mut err).unwrap();
 
     // The race happened as meant: the new value, then the run's tombstone.
-    let log = restore_partition_log(&bootstrap, &topic, before);
+    let log = common::compacting::read_all(&bootstrap, &topic);
+    let of_last = |r: &common::compacting::RawRecord| r.key.as_ref() == Some(&last);
     let theirs = log
         .iter()
-        .position(|(k, v)| k == &last && v.is_some())
+        .position(|r| of_last(r) && r.offset >= before && r.value.is_some())
         .expect("the new value is on the topic");
     let over = log
         .iter()
-        .rposition(|(k, v)| k == &last && v.is_none())
+        .rposition(|r| of_last(r) && r.value.is_none())
         .expect("the run's tombstone of the last key");
     assert!(
         theirs < over,
@@ -4006,43 +4007,4 @@ fn a_write_by_others_that_repair_then_overwrote_fails_the_run() {
         err.contains("wrote over 1 keys") && err.contains(&hex(&last)),
         "the failure names the key: {err}"
     );
-}
-
-/// Partition 0 of `topic` from offset `from` to its end: each record's key
-/// and value, in offset order.
-fn restore_partition_log(
-    bootstrap: &str,
-    topic: &str,
-    from: i64,
-) -> Vec<(Vec<u8>, Option<Vec<u8>>)> {
-    use tombstone_crypt::kafka::rdkafka::consumer::{BaseConsumer, Consumer as _};
-    use tombstone_crypt::kafka::rdkafka::{Message as _, Offset, TopicPartitionList};
-    let end = end_offsets(bootstrap, topic, 1)[0];
-    let c: BaseConsumer = client_config(bootstrap)
-        .set("group.id", fresh_topic("overwritten-reader"))
-        .set("enable.auto.commit", "false")
-        .create()
-        .unwrap();
-    let mut tpl = TopicPartitionList::new();
-    tpl.add_partition_offset(topic, 0, Offset::Offset(from))
-        .unwrap();
-    c.assign(&tpl).unwrap();
-    let mut out = Vec::new();
-    let deadline = std::time::Instant::now() + Duration::from_secs(60);
-    let mut next = from;
-    while next < end {
-        assert!(
-            std::time::Instant::now() < deadline,
-            "reading {topic} timed out"
-        );
-        if let Some(m) = c.poll(Duration::from_millis(200)) {
-            let m = m.unwrap();
-            next = m.offset() + 1;
-            out.push((
-                m.key().unwrap_or_default().to_vec(),
-                m.payload().map(<[u8]>::to_vec),
-            ));
-        }
-    }
-    out
 }
