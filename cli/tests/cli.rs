@@ -3915,9 +3915,33 @@ fn a_new_run_beside_a_stopped_run_whose_checkpoint_path_is_not_utf8_is_refused()
 #[test]
 fn a_write_by_others_that_repair_then_overwrote_fails_the_run() {
     let Some(bootstrap) = bootstrap() else { return };
+    overwritten_during_a_run(&bootstrap, false);
+}
+
+/// Found by a second hostile review, closed: the same write in a
+/// transaction of others, still open when the run ended its writes, passed
+/// (exit 0): the run's read back (`read_committed`) stopped at the
+/// transaction's first record and took that for the partition's end. It
+/// now reads through its own last record, waiting (up to `--timeout`) for
+/// such a transaction to end. On Apache Kafka (transactions).
+#[test]
+fn a_transaction_of_others_that_repair_then_overwrote_fails_the_run() {
+    let Some(bootstrap) = common::kafka::apache_kafka() else {
+        return;
+    };
+    overwritten_during_a_run(&bootstrap, true);
+}
+
+/// `repair --apply` of 400 broken tombstones, one record a chunk; as soon
+/// as its first write lands, another producer writes the last key's new
+/// value (in a transaction committed only once the run's records are all
+/// on the partition, with `transactional`). The run must fail, naming the
+/// key.
+fn overwritten_during_a_run(bootstrap: &str, transactional: bool) {
+    use tombstone_crypt::kafka::rdkafka::producer::Producer as _;
     let dir = Dir::new("overwritten");
     let topic = fresh_topic("cli-overwritten");
-    create_compacted(&bootstrap, &topic, 1);
+    create_compacted(bootstrap, &topic, 1);
     let (ks_file, keyset) = new_keyset(&dir, "values.json");
     let ser = EncryptingSerializer::new(Bytes, keyset.clone());
     let seal = |k: &[u8], v: &[u8]| {
@@ -3931,9 +3955,25 @@ fn a_write_by_others_that_repair_then_overwrote_fails_the_run() {
         .collect();
     let writes: Vec<(Vec<u8>, Option<Vec<u8>>)> =
         keys.iter().map(|k| (k.clone(), seal(k, b""))).collect();
-    produce(&bootstrap, &topic, &writes);
-    let before = end_offsets(&bootstrap, &topic, 1)[0];
+    produce(bootstrap, &topic, &writes);
+    let before = end_offsets(bootstrap, &topic, 1)[0];
     let last = keys.last().unwrap().clone();
+    let theirs_value = seal(&last, b"written during the run").unwrap();
+    let wait = Duration::from_secs(30);
+    // The other writer, ready before the run starts.
+    let other: FutureProducer = if transactional {
+        let p: FutureProducer = client_config(bootstrap)
+            .set("transactional.id", fresh_topic("overwriter"))
+            .create()
+            .unwrap();
+        p.init_transactions(wait).unwrap();
+        p
+    } else {
+        client_config(bootstrap)
+            .set("enable.idempotence", "true")
+            .create()
+            .unwrap()
+    };
 
     let checkpoint = dir.file("run.checkpoint");
     let mut child = Command::new(env!("CARGO_BIN_EXE_tombstone-crypt"))
@@ -3943,7 +3983,7 @@ fn a_write_by_others_that_repair_then_overwrote_fails_the_run() {
             "--json",
             "--quiet",
             "--bootstrap",
-            &bootstrap,
+            bootstrap,
             "--topic",
             &topic,
             "--keyset",
@@ -3960,10 +4000,10 @@ fn a_write_by_others_that_repair_then_overwrote_fails_the_run() {
         .stderr(std::process::Stdio::piped())
         .spawn()
         .unwrap();
-    // As soon as the run's first tombstone is on the partition, a producer
-    // writes the last key's new value.
+    // As soon as the run's first tombstone is on the partition, the other
+    // producer writes the last key's new value.
     let deadline = std::time::Instant::now() + Duration::from_secs(120);
-    while end_offsets(&bootstrap, &topic, 1)[0] == before {
+    while end_offsets(bootstrap, &topic, 1)[0] == before {
         assert!(
             child.try_wait().unwrap().is_none(),
             "the run ended before it wrote"
@@ -3974,17 +4014,40 @@ fn a_write_by_others_that_repair_then_overwrote_fails_the_run() {
         );
         std::thread::sleep(Duration::from_millis(5));
     }
-    produce(
-        &bootstrap,
-        &topic,
-        &[(last.clone(), seal(&last, b"written during the run"))],
-    );
+    if transactional {
+        other.begin_transaction().unwrap();
+    }
+    let record = FutureRecord::<[u8], [u8]>::to(&topic)
+        .key(&last[..])
+        .payload(&theirs_value[..]);
+    futures_executor::block_on(other.send(record, wait)).unwrap();
+    if transactional {
+        // Open until all of the run's records are on the partition (its
+        // 400 and this one): the run's writes end before the transaction.
+        use tombstone_crypt::kafka::rdkafka::consumer::{BaseConsumer, Consumer as _};
+        // The high watermark, not the end of what is committed (which
+        // stays at the open transaction's first record).
+        let uncommitted: BaseConsumer = client_config(bootstrap)
+            .set("isolation.level", "read_uncommitted")
+            .create()
+            .unwrap();
+        let high = || uncommitted.fetch_watermarks(&topic, 0, wait).unwrap().1;
+        while high() < before + 401 {
+            assert!(
+                std::time::Instant::now() < deadline,
+                "the run stopped writing"
+            );
+            std::thread::sleep(Duration::from_millis(20));
+        }
+        std::thread::sleep(Duration::from_secs(1));
+        other.commit_transaction(wait).unwrap();
+    }
     let status = child.wait().unwrap();
     let mut err = String::new();
     std::io::Read::read_to_string(child.stderr.as_mut().unwrap(), &mut err).unwrap();
 
     // The race happened as meant: the new value, then the run's tombstone.
-    let log = common::compacting::read_all(&bootstrap, &topic);
+    let log = common::compacting::read_all(bootstrap, &topic);
     let of_last = |r: &common::compacting::RawRecord| r.key.as_ref() == Some(&last);
     let theirs = log
         .iter()

@@ -192,7 +192,7 @@ impl Job<'_> {
                 // Nothing others wrote while the run wrote is left under
                 // the run's older plan.
                 if n > 0 {
-                    overwritten(to, ck, p, now.from, self.hash)?;
+                    overwritten(to, ck, p, &now, self.hash)?;
                 }
             }
             // A copy reads its source again: what it gained while it was

@@ -335,8 +335,8 @@ pub(super) fn same_source(
 }
 
 /// Reads partition `p` of the topic the run wrote, from its end before the
-/// run's first write there (`from`) to its end now, after the run's writes
-/// are acknowledged: a key someone else wrote meanwhile whose record the
+/// run's first write there (`now.from`) through the run's last
+/// acknowledged record there, after the run's writes are acknowledged: a key someone else wrote meanwhile whose record the
 /// run's own records of that key then followed has lost that write (the
 /// run planned from what the partition held before; a `repair` tombstone
 /// after a producer's new value deletes it). Such keys fail the run,
@@ -347,7 +347,7 @@ pub(super) fn overwritten(
     to: &Setup,
     ck: &Checkpoint,
     p: i32,
-    from: i64,
+    now: &Progress,
     hash: &KeyHash,
 ) -> Result<(), Fail> {
     let run = ck.run.as_bytes();
@@ -357,22 +357,42 @@ pub(super) fn overwritten(
     let mut lost = 0u64;
     let mut listed: Vec<(Vec<u8>, i64, i64)> = Vec::new();
     let bar = ProgressBar::hidden();
-    read_partition(to, &to.topic, p, from, None, &bar, |r| {
-        let Some(wire) = r.key else {
-            return Ok(());
-        };
-        let key = key_of(to, wire);
-        let h = hash.of(key.encrypted, &key.group);
-        if r.run != Some(run) {
-            theirs.insert(h, r.offset);
-        } else if let Some(at) = theirs.remove(&h) {
-            lost += 1;
-            if listed.len() < LISTED {
-                listed.push((key.group, at, r.offset));
+    // Read (committed records only) through the run's last acknowledged
+    // record: a transaction of others still open before it holds the read
+    // at its first record until it ends, and a record it commits there
+    // may be one the run then wrote over.
+    let through = now.anchors.map_or(now.from, |(_, last)| last.offset);
+    let deadline = std::time::Instant::now() + to.timeout;
+    let mut next = now.from;
+    loop {
+        next = read_partition(to, &to.topic, p, next, None, &bar, |r| {
+            let Some(wire) = r.key else {
+                return Ok(());
+            };
+            let key = key_of(to, wire);
+            let h = hash.of(key.encrypted, &key.group);
+            if r.run != Some(run) {
+                theirs.insert(h, r.offset);
+            } else if let Some(at) = theirs.remove(&h) {
+                lost += 1;
+                if listed.len() < LISTED {
+                    listed.push((key.group, at, r.offset));
+                }
             }
+            Ok(())
+        })?;
+        if next > through {
+            break;
         }
-        Ok(())
-    })?;
+        if std::time::Instant::now() > deadline {
+            return Err(fail(format!(
+                "{}/{p}: a transaction of others open at offset {next}, before the run's last record there (offset {through}), has not ended after {} s, so the run cannot tell whether it wrote over what that transaction writes. The run's own writes are done and acknowledged: once the transaction ends, `audit` the topic, and compare each key the transaction wrote with the run's records after it",
+                to.topic,
+                to.timeout.as_secs()
+            )));
+        }
+        std::thread::sleep(std::time::Duration::from_millis(200));
+    }
     if lost == 0 {
         return Ok(());
     }
