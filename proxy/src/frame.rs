@@ -33,7 +33,7 @@ impl std::fmt::Display for FrameError {
 
 /// What a frame's buffer starts with; it grows (doubling) as its bytes
 /// arrive, never to more than twice what arrived.
-const FIRST_READ: usize = 64 << 10;
+pub(crate) const FIRST_READ: usize = 64 << 10;
 
 /// Reads one frame's body (without its 4-byte length). The length is
 /// checked against `max` before anything is allocated for it, and the
@@ -117,6 +117,35 @@ async fn read<R: AsyncRead + Unpin>(
         }
     }
     Ok((body.freeze(), held))
+}
+
+/// Holds an answer of `len` bytes the proxy made itself, queued for a
+/// client: its first 64 KiB from the connection's own allowance
+/// (`connection`, [`FIRST_READ`] permits), the rest from `in_hand` (the
+/// responses' pool), waiting for both. So the answers a connection has
+/// queued take at most 64 KiB beside the pool, however many requests it
+/// sends and however large the answers they ask for, and never more than
+/// the pool (`pool_size`: an answer larger than it is refused).
+pub(crate) async fn hold_answer(
+    len: usize,
+    connection: &Arc<Semaphore>,
+    in_hand: &Arc<Semaphore>,
+    pool_size: usize,
+) -> Result<(OwnedSemaphorePermit, Option<OwnedSemaphorePermit>), FrameError> {
+    let past = len.saturating_sub(FIRST_READ);
+    if past > pool_size {
+        return Err(FrameError::TooLong {
+            claimed: i64::try_from(len).unwrap_or(i64::MAX),
+            max: pool_size + FIRST_READ,
+        });
+    }
+    let own = take(connection, len.min(FIRST_READ)).await?;
+    let pooled = if past > 0 {
+        Some(take(in_hand, past).await?)
+    } else {
+        None
+    };
+    Ok((own, pooled))
 }
 
 /// `n` permits of `pool`, waiting for them.

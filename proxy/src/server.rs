@@ -61,10 +61,13 @@ struct Shared {
     /// The bytes of request frames in hand past each one's first block,
     /// all connections together (`max_buffered_bytes`).
     requests_in_hand: Arc<Semaphore>,
-    /// The same for response frames from the brokers: a pool of their own,
-    /// so that a response is never kept waiting by requests that wait on
-    /// the broker to take them.
+    /// The same for response frames from the brokers, and for the answers
+    /// the proxy makes itself past each connection's first 64 KiB of them:
+    /// a pool of their own, so that a response is never kept waiting by
+    /// requests that wait on the broker to take them.
     responses_in_hand: Arc<Semaphore>,
+    /// The size of each pool (`max_buffered_bytes`).
+    in_hand_max: usize,
     /// Idempotent producers' sequences, where the write rule grew a batch.
     sequences: crate::sequences::Sequences,
     /// Topic ids to names, from the broker's Metadata responses.
@@ -145,6 +148,7 @@ impl Proxy {
             pool: crate::budget::Pool::new(config.max_decoded_bytes()),
             requests_in_hand: Arc::new(Semaphore::new(config.max_buffered_bytes())),
             responses_in_hand: Arc::new(Semaphore::new(config.max_buffered_bytes())),
+            in_hand_max: config.max_buffered_bytes(),
             sequences: crate::sequences::Sequences::default(),
             topic_ids: crate::topic_ids::TopicIds::new(),
             policies,
@@ -332,7 +336,7 @@ async fn connection(
     };
     let (cr, cw) = tokio::io::split(client);
     let (ur, uw) = tokio::io::split(upstream);
-    let (tx, rx) = mpsc::channel(256);
+    let (tx, rx) = mpsc::channel::<Owed>(256);
     let mut reader = tokio::spawn(read_requests(shared.clone(), cr, uw, tx, peer));
     let mut writer = tokio::spawn(write_responses(shared, ur, cw, rx, peer, addr));
     tokio::select! {
@@ -378,14 +382,28 @@ enum End {
     Closed,
 }
 
+/// What a connection's client is owed, in order, and for an answer the
+/// proxy made itself, what it holds until it is written
+/// ([`crate::frame::hold_answer`]).
+type Owed = (
+    Pending,
+    Option<(
+        tokio::sync::OwnedSemaphorePermit,
+        Option<tokio::sync::OwnedSemaphorePermit>,
+    )>,
+);
+
 async fn read_requests(
     shared: Arc<Shared>,
     mut client: ReadHalf,
     mut upstream: WriteHalf,
-    owed: mpsc::Sender<Pending>,
+    owed: mpsc::Sender<Owed>,
     peer: SocketAddr,
 ) -> End {
     let mut stopping = shared.stopping.clone();
+    // The first 64 KiB of the answers this connection has queued; the rest
+    // is held in the responses' pool.
+    let answers = Arc::new(Semaphore::new(crate::frame::FIRST_READ));
     loop {
         if *stopping.borrow() {
             return End::Finished;
@@ -476,7 +494,36 @@ async fn read_requests(
         // first: declared after it) or the encrypted one.
         let send = send.map(|b| Wiped::new(b, shared.hooks.wipes()));
         if let Some(owe) = owe {
-            if owed.send(owe).await.is_err() {
+            // An answer the proxy made itself is held until it is written,
+            // as a broker's response is: a client that asks for many large
+            // answers and never reads them cannot grow the process with
+            // them.
+            let held = match &owe {
+                Pending::Local(answer) => {
+                    let hold = crate::frame::hold_answer(
+                        answer.len(),
+                        &answers,
+                        &shared.responses_in_hand,
+                        shared.in_hand_max,
+                    );
+                    let held = tokio::select! {
+                        _ = stopping.changed() => return End::Finished,
+                        held = hold => held,
+                    };
+                    match held {
+                        Ok(held) => Some(held),
+                        Err(e) => {
+                            stats::add(Event::FramesRefused, 1);
+                            tracing::warn!(
+                                "client {peer}: an answer of the proxy's own: {e}: connection closed"
+                            );
+                            return End::Closed;
+                        }
+                    }
+                }
+                Pending::Upstream { .. } => None,
+            };
+            if owed.send((owe, held)).await.is_err() {
                 return End::Closed;
             }
         }
@@ -489,30 +536,54 @@ async fn read_requests(
     }
 }
 
-fn log_refused(peer: SocketAddr, refused: &[Refused]) {
-    for r in refused {
-        tracing::warn!(
-            "client {peer}: refused a Produce to {}-{}: {}: answered error code {}, nothing \
-             written",
-            r.topic.as_str(),
-            r.partition,
-            r.reason,
-            r.code
-        );
+/// The most partitions of one request or response logged one by one; the
+/// rest are counted in one line. A request of 64 KiB can name 10,000
+/// partitions: a line each would be megabytes of log per request.
+const LOGGED_PER_REQUEST: usize = 8;
+
+/// Logs the first [`LOGGED_PER_REQUEST`] of `items` with `line`, and how
+/// many more there were with `rest`.
+fn log_bounded<T>(items: &[T], line: impl Fn(&T), rest: impl FnOnce(usize)) {
+    for item in items.iter().take(LOGGED_PER_REQUEST) {
+        line(item);
     }
+    if items.len() > LOGGED_PER_REQUEST {
+        rest(items.len() - LOGGED_PER_REQUEST);
+    }
+}
+
+fn log_refused(peer: SocketAddr, refused: &[Refused]) {
+    log_bounded(
+        refused,
+        |r| {
+            tracing::warn!(
+                "client {peer}: refused a Produce to {}-{}: {}: answered error code {}, \
+                 nothing written",
+                r.topic.as_str(),
+                r.partition,
+                r.reason,
+                r.code
+            )
+        },
+        |more| {
+            tracing::warn!(
+                "client {peer}: refused {more} more partitions of that Produce, nothing written"
+            )
+        },
+    );
 }
 
 async fn write_responses(
     shared: Arc<Shared>,
     mut upstream: ReadHalf,
     mut client: WriteHalf,
-    mut owed: mpsc::Receiver<Pending>,
+    mut owed: mpsc::Receiver<Owed>,
     peer: SocketAddr,
     broker: String,
 ) {
     let map_shared = shared.clone();
     let map = move |node: i32, host: &str, port: i32| map_shared.node_address(node, host, port);
-    while let Some(pending) = owed.recv().await {
+    while let Some((pending, _answer_held)) = owed.recv().await {
         // The frame to write (the connection's one response in hand), and
         // the broker's frame's bytes in hand, let go once it is written.
         let (_held, out) = match pending {
@@ -555,15 +626,24 @@ async fn write_responses(
                 );
                 match handed {
                     Ok((out, failed)) => {
-                        for f in failed {
-                            tracing::warn!(
-                                "client {peer}: refused to hand on {}-{} of a Fetch: {}: \
-                                 answered CORRUPT_MESSAGE, no records",
-                                f.topic,
-                                f.partition,
-                                f.reason
-                            );
-                        }
+                        log_bounded(
+                            &failed,
+                            |f| {
+                                tracing::warn!(
+                                    "client {peer}: refused to hand on {}-{} of a Fetch: {}: \
+                                     answered CORRUPT_MESSAGE, no records",
+                                    f.topic,
+                                    f.partition,
+                                    f.reason
+                                )
+                            },
+                            |more| {
+                                tracing::warn!(
+                                    "client {peer}: refused to hand on {more} more partitions \
+                                     of that Fetch"
+                                )
+                            },
+                        );
                         (Some(held), out)
                     }
                     Err(reason) => {
@@ -613,5 +693,33 @@ fn in_place<T>(heavy: bool, work: impl FnOnce() -> T) -> T {
             tokio::task::block_in_place(work)
         }
         _ => work(),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_request_of_many_refused_partitions_logs_a_bounded_number_of_lines() {
+        let lines = std::cell::Cell::new(0);
+        let mut rest = None;
+        let partitions: Vec<i32> = (0..10_900).collect();
+        log_bounded(
+            &partitions,
+            |_| lines.set(lines.get() + 1),
+            |n| rest = Some(n),
+        );
+        assert_eq!(
+            (lines.get(), rest),
+            (LOGGED_PER_REQUEST, Some(10_900 - LOGGED_PER_REQUEST))
+        );
+        let (lines, mut rest) = (std::cell::Cell::new(0), None);
+        log_bounded(
+            &partitions[..3],
+            |_| lines.set(lines.get() + 1),
+            |n| rest = Some(n),
+        );
+        assert_eq!((lines.get(), rest), (3, None));
     }
 }

@@ -16,6 +16,7 @@
 //! may hold.
 
 use crate::common;
+use common::status_kib;
 
 use std::io::Write as _;
 
@@ -152,15 +153,6 @@ fn gzip_bomb() -> (Bytes, usize) {
     b[8..12].copy_from_slice(&length.to_be_bytes());
     fix_crc(&mut b);
     (b.freeze(), count)
-}
-
-fn status_kib(field: &str) -> usize {
-    let status = std::fs::read_to_string("/proc/self/status").unwrap();
-    status
-        .lines()
-        .find_map(|l| l.strip_prefix(field))
-        .and_then(|v| v.trim().trim_end_matches("kB").trim().parse().ok())
-        .unwrap_or_else(|| panic!("{field} in /proc/self/status"))
 }
 
 #[test]

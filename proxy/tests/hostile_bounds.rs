@@ -12,6 +12,7 @@
 //! topic whole, where Apache Kafka answers one batch at a time.
 
 use crate::common;
+use common::status_kib;
 
 use std::io::{Read as _, Write as _};
 use std::net::TcpStream;
@@ -993,15 +994,6 @@ fn an_api_versions_error_answer_lists_only_what_the_proxy_serves() {
 // ---------------------------------------------------------------------
 // Slow clients and many connections.
 // ---------------------------------------------------------------------
-
-fn status_kib(field: &str) -> usize {
-    let status = std::fs::read_to_string("/proc/self/status").unwrap();
-    status
-        .lines()
-        .find_map(|l| l.strip_prefix(field))
-        .and_then(|v| v.trim().trim_end_matches("kB").trim().parse().ok())
-        .unwrap()
-}
 
 fn fds() -> usize {
     std::fs::read_dir("/proc/self/fd").unwrap().count()

@@ -295,3 +295,125 @@ fn a_topic_without_a_policy_passes_by_id() {
     let (code, got) = fetch_by_id(&bare.addr, id, 13);
     assert_eq!((code, got), (0, as_bytes(&written())));
 }
+
+/// Found by a hostile review, closed: the answers the proxy makes itself
+/// were held outside every bound. A Produce v13 of 64 KiB that names
+/// 10,900 partitions of an unknown topic id is answered by the proxy
+/// (`UNKNOWN_TOPIC_ID`), with an error message each, 1.96 MB; up to 256 such
+/// answers queued per connection for a client that never reads: 4
+/// connections grew a proxy from 20 MB to 1.55 GB resident. Now an answer's
+/// first 64 KiB come from its connection's allowance and the rest from the
+/// responses' pool (`max_buffered_bytes`), held until written, and only
+/// the first 16 partitions of an answer carry a message. Here 4 connections
+/// of 100 such requests each, never read, against a pool of 16 MiB: 15 MiB
+/// of growth (without the hold, 106 MiB).
+#[test]
+fn answers_of_the_proxy_s_own_that_nobody_reads_stay_within_the_pool() {
+    let Some(apache) = apache_kafka() else {
+        return;
+    };
+    let topic = fresh_topic("answers");
+    create_topic(&apache, &topic, 1);
+    let keys = Keys::new(false);
+    let proxy = common::start_proxy_json(
+        &apache,
+        keys.policies(&topic),
+        Hooks::default(),
+        Some(8 << 20),
+        &format!(r#""max_buffered_bytes": {},"#, 16 << 20),
+    );
+    let frame = |correlation: i32| {
+        let mut t = m::produce_request::TopicProduceData::default();
+        t.topic_id = uuid::Uuid::from_u128(0x5eed_0000_0000_0000_0000_0000_0000_0001);
+        for i in 0..10_000 {
+            let mut p = m::produce_request::PartitionProduceData::default();
+            p.index = i;
+            t.partition_data.push(p);
+        }
+        let mut req = m::ProduceRequest::default();
+        req.acks = -1;
+        req.timeout_ms = 5000;
+        req.topic_data.push(t);
+        let body = request(ApiKey::Produce, 13, correlation, &req);
+        let mut f = (body.len() as i32).to_be_bytes().to_vec();
+        f.extend_from_slice(&body);
+        f
+    };
+    // One answer, read: what each of them is.
+    let answer = common::wire::send_frame(&proxy.addr, &frame(1)[4..]).expect("an answer");
+    assert!(
+        answer.len() > 64 << 10,
+        "an answer of {} bytes shows nothing",
+        answer.len()
+    );
+    let frames: Vec<Vec<u8>> = (0..100).map(frame).collect();
+    let frames = std::sync::Arc::new(frames);
+    let rss_before = common::status_kib("VmRSS:");
+    let unread: Vec<_> = (0..4)
+        .map(|_| {
+            let (addr, frames) = (proxy.addr.clone(), frames.clone());
+            std::thread::spawn(move || {
+                let mut s = std::net::TcpStream::connect(&addr).unwrap();
+                s.set_write_timeout(Some(std::time::Duration::from_millis(500)))
+                    .unwrap();
+                let mut sent = 0;
+                for f in frames.iter() {
+                    if std::io::Write::write_all(&mut s, f).is_err() {
+                        break;
+                    }
+                    sent += 1;
+                }
+                (s, sent)
+            })
+        })
+        .collect();
+    let unread: Vec<_> = unread.into_iter().map(|t| t.join().unwrap()).collect();
+    std::thread::sleep(std::time::Duration::from_secs(2));
+    let rss_after = common::status_kib("VmRSS:");
+    eprintln!(
+        "answers of {} bytes, {} requests sent on 4 connections never read: resident {} -> {} MiB",
+        answer.len(),
+        unread.iter().map(|(_, n)| n).sum::<usize>(),
+        rss_before / 1024,
+        rss_after / 1024
+    );
+    // Others are answered meanwhile: a small request, and the proxy's
+    // own answer to another one of those (it waits for the pool).
+    let small = send_frame_within(&proxy.addr, &versions_request(), 5);
+    assert!(small.is_some(), "an ApiVersions was not answered");
+    assert!(
+        rss_after.saturating_sub(rss_before) < 40 << 10,
+        "unread answers grew the proxy by {} MiB (a pool of 16 MiB)",
+        (rss_after - rss_before) / 1024
+    );
+    drop(unread);
+    let again = send_frame_within(&proxy.addr, &frame(2)[4..], 30);
+    assert!(
+        again.is_some(),
+        "the pool was not given back: no answer after the readers left"
+    );
+}
+
+/// An ApiVersions v3 request's frame body.
+fn versions_request() -> Vec<u8> {
+    let mut req = m::ApiVersionsRequest::default();
+    req.client_software_name = StrBytes::from_static_str("t");
+    req.client_software_version = StrBytes::from_static_str("1");
+    request(ApiKey::ApiVersions, 3, 9, &req).to_vec()
+}
+
+/// Sends one request frame (`body`, without its length) on a new
+/// connection and waits at most `secs` for its answer's frame.
+fn send_frame_within(addr: &str, body: &[u8], secs: u64) -> Option<Vec<u8>> {
+    use std::io::{Read as _, Write as _};
+    let mut s = std::net::TcpStream::connect(addr).ok()?;
+    s.set_read_timeout(Some(std::time::Duration::from_secs(secs)))
+        .ok()?;
+    s.write_all(&(body.len() as i32).to_be_bytes()).ok()?;
+    s.write_all(body).ok()?;
+    let mut len = [0u8; 4];
+    s.read_exact(&mut len).ok()?;
+    let mut out = vec![0u8; i32::from_be_bytes(len).max(0) as usize];
+    s.read_exact(&mut out).ok()?;
+    Some(out)
+}

@@ -269,24 +269,41 @@ fn names(t: &TopicProduceResponse, version: i16, name: &TopicName, id: Uuid) -> 
     }
 }
 
+/// The most partitions of one Produce response given an error message:
+/// the rest carry their error code alone. A request of 64 KiB can name
+/// 10,000 partitions, and a message each made its answer 30 times its size.
+const MESSAGES_PER_RESPONSE: usize = 16;
+
 fn merge_refused(response: &mut ProduceResponse, refused: &[Refused], version: i16) {
-    for r in refused {
+    // Where each topic's entry is (by id from v13, else by name), so that a
+    // request of many topics costs one lookup each, not a scan.
+    let key = |name: &TopicName, id: Uuid| {
+        if version >= 13 {
+            (None, id)
+        } else {
+            (Some(name.clone()), Uuid::nil())
+        }
+    };
+    let mut at: std::collections::HashMap<(Option<TopicName>, Uuid), usize> = response
+        .responses
+        .iter()
+        .enumerate()
+        .map(|(i, t)| (key(&t.name, t.topic_id), i))
+        .collect();
+    for (n, r) in refused.iter().enumerate() {
         let mut p = PartitionProduceResponse::default();
         p.index = r.partition;
         p.error_code = r.code;
         p.base_offset = -1;
-        if version >= 8 {
+        if version >= 8 && n < MESSAGES_PER_RESPONSE {
             p.error_message = Some(StrBytes::from_string(format!(
                 "tombstone-crypt proxy refused the partition: {}",
                 r.reason
             )));
         }
-        match response
-            .responses
-            .iter_mut()
-            .find(|t| names(t, version, &r.topic, r.topic_id))
-        {
-            Some(t) => t.partition_responses.push(p),
+        let k = key(&r.topic, r.topic_id);
+        match at.get(&k) {
+            Some(&i) => response.responses[i].partition_responses.push(p),
             None => {
                 let mut t = TopicProduceResponse::default();
                 if version >= 13 {
@@ -295,6 +312,7 @@ fn merge_refused(response: &mut ProduceResponse, refused: &[Refused], version: i
                     t.name = r.topic.clone();
                 }
                 t.partition_responses.push(p);
+                at.insert(k, response.responses.len());
                 response.responses.push(t);
             }
         }

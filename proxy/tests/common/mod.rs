@@ -404,3 +404,14 @@ pub fn sealed_per_key(
     }
     Ok(())
 }
+
+/// A field of this process's `/proc/self/status` in KiB (`"VmRSS:"`: the
+/// resident memory, the proxies the tests start in-process included).
+pub fn status_kib(field: &str) -> usize {
+    let status = std::fs::read_to_string("/proc/self/status").unwrap();
+    status
+        .lines()
+        .find_map(|l| l.strip_prefix(field))
+        .and_then(|v| v.trim().trim_end_matches("kB").trim().parse().ok())
+        .unwrap_or_else(|| panic!("{field} in /proc/self/status"))
+}
