@@ -336,10 +336,11 @@ pub(super) fn same_source(
 
 /// Reads partition `p` of the topic the run wrote, from its end before the
 /// run's first write there (`now.from`) through the run's last
-/// acknowledged record there, after the run's writes are acknowledged: a key someone else wrote meanwhile whose record the
-/// run's own records of that key then followed has lost that write (the
-/// run planned from what the partition held before; a `repair` tombstone
-/// after a producer's new value deletes it). Such keys fail the run,
+/// acknowledged record there, once the run's writes are acknowledged: a
+/// key someone else wrote meanwhile whose record the run's own records of
+/// that key then followed has lost that write (the run planned from what
+/// the partition held before; a `repair` tombstone after a producer's new
+/// value deletes it). Such keys fail the run,
 /// named with both offsets, rather than pass as written: the write they
 /// lost is still on the topic at its offset (until compaction removes it
 /// under the run's newer record), so it can be written again.
