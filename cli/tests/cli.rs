@@ -2334,7 +2334,8 @@ fn write_checkpoint(path: &str, doc: &Value) {
 /// equal the model, and the report names the keys left to others. The
 /// negative control resumes as the command did before it checked first
 /// (its journals written before it reads): a delete made meanwhile is
-/// undone, and the model is not met.
+/// undone, and the model is not met; the read back after a run's writes
+/// then finds it and fails the run, naming the keys.
 #[test]
 fn a_resume_lets_what_others_wrote_since_decide_their_keys() {
     use tombstone_crypt::record_key::murmur2_partition;
@@ -2459,6 +2460,21 @@ fn a_resume_lets_what_others_wrote_since_decide_their_keys() {
             resume.push("--resume-writes-first");
         }
         let resumed = t.run(cmd, &resume);
+        if control {
+            // What others wrote meanwhile undone: the model is not met,
+            // and the read back after the run's writes finds it (exit 2,
+            // the keys named).
+            let got = written.replay();
+            let undone: Vec<&String> = journaled
+                .iter()
+                .filter(|k| got.get(k.as_bytes()) != model.get(k.as_bytes()))
+                .collect();
+            assert!(!undone.is_empty(), "{what}: the control met the model");
+            let err = String::from_utf8_lossy(&resumed.stderr);
+            assert_eq!(code(&resumed), 2, "{what}: the control passed: {err}");
+            assert!(err.contains("the run wrote over"), "{what}: {err}");
+            continue;
+        }
         let r = json_of(&resumed);
         assert_eq!(
             code(&resumed),
@@ -2470,15 +2486,6 @@ fn a_resume_lets_what_others_wrote_since_decide_their_keys() {
             !std::path::Path::new(&ck).exists(),
             "{what}: removed when done"
         );
-        if control {
-            let got = written.replay();
-            let undone: Vec<&String> = journaled
-                .iter()
-                .filter(|k| got.get(k.as_bytes()) != model.get(k.as_bytes()))
-                .collect();
-            assert!(!undone.is_empty(), "{what}: the control met the model");
-            continue;
-        }
         assert!(
             r["written_by_others"]["keys"].as_u64() > Some(0),
             "{what}: {r}"

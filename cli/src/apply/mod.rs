@@ -189,11 +189,12 @@ impl Job<'_> {
                 let (n, now) = self.write(index, p, prog, ck, producer)?;
                 written += n;
                 progress = Some(now);
-                // Nothing others wrote while the run wrote is left under
-                // the run's older plan.
-                if n > 0 {
-                    overwritten(to, ck, p, &now, self.hash)?;
-                }
+            }
+            // Nothing others wrote while the run wrote (this process, or
+            // the one it resumes, its journals included) is left under the
+            // run's older plan.
+            if let Some(now) = progress.filter(|now| now.written > 0) {
+                overwritten(to, ck, p, &now, self.hash)?;
             }
             // A copy reads its source again: what it gained while it was
             // read and written is copied in another round.
