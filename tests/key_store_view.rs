@@ -212,6 +212,7 @@ fn recreate(bootstrap: &str, topic: &str) {
             .unwrap()
             .remove(0);
         if r.is_ok() {
+            common::compacting::wait_compact_policy(bootstrap, topic);
             return;
         }
         assert!(Instant::now() < deadline, "{topic} not made again: {r:?}");

@@ -3267,7 +3267,10 @@ fn recreate_compacted(bootstrap: &str, topic: &str, partitions: i32) {
         let created =
             futures_executor::block_on(admin.create_topics([&new], &AdminOptions::new())).unwrap();
         match created.into_iter().next().unwrap() {
-            Ok(_) => break,
+            Ok(_) => {
+                common::compacting::wait_compact_policy(bootstrap, topic);
+                break;
+            }
             Err((
                 _,
                 tombstone_crypt::kafka::rdkafka::types::RDKafkaErrorCode::TopicAlreadyExists,

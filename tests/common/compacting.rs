@@ -187,6 +187,37 @@ pub fn compaction_runs() -> u64 {
     COMPACTION_RUNS.load(Ordering::SeqCst)
 }
 
+/// Waits (up to 30 s) until the broker describes `topic` with
+/// `cleanup.policy=compact`: a topic deleted and created again at once may
+/// be described, for a moment after its creation returned, without the
+/// configuration it was made with (seen on Apache Kafka under load, the
+/// tests four at a time), and a changelog opened then is refused.
+pub fn wait_compact_policy(bootstrap: &str, topic: &str) {
+    let admin: AdminClient<DefaultClientContext> = client_config(bootstrap).create().unwrap();
+    let resource = ResourceSpecifier::Topic(topic);
+    let deadline = Instant::now() + Duration::from_secs(30);
+    loop {
+        let described =
+            futures_executor::block_on(admin.describe_configs([&resource], &AdminOptions::new()))
+                .unwrap();
+        let policy = described.into_iter().next().and_then(|c| {
+            c.ok()?
+                .entries
+                .iter()
+                .find(|e| e.name == "cleanup.policy")
+                .and_then(|e| e.value.clone())
+        });
+        if policy.as_deref().is_some_and(|p| p.contains("compact")) {
+            return;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "{topic} is described with cleanup.policy {policy:?}, not compact"
+        );
+        std::thread::sleep(Duration::from_millis(100));
+    }
+}
+
 /// Gives `topic` the settings of [`FAST_COMPACTION`] it lacks (a topic a
 /// client or the command line created), keeping its other settings
 /// (AlterConfigs replaces a topic's whole configuration).
