@@ -4,7 +4,7 @@
 //! control, a proxy that forwards plaintext, encrypts nothing and the
 //! count says so. One test in this binary: the counters are the process's.
 
-use crate::common;
+mod common;
 
 use std::io::{Read, Write};
 use std::net::TcpStream;

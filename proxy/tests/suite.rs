@@ -2,15 +2,15 @@
 //! `proxy/tests/` is a module of it, so the helpers of `common/` build once
 //! and the test command links one binary, not one per file. cargo-nextest
 //! (the test command's runner) still runs each test in a process of its
-//! own. Three files stay binaries of their own (`Cargo.toml`): two with a
-//! global allocator (`freed_memory`, `review_fetch_drop`) and one that sets
-//! the global `tracing` subscriber (`spans`).
+//! own. Four files stay binaries of their own (`Cargo.toml`): two with a
+//! global allocator (`freed_memory`, `review_fetch_drop`), one that sets
+//! the global `tracing` subscriber (`spans`) and one that counts the
+//! process-wide counters exactly (`counters`).
 
 mod common;
 
 mod api_guard;
 mod busy_clients;
-mod counters;
 mod decode_bounds;
 mod faults;
 mod fuzz_regressions;
