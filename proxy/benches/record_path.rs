@@ -28,7 +28,7 @@ use std::hint::black_box;
 use bytes::{Bytes, BytesMut};
 use criterion::{criterion_group, criterion_main, Criterion, Throughput};
 use kafka_protocol::records::{
-    Compression, Record, RecordBatchEncoder, RecordEncodeOptions, TimestampType,
+    Compression, Record, RecordBatchDecoder, RecordBatchEncoder, RecordEncodeOptions, TimestampType,
 };
 use tombstone_crypt::{KeyTemplate, Keyset};
 use tombstone_crypt_proxy::TopicPolicy;
@@ -67,7 +67,10 @@ fn records() -> Vec<Record> {
                 producer_epoch: -1,
                 timestamp_type: TimestampType::Creation,
                 offset: i as i64,
-                sequence: -1,
+                // kafka-protocol's encoder keeps records in one batch
+                // while offset minus sequence stays (a producer that is
+                // not idempotent: its batch's base sequence is -1).
+                sequence: i as i32 - 1,
                 timestamp: 1_700_000_000_000 + i as i64,
                 key: Some(Bytes::from(format!("key-{i:08}"))),
                 value: Some(Bytes::from(v)),
@@ -84,7 +87,12 @@ fn batch(records: &[Record], compression: Compression) -> Bytes {
         compression,
     };
     RecordBatchEncoder::encode(&mut buf, records.iter(), &options).expect("a batch");
-    buf.freeze()
+    let buf = buf.freeze();
+    // One batch of all the records, as a producer's full batch is (not a
+    // batch a record).
+    let batches = RecordBatchDecoder::decode_all(&mut buf.clone()).expect("decoded");
+    assert_eq!((batches.len(), batches[0].records.len()), (1, RECORDS));
+    buf
 }
 
 fn bench(c: &mut Criterion) {
