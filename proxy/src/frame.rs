@@ -166,15 +166,19 @@ async fn take(pool: &Arc<Semaphore>, n: usize) -> Result<OwnedSemaphorePermit, F
         .map_err(|_| FrameError::Io(std::io::Error::other("the proxy is stopping")))
 }
 
-/// Writes one frame: its length, then its body.
+/// Writes one frame: its length, then its body, in one vectored write
+/// where the stream takes one (a TCP socket: with `TCP_NODELAY` set, the
+/// length written alone went as a segment of its own, a system call and a
+/// packet more for each frame).
 pub(crate) async fn write_frame<W: AsyncWrite + Unpin>(
     w: &mut W,
     body: &[u8],
 ) -> std::io::Result<()> {
     let len = i32::try_from(body.len())
         .map_err(|_| std::io::Error::new(std::io::ErrorKind::InvalidData, "a frame over 2 GiB"))?;
-    w.write_all(&len.to_be_bytes()).await?;
-    w.write_all(body).await?;
+    let len = len.to_be_bytes();
+    let mut frame = bytes::Buf::chain(&len[..], body);
+    w.write_all_buf(&mut frame).await?;
     // A TLS stream may hold the last record until flushed.
     w.flush().await
 }
@@ -254,6 +258,80 @@ mod tests {
         // doubling from the first block reaches.
         let block = body.try_into_mut().expect("the only handle");
         assert_eq!(block.capacity(), size);
+    }
+
+    /// Takes at most `chunk` bytes a write; counts the writes.
+    #[derive(Default)]
+    struct Writes {
+        out: Vec<u8>,
+        calls: usize,
+        chunk: usize,
+    }
+
+    impl tokio::io::AsyncWrite for Writes {
+        fn poll_write(
+            mut self: std::pin::Pin<&mut Self>,
+            _: &mut std::task::Context<'_>,
+            buf: &[u8],
+        ) -> std::task::Poll<std::io::Result<usize>> {
+            let n = buf.len().min(self.chunk);
+            self.out.extend_from_slice(&buf[..n]);
+            self.calls += 1;
+            std::task::Poll::Ready(Ok(n))
+        }
+
+        fn poll_write_vectored(
+            mut self: std::pin::Pin<&mut Self>,
+            _: &mut std::task::Context<'_>,
+            bufs: &[std::io::IoSlice<'_>],
+        ) -> std::task::Poll<std::io::Result<usize>> {
+            let mut n = 0;
+            for b in bufs {
+                let take = b.len().min(self.chunk - n);
+                self.out.extend_from_slice(&b[..take]);
+                n += take;
+            }
+            self.calls += 1;
+            std::task::Poll::Ready(Ok(n))
+        }
+
+        fn is_write_vectored(&self) -> bool {
+            true
+        }
+
+        fn poll_flush(
+            self: std::pin::Pin<&mut Self>,
+            _: &mut std::task::Context<'_>,
+        ) -> std::task::Poll<std::io::Result<()>> {
+            std::task::Poll::Ready(Ok(()))
+        }
+
+        fn poll_shutdown(
+            self: std::pin::Pin<&mut Self>,
+            _: &mut std::task::Context<'_>,
+        ) -> std::task::Poll<std::io::Result<()>> {
+            std::task::Poll::Ready(Ok(()))
+        }
+    }
+
+    #[tokio::test]
+    async fn a_frame_goes_in_one_write_its_length_with_its_body() {
+        let mut w = Writes {
+            chunk: 1 << 20,
+            ..Default::default()
+        };
+        write_frame(&mut w, b"hello").await.unwrap();
+        assert_eq!(w.out, b"\0\0\0\x05hello");
+        assert_eq!(w.calls, 1, "the length went alone");
+        // A stream that takes little at a time gets all of it, in order.
+        let body: Vec<u8> = (0..1000u32).map(|i| i as u8).collect();
+        let mut w = Writes {
+            chunk: 7,
+            ..Default::default()
+        };
+        write_frame(&mut w, &body).await.unwrap();
+        assert_eq!(w.out[..4], 1000i32.to_be_bytes());
+        assert_eq!(w.out[4..], body[..]);
     }
 
     #[tokio::test]
