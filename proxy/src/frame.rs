@@ -103,7 +103,9 @@ async fn read<R: AsyncRead + Unpin>(
         Some(pool) => Some(take(pool, size.saturating_sub(FIRST_READ)).await?),
         None => None,
     };
-    let mut body = crate::wipe::Buf::with_capacity(size.min(FIRST_READ), true);
+    // Only appended to: a frame cut short wipes what arrived, not the
+    // block of its claimed length.
+    let mut body = crate::wipe::Buf::appended_only(size.min(FIRST_READ), true);
     while body.len() < size {
         // Held in the pool, a frame whose first block arrived takes the
         // rest of its length at once: one move of that block, not one

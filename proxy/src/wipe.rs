@@ -9,9 +9,12 @@
 //! the buffer is wiped by whoever drops the last handle, if that code
 //! wipes (the proxy's does).
 //!
-//! The whole block is wiped, its spare capacity too. A buffer that grows moves to a new block and frees the
-//! old one unwiped: the proxy sizes its buffers up front, or grows them
-//! with [`Buf::reserve`], which wipes the block it leaves.
+//! The whole block is wiped, its spare capacity too, but for a buffer
+//! that is only appended to ([`Buf::appended_only`]: a frame as it is
+//! read), whose contents are all it ever held. A buffer that grows moves
+//! to a new block and frees the old one unwiped: the proxy sizes its
+//! buffers up front, or grows them with [`Buf::reserve`], which wipes the
+//! block it leaves.
 //!
 //! The test hook `skip_wipe` turns every wipe of this module into a plain
 //! drop (the negative control of `tests/freed_memory.rs`).
@@ -84,6 +87,9 @@ impl Drop for Wiped {
 pub(crate) struct Buf {
     buf: BytesMut,
     on: bool,
+    /// Whether only its contents are wiped, not its spare capacity
+    /// ([`Buf::appended_only`]).
+    contents_only: bool,
 }
 
 impl Buf {
@@ -91,6 +97,35 @@ impl Buf {
         Buf {
             buf: BytesMut::with_capacity(capacity),
             on,
+            contents_only: false,
+        }
+    }
+
+    /// A buffer that is only ever appended to (a frame as its bytes
+    /// arrive): nothing it held lies past its length, so it wipes its
+    /// contents, not its spare capacity. A frame read into a block of the
+    /// length it claims and cut short (a client that stalls and is timed
+    /// out, or closes) then costs a wipe of what arrived, not of the
+    /// whole claim: 64 KiB sent must not buy a wipe of 100 MiB.
+    pub(crate) fn appended_only(capacity: usize, on: bool) -> Self {
+        Buf {
+            buf: BytesMut::with_capacity(capacity),
+            on,
+            contents_only: true,
+        }
+    }
+
+    /// Wipes what `old` holds (its contents, or its whole block) and frees
+    /// it.
+    fn wipe_block(&self, mut old: BytesMut) {
+        if !self.on {
+            return;
+        }
+        if self.contents_only {
+            let contents: &mut [u8] = &mut old;
+            contents.zeroize();
+        } else {
+            buf_mut(old);
         }
     }
 
@@ -109,9 +144,7 @@ impl Buf {
         let mut grown = BytesMut::with_capacity(capacity);
         grown.extend_from_slice(&self.buf);
         let old = std::mem::replace(&mut self.buf, grown);
-        if self.on {
-            buf_mut(old);
-        }
+        self.wipe_block(old);
     }
 
     /// `data` appended, through [`Buf::reserve`].
@@ -147,9 +180,8 @@ impl std::ops::DerefMut for Buf {
 
 impl Drop for Buf {
     fn drop(&mut self) {
-        if self.on {
-            buf_mut(std::mem::take(&mut self.buf));
-        }
+        let buf = std::mem::take(&mut self.buf);
+        self.wipe_block(buf);
     }
 }
 
