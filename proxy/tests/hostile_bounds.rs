@@ -1178,15 +1178,15 @@ fn many_connections_that_send_most_of_a_large_frame_and_stall() {
     assert_eq!(code, 0, "{m:?}");
 }
 
-/// Found in review, closed: a frame held in the pool is read into a block
-/// of the length it claims once its first 64 KiB arrive (one block, not a
-/// doubling through five), and a block was wiped whole when dropped. So a
-/// client that claimed 100 MB, sent 65 KiB and closed made the proxy wipe
-/// 100 MB: 300 such connections, one after another, took 7.3 s of the
-/// proxy's CPU and 199 MB of resident memory at their peak (0.13 s and 8
-/// MB before the one-block read). A frame's buffer now wipes what arrived
-/// (it is only appended to), not the block: the process's peak grows by
-/// a few MiB, and a Produce is answered after.
+/// A frame held in the pool is read into a block of the length it claims
+/// once its first 64 KiB arrive (one block, not a doubling through five).
+/// A first version of that wiped the block whole when dropped, as every
+/// buffer of the proxy's is, so a client that claimed 100 MB, sent 65 KiB
+/// and closed made the proxy wipe 100 MB: 300 such connections, one after
+/// another, took 7.3 s of the proxy's CPU and 199 MB of resident memory at
+/// their peak (0.13 s and 8 MB reading as the bytes arrived). A frame's
+/// buffer wipes what arrived (it is only appended to), not its block: the
+/// process's peak grows by a few MiB, and a Produce is answered after.
 #[test]
 fn frames_cut_short_after_their_first_block_cost_what_arrived() {
     let Some(broker) = lenient_broker() else {
