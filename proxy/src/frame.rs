@@ -111,12 +111,18 @@ async fn read<R: AsyncRead + Unpin>(
         // rest of its length at once: one move of that block, not one
         // per doubling (a 1 MB frame copied, wiped and faulted in about
         // four times over, into a block of 2 MiB).
-        let room = if held.is_some() && body.len() >= FIRST_READ {
-            size - body.len()
+        if held.is_some() && body.len() >= FIRST_READ {
+            let room = size - body.len();
+            body.try_reserve_exact(room).map_err(|_| {
+                FrameError::Io(std::io::Error::new(
+                    std::io::ErrorKind::OutOfMemory,
+                    format!("no memory for a frame of {size} bytes"),
+                ))
+            })?;
         } else {
-            (size - body.len()).min(body.len().max(FIRST_READ))
-        };
-        body.reserve(room);
+            body.reserve((size - body.len()).min(body.len().max(FIRST_READ)));
+        }
+        let room = size - body.len();
         let n = (&mut *r)
             .take(room as u64)
             .read_buf(body.inner())

@@ -441,6 +441,11 @@ async fn read_requests(
                 tracing::warn!("client {peer}: refused: {e}: connection closed");
                 return End::Closed;
             }
+            Err(FrameError::Io(e)) if e.kind() == std::io::ErrorKind::OutOfMemory => {
+                stats::add(Event::FramesRefused, 1);
+                tracing::warn!("client {peer}: refused: {e}: connection closed");
+                return End::Closed;
+            }
             Err(FrameError::Io(e)) => {
                 tracing::debug!("client {peer}: {e}");
                 return End::Closed;

@@ -147,6 +147,32 @@ impl Buf {
         self.wipe_block(old);
     }
 
+    /// Room for exactly `additional` more bytes, as [`Buf::reserve`] makes
+    /// it (the contents moved, the old block wiped), but a block the
+    /// system refuses is an error rather than the process's abort: a
+    /// frame's block is as long as its peer claims (within the limits), and
+    /// a process under an address-space limit (`ulimit -v`, strict
+    /// overcommit) must refuse the frame, not stop every connection.
+    pub(crate) fn try_reserve_exact(
+        &mut self,
+        additional: usize,
+    ) -> Result<(), std::collections::TryReserveError> {
+        if self.buf.capacity() - self.buf.len() >= additional {
+            return Ok(());
+        }
+        let mut block = Vec::new();
+        block.try_reserve_exact(self.buf.len().saturating_add(additional))?;
+        block.extend_from_slice(&self.buf);
+        // The block as a `BytesMut`, its capacity kept: the only handle,
+        // so never copied.
+        let block = Bytes::from(block)
+            .try_into_mut()
+            .unwrap_or_else(|shared| BytesMut::from(&shared[..]));
+        let old = std::mem::replace(&mut self.buf, block);
+        self.wipe_block(old);
+        Ok(())
+    }
+
     /// `data` appended, through [`Buf::reserve`].
     pub(crate) fn extend_from_slice(&mut self, data: &[u8]) {
         self.reserve(data.len());
