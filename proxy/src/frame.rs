@@ -32,7 +32,9 @@ impl std::fmt::Display for FrameError {
 }
 
 /// What a frame's buffer starts with; it grows (doubling) as its bytes
-/// arrive, never to more than twice what arrived.
+/// arrive, never to more than twice what arrived, but for a frame held in
+/// the pool ([`read_frame_held`]), whose rest takes one block of its
+/// claimed length once this much arrived.
 pub(crate) const FIRST_READ: usize = 64 << 10;
 
 /// Reads one frame's body (without its 4-byte length). The length is
@@ -62,7 +64,11 @@ pub(crate) async fn read_frame<R: AsyncRead + Unpin>(
 /// no frame holding part of the pool waits for more of it (frames that
 /// each hold part and wait for the rest would wait on each other for
 /// ever). The bytes are held by the permit returned, until it is dropped.
-/// The semaphore must hold at least `max` permits.
+/// The semaphore must hold at least `max` permits. Its first 64 KiB in,
+/// the frame is read into one block of the length it claims (counted in
+/// the pool already), allocated fallibly: a block the system refuses is
+/// an error of this frame (`OutOfMemory`), not the process's abort. Cut
+/// short, it wipes what arrived, not the block.
 pub(crate) async fn read_frame_held<R: AsyncRead + Unpin>(
     r: &mut R,
     max: usize,
