@@ -64,11 +64,7 @@ fn the_proxy_command_encrypts_a_policy_topic_for_consume_and_stops_on_sigterm() 
         .spawn()
         .unwrap();
     let addr = format!("127.0.0.1:{port}");
-    let deadline = Instant::now() + Duration::from_secs(20);
-    while std::net::TcpStream::connect(&addr).is_err() {
-        assert!(Instant::now() < deadline, "the proxy did not listen");
-        std::thread::sleep(Duration::from_millis(50));
-    }
+    wait_listening(&addr);
     create_topic(&broker, &topic, 1);
     create_topic(&broker, &free, 1);
     produce(
@@ -137,6 +133,15 @@ fn the_proxy_command_encrypts_a_policy_topic_for_consume_and_stops_on_sigterm() 
     assert!(!stderr.contains("v1"), "a value in the log: {stderr}");
 }
 
+/// Waits (up to 20 s) for a proxy just started to listen at `addr`.
+fn wait_listening(addr: &str) {
+    let deadline = Instant::now() + Duration::from_secs(20);
+    while std::net::TcpStream::connect(addr).is_err() {
+        assert!(Instant::now() < deadline, "the proxy did not listen");
+        std::thread::sleep(Duration::from_millis(50));
+    }
+}
+
 /// The proxy's virtual size (kB) now.
 fn vm_size_kib(pid: u32) -> u64 {
     std::fs::read_to_string(format!("/proc/{pid}/status"))
@@ -182,7 +187,7 @@ fn under_an_address_space_limit_a_frame_it_cannot_hold_is_refused_not_an_abort()
         let child = Command::new("sh")
             .args([
                 "-c",
-                &format!("ulimit -v {limit} && exec \"$0\" proxy --config \"$1\"",),
+                &format!("ulimit -v {limit} && exec \"$0\" proxy --config \"$1\""),
                 env!("CARGO_BIN_EXE_tombstone-crypt"),
                 &config,
             ])
@@ -191,11 +196,7 @@ fn under_an_address_space_limit_a_frame_it_cannot_hold_is_refused_not_an_abort()
             .spawn()
             .unwrap();
         let addr = format!("127.0.0.1:{port}");
-        let deadline = Instant::now() + Duration::from_secs(20);
-        while std::net::TcpStream::connect(&addr).is_err() {
-            assert!(Instant::now() < deadline, "the proxy did not listen");
-            std::thread::sleep(Duration::from_millis(50));
-        }
+        wait_listening(&addr);
         (child, addr)
     };
     // Its size once it has served a Produce (its threads and their
