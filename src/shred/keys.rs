@@ -102,19 +102,7 @@ impl SubjectKeys {
     ) -> Result<Self, Error> {
         let mut keys = Self::unopened(kek, store);
         keys.unchecked_naming = unchecked;
-        if keys.store.get(&NAMING_ID)?.is_none() {
-            // A store with subjects' keys or records of shreds and no
-            // naming key lost it (a record withdrawn, a store made again
-            // over an old one): a new naming key would name its subjects
-            // by other tags, and a shred would miss their values.
-            let held = keys.store.records()?.iter().any(|(t, _)| *t != NAMING_ID)
-                || !keys.store.shreds()?.is_empty();
-            if held {
-                return Err(Error::store(
-                    "the key store holds subjects' keys or records of shreds but no naming key: a new one would name its subjects by other tags, so it is not made (restore the store's naming key)",
-                    "naming key lost",
-                ));
-            }
+        if keys.naming_key_to_make()? {
             let mut key = Zeroizing::new([0u8; SIV_KEY_LEN]);
             crate::random::fill_from_os(&mut key[..]);
             // A random id, as a DEK's: the record keeps it when rewrapped,
@@ -133,6 +121,37 @@ impl SubjectKeys {
         }
         keys.naming()?;
         Ok(keys)
+    }
+
+    /// Whether the store lacks a naming key that this instance should
+    /// make: `false` when the store has one.
+    ///
+    /// # Errors
+    /// [`Error::Store`] when the store holds subjects' keys or records of
+    /// shreds but no naming key; what the store reports when it is read.
+    fn naming_key_to_make(&self) -> Result<bool, Error> {
+        if self.store.get(&NAMING_ID)?.is_some() {
+            return Ok(false);
+        }
+        // A store with subjects' keys or records of shreds and no naming
+        // key lost it (a record withdrawn, a store made again over an old
+        // one): a new naming key would name its subjects by other tags,
+        // and a shred would miss their values.
+        let held = self.store.records()?.iter().any(|(t, _)| *t != NAMING_ID)
+            || !self.store.shreds()?.is_empty();
+        if !held {
+            return Ok(true);
+        }
+        // Another maker may have stored its naming key, and named subjects
+        // with it, between the first read and these: a maker stores its
+        // naming key before anything it names, so the store has one now.
+        if self.store.get(&NAMING_ID)?.is_some() {
+            return Ok(false);
+        }
+        Err(Error::store(
+            "the key store holds subjects' keys or records of shreds but no naming key: a new one would name its subjects by other tags, so it is not made (restore the store's naming key)",
+            "naming key lost",
+        ))
     }
 
     pub(super) fn unopened(kek: Keyset, store: Arc<dyn KeyStore>) -> Self {
