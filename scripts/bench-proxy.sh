@@ -9,6 +9,7 @@
 #   scripts/bench-proxy.sh --rounds 5 --records 200000
 #   scripts/bench-proxy.sh --apache-kafka --rounds 5 # on Apache Kafka 4.4.0
 #   scripts/bench-proxy.sh --apache-kafka --other-proxy NAME=127.0.0.1:PORT,PID
+#   scripts/bench-proxy.sh --apache-kafka --forward-only
 #
 # --apache-kafka runs the bench on a broker of its own from scripts/kafka.sh
 # (Apache Kafka 4.4.0, one KRaft node, its log on disk under
@@ -26,6 +27,12 @@
 # PID, its CPU time and resident memory are read from /proc/PID. It is
 # measured in the same rounds, in a rotating order.
 #
+# --forward-only: beside the bench's proxy, the same binary with a policy
+# that covers none of the bench's topics (only topics named nothing-*), at
+# 127.0.0.1:20300, measured as the other proxy "forward-only": what framing
+# and forwarding cost, without the record path (stopped on exit). The
+# bench's CPU goal line against it does not apply: it encrypts nothing.
+#
 # Other arguments go to the bench (--records N, --rounds R, --latency N,
 # --connections N, --partitions N). Builds the command line and the bench
 # in release; this project's proxy runs as a separate process
@@ -38,12 +45,15 @@ KAFKA_DIR="target/kafka-bench"
 KAFKA_PORT=20210
 KAFKA_CONTROLLER_PORT=20211
 PROXY_PORT=20200
+FORWARD_ONLY_PORT=20300
 
 apache_kafka=""
+forward_only=""
 bench_args=()
 for arg in "$@"; do
     case "$arg" in
         --apache-kafka) apache_kafka=1 ;;
+        --forward-only) forward_only=1 ;;
         *) bench_args+=("$arg") ;;
     esac
 done
@@ -59,7 +69,12 @@ kafka() {
 
 bootstrap="${TOMBSTONE_KAFKA_BOOTSTRAP:-}"
 own_broker=""
+forward_pid=""
 stop_broker() {
+    if [[ -n "$forward_pid" ]]; then
+        kill "$forward_pid" 2>/dev/null || true
+        wait "$forward_pid" 2>/dev/null || true
+    fi
     case "$own_broker" in
         tansu) bash scripts/broker.sh stop >&2 || true ;;
         apache-kafka)
@@ -81,6 +96,32 @@ elif [[ -z "$bootstrap" ]]; then
     broker="tansu (scripts/broker.sh)"
 else
     broker="TOMBSTONE_KAFKA_BOOTSTRAP"
+fi
+
+if [[ -n "$forward_only" ]]; then
+    dir="target/bench-forward-only"
+    rm -rf "$dir"
+    mkdir -p "$dir"
+    "$TARGET/release/tombstone-crypt" keyset new --out-keyset "$dir/values.json" >/dev/null
+    cat >"$dir/proxy.json" <<JSON
+{"listen": "127.0.0.1:$FORWARD_ONLY_PORT", "bootstrap": "$bootstrap",
+ "topics": [{"prefix": "nothing-", "value_keyset": "values.json"}]}
+JSON
+    "$TARGET/release/tombstone-crypt" proxy --config "$dir/proxy.json" >"$dir/log" 2>&1 &
+    forward_pid=$!
+    listening=""
+    for _ in $(seq 100); do
+        if (exec 3<>"/dev/tcp/127.0.0.1/$FORWARD_ONLY_PORT") 2>/dev/null; then
+            listening=1
+            break
+        fi
+        sleep 0.1
+    done
+    if [[ -z "$listening" ]]; then
+        echo "the forward-only proxy did not listen: $(cat "$dir/log")" >&2
+        exit 1
+    fi
+    bench_args+=(--other-proxy "forward-only=127.0.0.1:$FORWARD_ONLY_PORT,$forward_pid")
 fi
 
 printf 'CPU: %s; %s cores; rustc: %s; broker: %s\n' \
