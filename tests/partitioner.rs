@@ -204,21 +204,7 @@ fn grow_topic(bootstrap: &str, topic: &str, partitions: i32) {
     {
         r.unwrap();
     }
-    let deadline = Instant::now() + Duration::from_secs(30);
-    loop {
-        assert!(
-            Instant::now() < deadline,
-            "{topic} never showed {partitions} partitions"
-        );
-        let md = admin
-            .inner()
-            .fetch_metadata(Some(topic), Duration::from_secs(10))
-            .unwrap();
-        if md.topics()[0].partitions().len() == partitions as usize {
-            return;
-        }
-        std::thread::sleep(Duration::from_millis(100));
-    }
+    common::kafka::wait_for_partitions(&admin, topic, partitions);
 }
 
 /// Deletes `topic` and creates it again with `partitions` partitions (the
@@ -249,20 +235,7 @@ fn recreate_topic(bootstrap: &str, topic: &str, partitions: i32) {
         }
         std::thread::sleep(Duration::from_millis(100));
     }
-    loop {
-        assert!(
-            Instant::now() < deadline,
-            "{topic} never showed {partitions} partitions"
-        );
-        let md = admin
-            .inner()
-            .fetch_metadata(Some(topic), Duration::from_secs(10))
-            .unwrap();
-        if md.topics()[0].partitions().len() == partitions as usize {
-            return;
-        }
-        std::thread::sleep(Duration::from_millis(100));
-    }
+    common::kafka::wait_for_partitions(&admin, topic, partitions);
 }
 
 /// The partition count of a topic changes under two writers that already

@@ -371,6 +371,7 @@ pub fn create_topic_with(bootstrap: &str, topic: &str, partitions: i32, config: 
     for r in results {
         r.unwrap_or_else(|(t, e)| panic!("create {t}: {e}"));
     }
+    super::kafka::wait_for_partitions(&admin, topic, partitions);
 }
 
 /// Low and high watermarks of every partition (ListOffsets EARLIEST and

@@ -62,6 +62,45 @@ pub fn create_topic(bootstrap: &str, topic: &str, partitions: i32) {
     for r in results {
         r.unwrap();
     }
+    wait_for_partitions(&admin, topic, partitions);
+}
+
+/// Waits (30 s at most) until the broker's metadata shows `topic` with
+/// `partitions` partitions, each with a leader. Apache Kafka answers a
+/// CreateTopics (or CreatePartitions) once its controller has the change,
+/// and its broker's metadata follows a moment later: a client that asks
+/// in between is told the topic does not exist, or has fewer partitions.
+pub fn wait_for_partitions(
+    admin: &AdminClient<DefaultClientContext>,
+    topic: &str,
+    partitions: i32,
+) {
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(30);
+    loop {
+        let md = admin
+            .inner()
+            .fetch_metadata(Some(topic), std::time::Duration::from_secs(10))
+            .unwrap_or_else(|e| panic!("metadata of {topic}: {e}"));
+        let shown = md
+            .topics()
+            .iter()
+            .find(|t| t.name() == topic)
+            .is_some_and(|t| {
+                t.error().is_none()
+                    && t.partitions().len() == partitions as usize
+                    && t.partitions()
+                        .iter()
+                        .all(|p| p.error().is_none() && p.leader() >= 0)
+            });
+        if shown {
+            return;
+        }
+        assert!(
+            std::time::Instant::now() < deadline,
+            "{topic} never showed {partitions} partitions with leaders"
+        );
+        std::thread::sleep(std::time::Duration::from_millis(50));
+    }
 }
 
 /// A free port on the loopback address.
