@@ -85,7 +85,17 @@ def read(bootstrap, topic, group, expected, partitions=2):
     try:
         while sum(len(v) for v in got.values()) < expected:
             if time.monotonic() > deadline:
-                raise Failed(f"{topic}: read {sum(len(v) for v in got.values())} of {expected} within 60 s via {bootstrap}")
+                # What the consumer had: its partitions and where it stood
+                # in each (a group that never got its partitions, or a
+                # position that never moved).
+                try:
+                    had = {tp.partition: c.position(tp, timeout_ms=2000) for tp in c.assignment()}
+                except Exception as e:  # pylint: disable=broad-except
+                    had = f"{type(e).__name__}: {e}"
+                raise Failed(
+                    f"{topic}: read {sum(len(v) for v in got.values())} of {expected} within 60 s via {bootstrap}"
+                    f" (group {group}; partitions and positions: {had})"
+                )
             try:
                 polled = c.poll(timeout_ms=200)
             except Exception as e:  # pylint: disable=broad-except
