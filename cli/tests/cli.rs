@@ -2067,11 +2067,48 @@ fn produce_keyed(
     }
 }
 
+/// When [`kill_midway`] kills, once the checkpoint shows a partition done
+/// past its first chunk.
+#[derive(Clone, Copy)]
+enum Kill {
+    /// This many milliseconds later, wherever the run is then.
+    After(u64),
+    /// This many milliseconds later, and then once a chunk is in flight:
+    /// a partition's journal written after the checkpoint (the run writes
+    /// a chunk's journal, produces it, and only then records it in the
+    /// checkpoint).
+    InsideChunk(u64),
+}
+
+/// Whether some journal of `checkpoint` was written after it: a chunk
+/// journaled and not yet recorded done.
+fn chunk_in_flight(checkpoint: &str) -> bool {
+    let modified = |p: &std::path::Path| std::fs::metadata(p).and_then(|m| m.modified()).ok();
+    let path = std::path::Path::new(checkpoint);
+    let (Some(ck), Some(dir), Some(name)) = (
+        modified(path),
+        path.parent(),
+        path.file_name().and_then(|n| n.to_str()),
+    ) else {
+        return false;
+    };
+    std::fs::read_dir(dir)
+        .into_iter()
+        .flatten()
+        .flatten()
+        .any(|e| {
+            let n = e.file_name();
+            let n = n.to_string_lossy();
+            n.starts_with(&format!("{name}.p"))
+                && n.ends_with(".journal")
+                && modified(&e.path()).is_some_and(|j| j > ck)
+        })
+}
+
 /// A command on `t` with `extra`, spawned; killed (SIGKILL) as soon as its
-/// checkpoint shows a partition done past its first chunk, after a few
-/// more milliseconds (different each run). Returns whether it was killed
-/// (not done first).
-fn kill_midway(t: &KeyedTopic, cmd: &str, checkpoint: &str, extra: &[&str], delay_ms: u64) -> bool {
+/// checkpoint shows a partition done past its first chunk, as `kill` says.
+/// Returns whether it was killed (not done first).
+fn kill_midway(t: &KeyedTopic, cmd: &str, checkpoint: &str, extra: &[&str], kill: Kill) -> bool {
     let mut a = vec![
         cmd,
         "--json",
@@ -2116,7 +2153,20 @@ fn kill_midway(t: &KeyedTopic, cmd: &str, checkpoint: &str, extra: &[&str], dela
                     .is_some_and(|ps| ps.values().any(|p| p["done"].as_i64() > Some(0)))
             });
         if progressed {
-            std::thread::sleep(Duration::from_millis(delay_ms));
+            let (Kill::After(ms) | Kill::InsideChunk(ms)) = kill;
+            std::thread::sleep(Duration::from_millis(ms));
+            if matches!(kill, Kill::InsideChunk(_)) {
+                while !chunk_in_flight(checkpoint) {
+                    if child.try_wait().unwrap().is_some() {
+                        return false;
+                    }
+                    assert!(
+                        std::time::Instant::now() < deadline,
+                        "{cmd}: no chunk in flight seen"
+                    );
+                    std::thread::yield_now();
+                }
+            }
             child.kill().unwrap();
             let status = child.wait().unwrap();
             return status.code().is_none();
@@ -2149,7 +2199,8 @@ fn many_keys(n: usize) -> Vec<(String, Option<String>)> {
 }
 
 /// `reencrypt --apply` after a rotation of both keysets, killed (SIGKILL)
-/// in the middle at a different point each round and resumed with
+/// in the middle at a different point each round (three rounds, and a
+/// fourth inside a chunk if none landed there) and resumed with
 /// `--resume`: the topic ends as one uninterrupted run leaves it (a
 /// replaying consumer, a restored store and `audit --list-keys` equal the
 /// model, the audit is clean, every value is under the new primary). The
@@ -2161,7 +2212,15 @@ fn reencrypt_killed_and_resumed_ends_as_one_run() {
         return;
     }
     let mut again = 0;
-    for (round, delay) in [0u64, 7, 23].into_iter().enumerate() {
+    // Where a kill lands is chance: between two chunks, nothing is written
+    // again. Three rounds; if none landed inside a chunk, a fourth waits
+    // for one in flight.
+    for (round, delay) in [0u64, 7, 23, 3].into_iter().enumerate() {
+        let kill = match round {
+            0..3 => Kill::After(delay),
+            _ if again == 0 => Kill::InsideChunk(delay),
+            _ => break,
+        };
         let dir = Dir::new(&format!("resume-reencrypt-{round}"));
         let (t, values, keys) = keyed_topic(&dir, &format!("cli-resume-{round}"), 3);
         let writes = many_keys(600);
@@ -2176,7 +2235,7 @@ fn reencrypt_killed_and_resumed_ends_as_one_run() {
                 "reencrypt",
                 &ck,
                 &["--parallel", "2", "--chunk-records", "8"],
-                delay
+                kill
             ),
             "round {round}: the run ended before the kill; make its chunks smaller"
         );
@@ -2195,6 +2254,10 @@ fn reencrypt_killed_and_resumed_ends_as_one_run() {
         );
         assert!(!std::path::Path::new(&ck).exists(), "removed when done");
         again += r["written_again"].as_u64().unwrap();
+        eprintln!(
+            "round {round} (killed {delay} ms after the first chunk): {} written again",
+            r["written_again"]
+        );
         t.agree(&model, &format!("round {round}, resumed"));
         let audit = json_of(&t.run("audit", &[]));
         let primary = new_values.primary().0.to_string();
@@ -2247,7 +2310,7 @@ fn repair_killed_and_resumed_ends_as_one_run() {
     let ck = dir.file("repair.checkpoint");
     let small = ["--parallel", "1", "--chunk-records", "2"];
     assert!(
-        kill_midway(&t, "repair", &ck, &small, 3),
+        kill_midway(&t, "repair", &ck, &small, Kill::After(3)),
         "the run ended before the kill; make its chunks smaller"
     );
     // Only the same run goes on from it: not over other partitions, not
