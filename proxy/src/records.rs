@@ -305,6 +305,136 @@ pub(crate) fn decode(
     Ok(list)
 }
 
+/// One record of a walked batch as slices of its bytes, for a transform
+/// that changes only its key and value and copies the rest as it came
+/// ([`each_record`], [`put_record`]).
+pub(crate) struct Parts<'a> {
+    /// The attributes byte (0 in every record a v2 writer makes).
+    pub(crate) attributes: u8,
+    /// The timestamp delta and offset delta, as encoded.
+    pub(crate) deltas: &'a [u8],
+    /// The offset delta.
+    pub(crate) offset_delta: i32,
+    /// The key (`None`: null).
+    pub(crate) key: Option<&'a [u8]>,
+    /// The value (`None`: null).
+    pub(crate) value: Option<&'a [u8]>,
+    /// The header count and the headers, as encoded.
+    pub(crate) headers: &'a [u8],
+    /// Each header's key, in order (at most [`KEYS`]; `None` when the
+    /// record has more).
+    pub(crate) header_keys: Option<([&'a [u8]; KEYS], usize)>,
+    /// Whether [`encode`] writes the record's bytes back exactly from its
+    /// decoded fields: every varint as short as it can be, attributes 0,
+    /// at most [`KEYS`] headers, their keys UTF-8 and no two alike (the
+    /// decoder keeps one header per key).
+    pub(crate) canonical: bool,
+}
+
+/// The most header keys [`Parts`] lists.
+pub(crate) const KEYS: usize = 8;
+
+/// Calls `each` with every record of `records`, walked by [`walk`] as
+/// `walked`, in order, until it returns `false`.
+///
+/// # Errors
+/// What `each` returns; what the walk refuses (not reached after it).
+pub(crate) fn each_record<'a>(
+    records: &'a [u8],
+    walked: Walked,
+    mut each: impl FnMut(Parts<'a>) -> Result<bool, String>,
+) -> Result<bool, String> {
+    let mut input = Reader { rest: records };
+    // A varint read as the shortest encoding of its value.
+    let shortest =
+        |before: &[u8], after: &[u8], v: i64| before.len() - after.len() == varlong_len(v);
+    let sized = |r: &mut Reader<'a>, what: &str, canonical: &mut bool| {
+        let before = r.rest;
+        let n = r.varint(what)?;
+        *canonical &= shortest(before, r.rest, n);
+        match n {
+            -1 => Ok(None),
+            n if n < 0 => Err(format!("{what}: a negative length {n}")),
+            n => r.take(n as usize, what).map(Some),
+        }
+    };
+    for _ in 0..walked.records {
+        let mut canonical = true;
+        let before = input.rest;
+        let len = input.size("a record's length")?;
+        canonical &= shortest(before, input.rest, len as i64);
+        let mut r = Reader {
+            rest: input.take(len, "a record")?,
+        };
+        let attributes = r.take(1, "a record's attributes")?[0];
+        canonical &= attributes == 0;
+        let deltas_at = r.rest;
+        let timestamp = r.zigzag(10, "a record's timestamp delta")?;
+        canonical &= shortest(deltas_at, r.rest, timestamp);
+        let offset_at = r.rest;
+        let offset_delta = r.varint("a record's offset delta")?;
+        canonical &= shortest(offset_at, r.rest, offset_delta);
+        let deltas = &deltas_at[..deltas_at.len() - r.rest.len()];
+        let key = sized(&mut r, "a record's key", &mut canonical)?;
+        let value = sized(&mut r, "a record's value", &mut canonical)?;
+        let headers = r.rest;
+        let count_at = r.rest;
+        let n = r.size("a record's header count")?;
+        canonical &= shortest(count_at, r.rest, n as i64);
+        let mut keys = [&[][..]; KEYS];
+        canonical &= n <= KEYS;
+        for i in 0..n {
+            let name = sized(&mut r, "a header's key", &mut canonical)?.unwrap_or_default();
+            sized(&mut r, "a header's value", &mut canonical)?;
+            if i < KEYS {
+                canonical &= std::str::from_utf8(name).is_ok() && !keys[..i].contains(&name);
+                keys[i] = name;
+            }
+        }
+        let parts = Parts {
+            attributes,
+            deltas,
+            offset_delta: offset_delta as i32,
+            key,
+            value,
+            headers,
+            header_keys: (n <= KEYS).then_some((keys, n)),
+            canonical,
+        };
+        if !each(parts)? {
+            return Ok(false);
+        }
+    }
+    Ok(true)
+}
+
+/// Writes the record `parts` with `key` and `value` in place of its own:
+/// its attributes, deltas and headers as they came.
+///
+/// # Errors
+/// A length outside `i32`.
+pub(crate) fn put_record(
+    out: &mut impl Put,
+    parts: &Parts<'_>,
+    key: Option<&[u8]>,
+    value: Option<&[u8]>,
+) -> Result<(), String> {
+    let sized = |b: Option<&[u8]>| -> Result<usize, String> {
+        match b {
+            None => Ok(varint_len(-1)),
+            Some(b) => Ok(varint_len(length(b.len())?) + b.len()),
+        }
+    };
+    let size = 1 + parts.deltas.len() + sized(key)? + sized(value)? + parts.headers.len();
+    put_varint(out, length(size)?);
+    out.put_u8(parts.attributes);
+    out.put_slice(parts.deltas);
+    put_sized(out, key)?;
+    put_sized(out, value)?;
+    out.put_slice(parts.headers);
+    Ok(())
+}
+
 /// Where [`encode`] writes: a buffer, or a comparison with the bytes a
 /// batch came with ([`encodes_back`]).
 pub(crate) trait Put {

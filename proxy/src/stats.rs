@@ -92,6 +92,14 @@ pub(crate) struct Tally {
 }
 
 impl Tally {
+    /// Adds `other`'s counts to these.
+    pub(crate) fn merge(&mut self, other: &Tally) {
+        self.values += other.values;
+        self.keys += other.keys;
+        self.tombstones += other.tombstones;
+        self.shredded += other.shredded;
+    }
+
     /// Adds the tally to the process's counts, as encryption (`produce`)
     /// or decryption.
     pub(crate) fn commit(&self, produce: bool) {

@@ -179,6 +179,18 @@ impl Buf {
         self.buf.extend_from_slice(data);
     }
 
+    /// What lies from `len` on wiped (when on) and taken back: the
+    /// buffer is `len` long again.
+    pub(crate) fn take_back(&mut self, len: usize) {
+        if len >= self.buf.len() {
+            return;
+        }
+        if self.on {
+            self.buf[len..].zeroize();
+        }
+        self.buf.truncate(len);
+    }
+
     /// The buffer itself, for an encoder to append to (reserve first:
     /// what it grows is not wiped).
     pub(crate) fn inner(&mut self) -> &mut BytesMut {

@@ -6,11 +6,13 @@ use std::cell::RefCell;
 use bytes::Bytes;
 use kafka_protocol::records::Record;
 use tombstone_crypt::policy::{Read, TopicPolicy};
+use zeroize::Zeroizing;
 
 use super::transform::*;
 use crate::budget::Budget;
 use crate::hooks::Hooks;
 use crate::stats::Tally;
+use crate::wipe::Buf;
 
 /// Decrypts the records of a Fetch partition's record batches. A partial
 /// batch at the end (the broker cut the response at its size limit) is
@@ -36,6 +38,8 @@ pub(crate) fn decrypt(
         output: hooks.wipes(),
     };
     let keyed = policy.record_keys().is_some();
+    // What the fast path counted, of the batches it wrote.
+    let mut fast = Tally::default();
     // The batch's record keys as they came (their wire forms), in order.
     let forms: RefCell<Vec<Option<Bytes>>> = RefCell::new(Vec::new());
     let out = transform(
@@ -43,27 +47,104 @@ pub(crate) fn decrypt(
         true,
         budget,
         wipe,
-        |record| {
-            let wire = decrypt_record(topic, policy, record, &mut tally)?;
-            if keyed {
-                forms.borrow_mut().push(wire);
-            }
-            Ok(())
-        },
-        |_, list| {
-            let forms = std::mem::take(&mut *forms.borrow_mut());
-            if keyed {
-                // Their decrypted keys are wiped as the batch's are.
-                drop(Records {
-                    list: replaced_forms(list, &forms),
-                    wipe: wipe.output,
-                });
-            }
-            Ok(None)
+        Steps {
+            record: |record: &mut Record| {
+                let wire = decrypt_record(topic, policy, record, &mut tally)?;
+                if keyed {
+                    forms.borrow_mut().push(wire);
+                }
+                Ok(())
+            },
+            batch: |_: &[u8], list: &mut Vec<Record>| {
+                let forms = std::mem::take(&mut *forms.borrow_mut());
+                if keyed {
+                    // Their decrypted keys are wiped as the batch's are.
+                    drop(Records {
+                        list: replaced_forms(list, &forms),
+                        wipe: wipe.output,
+                    });
+                }
+                Ok(None)
+            },
+            direct: |records: &[u8], walked, base, out: &mut Buf| {
+                if hooks.general_fetch {
+                    return Ok(None);
+                }
+                decrypt_raw(topic, policy, records, walked, base, out, &mut fast)
+            },
         },
     )?;
+    tally.merge(&fast);
     tally.commit(false);
     Ok(out)
+}
+
+/// The fast path of a Fetch batch's records (`records`, walked as
+/// `walked`, against `base`): each decrypted straight from its bytes and
+/// written to `out` with its attributes, deltas and headers copied as they
+/// came, nothing decoded into kafka-protocol's `Record`. The same bytes the
+/// general path writes, for every record it takes. It takes none whose
+/// bytes the general path would not encode back as they came (it refuses
+/// them: [`Parts::canonical`](crate::records::Parts)), none with a header
+/// the policy encrypts, and, under record keys, none that reads as null
+/// (the write rule's tombstones are taken out of a batch by
+/// [`replaced_forms`], which needs it decoded): then `Ok(None)`, its tally
+/// dropped, and the general path takes the batch. Else the records kept
+/// (all of them).
+///
+/// # Errors
+/// As [`decrypt_record`].
+fn decrypt_raw(
+    topic: &str,
+    policy: &TopicPolicy,
+    records: &[u8],
+    walked: crate::records::Walked,
+    base: crate::records::Base,
+    out: &mut Buf,
+    tally: &mut Tally,
+) -> Result<Option<usize>, String> {
+    let keyed = policy.record_keys().is_some();
+    let named = !policy.headers().is_empty();
+    let mut batch = Tally::default();
+    let whole = crate::records::each_record(records, walked, |parts| {
+        if !parts.canonical {
+            return Ok(false);
+        }
+        if named {
+            let Some((names, n)) = parts.header_keys else {
+                return Ok(false);
+            };
+            let encrypted = names[..n].iter().any(|name| {
+                std::str::from_utf8(name).map_or(true, |name| policy.encrypts_header(name))
+            });
+            if encrypted {
+                return Ok(false);
+            }
+        }
+        let offset = base.offset.saturating_add(i64::from(parts.offset_delta));
+        let opened = match (keyed, parts.key) {
+            (true, Some(wire)) => Some(open_key(topic, policy, wire, offset, &mut batch)?),
+            _ => None,
+        };
+        let key = if keyed {
+            opened.as_deref().map(|k| &k[..])
+        } else {
+            parts.key
+        };
+        let value = open_value(topic, policy, key, parts.value, offset, &mut batch)?;
+        if keyed && value.is_none() {
+            return Ok(false);
+        }
+        crate::records::put_record(out, &parts, key, value.as_deref().map(|v| &v[..]))?;
+        Ok(true)
+    })?;
+    if !whole {
+        return Ok(None);
+    }
+    #[cfg(test)]
+    FAST_BATCHES.with(|n| n.set(n.get() + 1));
+    tally.merge(&batch);
+    Ok(Some(walked.records))
 }
 
 /// Takes out of a decrypted Fetch batch (`list`, whose record keys came
@@ -131,14 +212,11 @@ pub(super) fn decrypt_record(
     let mut wire = None;
     if policy.record_keys().is_some() {
         if let Some(key) = record.key.take() {
-            let mut plaintext = policy
-                .read_key(topic, &key[..])
-                .map_err(|e| format!("decrypting a record key at offset {}: {e}", record.offset))?;
+            let mut plaintext = open_key(topic, policy, &key, record.offset, tally)?;
             // The plaintext's own buffer, moved (not copied): the records
             // are wiped when dropped (`Records`).
             record.key = Some(Bytes::from(std::mem::take(&mut *plaintext)));
             wire = Some(key);
-            tally.keys += 1;
         }
     }
     let key = record.key.as_deref();
@@ -157,25 +235,65 @@ pub(super) fn decrypt_record(
             *v = Bytes::from(std::mem::take(&mut *pt));
         }
     }
-    match policy.read_value(topic, key, record.value.as_deref()) {
-        Ok(Read::Tombstone) => tally.tombstones += 1,
-        Ok(Read::Value(mut pt)) => {
-            tally.values += 1;
-            record.value = Some(Bytes::from(std::mem::take(&mut *pt)));
+    record.value = open_value(
+        topic,
+        policy,
+        key,
+        record.value.as_deref(),
+        record.offset,
+        tally,
+    )?
+    .map(|mut pt| Bytes::from(std::mem::take(&mut *pt)));
+    Ok(wire)
+}
+
+/// The record key `wire` (of the record at `offset`) decrypted, counted.
+fn open_key(
+    topic: &str,
+    policy: &TopicPolicy,
+    wire: &[u8],
+    offset: i64,
+    tally: &mut Tally,
+) -> Result<Zeroizing<Vec<u8>>, String> {
+    let plaintext = policy
+        .read_key(topic, wire)
+        .map_err(|e| format!("decrypting a record key at offset {offset}: {e}"))?;
+    tally.keys += 1;
+    Ok(plaintext)
+}
+
+/// The value `value` of the record at `offset` (with plaintext key `key`)
+/// as the client reads it, counted: `None` for a tombstone, and for a
+/// value whose subject was shredded (a delete, as the library's readers
+/// take it: the client gets a tombstone).
+fn open_value(
+    topic: &str,
+    policy: &TopicPolicy,
+    key: Option<&[u8]>,
+    value: Option<&[u8]>,
+    offset: i64,
+    tally: &mut Tally,
+) -> Result<Option<Zeroizing<Vec<u8>>>, String> {
+    match policy.read_value(topic, key, value) {
+        Ok(Read::Tombstone) => {
+            tally.tombstones += 1;
+            Ok(None)
         }
-        // Its subject was shredded: a delete, as the library's readers
-        // take it. The client gets a tombstone.
+        Ok(Read::Value(pt)) => {
+            tally.values += 1;
+            Ok(Some(pt))
+        }
         Ok(Read::Shredded) => {
             tally.shredded += 1;
-            record.value = None;
+            Ok(None)
         }
-        Ok(_) => return Err("a value read as nothing this proxy knows".into()),
-        Err(e) => {
-            return Err(format!(
-                "decrypting the value at offset {}: {e}",
-                record.offset
-            ))
-        }
+        Ok(_) => Err("a value read as nothing this proxy knows".into()),
+        Err(e) => Err(format!("decrypting the value at offset {offset}: {e}")),
     }
-    Ok(wire)
+}
+
+#[cfg(test)]
+thread_local! {
+    /// Batches the fast path wrote, on this thread (the tests' count).
+    pub(super) static FAST_BATCHES: std::cell::Cell<usize> = const { std::cell::Cell::new(0) };
 }

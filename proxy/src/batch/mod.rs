@@ -28,8 +28,20 @@
 //! kafka-protocol's buffer of a gzip, snappy or zstd batch's records (see
 //! the crate's limits). Ciphertext is not wiped.
 //!
+//! On Fetch, a batch takes a fast path first: its records are decrypted
+//! straight from their bytes and written with everything else copied as
+//! it came, nothing decoded (`crate::records::each_record`), and the
+//! result is the same bytes the general path writes. It declines a batch
+//! the general path must decode (a record that would not encode back as
+//! it came, which the general path refuses; a header the policy encrypts;
+//! under record keys, a record that reads as null, which may be a write
+//! rule's tombstone to leave out), and the general path takes it.
+//!
 //! One file per job: `transform` (the walk, decode, check and encode that
-//! Produce and Fetch share), `produce` (encrypt) and `fetch` (decrypt).
+//! Produce and Fetch share, and the fast path's frame), `produce`
+//! (encrypt) and `fetch` (decrypt).
+#[cfg(test)]
+mod fast_tests;
 mod fetch;
 mod produce;
 #[cfg(test)]

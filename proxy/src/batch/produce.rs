@@ -83,46 +83,52 @@ pub(crate) fn encrypt(
         false,
         budget,
         wipe,
-        |record| encrypt_record(topic, policy, hooks, record, &tombstones, &mut tally),
-        |header, list| {
-            batches += 1;
-            let mut forms = std::mem::take(&mut *tombstones.borrow_mut());
-            if hooks.skip_fanout {
-                forms.clear();
-            }
-            let mut seen = std::collections::HashSet::new();
-            forms.retain(|f| seen.insert(f.clone()));
-            let more = i32::try_from(forms.len())
-                .map_err(|_| "more tombstones of older key forms than a batch holds")?;
-            if batches > 1 && (more > 0 || added > 0) {
-                return Err(
-                    "a partition's records in more than one batch, with tombstones of \
+        Steps {
+            record: |record: &mut Record| {
+                encrypt_record(topic, policy, hooks, record, &tombstones, &mut tally)
+            },
+            batch: |header: &[u8], list: &mut Vec<Record>| {
+                batches += 1;
+                let mut forms = std::mem::take(&mut *tombstones.borrow_mut());
+                if hooks.skip_fanout {
+                    forms.clear();
+                }
+                let mut seen = std::collections::HashSet::new();
+                forms.retain(|f| seen.insert(f.clone()));
+                let more = i32::try_from(forms.len())
+                    .map_err(|_| "more tombstones of older key forms than a batch holds")?;
+                if batches > 1 && (more > 0 || added > 0) {
+                    return Err(
+                        "a partition's records in more than one batch, with tombstones of \
                             older key forms to write: Produce v3 and later carry one batch per \
                             partition"
-                        .into(),
-                );
-            }
-            added = more;
-            let client = Batch {
-                producer_id: be64(header, PRODUCER_ID),
-                producer_epoch: i16::from_be_bytes([
-                    header[PRODUCER_EPOCH],
-                    header[PRODUCER_EPOCH + 1],
-                ]),
-                base_sequence: be32(header, BASE_SEQUENCE.start),
-                records: be32(header, RECORD_COUNT.start),
-            };
-            let base_sequence = sequence(client, more, grows).inspect_err(|_| {
-                out_of_order = true;
-            })?;
-            if more == 0 && base_sequence == client.base_sequence {
-                return Ok(None);
-            }
-            prepend(list, &forms, base_sequence, client.idempotent())?;
-            Ok(Some(Grown {
-                added: more,
-                base_sequence,
-            }))
+                            .into(),
+                    );
+                }
+                added = more;
+                let client = Batch {
+                    producer_id: be64(header, PRODUCER_ID),
+                    producer_epoch: i16::from_be_bytes([
+                        header[PRODUCER_EPOCH],
+                        header[PRODUCER_EPOCH + 1],
+                    ]),
+                    base_sequence: be32(header, BASE_SEQUENCE.start),
+                    records: be32(header, RECORD_COUNT.start),
+                };
+                let base_sequence = sequence(client, more, grows).inspect_err(|_| {
+                    out_of_order = true;
+                })?;
+                if more == 0 && base_sequence == client.base_sequence {
+                    return Ok(None);
+                }
+                prepend(list, &forms, base_sequence, client.idempotent())?;
+                Ok(Some(Grown {
+                    added: more,
+                    base_sequence,
+                }))
+            },
+            // Every Produce batch is decoded and checked to encode back.
+            direct: |_: &[u8], _, _, _: &mut crate::wipe::Buf| Ok(None),
         },
     )
     .map_err(|reason| Refusal {

@@ -18,12 +18,12 @@ use crate::hooks::Hooks;
 
 const LIMIT: usize = 1 << 20;
 
-fn budget() -> Budget {
+pub(super) fn budget() -> Budget {
     Budget::alone(64 << 20, LIMIT)
 }
 
 /// [`super::encrypt`] for a producer's first batch.
-fn encrypt(
+pub(super) fn encrypt(
     topic: &str,
     policy: &TopicPolicy,
     hooks: &Hooks,
@@ -35,7 +35,11 @@ fn encrypt(
     super::encrypt(topic, policy, hooks, raw, budget, &mut sequence).map_err(|r| r.reason)
 }
 
-fn record(offset: i64, key: Option<&'static [u8]>, value: Option<&'static [u8]>) -> Record {
+pub(super) fn record(
+    offset: i64,
+    key: Option<&'static [u8]>,
+    value: Option<&'static [u8]>,
+) -> Record {
     Record {
         transactional: false,
         control: false,
@@ -53,7 +57,7 @@ fn record(offset: i64, key: Option<&'static [u8]>, value: Option<&'static [u8]>)
     }
 }
 
-fn batch(records: &[Record], compression: Compression) -> Bytes {
+pub(super) fn batch(records: &[Record], compression: Compression) -> Bytes {
     let mut buf = BytesMut::new();
     let options = RecordEncodeOptions {
         version: 2,
@@ -63,7 +67,7 @@ fn batch(records: &[Record], compression: Compression) -> Bytes {
     buf.freeze()
 }
 
-fn decode(raw: &Bytes) -> Vec<Record> {
+pub(super) fn decode(raw: &Bytes) -> Vec<Record> {
     let mut b = raw.clone();
     RecordBatchDecoder::decode_all(&mut b)
         .unwrap()
@@ -545,7 +549,7 @@ fn a_produce_with_a_control_or_empty_batch_is_refused_a_fetch_keeps_them() {
 /// included) and last offset delta, the kept records' offset deltas
 /// from that base, their count, and (as its record builder writes it)
 /// the first kept record's timestamp.
-fn compacted(sealed: &Bytes, keep_from: usize, codec: Compression) -> Bytes {
+pub(super) fn compacted(sealed: &Bytes, keep_from: usize, codec: Compression) -> Bytes {
     let records = decode(sealed);
     let kept = &records[keep_from..];
     let base = crate::records::Base {

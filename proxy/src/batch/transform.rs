@@ -10,6 +10,7 @@ use kafka_protocol::compression::{Compressor as _, Gzip, Snappy, Zstd};
 use kafka_protocol::records::{Compression, Record};
 
 use crate::budget::Budget;
+use crate::records::{Base, Walked};
 use crate::wipe::{self, Buf};
 
 /// The size of a v2 record batch's header, up to and including its record
@@ -90,7 +91,22 @@ impl Drop for Records {
     }
 }
 
-/// Applies `f` to every record of every data batch in `raw`, batch by
+/// What a transform does with a data batch's records.
+pub(super) struct Steps<F, G, D> {
+    /// Each record of the batch decoded, changed in place.
+    pub(super) record: F,
+    /// The batch's records after `record`, given the batch's header: the
+    /// header's counts and base sequence to change, if any (Produce: the
+    /// write rule's tombstones put in front).
+    pub(super) batch: G,
+    /// The fast path, tried first: the records (decompressed, walked,
+    /// against the batch's base) written transformed straight from their
+    /// bytes, and how many were kept; or `None` (what it wrote is taken
+    /// back), and the batch is decoded for `record` and `batch`.
+    pub(super) direct: D,
+}
+
+/// Applies `steps` to every data batch in `raw`, batch by
 /// batch. On Fetch (`partial_ok`: a partial batch at the end is dropped)
 /// control batches and empty batches are kept byte for byte; on Produce
 /// they are refused. Every buffer of plaintext it made (`wipe` says which
@@ -101,8 +117,11 @@ pub(super) fn transform(
     partial_ok: bool,
     budget: &Budget,
     wipe: Wipe,
-    mut f: impl FnMut(&mut Record) -> Result<(), String>,
-    mut grow: impl FnMut(&[u8], &mut Vec<Record>) -> Result<Option<Grown>, String>,
+    mut steps: Steps<
+        impl FnMut(&mut Record) -> Result<(), String>,
+        impl FnMut(&[u8], &mut Vec<Record>) -> Result<Option<Grown>, String>,
+        impl FnMut(&[u8], Walked, Base, &mut Buf) -> Result<Option<usize>, String>,
+    >,
 ) -> Result<Bytes, String> {
     // Decrypted (Fetch) uncompressed batches are no longer than they came:
     // `raw`'s length is room enough, and `Buf` wipes a block it grows out
@@ -180,7 +199,7 @@ pub(super) fn transform(
             out.extend_from_slice(&batch);
             continue;
         }
-        transform_batch(&batch, budget, &mut f, &mut grow, &mut out, wipe)?;
+        transform_batch(&batch, budget, &mut steps, &mut out, wipe)?;
     }
     Ok(out.freeze())
 }
@@ -192,15 +211,18 @@ pub(super) fn transform(
 pub(super) fn transform_batch(
     batch: &Bytes,
     budget: &Budget,
-    f: &mut impl FnMut(&mut Record) -> Result<(), String>,
-    grow: &mut impl FnMut(&[u8], &mut Vec<Record>) -> Result<Option<Grown>, String>,
+    steps: &mut Steps<
+        impl FnMut(&mut Record) -> Result<(), String>,
+        impl FnMut(&[u8], &mut Vec<Record>) -> Result<Option<Grown>, String>,
+        impl FnMut(&[u8], Walked, Base, &mut Buf) -> Result<Option<usize>, String>,
+    >,
     out: &mut Buf,
     wipe: Wipe,
 ) -> Result<(), String> {
     // The records' bytes as they came (decompressed), kept for the check:
     // a slice of `batch` uncompressed, else a buffer of its own.
     let plain: RefCell<Option<Bytes>> = RefCell::new(None);
-    let result = transform_records(batch, budget, f, grow, out, wipe, &plain);
+    let result = transform_records(batch, budget, steps, out, wipe, &plain);
     // Every record, slices of it, is dropped by now: its last handle.
     if let Some(plain) = plain.into_inner() {
         wipe::bytes(plain, wipe.input);
@@ -211,8 +233,11 @@ pub(super) fn transform_batch(
 pub(super) fn transform_records(
     batch: &Bytes,
     budget: &Budget,
-    f: &mut impl FnMut(&mut Record) -> Result<(), String>,
-    grow: &mut impl FnMut(&[u8], &mut Vec<Record>) -> Result<Option<Grown>, String>,
+    steps: &mut Steps<
+        impl FnMut(&mut Record) -> Result<(), String>,
+        impl FnMut(&[u8], &mut Vec<Record>) -> Result<Option<Grown>, String>,
+        impl FnMut(&[u8], Walked, Base, &mut Buf) -> Result<Option<usize>, String>,
+    >,
     out: &mut Buf,
     wipe: Wipe,
     plain: &RefCell<Option<Bytes>>,
@@ -267,6 +292,39 @@ pub(super) fn transform_records(
         crate::records::header_cost(walked.headers),
         "a record batch's headers",
     )?;
+    // Room for the batch as it came: a decrypted uncompressed batch is
+    // never longer, so the encoder does not grow `out` (a block it grew
+    // out of would be freed unwiped). A compressed one may be: a quarter
+    // more. An encrypted one may be longer; what it leaves is ciphertext.
+    out.reserve(if compression == Compression::None {
+        batch.len()
+    } else {
+        batch.len() + batch.len() / 4 + 64
+    });
+    let start = out.len();
+    // The original header (its length and CRC set below), then the
+    // records.
+    out.extend_from_slice(&batch[..HEADER]);
+    match fast(
+        &all,
+        walked,
+        base,
+        &mut steps.direct,
+        out,
+        wipe.output,
+        compression,
+    )? {
+        Some((kept, uncompressed)) => {
+            budget.note_written(
+                kept,
+                uncompressed,
+                walked.headers,
+                compression != Compression::None,
+            );
+            return finish(&mut out[start..], batch, None, kept, count);
+        }
+        None => out.take_back(start + HEADER),
+    }
     let header = crate::records::Header {
         base,
         attributes,
@@ -289,24 +347,12 @@ pub(super) fn transform_records(
         );
     }
     for record in &mut records.list {
-        f(record)?;
+        (steps.record)(record)?;
     }
-    let grown = grow(&batch[..HEADER], &mut records.list)?;
-    // Room for the batch as it came: a decrypted uncompressed batch is
-    // never longer, so the encoder does not grow `out` (a block it grew
-    // out of would be freed unwiped). A compressed one may be: a quarter
-    // more. An encrypted one may be longer; what it leaves is ciphertext.
-    out.reserve(if compression == Compression::None {
-        batch.len()
-    } else {
-        batch.len() + batch.len() / 4 + 64
-    });
-    let start = out.len();
-    // The original header (its length and CRC set below), then the
-    // records against its base, compressed with its codec (the codec's
-    // buffer of uncompressed records is kafka-protocol's, as when its
-    // encoder compressed).
-    out.extend_from_slice(&batch[..HEADER]);
+    let grown = (steps.batch)(&batch[..HEADER], &mut records.list)?;
+    // The records against the header's base, compressed with its codec
+    // (the codec's buffer of uncompressed records is kafka-protocol's, as
+    // when its encoder compressed).
     let list = &records.list;
     // The records' length uncompressed, as a Fetch of the batch will see
     // it.
@@ -337,7 +383,67 @@ pub(super) fn transform_records(
         compression != Compression::None,
     );
     drop(records);
-    let encoded = &mut out[start..];
+    finish(&mut out[start..], batch, grown, kept, count)
+}
+
+/// The fast path of a batch's records (Fetch's): `direct` writes them
+/// transformed straight from their bytes `all` (`walked`, against `base`)
+/// into `out` (after the batch's header, there already), or into a buffer
+/// of their own (wiped when `plaintext`) that is then compressed with the
+/// batch's codec. The records kept and their length uncompressed; `None`
+/// when `direct` declines (a record the general path must decode), what
+/// it wrote taken back from `out` (wiped) by the caller.
+fn fast(
+    all: &[u8],
+    walked: Walked,
+    base: Base,
+    direct: &mut impl FnMut(&[u8], Walked, Base, &mut Buf) -> Result<Option<usize>, String>,
+    out: &mut Buf,
+    plaintext: bool,
+    compression: Compression,
+) -> Result<Option<(usize, usize)>, String> {
+    if compression == Compression::None {
+        let at = out.len();
+        return Ok(direct(all, walked, base, out)?.map(|kept| (kept, out.len() - at)));
+    }
+    let mut records = Buf::with_capacity(all.len(), plaintext);
+    let Some(kept) = direct(all, walked, base, &mut records)? else {
+        return Ok(None);
+    };
+    compress(out, compression, &records)?;
+    Ok(Some((kept, records.len())))
+}
+
+/// `records` (a batch's records section) appended to `out` under
+/// `compression`, as the general path's encoders write it.
+fn compress(out: &mut Buf, compression: Compression, records: &[u8]) -> Result<(), String> {
+    let write = |tmp: &mut BytesMut| -> anyhow::Result<()> {
+        tmp.extend_from_slice(records);
+        Ok(())
+    };
+    match compression {
+        Compression::None => {
+            out.extend_from_slice(records);
+            Ok(())
+        }
+        Compression::Gzip => Gzip::compress(out.inner(), write).map_err(|e| format!("{e:#}")),
+        Compression::Snappy => Snappy::compress(out.inner(), write).map_err(|e| format!("{e:#}")),
+        Compression::Lz4 => lz4_bytes(out, records),
+        Compression::Zstd => Zstd::compress(out.inner(), write).map_err(|e| format!("{e:#}")),
+    }
+    .map_err(|e| format!("encoding a record batch: {e}"))
+}
+
+/// A batch encoded (`encoded`, from its header on) given its length,
+/// counts and CRC: `grown` (Produce: the write rule's tombstones in
+/// front), else `kept` of the `count` records `batch` came with (Fetch).
+fn finish(
+    encoded: &mut [u8],
+    batch: &[u8],
+    grown: Option<Grown>,
+    kept: usize,
+    count: i32,
+) -> Result<(), String> {
     let new_length = i32::try_from(encoded.len() - LOG_OVERHEAD)
         .map_err(|_| "a record batch encoded to more than 2 GiB")?;
     encoded[8..LOG_OVERHEAD].copy_from_slice(&new_length.to_be_bytes());
@@ -345,7 +451,7 @@ pub(super) fn transform_records(
         // The client's counts, grown by the tombstones in front; the base
         // sequence where the broker expects it.
         let grow_by = |at: std::ops::Range<usize>| -> Result<[u8; 4], String> {
-            be32(&batch[..], at.start)
+            be32(batch, at.start)
                 .checked_add(grown.added)
                 .map(i32::to_be_bytes)
                 .ok_or_else(|| "a batch's count overflows with the tombstones in front".to_owned())
@@ -379,22 +485,27 @@ pub(super) fn lz4(
     base: crate::records::Base,
     plaintext: bool,
 ) -> Result<usize, String> {
-    use bytes::BufMut as _;
-    use std::io::Write as _;
     let mut records = Buf::with_capacity(0, plaintext);
     crate::records::encode(&mut records, list, base)?;
+    lz4_bytes(out, &records)?;
+    Ok(records.len())
+}
+
+/// `records` appended to `out` as an lz4 frame, as [`lz4`] writes one.
+fn lz4_bytes(out: &mut Buf, records: &[u8]) -> Result<(), String> {
+    use bytes::BufMut as _;
+    use std::io::Write as _;
     let mut encoder = lz4::EncoderBuilder::new()
         .block_mode(lz4::BlockMode::Independent)
         .build(out.inner().writer())
         .map_err(|e| format!("compressing lz4: {e}"))?;
     encoder
-        .write_all(&records)
+        .write_all(records)
         .map_err(|e| format!("compressing lz4: {e}"))?;
     encoder
         .finish()
         .1
-        .map_err(|e| format!("compressing lz4: {e}"))?;
-    Ok(records.len())
+        .map_err(|e| format!("compressing lz4: {e}"))
 }
 
 pub(super) fn be64(at: &[u8], start: usize) -> i64 {

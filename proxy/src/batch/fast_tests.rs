@@ -1,0 +1,278 @@
+//! Fetch's fast path against its general path: the same bytes out, or the
+//! same refusal, for batches of every shape; and the fast path taken
+//! exactly when it should be.
+
+use bytes::{Bytes, BytesMut};
+use kafka_protocol::records::{Compression, Record};
+use tombstone_crypt::policy::TopicPolicy;
+use tombstone_crypt::{KeyTemplate, Keyset};
+
+use super::fetch::{decrypt, FAST_BATCHES};
+use super::tests::{batch, budget, compacted, decode, encrypt, record};
+use super::transform::*;
+use crate::hooks::Hooks;
+
+/// A small xorshift generator: the cases are the same on every run.
+struct Rng(u64);
+
+impl Rng {
+    fn next(&mut self) -> u64 {
+        self.0 ^= self.0 << 13;
+        self.0 ^= self.0 >> 7;
+        self.0 ^= self.0 << 17;
+        self.0
+    }
+
+    fn below(&mut self, n: u64) -> u64 {
+        self.next() % n
+    }
+}
+
+/// A header name the policies below encrypt.
+const NAMED: &str = "trace";
+
+/// Records of every shape: keys null or one of a few (so keys repeat),
+/// values null, empty or up to 300 bytes, 0 to 3 headers of distinct
+/// names (one of them maybe [`NAMED`]), a header's value maybe null.
+fn records(rng: &mut Rng, n: usize, named: bool) -> Vec<Record> {
+    const KEYS: [&[u8]; 5] = [b"k0", b"k1", b"k2", b"a longer key", b""];
+    (0..n)
+        .map(|i| {
+            let mut r = record(i as i64, None, None);
+            r.key = (rng.below(6) != 0).then(|| Bytes::from_static(KEYS[rng.below(5) as usize]));
+            r.value = match rng.below(10) {
+                0 | 1 => None,
+                2 => Some(Bytes::new()),
+                _ => {
+                    let len = rng.below(300) as usize;
+                    Some((0..len).map(|_| rng.next() as u8).collect())
+                }
+            };
+            let names = if named {
+                ["a", "b", NAMED]
+            } else {
+                ["a", "b", "c"]
+            };
+            for name in names.into_iter().take(rng.below(4) as usize) {
+                let v = (rng.below(5) != 0).then(|| Bytes::from(format!("{name}{i}")));
+                r.headers.insert(name.into(), v);
+            }
+            r
+        })
+        .collect()
+}
+
+/// The four policies: values alone, with record keys, with a named
+/// header, with both.
+fn policies() -> Vec<(&'static str, TopicPolicy)> {
+    let values = Keyset::generate();
+    let keys = Keyset::generate_with(KeyTemplate::aes256_siv()).unwrap();
+    let keyed = || {
+        TopicPolicy::keyset(values.clone())
+            .with_record_keys(keys.clone())
+            .unwrap()
+    };
+    vec![
+        ("values", TopicPolicy::keyset(values.clone())),
+        ("keys", keyed()),
+        (
+            "header",
+            TopicPolicy::keyset(values.clone())
+                .with_headers([NAMED])
+                .unwrap(),
+        ),
+        ("keys and header", keyed().with_headers([NAMED]).unwrap()),
+    ]
+}
+
+/// Whether the fast path takes a batch of `records` under `policy`.
+fn fast(policy: &TopicPolicy, records: &[Record]) -> bool {
+    let keyed = policy.record_keys().is_some();
+    records.iter().all(|r| {
+        let named = r.headers.keys().any(|k| policy.encrypts_header(k.as_str()));
+        let null = keyed && r.value.is_none();
+        !named && !null
+    })
+}
+
+/// `raw` decrypted through both paths: the same result, and how many
+/// batches the fast path wrote.
+fn both(policy: &TopicPolicy, raw: &Bytes, case: &str) -> (Result<Bytes, String>, usize) {
+    let general = Hooks {
+        general_fetch: true,
+        ..Hooks::default()
+    };
+    let before = FAST_BATCHES.with(|n| n.get());
+    let reference = decrypt("t", policy, &general, raw, &budget());
+    assert_eq!(FAST_BATCHES.with(|n| n.get()), before, "{case}: the hook");
+    let out = decrypt("t", policy, &Hooks::default(), raw, &budget());
+    match (&out, &reference) {
+        (Ok(a), Ok(b)) => {
+            let at = a.iter().zip(b.iter()).position(|(x, y)| x != y);
+            assert!(
+                a == b,
+                "{case}: {} bytes, the general path's {}; first difference at {at:?}",
+                a.len(),
+                b.len()
+            );
+        }
+        _ => assert_eq!(out, reference, "{case}"),
+    }
+    (out, FAST_BATCHES.with(|n| n.get()) - before)
+}
+
+const CODECS: [Compression; 5] = [
+    Compression::None,
+    Compression::Gzip,
+    Compression::Snappy,
+    Compression::Lz4,
+    Compression::Zstd,
+];
+
+#[test]
+fn the_fast_path_writes_what_the_general_path_writes_and_only_where_it_may() {
+    let mut rng = Rng(0x2545_f491_4f6c_dd1d);
+    let mut taken = 0;
+    let mut declined = 0;
+    for (name, policy) in policies() {
+        for codec in CODECS {
+            for round in 0..12 {
+                let n = 1 + rng.below(30) as usize;
+                let named = policy.encrypts_header(NAMED) && rng.below(3) == 0;
+                let plain = records(&mut rng, n, named);
+                let sealed = encrypt(
+                    "t",
+                    &policy,
+                    &Hooks::default(),
+                    &batch(&plain, codec),
+                    &budget(),
+                )
+                .unwrap()
+                .records;
+                let case = format!("{name}, {codec:?}, round {round}");
+                let (out, wrote) = both(&policy, &sealed, &case);
+                let out = out.unwrap_or_else(|e| panic!("{case}: {e}"));
+                let expect = fast(&policy, &plain);
+                assert_eq!(wrote, usize::from(expect), "{case}: the fast path taken");
+                if expect {
+                    taken += 1;
+                } else {
+                    declined += 1;
+                }
+                // What a client reads: every record as written.
+                let back: Vec<_> = decode(&out)
+                    .into_iter()
+                    .map(|r| (r.offset, r.timestamp, r.key, r.value, r.headers))
+                    .collect();
+                let written: Vec<_> = plain
+                    .iter()
+                    .map(|r| {
+                        let r = r.clone();
+                        (r.offset, r.timestamp, r.key, r.value, r.headers)
+                    })
+                    .collect();
+                assert_eq!(back, written, "{case}");
+                // Two batches in one partition, the second cut at the end
+                // (the broker's size limit), and a compacted one.
+                let mut two = BytesMut::from(&sealed[..]);
+                two.extend_from_slice(&sealed);
+                two.extend_from_slice(&sealed[..sealed.len() / 2]);
+                let (out, wrote) = both(&policy, &two.freeze(), &format!("{case}, twice"));
+                assert_eq!(
+                    out.unwrap().len(),
+                    2 * out_len(&policy, &sealed),
+                    "{case}, twice: the cut batch dropped"
+                );
+                assert_eq!(wrote, 2 * usize::from(expect), "{case}, twice");
+                if n > 2
+                    && matches!(
+                        codec,
+                        Compression::None | Compression::Gzip | Compression::Zstd
+                    )
+                {
+                    let cut = compacted(&sealed, n / 2, codec);
+                    both(&policy, &cut, &format!("{case}, compacted"))
+                        .0
+                        .unwrap();
+                }
+            }
+        }
+    }
+    assert!(
+        taken > 50 && declined > 20,
+        "taken {taken}, declined {declined}"
+    );
+}
+
+/// The length of `sealed` decrypted.
+fn out_len(policy: &TopicPolicy, sealed: &Bytes) -> usize {
+    decrypt("t", policy, &Hooks::default(), sealed, &budget())
+        .unwrap()
+        .len()
+}
+
+/// `raw`'s single record changed by `change`, its lengths and CRC set
+/// again.
+fn altered(raw: &Bytes, change: impl FnOnce(&mut Vec<u8>)) -> Bytes {
+    let mut rec = raw[HEADER..].to_vec();
+    change(&mut rec);
+    let mut b = raw[..HEADER].to_vec();
+    b.extend_from_slice(&rec);
+    let len = (b.len() - LOG_OVERHEAD) as i32;
+    b[8..12].copy_from_slice(&len.to_be_bytes());
+    let crc = crc32c::crc32c(&b[ATTRIBUTES.start..]);
+    b[CRC].copy_from_slice(&crc.to_be_bytes());
+    Bytes::from(b)
+}
+
+#[test]
+fn a_record_that_would_not_encode_back_is_refused_by_both_paths() {
+    let policy = TopicPolicy::keyset(Keyset::generate());
+    let mut r = record(0, Some(b"k"), Some(b"v"));
+    r.headers.insert("h".into(), Some(Bytes::from_static(b"1")));
+    let sealed = encrypt(
+        "t",
+        &policy,
+        &Hooks::default(),
+        &batch(&[r], Compression::None),
+        &budget(),
+    )
+    .unwrap()
+    .records;
+    let (good, wrote) = both(&policy, &sealed, "as written");
+    assert!(good.is_ok());
+    assert_eq!(wrote, 1, "the fast path takes it");
+    type Change = Box<dyn FnOnce(&mut Vec<u8>)>;
+    let cases: [(&str, Change); 3] = [
+        // Attributes 1 (a record's attributes are unused: 0).
+        ("attributes", Box::new(|rec: &mut Vec<u8>| rec[1] = 1)),
+        // The header twice (the decoder keeps one).
+        (
+            "a header twice",
+            Box::new(|rec: &mut Vec<u8>| {
+                let n = rec.len();
+                assert_eq!(rec[n - 5], 2, "one header, zigzag");
+                rec[n - 5] = 4;
+                rec.extend_from_slice(&[2, b'h', 2, b'1']);
+                rec[0] += 8;
+            }),
+        ),
+        // The timestamp delta 0 in two bytes (0x80 0x00), not one.
+        (
+            "a longer varint",
+            Box::new(|rec: &mut Vec<u8>| {
+                assert_eq!(rec[2], 0, "timestamp delta 0");
+                rec[2] = 0x80;
+                rec.insert(3, 0);
+                rec[0] += 2;
+            }),
+        ),
+    ];
+    for (case, change) in cases {
+        let bad = altered(&sealed, change);
+        let (out, wrote) = both(&policy, &bad, case);
+        let err = out.expect_err(case);
+        assert!(err.contains("encode back"), "{case}: {err}");
+        assert_eq!(wrote, 0, "{case}");
+    }
+}
