@@ -6,10 +6,13 @@
 //!
 //! - `encrypt/batch/none`, `decrypt/batch/none`: the batch uncompressed,
 //!   through the proxy's Produce path (decode, walk, the encode-back
-//!   check, encrypt, encode, CRC) and its Fetch path (decode, decrypt,
-//!   encode, wipe).
+//!   check, encrypt, encode, CRC) and its Fetch path (its fast path:
+//!   walk, decrypt, copy, CRC, wipe).
 //! - `encrypt/batch/lz4`, `decrypt/batch/lz4`: the same batch under lz4
 //!   (the values do not compress: the codec's own cost).
+//! - `decrypt/general/none`, `decrypt/general/lz4`: Fetch's general path
+//!   (decode, decrypt, encode, wipe), which its fast path (decrypt
+//!   straight from the records' bytes) replaced for such batches.
 //! - `encrypt/primitive`, `decrypt/primitive`: the library's keysets doing
 //!   the records' cryptography alone: each value sealed (opened) with
 //!   `Keyset::encrypt` (`decrypt`) under associated data as long as the
@@ -144,6 +147,19 @@ fn bench(c: &mut Criterion) {
                 let plain =
                     __fuzz::decrypt(TOPIC, &policy, black_box(&sealed), LIMIT).expect("decrypted");
                 // As the proxy does once it wrote the response.
+                __fuzz::wipe(plain, &Default::default())
+            })
+        });
+        // The same batch through the general path (decoded into
+        // kafka-protocol's records and encoded again), which the fast path
+        // replaced on Fetch.
+        let mut general = tombstone_crypt_proxy::Hooks::default();
+        general.general_fetch = true;
+        group.bench_function(format!("general/{name}"), |b| {
+            b.iter(|| {
+                let plain =
+                    __fuzz::decrypt_with(TOPIC, &policy, black_box(&sealed), LIMIT, &general)
+                        .expect("decrypted");
                 __fuzz::wipe(plain, &Default::default())
             })
         });

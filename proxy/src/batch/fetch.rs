@@ -70,7 +70,14 @@ pub(crate) fn decrypt(
                 if hooks.general_fetch {
                     return Ok(None);
                 }
-                decrypt_raw(topic, policy, records, walked, base, out, &mut fast)
+                decrypt_raw(
+                    topic,
+                    policy,
+                    (records, walked, base),
+                    out,
+                    wipe.output,
+                    &mut fast,
+                )
             },
         },
     )?;
@@ -80,7 +87,8 @@ pub(crate) fn decrypt(
 }
 
 /// The fast path of a Fetch batch's records (`records`, walked as
-/// `walked`, against `base`): each decrypted straight from its bytes and
+/// `walked`, against `base`): each decrypted straight from its bytes (its
+/// plaintext key and value wiped once copied, when `wipe`) and
 /// written to `out` with its attributes, deltas and headers copied as they
 /// came, nothing decoded into kafka-protocol's `Record`. The same bytes the
 /// general path writes, for every record it takes. It takes none whose
@@ -97,10 +105,9 @@ pub(crate) fn decrypt(
 fn decrypt_raw(
     topic: &str,
     policy: &TopicPolicy,
-    records: &[u8],
-    walked: crate::records::Walked,
-    base: crate::records::Base,
+    (records, walked, base): (&[u8], crate::records::Walked, crate::records::Base),
     out: &mut Buf,
+    wipe: bool,
     tally: &mut Tally,
 ) -> Result<Option<usize>, String> {
     let keyed = policy.record_keys().is_some();
@@ -136,6 +143,14 @@ fn decrypt_raw(
             return Ok(false);
         }
         crate::records::put_record(out, &parts, key, value.as_deref().map(|v| &v[..]))?;
+        // Wiped at memset's speed (`Zeroizing` writes a byte at a time:
+        // a tenth of the path's time).
+        for mut plaintext in opened.into_iter().chain(value) {
+            let v = std::mem::take(&mut *plaintext);
+            if wipe {
+                crate::wipe::vec(v);
+            }
+        }
         Ok(true)
     })?;
     if !whole {
