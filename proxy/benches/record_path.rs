@@ -5,14 +5,13 @@
 //! under an AES-SIV keyset).
 //!
 //! - `encrypt/batch/none`, `decrypt/batch/none`: the batch uncompressed,
-//!   through the proxy's Produce path (decode, walk, the encode-back
-//!   check, encrypt, encode, CRC) and its Fetch path (its fast path:
-//!   walk, decrypt, copy, CRC, wipe).
+//!   through the proxy's Produce path and its Fetch path (their fast
+//!   paths: CRC, walk, encrypt or decrypt, copy, CRC; on Fetch, wipe).
 //! - `encrypt/batch/lz4`, `decrypt/batch/lz4`: the same batch under lz4
 //!   (the values do not compress: the codec's own cost).
-//! - `decrypt/general/none`, `decrypt/general/lz4`: Fetch's general path
-//!   (decode, decrypt, encode, wipe), which its fast path (decrypt
-//!   straight from the records' bytes) replaced for such batches.
+//! - `encrypt/general/*`, `decrypt/general/*`: the general paths (decode,
+//!   the encode-back check, encrypt or decrypt, encode), which the fast
+//!   paths (straight from the records' bytes) replaced for such batches.
 //! - `encrypt/primitive`, `decrypt/primitive`: the library's keysets doing
 //!   the records' cryptography alone: each value sealed (opened) with
 //!   `Keyset::encrypt` (`decrypt`) under associated data as long as the
@@ -115,6 +114,14 @@ fn bench(c: &mut Criterion) {
         group.bench_function(format!("batch/{name}"), |b| {
             b.iter(|| __fuzz::encrypt(TOPIC, &policy, black_box(&raw), LIMIT).expect("encrypted"))
         });
+        let mut general = tombstone_crypt_proxy::Hooks::default();
+        general.general_path = true;
+        group.bench_function(format!("general/{name}"), |b| {
+            b.iter(|| {
+                __fuzz::encrypt_with(TOPIC, &policy, black_box(&raw), LIMIT, &general)
+                    .expect("encrypted")
+            })
+        });
     }
     // The associated data of a value: the topic and the plaintext key, as
     // long as the layer's (`TopicAndKey`: lengths and the two).
@@ -154,7 +161,7 @@ fn bench(c: &mut Criterion) {
         // kafka-protocol's records and encoded again), which the fast path
         // replaced on Fetch.
         let mut general = tombstone_crypt_proxy::Hooks::default();
-        general.general_fetch = true;
+        general.general_path = true;
         group.bench_function(format!("general/{name}"), |b| {
             b.iter(|| {
                 let plain =

@@ -22,11 +22,11 @@ pub struct Hooks {
     /// Free frames, records and batches that held plaintext without
     /// wiping them.
     pub skip_wipe: bool,
-    /// Decrypt every Fetch batch through the general path (its records
-    /// decoded into kafka-protocol's `Record` and encoded again), never the
-    /// fast path that works on their bytes: not broken, the reference the
-    /// fast path's tests compare it with.
-    pub general_fetch: bool,
+    /// Transform every batch, Produce and Fetch, through the general path
+    /// (its records decoded into kafka-protocol's `Record` and encoded
+    /// again), never the fast path that works on their bytes: not broken,
+    /// the reference the fast path's tests compare it with.
+    pub general_path: bool,
 }
 
 impl Hooks {

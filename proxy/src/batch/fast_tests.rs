@@ -99,7 +99,7 @@ fn fast(policy: &TopicPolicy, records: &[Record]) -> bool {
 /// batches the fast path wrote.
 fn both(policy: &TopicPolicy, raw: &Bytes, case: &str) -> (Result<Bytes, String>, usize) {
     let general = Hooks {
-        general_fetch: true,
+        general_path: true,
         ..Hooks::default()
     };
     let before = FAST_BATCHES.with(|n| n.get());
@@ -275,4 +275,148 @@ fn a_record_that_would_not_encode_back_is_refused_by_both_paths() {
         assert!(err.contains("encode back"), "{case}: {err}");
         assert_eq!(wrote, 0, "{case}");
     }
+}
+
+/// `raw` encrypted through both paths: each path's batch and how many
+/// batches the fast path wrote (of the default hooks' run).
+fn both_sealed(policy: &TopicPolicy, raw: &Bytes, case: &str) -> (Bytes, Bytes, usize) {
+    let general = Hooks {
+        general_path: true,
+        ..Hooks::default()
+    };
+    let reference =
+        encrypt("t", policy, &general, raw, &budget()).unwrap_or_else(|e| panic!("{case}: {e}"));
+    let before = FAST_BATCHES.with(|n| n.get());
+    let sealed = encrypt("t", policy, &Hooks::default(), raw, &budget())
+        .unwrap_or_else(|e| panic!("{case}: {e}"));
+    assert_eq!((sealed.added, reference.added), (0, 0), "{case}");
+    let wrote = FAST_BATCHES.with(|n| n.get()) - before;
+    (sealed.records, reference.records, wrote)
+}
+
+/// A record's offset, timestamp, key, value's length and headers.
+type Shape = (i64, i64, Option<Bytes>, Option<usize>, Vec<String>);
+
+/// A batch's records with each value's bytes (and each [`NAMED`] header's)
+/// replaced by its length: what two encryptions of the same records share
+/// (their nonces differ).
+fn shape(raw: &Bytes) -> Vec<Shape> {
+    decode(raw)
+        .into_iter()
+        .map(|r| {
+            let headers = r
+                .headers
+                .iter()
+                .map(|(k, v)| match k.as_str() {
+                    // Sealed with a fresh nonce too.
+                    NAMED => format!("{NAMED}: {:?} bytes", v.as_ref().map(Bytes::len)),
+                    k => format!("{k}={v:?}"),
+                })
+                .collect();
+            (
+                r.offset,
+                r.timestamp,
+                r.key,
+                r.value.map(|v| v.len()),
+                headers,
+            )
+        })
+        .collect()
+}
+
+#[test]
+fn on_produce_the_fast_path_writes_what_the_general_path_writes_but_for_nonces() {
+    let mut rng = Rng(0x9e37_79b9_7f4a_7c15);
+    let mut taken = 0;
+    let mut declined = 0;
+    for (name, policy) in policies() {
+        for codec in CODECS {
+            for round in 0..8 {
+                let n = 1 + rng.below(30) as usize;
+                let named = policy.encrypts_header(NAMED) && rng.below(3) == 0;
+                let plain = records(&mut rng, n, named);
+                let raw = batch(&plain, codec);
+                let case = format!("{name}, {codec:?}, round {round}");
+                let (sealed, reference, wrote) = both_sealed(&policy, &raw, &case);
+                let expect = !plain
+                    .iter()
+                    .any(|r| r.headers.keys().any(|k| policy.encrypts_header(k.as_str())));
+                assert_eq!(wrote, usize::from(expect), "{case}: the fast path taken");
+                if expect {
+                    taken += 1;
+                } else {
+                    declined += 1;
+                }
+                // The header but its CRC (and its length, compressed: the
+                // ciphertext compresses by chance), the keys, the lengths,
+                // the headers: the same.
+                assert_eq!(sealed[..8], reference[..8], "{case}");
+                assert_eq!(sealed[12..CRC.start], reference[12..CRC.start], "{case}");
+                if codec == Compression::None {
+                    assert_eq!(sealed.len(), reference.len(), "{case}");
+                }
+                assert_eq!(
+                    sealed[ATTRIBUTES.start..HEADER],
+                    reference[ATTRIBUTES.start..HEADER],
+                    "{case}"
+                );
+                assert_eq!(shape(&sealed), shape(&reference), "{case}");
+                // Both read back as written (through the general path), and
+                // no plaintext value is left in the sealed batch.
+                let general = Hooks {
+                    general_path: true,
+                    ..Hooks::default()
+                };
+                for out in [&sealed, &reference] {
+                    let back = decrypt("t", &policy, &general, out, &budget()).unwrap();
+                    let back: Vec<_> = decode(&back)
+                        .into_iter()
+                        .map(|r| (r.offset, r.key, r.value, r.headers))
+                        .collect();
+                    let written: Vec<_> = plain
+                        .iter()
+                        .map(|r| {
+                            let r = r.clone();
+                            (r.offset, r.key, r.value, r.headers)
+                        })
+                        .collect();
+                    assert_eq!(back, written, "{case}");
+                }
+                if codec == Compression::None {
+                    for r in &plain {
+                        if let Some(v) = r.value.as_ref().filter(|v| v.len() >= 16) {
+                            assert!(
+                                !sealed.windows(v.len()).any(|w| w == &v[..]),
+                                "{case}: a value in the clear"
+                            );
+                        }
+                    }
+                }
+            }
+        }
+    }
+    assert!(
+        taken > 30 && declined > 10,
+        "taken {taken}, declined {declined}"
+    );
+}
+
+#[test]
+fn on_produce_a_key_keyset_in_rotation_takes_the_general_path_and_its_rule() {
+    let mut keys = Keyset::generate_with(KeyTemplate::aes256_siv()).unwrap();
+    keys.rotate();
+    let policy = TopicPolicy::keyset(Keyset::generate())
+        .with_record_keys(keys)
+        .unwrap();
+    // A producer that is not idempotent (one that is must be followed
+    // from its first batch).
+    let mut r = record(0, Some(b"k"), Some(b"v"));
+    r.producer_id = -1;
+    r.sequence = -1;
+    let raw = batch(&[r], Compression::None);
+    let before = FAST_BATCHES.with(|n| n.get());
+    let sealed = encrypt("t", &policy, &Hooks::default(), &raw, &budget()).unwrap();
+    assert_eq!(FAST_BATCHES.with(|n| n.get()), before, "not the fast path");
+    assert_eq!(sealed.added, 1, "the older form's tombstone in front");
+    assert_eq!(decode(&sealed.records).len(), 2);
 }

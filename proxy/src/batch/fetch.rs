@@ -67,7 +67,7 @@ pub(crate) fn decrypt(
                 Ok(None)
             },
             direct: |records: &[u8], walked, base, out: &mut Buf| {
-                if hooks.general_fetch {
+                if hooks.general_path {
                     return Ok(None);
                 }
                 decrypt_raw(

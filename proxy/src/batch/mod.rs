@@ -28,14 +28,18 @@
 //! kafka-protocol's buffer of a gzip, snappy or zstd batch's records (see
 //! the crate's limits). Ciphertext is not wiped.
 //!
-//! On Fetch, a batch takes a fast path first: its records are decrypted
-//! straight from their bytes and written with everything else copied as
-//! it came, nothing decoded (`crate::records::each_record`), and the
-//! result is the same bytes the general path writes. It declines a batch
-//! the general path must decode (a record that would not encode back as
-//! it came, which the general path refuses; a header the policy encrypts;
-//! under record keys, a record that reads as null, which may be a write
-//! rule's tombstone to leave out), and the general path takes it.
+//! A batch takes a fast path first: its records are decrypted (Fetch) or
+//! encrypted (Produce) straight from their bytes and written with
+//! everything else copied as it came, nothing decoded
+//! (`crate::records::each_record`); the result is the bytes the general
+//! path writes (on Produce, but for the values' fresh nonces). It declines
+//! a batch the general path must decode: a record that would not encode
+//! back as it came (which the general path refuses); a header the policy
+//! encrypts; on Fetch under record keys, a record that reads as null
+//! (which may be a write rule's tombstone to leave out); on Produce, a
+//! key keyset in rotation (the write rule's tombstones go in front, and
+//! idempotent producers are followed) or a test hook. The general path
+//! then takes the batch.
 //!
 //! One file per job: `transform` (the walk, decode, check and encode that
 //! Produce and Fetch share, and the fast path's frame), `produce`

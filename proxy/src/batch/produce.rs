@@ -75,7 +75,15 @@ pub(crate) fn encrypt(
         input: hooks.wipes(),
         output: false,
     };
-    let mut batches = 0u32;
+    let batches = std::cell::Cell::new(0u32);
+    // The fast path: only where no batch grows and no hook is set.
+    let direct = !grows
+        && !hooks.general_path
+        && !hooks.skip_encryption
+        && !hooks.tombstone_as_empty
+        && !hooks.skip_fanout
+        && !hooks.skip_header_encryption;
+    let mut fast = Tally::default();
     let mut added = 0i32;
     budget.clear_written();
     let records = transform(
@@ -88,7 +96,7 @@ pub(crate) fn encrypt(
                 encrypt_record(topic, policy, hooks, record, &tombstones, &mut tally)
             },
             batch: |header: &[u8], list: &mut Vec<Record>| {
-                batches += 1;
+                batches.set(batches.get() + 1);
                 let mut forms = std::mem::take(&mut *tombstones.borrow_mut());
                 if hooks.skip_fanout {
                     forms.clear();
@@ -97,7 +105,7 @@ pub(crate) fn encrypt(
                 forms.retain(|f| seen.insert(f.clone()));
                 let more = i32::try_from(forms.len())
                     .map_err(|_| "more tombstones of older key forms than a batch holds")?;
-                if batches > 1 && (more > 0 || added > 0) {
+                if batches.get() > 1 && (more > 0 || added > 0) {
                     return Err(
                         "a partition's records in more than one batch, with tombstones of \
                             older key forms to write: Produce v3 and later carry one batch per \
@@ -127,8 +135,16 @@ pub(crate) fn encrypt(
                     base_sequence,
                 }))
             },
-            // Every Produce batch is decoded and checked to encode back.
-            direct: |_: &[u8], _, _, _: &mut crate::wipe::Buf| Ok(None),
+            direct: |records: &[u8], walked, _, out: &mut crate::wipe::Buf| {
+                if !direct {
+                    return Ok(None);
+                }
+                let kept = encrypt_raw(topic, policy, (records, walked), out, &mut fast)?;
+                if kept.is_some() {
+                    batches.set(batches.get() + 1);
+                }
+                Ok(kept)
+            },
         },
     )
     .map_err(|reason| Refusal {
@@ -144,12 +160,90 @@ pub(crate) fn encrypt(
         reason,
         code: crate::codes::MESSAGE_TOO_LARGE,
     })?;
+    tally.merge(&fast);
     tally.commit(true);
     stats::add(
         Event::OlderFormTombstones,
         u64::try_from(added).unwrap_or(0),
     );
     Ok(Encrypted { records, added })
+}
+
+/// The fast path of a Produce batch's records (`records`, walked as
+/// `walked`) where no batch grows (the key keyset is not in rotation):
+/// each encrypted straight from its bytes and written to `out` with its
+/// attributes, deltas and headers copied as they came, nothing decoded
+/// into kafka-protocol's `Record`; what the general path writes but for
+/// the values' fresh nonces. It takes no record whose bytes the general
+/// path would not encode back as they came (it refuses them:
+/// [`Parts::canonical`](crate::records::Parts)), none with a header the
+/// policy encrypts, and none whose write rule gives a tombstone of an
+/// older key form: then `Ok(None)`, its tally dropped, and the general
+/// path takes the batch. Else the records kept (all of them).
+///
+/// # Errors
+/// As [`encrypt_record`].
+fn encrypt_raw(
+    topic: &str,
+    policy: &TopicPolicy,
+    (records, walked): (&[u8], crate::records::Walked),
+    out: &mut crate::wipe::Buf,
+    tally: &mut Tally,
+) -> Result<Option<usize>, String> {
+    let named = !policy.headers().is_empty();
+    let mut batch = Tally::default();
+    let whole = crate::records::each_record(records, walked, |parts| {
+        if !parts.canonical {
+            return Ok(false);
+        }
+        if named {
+            let Some((names, n)) = parts.header_keys else {
+                return Ok(false);
+            };
+            let encrypted = names[..n].iter().any(|name| {
+                std::str::from_utf8(name).map_or(true, |name| policy.encrypts_header(name))
+            });
+            if encrypted {
+                return Ok(false);
+            }
+        }
+        let forms = match parts.key {
+            Some(key) => policy
+                .write_key(topic, key)
+                .map_err(|e| format!("encrypting a record key: {e}"))?,
+            None => None,
+        };
+        let wire = match &forms {
+            // The write rule gives one record: the primary form's (the
+            // same as `KeyForms::writes`, which also counts its
+            // tombstones, so it is left to the general path).
+            Some(forms) if forms.write_count() == 1 => Some(forms.primary()),
+            // A tombstone of an older form too: the general path writes
+            // the rule.
+            Some(_) => return Ok(false),
+            None => parts.key,
+        };
+        let sealed = policy
+            .write_value(topic, parts.key, parts.value)
+            .map_err(|e| format!("encrypting a value: {e}"))?;
+        if forms.is_some() {
+            batch.keys += 1;
+        }
+        if sealed.is_some() {
+            batch.values += 1;
+        } else {
+            batch.tombstones += 1;
+        }
+        crate::records::put_record(out, &parts, wire, sealed.as_deref())?;
+        Ok(true)
+    })?;
+    if !whole {
+        return Ok(None);
+    }
+    #[cfg(test)]
+    super::fetch::FAST_BATCHES.with(|n| n.set(n.get() + 1));
+    tally.merge(&batch);
+    Ok(Some(walked.records))
 }
 
 /// Puts a tombstone for each of `forms` at the front of `list` (the
