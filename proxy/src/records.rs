@@ -345,9 +345,13 @@ pub(crate) fn each_record<'a>(
     mut each: impl FnMut(Parts<'a>) -> Result<bool, String>,
 ) -> Result<bool, String> {
     let mut input = Reader { rest: records };
-    // A varint read as the shortest encoding of its value.
-    let shortest =
-        |before: &[u8], after: &[u8], v: i64| before.len() - after.len() == varlong_len(v);
+    // A varint read as exactly the bytes [`encode`] writes for its value
+    // (the shortest, and no bits past 64 in a tenth byte).
+    let shortest = |before: &[u8], after: &[u8], v: i64| {
+        let mut again = Encoded::default();
+        put_varlong(&mut again, v);
+        before[..before.len() - after.len()] == again.bytes[..again.len]
+    };
     let sized = |r: &mut Reader<'a>, what: &str, canonical: &mut bool| {
         let before = r.rest;
         let n = r.varint(what)?;
@@ -377,7 +381,6 @@ pub(crate) fn each_record<'a>(
         let deltas = &deltas_at[..deltas_at.len() - r.rest.len()];
         let key = sized(&mut r, "a record's key", &mut canonical)?;
         let value = sized(&mut r, "a record's value", &mut canonical)?;
-        let headers = r.rest;
         let count_at = r.rest;
         let n = r.size("a record's header count")?;
         canonical &= shortest(count_at, r.rest, n as i64);
@@ -391,6 +394,10 @@ pub(crate) fn each_record<'a>(
                 keys[i] = name;
             }
         }
+        // Bytes after the last header, inside the record's length: not
+        // written again by [`encode`].
+        canonical &= r.rest.is_empty();
+        let headers = &count_at[..count_at.len() - r.rest.len()];
         let parts = Parts {
             attributes,
             deltas,
@@ -459,6 +466,27 @@ impl Put for crate::wipe::Buf {
     }
     fn put_slice(&mut self, b: &[u8]) {
         self.extend_from_slice(b);
+    }
+}
+
+/// A varint as [`put_varlong`] writes it (10 bytes at most).
+#[derive(Default)]
+struct Encoded {
+    bytes: [u8; 10],
+    len: usize,
+}
+
+impl Put for Encoded {
+    fn put_u8(&mut self, b: u8) {
+        if let Some(slot) = self.bytes.get_mut(self.len) {
+            *slot = b;
+            self.len += 1;
+        }
+    }
+    fn put_slice(&mut self, b: &[u8]) {
+        for &x in b {
+            self.put_u8(x);
+        }
     }
 }
 

@@ -243,7 +243,7 @@ fn a_record_that_would_not_encode_back_is_refused_by_both_paths() {
     assert!(good.is_ok());
     assert_eq!(wrote, 1, "the fast path takes it");
     type Change = Box<dyn FnOnce(&mut Vec<u8>)>;
-    let cases: [(&str, Change); 3] = [
+    let cases: [(&str, Change); 5] = [
         // Attributes 1 (a record's attributes are unused: 0).
         ("attributes", Box::new(|rec: &mut Vec<u8>| rec[1] = 1)),
         // The header twice (the decoder keeps one).
@@ -264,6 +264,26 @@ fn a_record_that_would_not_encode_back_is_refused_by_both_paths() {
                 assert_eq!(rec[2], 0, "timestamp delta 0");
                 rec[2] = 0x80;
                 rec.insert(3, 0);
+                rec[0] += 2;
+            }),
+        ),
+        // The timestamp delta 2^62 (zigzag 2^63) in ten bytes whose last
+        // sets a bit past 64 too (lost to the decoder).
+        (
+            "bits past 64",
+            Box::new(|rec: &mut Vec<u8>| {
+                assert_eq!(rec[2], 0, "timestamp delta 0");
+                let mut long = vec![0x80u8; 9];
+                long.push(0x03);
+                rec.splice(2..3, long);
+                rec[0] += 18;
+            }),
+        ),
+        // A byte after the last header, inside the record's length.
+        (
+            "bytes after the headers",
+            Box::new(|rec: &mut Vec<u8>| {
+                rec.push(0);
                 rec[0] += 2;
             }),
         ),
