@@ -7,7 +7,7 @@ use kafka_protocol::records::{Compression, Record};
 use tombstone_crypt::policy::TopicPolicy;
 use tombstone_crypt::{KeyTemplate, Keyset};
 
-use super::fetch::{decrypt, FAST_BATCHES};
+use super::fetch::decrypt;
 use super::tests::{batch, budget, compacted, decode, encrypt, record};
 use super::transform::*;
 use crate::hooks::Hooks;

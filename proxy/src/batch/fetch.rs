@@ -156,8 +156,6 @@ fn decrypt_raw(
     if !whole {
         return Ok(None);
     }
-    #[cfg(test)]
-    FAST_BATCHES.with(|n| n.set(n.get() + 1));
     tally.merge(&batch);
     Ok(Some(walked.records))
 }
@@ -305,10 +303,4 @@ fn open_value(
         Ok(_) => Err("a value read as nothing this proxy knows".into()),
         Err(e) => Err(format!("decrypting the value at offset {offset}: {e}")),
     }
-}
-
-#[cfg(test)]
-thread_local! {
-    /// Batches the fast path wrote, on this thread (the tests' count).
-    pub(super) static FAST_BATCHES: std::cell::Cell<usize> = const { std::cell::Cell::new(0) };
 }

@@ -240,8 +240,6 @@ fn encrypt_raw(
     if !whole {
         return Ok(None);
     }
-    #[cfg(test)]
-    super::fetch::FAST_BATCHES.with(|n| n.set(n.get() + 1));
     tally.merge(&batch);
     Ok(Some(walked.records))
 }

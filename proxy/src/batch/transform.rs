@@ -402,16 +402,28 @@ fn fast(
     plaintext: bool,
     compression: Compression,
 ) -> Result<Option<(usize, usize)>, String> {
-    if compression == Compression::None {
+    let taken = if compression == Compression::None {
         let at = out.len();
-        return Ok(direct(all, walked, base, out)?.map(|kept| (kept, out.len() - at)));
-    }
-    let mut records = Buf::with_capacity(all.len(), plaintext);
-    let Some(kept) = direct(all, walked, base, &mut records)? else {
-        return Ok(None);
+        direct(all, walked, base, out)?.map(|kept| (kept, out.len() - at))
+    } else {
+        let mut records = Buf::with_capacity(all.len(), plaintext);
+        let Some(kept) = direct(all, walked, base, &mut records)? else {
+            return Ok(None);
+        };
+        compress(out, compression, &records)?;
+        Some((kept, records.len()))
     };
-    compress(out, compression, &records)?;
-    Ok(Some((kept, records.len())))
+    #[cfg(test)]
+    if taken.is_some() {
+        FAST_BATCHES.with(|n| n.set(n.get() + 1));
+    }
+    Ok(taken)
+}
+
+#[cfg(test)]
+thread_local! {
+    /// Batches the fast path wrote, on this thread (the tests' count).
+    pub(super) static FAST_BATCHES: std::cell::Cell<usize> = const { std::cell::Cell::new(0) };
 }
 
 /// `records` (a batch's records section) appended to `out` under
