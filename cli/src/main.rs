@@ -40,6 +40,13 @@ mod scan;
 mod shred;
 mod write;
 
+/// mimalloc: it keeps the proxy's large blocks for the next request, where
+/// glibc's malloc gave them back to the system and faulted them in again
+/// (docs/PERFORMANCE.md). Every buffer that held plaintext is zeroized by
+/// its owner before it is freed, whatever the allocator.
+#[global_allocator]
+static GLOBAL: mimalloc::MiMalloc = mimalloc::MiMalloc;
+
 use std::io::Write as _;
 use std::process::ExitCode;
 
