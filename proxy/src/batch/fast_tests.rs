@@ -440,3 +440,34 @@ fn on_produce_a_key_keyset_in_rotation_takes_the_general_path_and_its_rule() {
     assert_eq!(sealed.added, 1, "the older form's tombstone in front");
     assert_eq!(decode(&sealed.records).len(), 2);
 }
+
+#[test]
+fn a_batch_refused_for_two_reasons_gives_the_general_paths_reason() {
+    let policy = TopicPolicy::keyset(Keyset::generate());
+    let plain = [
+        record(0, Some(b"k0"), Some(b"v0")),
+        record(1, Some(b"k1"), Some(b"v1")),
+    ];
+    let sealed = encrypt(
+        "t",
+        &policy,
+        &Hooks::default(),
+        &batch(&plain, Compression::None),
+        &budget(),
+    )
+    .unwrap()
+    .records;
+    let mut b = sealed.to_vec();
+    // Record 0 (its length a one-byte zigzag varint, no headers): the last
+    // byte of its value's tag flipped. Record 1: attributes 1.
+    let first = (b[HEADER] / 2) as usize + 1;
+    b[HEADER + first - 2] ^= 1;
+    b[HEADER + first + 1] = 1;
+    let crc = crc32c::crc32c(&b[ATTRIBUTES.start..]);
+    b[CRC].copy_from_slice(&crc.to_be_bytes());
+    let (out, wrote) = both(&policy, &Bytes::from(b), "two reasons");
+    let err = out.expect_err("refused");
+    // The general path checks every record's encoding first.
+    assert!(err.contains("encode back"), "{err}");
+    assert_eq!(wrote, 0);
+}

@@ -70,14 +70,14 @@ pub(crate) fn decrypt(
                 if hooks.general_path {
                     return Ok(None);
                 }
-                decrypt_raw(
+                Ok(decrypt_raw(
                     topic,
                     policy,
                     (records, walked, base),
                     out,
                     wipe.output,
                     &mut fast,
-                )
+                ))
             },
         },
     )?;
@@ -96,12 +96,10 @@ pub(crate) fn decrypt(
 /// them: [`Parts::canonical`](crate::records::Parts)), none with a header
 /// the policy encrypts, and, under record keys, none that reads as null
 /// (the write rule's tombstones are taken out of a batch by
-/// [`replaced_forms`], which needs it decoded): then `Ok(None)`, its tally
-/// dropped, and the general path takes the batch. Else the records kept
-/// (all of them).
-///
-/// # Errors
-/// As [`decrypt_record`].
+/// [`replaced_forms`], which needs it decoded), and none that does not
+/// decrypt (the general path says why, or refuses the batch for another
+/// record first): then `None`, its tally dropped, and the general path
+/// takes the batch. Else the records kept (all of them).
 fn decrypt_raw(
     topic: &str,
     policy: &TopicPolicy,
@@ -109,11 +107,11 @@ fn decrypt_raw(
     out: &mut Buf,
     wipe: bool,
     tally: &mut Tally,
-) -> Result<Option<usize>, String> {
+) -> Option<usize> {
     let keyed = policy.record_keys().is_some();
     let named = !policy.headers().is_empty();
     let mut batch = Tally::default();
-    let whole = crate::records::each_record(records, walked, |parts| {
+    let mut take = |parts: crate::records::Parts<'_>| -> Result<bool, String> {
         if !parts.canonical {
             return Ok(false);
         }
@@ -152,12 +150,18 @@ fn decrypt_raw(
             }
         }
         Ok(true)
-    })?;
+    };
+    // A record that fails is the general path's to tell: it checks
+    // every record's encoding before it transforms any, so it may
+    // refuse the batch for another record first.
+    let whole =
+        crate::records::each_record(records, walked, |parts| Ok(take(parts).unwrap_or(false)))
+            .unwrap_or(false);
     if !whole {
-        return Ok(None);
+        return None;
     }
     tally.merge(&batch);
-    Ok(Some(walked.records))
+    Some(walked.records)
 }
 
 /// Takes out of a decrypted Fetch batch (`list`, whose record keys came

@@ -139,7 +139,7 @@ pub(crate) fn encrypt(
                 if !direct {
                     return Ok(None);
                 }
-                let kept = encrypt_raw(topic, policy, (records, walked), out, &mut fast)?;
+                let kept = encrypt_raw(topic, policy, (records, walked), out, &mut fast);
                 if kept.is_some() {
                     batches.set(batches.get() + 1);
                 }
@@ -178,21 +178,20 @@ pub(crate) fn encrypt(
 /// path would not encode back as they came (it refuses them:
 /// [`Parts::canonical`](crate::records::Parts)), none with a header the
 /// policy encrypts, and none whose write rule gives a tombstone of an
-/// older key form: then `Ok(None)`, its tally dropped, and the general
-/// path takes the batch. Else the records kept (all of them).
-///
-/// # Errors
-/// As [`encrypt_record`].
+/// older key form, and none that does not encrypt (the general path says
+/// why, or refuses the batch for another record first): then `None`, its
+/// tally dropped, and the general path takes the batch. Else the records
+/// kept (all of them).
 fn encrypt_raw(
     topic: &str,
     policy: &TopicPolicy,
     (records, walked): (&[u8], crate::records::Walked),
     out: &mut crate::wipe::Buf,
     tally: &mut Tally,
-) -> Result<Option<usize>, String> {
+) -> Option<usize> {
     let named = !policy.headers().is_empty();
     let mut batch = Tally::default();
-    let whole = crate::records::each_record(records, walked, |parts| {
+    let mut take = |parts: crate::records::Parts<'_>| -> Result<bool, String> {
         if !parts.canonical {
             return Ok(false);
         }
@@ -236,12 +235,18 @@ fn encrypt_raw(
         }
         crate::records::put_record(out, &parts, wire, sealed.as_deref())?;
         Ok(true)
-    })?;
+    };
+    // A record that fails is the general path's to tell: it checks
+    // every record's encoding before it transforms any, so it may
+    // refuse the batch for another record first.
+    let whole =
+        crate::records::each_record(records, walked, |parts| Ok(take(parts).unwrap_or(false)))
+            .unwrap_or(false);
     if !whole {
-        return Ok(None);
+        return None;
     }
     tally.merge(&batch);
-    Ok(Some(walked.records))
+    Some(walked.records)
 }
 
 /// Puts a tombstone for each of `forms` at the front of `list` (the
