@@ -5,7 +5,11 @@
 //! Nothing may panic and nothing may allocate past the frame limit. A
 //! partition's batches that encrypt must decrypt again; uncompressed ones
 //! decrypt to exactly the bytes that came (the header kept, the records
-//! as they were).
+//! as they were). The fast paths (records transformed straight from their
+//! bytes) against the general paths (decoded and encoded again): on Fetch
+//! the same result, bytes or refusal; on Produce, under a key keyset not
+//! in rotation (where the fast path runs), the same refusal, or batches of
+//! the same length (uncompressed) that decrypt to the same bytes.
 #![no_main]
 
 use std::sync::OnceLock;
@@ -13,7 +17,7 @@ use std::sync::OnceLock;
 use libfuzzer_sys::fuzz_target;
 use tombstone_crypt::{KeyTemplate, Keyset};
 use tombstone_crypt_proxy::__fuzz;
-use tombstone_crypt_proxy::{Policies, TopicPolicy};
+use tombstone_crypt_proxy::{Hooks, Policies, TopicPolicy};
 
 /// The largest frame or decompressed batch the target reads.
 const LIMIT: usize = 1 << 20;
@@ -29,6 +33,24 @@ fn policy() -> &'static (TopicPolicy, Policies) {
         let policies = Policies::new().with_prefix("", policy.clone());
         (policy, policies)
     })
+}
+
+/// Values and keys encrypted, the key keyset not in rotation.
+fn unrotated() -> &'static TopicPolicy {
+    static P: OnceLock<TopicPolicy> = OnceLock::new();
+    P.get_or_init(|| {
+        let keys = Keyset::generate_with(KeyTemplate::aes256_siv()).unwrap();
+        TopicPolicy::keyset(Keyset::generate())
+            .with_record_keys(keys)
+            .unwrap()
+    })
+}
+
+/// The hooks that take every batch through the general path.
+fn general() -> Hooks {
+    let mut hooks = Hooks::default();
+    hooks.general_path = true;
+    hooks
 }
 
 fuzz_target!(|data: &[u8]| {
@@ -64,7 +86,27 @@ fuzz_target!(|data: &[u8]| {
         // A partition's record batches: encrypt, then decrypt.
         _ => {
             let raw = bytes::Bytes::copy_from_slice(rest);
-            let _ = __fuzz::decrypt(TOPIC, policy, &raw, LIMIT);
+            let general = general();
+            assert_eq!(
+                __fuzz::decrypt(TOPIC, policy, &raw, LIMIT),
+                __fuzz::decrypt_with(TOPIC, policy, &raw, LIMIT, &general),
+                "the fast path reads what the general path reads"
+            );
+            let single = unrotated();
+            match (
+                __fuzz::encrypt(TOPIC, single, &raw, LIMIT),
+                __fuzz::encrypt_with(TOPIC, single, &raw, LIMIT, &general),
+            ) {
+                (Ok((fast, _)), Ok((slow, _))) => {
+                    if uncompressed(&raw) {
+                        assert_eq!(fast.len(), slow.len(), "one length either way");
+                    }
+                    let read = |b| __fuzz::decrypt_with(TOPIC, single, b, LIMIT, &general);
+                    assert_eq!(read(&fast), read(&slow), "one plaintext either way");
+                }
+                (Err(a), Err(b)) => assert_eq!(a, b, "one refusal either way"),
+                (a, b) => panic!("the fast path {a:?}, the general path {b:?}"),
+            }
             if let Ok((sealed, added)) = __fuzz::encrypt(TOPIC, policy, &raw, LIMIT) {
                 let opened = __fuzz::decrypt(TOPIC, policy, &sealed, LIMIT)
                     .expect("what the proxy encrypted decrypts");
