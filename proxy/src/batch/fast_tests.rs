@@ -12,21 +12,11 @@ use super::tests::{batch, budget, compacted, decode, encrypt, record};
 use super::transform::*;
 use crate::hooks::Hooks;
 
-/// A small xorshift generator: the cases are the same on every run.
-struct Rng(u64);
-
-impl Rng {
-    fn next(&mut self) -> u64 {
-        self.0 ^= self.0 << 13;
-        self.0 ^= self.0 >> 7;
-        self.0 ^= self.0 << 17;
-        self.0
-    }
-
-    fn below(&mut self, n: u64) -> u64 {
-        self.next() % n
-    }
-}
+/// The test kit's deterministic generator: the cases are the same on
+/// every run.
+#[path = "../../../tests/common/rng.rs"]
+mod rng;
+use rng::Rng;
 
 /// A header name the policies below encrypt.
 const NAMED: &str = "trace";
@@ -45,7 +35,7 @@ fn records(rng: &mut Rng, n: usize, named: bool) -> Vec<Record> {
                 2 => Some(Bytes::new()),
                 _ => {
                     let len = rng.below(300) as usize;
-                    Some((0..len).map(|_| rng.next() as u8).collect())
+                    Some((0..len).map(|_| rng.below(256) as u8).collect())
                 }
             };
             let names = if named {

@@ -109,22 +109,10 @@ fn decrypt_raw(
     tally: &mut Tally,
 ) -> Option<usize> {
     let keyed = policy.record_keys().is_some();
-    let named = !policy.headers().is_empty();
     let mut batch = Tally::default();
-    let mut take = |parts: crate::records::Parts<'_>| -> Result<bool, String> {
-        if !parts.canonical {
+    let take = |parts: crate::records::Parts<'_>| -> Result<bool, String> {
+        if !may_take(policy, &parts) {
             return Ok(false);
-        }
-        if named {
-            let Some((names, n)) = parts.header_keys else {
-                return Ok(false);
-            };
-            let encrypted = names[..n].iter().any(|name| {
-                std::str::from_utf8(name).map_or(true, |name| policy.encrypts_header(name))
-            });
-            if encrypted {
-                return Ok(false);
-            }
         }
         let offset = base.offset.saturating_add(i64::from(parts.offset_delta));
         let opened = match (keyed, parts.key) {
@@ -151,17 +139,9 @@ fn decrypt_raw(
         }
         Ok(true)
     };
-    // A record that fails is the general path's to tell: it checks
-    // every record's encoding before it transforms any, so it may
-    // refuse the batch for another record first.
-    let whole =
-        crate::records::each_record(records, walked, |parts| Ok(take(parts).unwrap_or(false)))
-            .unwrap_or(false);
-    if !whole {
-        return None;
-    }
+    let kept = take_all(records, walked, take)?;
     tally.merge(&batch);
-    Some(walked.records)
+    Some(kept)
 }
 
 /// Takes out of a decrypted Fetch batch (`list`, whose record keys came

@@ -189,22 +189,10 @@ fn encrypt_raw(
     out: &mut crate::wipe::Buf,
     tally: &mut Tally,
 ) -> Option<usize> {
-    let named = !policy.headers().is_empty();
     let mut batch = Tally::default();
-    let mut take = |parts: crate::records::Parts<'_>| -> Result<bool, String> {
-        if !parts.canonical {
+    let take = |parts: crate::records::Parts<'_>| -> Result<bool, String> {
+        if !may_take(policy, &parts) {
             return Ok(false);
-        }
-        if named {
-            let Some((names, n)) = parts.header_keys else {
-                return Ok(false);
-            };
-            let encrypted = names[..n].iter().any(|name| {
-                std::str::from_utf8(name).map_or(true, |name| policy.encrypts_header(name))
-            });
-            if encrypted {
-                return Ok(false);
-            }
         }
         let forms = match parts.key {
             Some(key) => policy
@@ -236,17 +224,9 @@ fn encrypt_raw(
         crate::records::put_record(out, &parts, wire, sealed.as_deref())?;
         Ok(true)
     };
-    // A record that fails is the general path's to tell: it checks
-    // every record's encoding before it transforms any, so it may
-    // refuse the batch for another record first.
-    let whole =
-        crate::records::each_record(records, walked, |parts| Ok(take(parts).unwrap_or(false)))
-            .unwrap_or(false);
-    if !whole {
-        return None;
-    }
+    let kept = take_all(records, walked, take)?;
     tally.merge(&batch);
-    Some(walked.records)
+    Some(kept)
 }
 
 /// Puts a tombstone for each of `forms` at the front of `list` (the

@@ -1,13 +1,17 @@
 //! What Produce and Fetch share: a partition's record batches walked,
-//! each data batch decompressed within the budget, decoded, checked to
-//! encode back as it came, its records changed, and encoded again under
-//! its original header; the v2 batch header's layout.
+//! each data batch decompressed within the budget, then either taken by a
+//! fast path (its records changed straight from their bytes: [`Steps`],
+//! [`take_all`], [`may_take`]) or decoded, checked to encode back as it
+//! came, its records changed, and encoded again, under its original
+//! header; the v2 batch header's layout.
 
 use std::cell::RefCell;
 
 use bytes::{Bytes, BytesMut};
 use kafka_protocol::compression::{Compressor as _, Gzip, Snappy, Zstd};
 use kafka_protocol::records::{Compression, Record};
+
+use tombstone_crypt::policy::TopicPolicy;
 
 use crate::budget::Budget;
 use crate::records::{Base, Walked};
@@ -424,6 +428,41 @@ fn fast(
 thread_local! {
     /// Batches the fast path wrote, on this thread (the tests' count).
     pub(super) static FAST_BATCHES: std::cell::Cell<usize> = const { std::cell::Cell::new(0) };
+}
+
+/// Every record of `records` (walked as `walked`) through `take`, a fast
+/// path's step for one record: the records kept (all of them), or `None`
+/// when `take` declines one or fails. A record that fails is the general
+/// path's to tell: it checks every record's encoding before it transforms
+/// any, so it may refuse the batch for another record first.
+pub(super) fn take_all<'a>(
+    records: &'a [u8],
+    walked: Walked,
+    mut take: impl FnMut(crate::records::Parts<'a>) -> Result<bool, String>,
+) -> Option<usize> {
+    crate::records::each_record(records, walked, |parts| Ok(take(parts).unwrap_or(false)))
+        .unwrap_or(false)
+        .then_some(walked.records)
+}
+
+/// Whether a fast path may take the record `parts` under `policy`: its
+/// bytes are what [`crate::records::encode`] writes back (else the general
+/// path refuses it), and it carries no header the policy encrypts (a
+/// header key that is not UTF-8 counts as one: the general path refuses
+/// it).
+pub(super) fn may_take(policy: &TopicPolicy, parts: &crate::records::Parts<'_>) -> bool {
+    if !parts.canonical {
+        return false;
+    }
+    if policy.headers().is_empty() {
+        return true;
+    }
+    let Some((names, n)) = parts.header_keys else {
+        return false;
+    };
+    !names[..n]
+        .iter()
+        .any(|name| std::str::from_utf8(name).map_or(true, |name| policy.encrypts_header(name)))
 }
 
 /// `records` (a batch's records section) appended to `out` under
