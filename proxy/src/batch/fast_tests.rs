@@ -461,3 +461,46 @@ fn a_batch_refused_for_two_reasons_gives_the_general_paths_reason() {
     assert!(err.contains("encode back"), "{err}");
     assert_eq!(wrote, 0);
 }
+
+/// Found by a hostile review: a Produce batch whose last record the
+/// general path refuses (it would not encode back) made subject keys in
+/// the key store through the fast path, which encrypted the records
+/// before it. Every record is now checked before any is taken.
+#[test]
+fn a_batch_both_paths_refuse_makes_no_subject_key() {
+    use std::sync::Arc;
+    use tombstone_crypt::shred::{MemoryKeyStore, SubjectKeys};
+    for general_path in [false, true] {
+        let keys = Arc::new(
+            SubjectKeys::create(Keyset::generate(), Arc::new(MemoryKeyStore::new())).unwrap(),
+        );
+        let policy = TopicPolicy::subject_keys(keys.clone());
+        let plain = [
+            record(0, Some(b"s0"), Some(b"v")),
+            record(1, Some(b"s1"), Some(b"v")),
+            record(2, Some(b"s2"), Some(b"v")),
+        ];
+        let raw = batch(&plain, Compression::None);
+        // The last record's attributes 1 (its length a one-byte varint).
+        let mut b = raw.to_vec();
+        let mut at = HEADER;
+        for _ in 0..2 {
+            at += (b[at] / 2) as usize + 1;
+        }
+        b[at + 1] = 1;
+        let crc = crc32c::crc32c(&b[ATTRIBUTES.start..]);
+        b[CRC].copy_from_slice(&crc.to_be_bytes());
+        let hooks = Hooks {
+            general_path,
+            ..Hooks::default()
+        };
+        let before = keys.stats().deks_created;
+        let err = encrypt("t", &policy, &hooks, &Bytes::from(b), &budget()).unwrap_err();
+        assert!(err.contains("encode back"), "{err}");
+        assert_eq!(
+            keys.stats().deks_created - before,
+            0,
+            "general path {general_path}: a refused write made subject keys"
+        );
+    }
+}

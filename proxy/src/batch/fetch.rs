@@ -111,9 +111,6 @@ fn decrypt_raw(
     let keyed = policy.record_keys().is_some();
     let mut batch = Tally::default();
     let take = |parts: crate::records::Parts<'_>| -> Result<bool, String> {
-        if !may_take(policy, &parts) {
-            return Ok(false);
-        }
         let offset = base.offset.saturating_add(i64::from(parts.offset_delta));
         let opened = match (keyed, parts.key) {
             (true, Some(wire)) => Some(open_key(topic, policy, wire, offset, &mut batch)?),
@@ -139,7 +136,12 @@ fn decrypt_raw(
         }
         Ok(true)
     };
-    let kept = take_all(records, walked, take)?;
+    // Under record keys, a null value may be a write rule's tombstone:
+    // the general path's (known before anything is decrypted).
+    let may = |parts: &crate::records::Parts<'_>| {
+        may_take(policy, parts) && !(keyed && parts.value.is_none())
+    };
+    let kept = take_all(records, walked, may, take)?;
     tally.merge(&batch);
     Some(kept)
 }

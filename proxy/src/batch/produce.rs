@@ -191,9 +191,6 @@ fn encrypt_raw(
 ) -> Option<usize> {
     let mut batch = Tally::default();
     let take = |parts: crate::records::Parts<'_>| -> Result<bool, String> {
-        if !may_take(policy, &parts) {
-            return Ok(false);
-        }
         let forms = match parts.key {
             Some(key) => policy
                 .write_key(topic, key)
@@ -224,7 +221,8 @@ fn encrypt_raw(
         crate::records::put_record(out, &parts, wire, sealed.as_deref())?;
         Ok(true)
     };
-    let kept = take_all(records, walked, take)?;
+    let may = |parts: &crate::records::Parts<'_>| may_take(policy, parts);
+    let kept = take_all(records, walked, may, take)?;
     tally.merge(&batch);
     Some(kept)
 }

@@ -432,17 +432,26 @@ thread_local! {
 
 /// Every record of `records` (walked as `walked`) through `take`, a fast
 /// path's step for one record: the records kept (all of them), or `None`
-/// when `take` declines one or fails. A record that fails is the general
-/// path's to tell: it checks every record's encoding before it transforms
-/// any, so it may refuse the batch for another record first.
+/// when `take` declines one or fails. Every record is first checked by
+/// `may`, before any is taken: as the general path checks every record's
+/// encoding before it transforms any, a batch the fast path declines for
+/// one of its records costs no work, and no side effect (a subject's key
+/// made in the key store), for the records before it. A record that fails
+/// is the general path's to tell, for the same reason: it may refuse the
+/// batch for another record first.
 pub(super) fn take_all<'a>(
     records: &'a [u8],
     walked: Walked,
+    may: impl Fn(&crate::records::Parts<'a>) -> bool,
     mut take: impl FnMut(crate::records::Parts<'a>) -> Result<bool, String>,
 ) -> Option<usize> {
-    crate::records::each_record(records, walked, |parts| Ok(take(parts).unwrap_or(false)))
-        .unwrap_or(false)
-        .then_some(walked.records)
+    let each = |f: &mut dyn FnMut(crate::records::Parts<'a>) -> bool| {
+        crate::records::each_record(records, walked, |parts| Ok(f(parts))).unwrap_or(false)
+    };
+    if !each(&mut |parts| may(&parts)) {
+        return None;
+    }
+    each(&mut |parts| take(parts).unwrap_or(false)).then_some(walked.records)
 }
 
 /// Whether a fast path may take the record `parts` under `policy`: its
