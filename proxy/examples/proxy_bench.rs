@@ -34,6 +34,13 @@
 //!   200) idle client connections that completed an ApiVersions and a
 //!   Metadata request.
 //!
+//! - during the produce and the fetch, the whole machine's busy CPU
+//!   (`/proc/stat`: every process, the broker's among them) and this
+//!   process's (the clients'): how many cores were busy, and the CPU per
+//!   MB of the clients, the side's proxy and the rest (the broker, and
+//!   whatever else runs). Where the cores are all busy, a proxy's CPU is
+//!   taken from the broker and the clients.
+//!
 //! MB are 10^6 bytes of record values (keys not counted). Prints a table
 //! per round, then, per side, its fastest sample and the spread over the
 //! rounds, the ratios to direct and the goals (throughput through the
@@ -234,6 +241,96 @@ impl Meter {
                 .and_then(|l| l.split_whitespace().nth(1))
                 .and_then(|v| v.parse().ok())
         })
+    }
+}
+
+/// CPU seconds of the whole machine so far, from the first line of
+/// `/proc/stat`: busy (user, nice, system, irq, softirq) and stolen by
+/// the hypervisor (`steal`), all cores together.
+#[derive(Clone, Copy, Default)]
+struct MachineCpu {
+    busy_s: f64,
+    steal_s: f64,
+}
+
+impl MachineCpu {
+    fn read(ticks_per_second: f64) -> Option<Self> {
+        let stat = std::fs::read_to_string("/proc/stat").ok()?;
+        let line = stat.lines().next()?.strip_prefix("cpu ")?;
+        let f: Vec<u64> = line
+            .split_whitespace()
+            .map(|v| v.parse().unwrap_or(0))
+            .collect();
+        let get = |i: usize| f.get(i).copied().unwrap_or(0);
+        // user nice system idle iowait irq softirq steal ...
+        let busy = get(0) + get(1) + get(2) + get(5) + get(6);
+        Some(MachineCpu {
+            busy_s: busy as f64 / ticks_per_second,
+            steal_s: get(7) as f64 / ticks_per_second,
+        })
+    }
+
+    fn since(self, before: Self) -> Self {
+        MachineCpu {
+            busy_s: self.busy_s - before.busy_s,
+            steal_s: self.steal_s - before.steal_s,
+        }
+    }
+}
+
+/// CPU seconds of this process (the bench's clients), without the threads
+/// of a proxy it runs in itself.
+fn client_cpu_seconds(own_proxy: Meter, ticks_per_second: f64) -> Option<f64> {
+    let all = Meter::Process(std::process::id()).cpu_seconds(ticks_per_second)?;
+    match own_proxy {
+        Meter::OwnThreads => Some(all - own_proxy.cpu_seconds(ticks_per_second)?),
+        _ => Some(all),
+    }
+}
+
+/// What the whole machine did during one phase of one side: its busy CPU
+/// (all processes: the broker, the clients, the proxies, anything else)
+/// and the bench's clients' own share.
+#[derive(Clone, Copy, Default)]
+struct Phase {
+    machine: Option<MachineCpu>,
+    client_s: Option<f64>,
+}
+
+/// Reads the machine's and the clients' CPU before a phase, and gives
+/// what the phase used after it.
+struct PhaseMeter {
+    ticks_per_second: f64,
+    own_proxy: Meter,
+    machine: Option<MachineCpu>,
+    client: Option<f64>,
+}
+
+impl PhaseMeter {
+    fn start(ticks_per_second: f64, own_proxy: Meter) -> Self {
+        PhaseMeter {
+            ticks_per_second,
+            own_proxy,
+            machine: MachineCpu::read(ticks_per_second),
+            client: client_cpu_seconds(own_proxy, ticks_per_second),
+        }
+    }
+
+    /// What the phase used since the last call (or the start); starts the
+    /// next phase.
+    fn lap(&mut self) -> Phase {
+        let machine = MachineCpu::read(self.ticks_per_second);
+        let client = client_cpu_seconds(self.own_proxy, self.ticks_per_second);
+        let phase = Phase {
+            machine: match (machine, self.machine) {
+                (Some(a), Some(b)) => Some(a.since(b)),
+                _ => None,
+            },
+            client_s: delta(self.client, client),
+        };
+        self.machine = machine;
+        self.client = client;
+        phase
     }
 }
 
@@ -628,6 +725,9 @@ struct Sample {
     cpu_produce_s: Option<f64>,
     cpu_fetch_s: Option<f64>,
     cpu_latency_s: Option<f64>,
+    /// The machine and the clients during the produce and the fetch.
+    produce_phase: Phase,
+    fetch_phase: Phase,
     /// Resident memory (KiB) before and with the idle connections, after
     /// the round.
     memory: Option<(u64, u64)>,
@@ -742,12 +842,15 @@ fn main() -> Result<(), Error> {
             let topic = format!("bench-{tag}-{round}-{}", nanos());
             create_topic(&a.bootstrap, &topic, a.partitions)?;
             let cpu0 = t.meter.cpu_seconds(ticks_per_second);
+            let mut phases = PhaseMeter::start(ticks_per_second, proxy.meter());
             let produce_s = produce(&t.addr, &topic, a.records, &pattern)
                 .map_err(|e| format!("{}: produce: {e}", t.name))?;
             let cpu1 = t.meter.cpu_seconds(ticks_per_second);
+            let produce_phase = phases.lap();
             let fetch_s = fetch(&t.addr, &topic, a.partitions, a.records)
                 .map_err(|e| format!("{}: fetch: {e}", t.name))?;
             let cpu2 = t.meter.cpu_seconds(ticks_per_second);
+            let fetch_phase = phases.lap();
             let lat_topic = format!("bench-lat-{tag}-{round}-{}", nanos());
             create_topic(&a.bootstrap, &lat_topic, 1)?;
             let (p50_us, p99_us) = latency(&t.addr, &lat_topic, a.latency, &pattern)
@@ -761,6 +864,8 @@ fn main() -> Result<(), Error> {
                 cpu_produce_s: delta(cpu0, cpu1),
                 cpu_fetch_s: delta(cpu1, cpu2),
                 cpu_latency_s: delta(cpu2, cpu3),
+                produce_phase,
+                fetch_phase,
                 memory: None,
             };
         }
@@ -861,6 +966,36 @@ fn print_round(round: usize, order: &[usize], targets: &[Target], s: &[Sample], 
         x.cpu_ms_per_mb(mb)
             .map_or(String::new(), |v| format!("{v:.2}"))
     });
+    // The whole machine during each phase: how many cores were busy, and
+    // its CPU per MB split into the clients (this process), the side's
+    // proxy (when read), and the rest (the broker; other proxies idle).
+    let machine = |p: Phase, proxy: Option<f64>, seconds: f64| match (p.machine, p.client_s) {
+        (Some(m), Some(c)) => {
+            let ms = |v: f64| v / mb * 1e3;
+            let rest = m.busy_s - c - proxy.unwrap_or(0.0);
+            format!(
+                "{:.2} cores{} ({:.1}: clients {:.1}, broker and the rest {:.1})",
+                m.busy_s / seconds,
+                if m.steal_s > 0.01 * seconds {
+                    format!(", {:.2} stolen", m.steal_s / seconds)
+                } else {
+                    String::new()
+                },
+                ms(m.busy_s),
+                ms(c),
+                ms(rest)
+            )
+        }
+        _ => String::new(),
+    };
+    row(
+        "machine, produce: cores busy (ms per MB: all; split)",
+        &|_, x| machine(x.produce_phase, x.cpu_produce_s, x.produce_s),
+    );
+    row(
+        "machine, fetch: cores busy (ms per MB: all; split)",
+        &|_, x| machine(x.fetch_phase, x.cpu_fetch_s, x.fetch_s),
+    );
     row(
         &format!("CPU, {} single produces: s", a.latency + 100),
         &|_, x| x.cpu_latency_s.map_or(String::new(), |v| format!("{v:.2}")),
@@ -952,6 +1087,27 @@ fn print_summary(
     cpu("produce", &|x| x.cpu_produce_s.map(|c| c / mb * 1e3));
     cpu("fetch", &|x| x.cpu_fetch_s.map(|c| c / mb * 1e3));
     cpu("produce and fetch", &|x| x.cpu_ms_per_mb(mb));
+    let busy = |name: &str, f: fn(&Sample) -> (Phase, f64)| {
+        row(&format!("machine, {name}: cores busy"), &|i| {
+            let cores = side(i).filter_map(|x| {
+                let (p, seconds) = f(&x);
+                Some(p.machine?.busy_s / seconds)
+            });
+            match range(cores) {
+                Some((lo, hi)) => format!("{hi:.2} ({lo:.2}..{hi:.2})"),
+                None => String::new(),
+            }
+        });
+        row(&format!("machine, {name}: ms per MB"), &|i| {
+            let all = side(i).filter_map(|x| Some(f(&x).0.machine?.busy_s / mb * 1e3));
+            match range(all) {
+                Some((lo, hi)) => format!("{lo:.1} ({lo:.1}..{hi:.1})"),
+                None => String::new(),
+            }
+        });
+    };
+    busy("produce", |x| (x.produce_phase, x.produce_s));
+    busy("fetch", |x| (x.fetch_phase, x.fetch_s));
     // Fresh, the growth is the connections' own; after traffic, freed
     // buffers are reused for them and the growth is mostly none.
     row(
