@@ -33,8 +33,12 @@
 # and forwarding cost, without the record path (stopped on exit). The
 # bench's CPU goal line against it does not apply: it encrypts nothing.
 #
+# --values-only: the bench's proxy encrypts the values alone (no key
+# keyset), as a proxy that leaves keys as they are does: to set it beside
+# one such in the same rounds.
+#
 # Other arguments go to the bench (--records N, --rounds R, --latency N,
-# --connections N, --partitions N). Builds the command line and the bench
+# --connections N, --partitions N, --values-only). Builds the command line and the bench
 # in release; this project's proxy runs as a separate process
 # (`tombstone-crypt proxy`).
 set -euo pipefail

@@ -4,12 +4,13 @@
 //! ```sh
 //! proxy_bench BOOTSTRAP [--records N] [--rounds R] [--latency N] [--connections N]
 //!             [--partitions N] [--proxy-bin PATH] [--proxy-port P]
-//!             [--other-proxy NAME=ADDR[,PID]]...
+//!             [--values-only] [--other-proxy NAME=ADDR[,PID]]...
 //! ```
 //!
 //! Starts a proxy to BOOTSTRAP whose policy encrypts the values (AES-GCM
 //! keyset) and the keys (AES-SIV keyset) of the bench's topics (prefix
-//! `bench-`): as a separate process, `PATH proxy --config FILE`, with
+//! `bench-`; with `--values-only`, the values alone, keys as they are, as
+//! a proxy that does not encrypt keys): as a separate process, `PATH proxy --config FILE`, with
 //! `--proxy-bin` (its CPU time and resident memory are then its own), or
 //! else in this process on a runtime of its own (its CPU time is that of
 //! the runtime's threads; its memory is this process's). It listens on
@@ -87,7 +88,7 @@ const THROUGHPUT_GOAL: f64 = 0.85;
 /// and its CPU per MB at most this share of another proxy's.
 const CPU_GOAL: f64 = 0.2;
 
-const USAGE: &str = "usage: proxy_bench BOOTSTRAP [--records N] [--rounds R] [--latency N] [--connections N] [--partitions N] [--proxy-bin PATH] [--proxy-port P] [--other-proxy NAME=ADDR[,PID]]...";
+const USAGE: &str = "usage: proxy_bench BOOTSTRAP [--records N] [--rounds R] [--latency N] [--connections N] [--partitions N] [--proxy-bin PATH] [--proxy-port P] [--values-only] [--other-proxy NAME=ADDR[,PID]]...";
 
 /// Another proxy in front of the same broker, started by the caller.
 struct OtherProxy {
@@ -105,6 +106,9 @@ struct Args {
     partitions: i32,
     proxy_bin: Option<PathBuf>,
     proxy_port: Option<u16>,
+    /// The bench's proxy encrypts the values alone (keys as they are), as
+    /// a proxy that does not encrypt keys does.
+    values_only: bool,
     others: Vec<OtherProxy>,
 }
 
@@ -140,6 +144,7 @@ fn args() -> Result<Args, Error> {
         partitions: 4,
         proxy_bin: None,
         proxy_port: None,
+        values_only: false,
         others: Vec::new(),
     };
     while let Some(arg) = it.next() {
@@ -153,6 +158,7 @@ fn args() -> Result<Args, Error> {
             "--proxy-bin" => a.proxy_bin = Some(val()?.into()),
             "--proxy-port" => a.proxy_port = Some(val()?.parse()?),
             "--other-proxy" => a.others.push(other_proxy(&val()?)?),
+            "--values-only" => a.values_only = true,
             s if !s.starts_with("--") && a.bootstrap.is_empty() => a.bootstrap = s.to_owned(),
             _ => return Err(format!("{USAGE} (at {arg})").into()),
         }
@@ -361,10 +367,15 @@ impl BenchProxy {
                 std::fs::write(dir.join("values.json"), values.to_tink_json())?;
                 std::fs::write(dir.join("keys.json"), keys.to_tink_json())?;
                 let config = dir.join("proxy.json");
+                let key_keyset = if a.values_only {
+                    ""
+                } else {
+                    r#","key_keyset":"keys.json""#
+                };
                 std::fs::write(
                     &config,
                     format!(
-                        r#"{{"listen":"{addr}","bootstrap":"{}","topics":[{{"prefix":"bench-","value_keyset":"values.json","key_keyset":"keys.json"}}]}}"#,
+                        r#"{{"listen":"{addr}","bootstrap":"{}","topics":[{{"prefix":"bench-","value_keyset":"values.json"{key_keyset}}}]}}"#,
                         a.bootstrap
                     ),
                 )?;
@@ -384,12 +395,13 @@ impl BenchProxy {
                     r#"{{"listen":"{addr}","bootstrap":"{}"}}"#,
                     a.bootstrap
                 ))?;
-                let policies = Policies::new().with_prefix(
-                    "bench-",
-                    tombstone_crypt_proxy::TopicPolicy::keyset(values)
-                        .with_record_keys(keys)
-                        .map_err(|e| e.to_string())?,
-                );
+                let policy = tombstone_crypt_proxy::TopicPolicy::keyset(values);
+                let policy = if a.values_only {
+                    policy
+                } else {
+                    policy.with_record_keys(keys).map_err(|e| e.to_string())?
+                };
+                let policies = Policies::new().with_prefix("bench-", policy);
                 let (stop_tx, stop_rx) = tokio::sync::oneshot::channel::<()>();
                 let rt = tokio::runtime::Builder::new_multi_thread()
                     .thread_name(THREAD)
@@ -799,10 +811,15 @@ fn main() -> Result<(), Error> {
         a.records, a.partitions, a.rounds, a.latency, a.connections
     );
     println!(
-        "broker {}, {OURS} at {} in {}",
+        "broker {}, {OURS} at {} in {}, encrypting {}",
         a.bootstrap,
         proxy.addr,
-        proxy.mode()
+        proxy.mode(),
+        if a.values_only {
+            "the values (AES-GCM) alone"
+        } else {
+            "the values (AES-GCM) and the keys (AES-SIV)"
+        }
     );
     for o in &a.others {
         match o.pid {
