@@ -27,14 +27,20 @@
 //!   encrypted) and times them to the last delivery;
 //! - fetches them all back (assigned partitions, from the beginning, to
 //!   the end of each) and checks every value came back whole;
+//! - reads each throughput two ways: *steady*, from the records between
+//!   the 10th and the 90th percentile of the N (delivered, or fetched),
+//!   which the goals are read from; and *whole*, to the last delivery or
+//!   every partition's end, which adds what a client waits once: at the
+//!   start (metadata, the first batch or fetch) and at the end (rdkafka
+//!   holds a partition's last fetch up to `fetch.wait.max.ms`, 500 ms),
+//!   about a second in all, as long as a fetch of 100 MB direct;
 //! - times single produce requests (one record of 1 KiB sent, its delivery
 //!   awaited; 100 untimed, then `--latency` timed, default 2,000);
 //! - through a proxy it can read: its CPU time during the produce and the
 //!   fetch; after each round, and once on the fresh proxy before the
 //!   first, its resident memory before and with `--connections` (default
 //!   200) idle client connections that completed an ApiVersions and a
-//!   Metadata request.
-//!
+//!   Metadata request;
 //! - during the produce and the fetch, the whole machine's busy CPU
 //!   (`/proc/stat`: every process, the broker's among them) and this
 //!   process's (the clients'): how many cores were busy, and the CPU per
@@ -471,12 +477,71 @@ impl Drop for BenchProxy {
         }
     }
 }
+/// When the records between the 10th and the 90th percentile of a
+/// phase's `n` came (were delivered, or fetched): the phase's steady rate,
+/// without what a client waits once at its start (metadata, the first
+/// batch or fetch) and at its end (rdkafka holds a partition's last fetch
+/// up to `fetch.wait.max.ms`, 500 ms, and a flush its last linger).
+struct Steady {
+    lo: u64,
+    hi: u64,
+    at: Mutex<(Option<Instant>, Option<Instant>)>,
+}
+
+impl Steady {
+    fn new(n: u64) -> Self {
+        Steady {
+            lo: n / 10,
+            hi: n - n / 10,
+            at: Mutex::new((None, None)),
+        }
+    }
+
+    /// `count` records have now come.
+    fn seen(&self, count: u64) {
+        if count != self.lo && count != self.hi {
+            return;
+        }
+        if let Ok(mut at) = self.at.lock() {
+            let now = Some(Instant::now());
+            if count == self.lo {
+                at.0 = now;
+            }
+            if count == self.hi {
+                at.1 = now;
+            }
+        }
+    }
+
+    /// The seconds all `n` records would take at the steady rate, or
+    /// `whole` when the marks were not both seen (fewer than 10 records).
+    fn seconds(&self, n: u64, whole: f64) -> f64 {
+        match self.at.lock().map(|at| *at) {
+            Ok((Some(lo), Some(hi))) if self.hi > self.lo && hi > lo => {
+                hi.duration_since(lo).as_secs_f64() * n as f64 / (self.hi - self.lo) as f64
+            }
+            _ => whole,
+        }
+    }
+}
+
 /// Deliveries counted.
-#[derive(Default)]
 struct Count {
     ok: AtomicU64,
     failed: AtomicU64,
     first_error: Mutex<Option<String>>,
+    steady: Steady,
+}
+
+impl Count {
+    fn new(n: u64) -> Self {
+        Count {
+            ok: AtomicU64::new(0),
+            failed: AtomicU64::new(0),
+            first_error: Mutex::new(None),
+            steady: Steady::new(n),
+        }
+    }
 }
 
 impl ClientContext for Count {}
@@ -487,7 +552,8 @@ impl ProducerContext for Count {
     fn delivery(&self, result: &DeliveryResult<'_>, _: ()) {
         match result {
             Ok(_) => {
-                self.ok.fetch_add(1, Ordering::Relaxed);
+                let ok = self.ok.fetch_add(1, Ordering::Relaxed) + 1;
+                self.steady.seen(ok);
             }
             Err((e, _)) => {
                 self.failed.fetch_add(1, Ordering::Relaxed);
@@ -550,11 +616,11 @@ fn pattern() -> Vec<u8> {
         .collect()
 }
 
-/// Produces `n` records to `topic` through `bootstrap`; seconds to the
-/// last delivery.
-fn produce(bootstrap: &str, topic: &str, n: u64, pattern: &[u8]) -> Result<f64, Error> {
+/// Produces `n` records to `topic` through `bootstrap`: seconds to the
+/// last delivery, and at the steady rate ([`Steady`]).
+fn produce(bootstrap: &str, topic: &str, n: u64, pattern: &[u8]) -> Result<(f64, f64), Error> {
     let producer: ThreadedProducer<Count> =
-        producer_config(bootstrap, "5").create_with_context(Count::default())?;
+        producer_config(bootstrap, "5").create_with_context(Count::new(n))?;
     let started = Instant::now();
     for i in 0..n {
         let key = format!("key-{i:08}");
@@ -583,12 +649,14 @@ fn produce(bootstrap: &str, topic: &str, n: u64, pattern: &[u8]) -> Result<f64, 
         let first = ctx.first_error.lock().map(|f| f.clone()).unwrap_or(None);
         return Err(format!("{ok} of {n} records delivered, {failed} failed: {first:?}").into());
     }
-    Ok(seconds)
+    Ok((seconds, ctx.steady.seconds(n, seconds)))
 }
 
 /// Fetches `topic` from the beginning to its end through `bootstrap`,
-/// checking that `n` records of 1 KiB came back, each index once; seconds.
-fn fetch(bootstrap: &str, topic: &str, partitions: i32, n: u64) -> Result<f64, Error> {
+/// checking that `n` records of 1 KiB came back, each index once: seconds
+/// to the end of every partition, and at the steady rate ([`Steady`]).
+fn fetch(bootstrap: &str, topic: &str, partitions: i32, n: u64) -> Result<(f64, f64), Error> {
+    let steady = Steady::new(n);
     let consumer: BaseConsumer = client(bootstrap)
         .set("group.id", format!("bench-g-{}", nanos()))
         .set("enable.partition.eof", "true")
@@ -624,6 +692,7 @@ fn fetch(bootstrap: &str, topic: &str, partitions: i32, n: u64) -> Result<f64, E
                     return Err(format!("record {i} twice").into());
                 }
                 count += 1;
+                steady.seen(count);
             }
             Some(Err(KafkaError::PartitionEOF(p))) => {
                 eof.insert(p);
@@ -635,7 +704,7 @@ fn fetch(bootstrap: &str, topic: &str, partitions: i32, n: u64) -> Result<f64, E
     if count != n {
         return Err(format!("{count} of {n} records fetched from {topic}").into());
     }
-    Ok(seconds)
+    Ok((seconds, steady.seconds(n, seconds)))
 }
 
 /// Latency of single produce requests, in microseconds: p50 and p99.
@@ -730,8 +799,14 @@ fn idle_connections(addr: &str, n: usize) -> Result<Vec<TcpStream>, Error> {
 /// One side (direct, or through one proxy) in one round.
 #[derive(Clone, Copy, Default)]
 struct Sample {
+    /// Seconds of the whole produce (to its last delivery) and the whole
+    /// fetch (to every partition's end),
     produce_s: f64,
     fetch_s: f64,
+    /// and at their steady rates ([`Steady`]): what the throughputs and
+    /// the goals are read from.
+    produce_steady_s: f64,
+    fetch_steady_s: f64,
     p50_us: f64,
     p99_us: f64,
     cpu_produce_s: Option<f64>,
@@ -860,11 +935,11 @@ fn main() -> Result<(), Error> {
             create_topic(&a.bootstrap, &topic, a.partitions)?;
             let cpu0 = t.meter.cpu_seconds(ticks_per_second);
             let mut phases = PhaseMeter::start(ticks_per_second, proxy.meter());
-            let produce_s = produce(&t.addr, &topic, a.records, &pattern)
+            let (produce_s, produce_steady_s) = produce(&t.addr, &topic, a.records, &pattern)
                 .map_err(|e| format!("{}: produce: {e}", t.name))?;
             let cpu1 = t.meter.cpu_seconds(ticks_per_second);
             let produce_phase = phases.lap();
-            let fetch_s = fetch(&t.addr, &topic, a.partitions, a.records)
+            let (fetch_s, fetch_steady_s) = fetch(&t.addr, &topic, a.partitions, a.records)
                 .map_err(|e| format!("{}: fetch: {e}", t.name))?;
             let cpu2 = t.meter.cpu_seconds(ticks_per_second);
             let fetch_phase = phases.lap();
@@ -876,6 +951,8 @@ fn main() -> Result<(), Error> {
             samples[i] = Sample {
                 produce_s,
                 fetch_s,
+                produce_steady_s,
+                fetch_steady_s,
                 p50_us,
                 p99_us,
                 cpu_produce_s: delta(cpu0, cpu1),
@@ -930,22 +1007,27 @@ fn print_round(round: usize, order: &[usize], targets: &[Target], s: &[Sample], 
         let cells: Vec<String> = s.iter().enumerate().map(|(i, x)| cell(i, x)).collect();
         println!("| {name} | {} |", cells.join(" | "));
     };
-    row("produce, records/s", &|_, x| {
-        format!("{:.0}", a.records as f64 / x.produce_s)
+    row("produce, records/s (steady)", &|_, x| {
+        format!("{:.0}", a.records as f64 / x.produce_steady_s)
     });
-    row("produce, MB/s (/ direct)", &|i, x| {
+    let rate = |i: usize, secs: f64, direct: f64| {
         if i == 0 {
-            format!("{:.1}", mb / x.produce_s)
+            format!("{:.1}", mb / secs)
         } else {
-            format!("{:.1} ({:.2})", mb / x.produce_s, d.produce_s / x.produce_s)
+            format!("{:.1} ({:.2})", mb / secs, direct / secs)
         }
+    };
+    row("produce, MB/s (/ direct), steady", &|i, x| {
+        rate(i, x.produce_steady_s, d.produce_steady_s)
     });
-    row("fetch, MB/s (/ direct)", &|i, x| {
-        if i == 0 {
-            format!("{:.1}", mb / x.fetch_s)
-        } else {
-            format!("{:.1} ({:.2})", mb / x.fetch_s, d.fetch_s / x.fetch_s)
-        }
+    row("produce, MB/s (/ direct), whole", &|i, x| {
+        rate(i, x.produce_s, d.produce_s)
+    });
+    row("fetch, MB/s (/ direct), steady", &|i, x| {
+        rate(i, x.fetch_steady_s, d.fetch_steady_s)
+    });
+    row("fetch, MB/s (/ direct), whole", &|i, x| {
+        rate(i, x.fetch_s, d.fetch_s)
     });
     row("single produce p50, ms (added)", &|i, x| {
         if i == 0 {
@@ -1073,8 +1155,10 @@ fn print_summary(
             format!("{:.2} ({lo:.2}..{hi:.2})", best(i) / best(0))
         });
     };
-    throughput("produce", |x| x.produce_s);
-    throughput("fetch", |x| x.fetch_s);
+    throughput("produce (steady)", |x| x.produce_steady_s);
+    throughput("produce (whole)", |x| x.produce_s);
+    throughput("fetch (steady)", |x| x.fetch_steady_s);
+    throughput("fetch (whole)", |x| x.fetch_s);
     let latency = |name: &str, us: fn(&Sample) -> f64| {
         row(&format!("single produce {name}, ms"), &|i| {
             let (lo, hi) = range(side(i).map(|x| us(&x) / 1e3)).unwrap_or_default();
@@ -1156,8 +1240,11 @@ fn print_summary(
 
     // The goals, for this project's proxy (side 1).
     for (name, secs) in [
-        ("produce", (|x: &Sample| x.produce_s) as fn(&Sample) -> f64),
-        ("fetch", |x: &Sample| x.fetch_s),
+        (
+            "produce (steady)",
+            (|x: &Sample| x.produce_steady_s) as fn(&Sample) -> f64,
+        ),
+        ("fetch (steady)", |x: &Sample| x.fetch_steady_s),
     ] {
         let best = |j: usize| range(side(j).map(|x| mb / secs(&x))).map_or(0.0, |v| v.1);
         let ratio = best(1) / best(0);
