@@ -38,7 +38,8 @@
 # one such in the same rounds.
 #
 # Other arguments go to the bench (--records N, --rounds R, --latency N,
-# --connections N, --partitions N, --values-only). Builds the command line and the bench
+# --connections N, --partitions N, --values-only, --warm-up N: records each
+# side produces and fetches once, untimed, before the rounds). Builds the command line and the bench
 # in release; this project's proxy runs as a separate process
 # (`tombstone-crypt proxy`).
 set -euo pipefail

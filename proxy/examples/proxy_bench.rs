@@ -3,7 +3,7 @@
 //!
 //! ```sh
 //! proxy_bench BOOTSTRAP [--records N] [--rounds R] [--latency N] [--connections N]
-//!             [--partitions N] [--proxy-bin PATH] [--proxy-port P]
+//!             [--partitions N] [--warm-up N] [--proxy-bin PATH] [--proxy-port P]
 //!             [--values-only] [--other-proxy NAME=ADDR[,PID]]...
 //! ```
 //!
@@ -18,6 +18,10 @@
 //! a free port. Each `--other-proxy` is another proxy in front of the same
 //! broker, already running, that clients bootstrap at ADDR; with PID, its
 //! process's CPU time and resident memory are read from `/proc/PID`.
+//!
+//! With `--warm-up N`, each side first produces and fetches N records,
+//! untimed: a proxy on a JIT-compiled runtime beside the bench is measured
+//! warm.
 //!
 //! Then, in rounds that rotate which side goes first, direct, through the
 //! proxy and through each other proxy:
@@ -94,7 +98,7 @@ const THROUGHPUT_GOAL: f64 = 0.85;
 /// and its CPU per MB at most this share of another proxy's.
 const CPU_GOAL: f64 = 0.2;
 
-const USAGE: &str = "usage: proxy_bench BOOTSTRAP [--records N] [--rounds R] [--latency N] [--connections N] [--partitions N] [--proxy-bin PATH] [--proxy-port P] [--values-only] [--other-proxy NAME=ADDR[,PID]]...";
+const USAGE: &str = "usage: proxy_bench BOOTSTRAP [--records N] [--rounds R] [--latency N] [--connections N] [--partitions N] [--warm-up N] [--proxy-bin PATH] [--proxy-port P] [--values-only] [--other-proxy NAME=ADDR[,PID]]...";
 
 /// Another proxy in front of the same broker, started by the caller.
 struct OtherProxy {
@@ -110,6 +114,9 @@ struct Args {
     latency: usize,
     connections: usize,
     partitions: i32,
+    /// Records each side produces and fetches once before the rounds,
+    /// untimed (a JIT-compiled proxy beside the bench warms up).
+    warm_up: u64,
     proxy_bin: Option<PathBuf>,
     proxy_port: Option<u16>,
     /// The bench's proxy encrypts the values alone (keys as they are), as
@@ -148,6 +155,7 @@ fn args() -> Result<Args, Error> {
         latency: 2_000,
         connections: 200,
         partitions: 4,
+        warm_up: 0,
         proxy_bin: None,
         proxy_port: None,
         values_only: false,
@@ -161,6 +169,7 @@ fn args() -> Result<Args, Error> {
             "--latency" => a.latency = val()?.parse()?,
             "--connections" => a.connections = val()?.parse()?,
             "--partitions" => a.partitions = val()?.parse()?,
+            "--warm-up" => a.warm_up = val()?.parse()?,
             "--proxy-bin" => a.proxy_bin = Some(val()?.into()),
             "--proxy-port" => a.proxy_port = Some(val()?.parse()?),
             "--other-proxy" => a.others.push(other_proxy(&val()?)?),
@@ -919,6 +928,21 @@ fn main() -> Result<(), Error> {
         }
     }
     let pattern = pattern();
+    if a.warm_up > 0 {
+        for t in &targets {
+            let topic = format!("bench-warm-{}", nanos());
+            create_topic(&a.bootstrap, &topic, a.partitions)?;
+            produce(&t.addr, &topic, a.warm_up, &pattern)
+                .map_err(|e| format!("{}: warm-up produce: {e}", t.name))?;
+            fetch(&t.addr, &topic, a.partitions, a.warm_up)
+                .map_err(|e| format!("{}: warm-up fetch: {e}", t.name))?;
+        }
+        println!(
+            "warm-up: {} records produced and fetched through each side, untimed; load average {}",
+            a.warm_up,
+            load()
+        );
+    }
     let mut rounds: Vec<Vec<Sample>> = Vec::new();
     for round in 1..=a.rounds {
         let n = targets.len();
