@@ -37,7 +37,7 @@
 //!   every partition's end, which adds what a client waits once: at the
 //!   start (metadata, the first batch or fetch) and at the end (rdkafka
 //!   holds a partition's last fetch up to `fetch.wait.max.ms`, 500 ms),
-//!   about a second in all, as long as a fetch of 100 MB direct;
+//!   about a second in all, five times a fetch of 100 MB direct;
 //! - times single produce requests (one record of 1 KiB sent, its delivery
 //!   awaited; 100 untimed, then `--latency` timed, default 2,000);
 //! - through a proxy it can read: its CPU time during the produce and the
